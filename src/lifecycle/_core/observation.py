@@ -1,0 +1,30 @@
+"""The observation base: every observation carries the time it was made, and nothing else is
+implicit. Time enters a machine only through ``at`` (see ADR 0003)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import ClassVar
+
+import attrs
+
+
+@attrs.frozen(slots=True, kw_only=True)
+class Observation:
+    """What a provider or a child object was seen to do, at ``at`` (timezone-aware)."""
+
+    at: datetime
+
+    #: Set by subclasses that are time-only observations (``Tick``).
+    is_tick: ClassVar[bool] = False
+
+    @classmethod
+    def name(cls) -> str:
+        return cls.__name__
+
+
+@attrs.frozen(slots=True, kw_only=True)
+class Tick(Observation):
+    """Time passed. Timeouts and grace windows are decided on ticks, never on a clock."""
+
+    is_tick: ClassVar[bool] = True

@@ -1,0 +1,56 @@
+"""Plain records shared by every machine: object references, conditions, event types."""
+
+from __future__ import annotations
+
+import enum
+from datetime import datetime
+
+import attrs
+
+
+class EventType(enum.StrEnum):
+    """Kubernetes event types. Nothing else is ever emitted."""
+
+    NORMAL = "Normal"
+    WARNING = "Warning"
+
+
+@attrs.frozen(slots=True)
+class ObjectRef:
+    """Which object a status belongs to. ``uid`` is the identity; the rest is for people."""
+
+    kind: str
+    namespace: str
+    name: str
+    uid: str
+
+    def __str__(self) -> str:
+        where = f"{self.namespace}/{self.name}" if self.namespace else self.name
+        return f"{self.kind}/{where}"
+
+
+@attrs.frozen(slots=True)
+class Condition:
+    """A Kubernetes-style condition. ``last_transition_time`` moves only when ``status`` does."""
+
+    type: str
+    status: str  # "True" | "False" | "Unknown"
+    reason: str = ""
+    message: str = ""
+    last_transition_time: datetime | None = None
+
+
+def set_condition(
+    current: Condition | None,
+    type_: str,
+    status: str,
+    reason: str,
+    message: str,
+    at: datetime,
+) -> Condition:
+    """Upsert a condition; keep ``last_transition_time`` unless the status changed."""
+    if current is not None and current.status == status:
+        if current.reason == reason and current.message == message:
+            return current
+        return Condition(type_, status, reason, message, current.last_transition_time)
+    return Condition(type_, status, reason, message, at)

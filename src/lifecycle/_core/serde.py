@@ -1,0 +1,138 @@
+"""(De)serialisation of statuses and observations.
+
+Statuses read back from our own store go through a ``cattrs`` converter. Observations that come
+from outside (trace files, host code handing us dicts) go through :func:`strict_structure`, which
+refuses wrong types instead of coercing them (``cattrs`` would turn ``"yes"`` into ``True``).
+"""
+
+from __future__ import annotations
+
+import enum
+import types
+import typing
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any, TypeVar
+
+import attrs
+import cattrs
+
+from .errors import InvalidObservation
+
+T = TypeVar("T")
+
+converter = cattrs.Converter()
+converter.register_unstructure_hook(datetime, lambda d: d.isoformat())
+
+
+def parse_time(value: object) -> datetime:
+    """An RFC 3339 timestamp with an offset (``Z`` allowed) to an aware datetime."""
+    if not isinstance(value, str):
+        raise ValueError(f"expected an RFC 3339 timestamp string, got {type(value).__name__}")
+    try:
+        parsed = datetime.fromisoformat(value)
+    except ValueError:
+        raise ValueError(f"{value!r} is not an RFC 3339 timestamp") from None
+    if parsed.tzinfo is None:
+        raise ValueError(f"{value!r} has no UTC offset (write Z or +00:00)")
+    return parsed
+
+
+converter.register_structure_hook(datetime, lambda v, _: parse_time(v))
+
+
+def dump(obj: Any) -> dict[str, Any]:
+    data = converter.unstructure(obj)
+    assert isinstance(data, dict)
+    return data
+
+
+def load(cls: type[T], data: Mapping[str, Any]) -> T:
+    return converter.structure(data, cls)
+
+
+def _describe(tp: Any) -> str:
+    return getattr(tp, "__name__", None) or str(tp).replace("typing.", "")
+
+
+def _check(value: Any, tp: Any, where: str) -> Any:
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        errors = []
+        for option in typing.get_args(tp):
+            try:
+                return _check(value, option, where)
+            except InvalidObservation as e:
+                errors.append(str(e))
+        raise InvalidObservation(f"{where}: expected {_describe(tp)}, got {value!r}")
+    if tp is type(None):
+        if value is None:
+            return None
+        raise InvalidObservation(f"{where}: expected null, got {value!r}")
+    if tp is Any:
+        return value
+    if origin is tuple:
+        args = typing.get_args(tp)
+        if not isinstance(value, list | tuple):
+            raise InvalidObservation(f"{where}: expected a list, got {value!r}")
+        inner = args[0]
+        return tuple(_check(v, inner, f"{where}[{i}]") for i, v in enumerate(value))
+    if tp is bool:
+        if isinstance(value, bool):
+            return value
+        raise InvalidObservation(f"{where}: expected true or false, got {value!r}")
+    if tp is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        raise InvalidObservation(f"{where}: expected an integer, got {value!r}")
+    if tp is float:
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return float(value)
+        raise InvalidObservation(f"{where}: expected a number, got {value!r}")
+    if tp is str:
+        if isinstance(value, str):
+            return value
+        raise InvalidObservation(f"{where}: expected a string, got {value!r}")
+    if tp is datetime:
+        if isinstance(value, datetime):
+            if value.tzinfo is None:
+                raise InvalidObservation(f"{where}: datetime has no timezone")
+            return value
+        try:
+            return parse_time(value)
+        except ValueError as e:
+            raise InvalidObservation(f"{where}: {e}") from None
+    if isinstance(tp, type) and issubclass(tp, enum.Enum):
+        try:
+            return tp(value)
+        except ValueError:
+            allowed = ", ".join(repr(m.value) for m in tp)
+            raise InvalidObservation(f"{where}: {value!r} is not one of {allowed}") from None
+    if attrs.has(tp):
+        if not isinstance(value, Mapping):
+            raise InvalidObservation(f"{where}: expected an object, got {value!r}")
+        return strict_structure(tp, value, where)
+    raise InvalidObservation(f"{where}: unsupported field type {_describe(tp)}")
+
+
+def strict_structure(cls: type[T], data: Mapping[str, Any], where: str = "") -> T:
+    """Build ``cls`` from ``data``, refusing unknown fields, missing fields and wrong types."""
+    attrs.resolve_types(cls)  # type: ignore[type-var]
+    label = where or cls.__name__
+    fields = {f.name: f for f in attrs.fields(cls) if f.init}  # type: ignore[arg-type]
+    unknown = sorted(set(data) - set(fields))
+    if unknown:
+        raise InvalidObservation(
+            f"{label}: unknown field(s) {', '.join(unknown)}; expected {', '.join(fields)}"
+        )
+    kwargs: dict[str, Any] = {}
+    for name, field in fields.items():
+        if name not in data:
+            if field.default is attrs.NOTHING:
+                raise InvalidObservation(f"{label}: missing required field {name!r}")
+            continue
+        kwargs[name] = _check(data[name], field.type, f"{label}.{name}")
+    try:
+        return cls(**kwargs)
+    except (TypeError, ValueError) as e:
+        raise InvalidObservation(f"{label}: {e}") from None

@@ -1,0 +1,181 @@
+"""Transition tables as data.
+
+A machine declares its rows once; the table validates them, compiles them to a dict keyed by
+``(state, observation type)`` and is then the single source for dispatch, docs and tests.
+"""
+
+from __future__ import annotations
+
+import string
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+import attrs
+
+from .errors import TableError
+from .observation import Observation
+from .refs import EventType
+
+#: A row source that matches every state not named more specifically.
+ANY = "*"
+#: A row target meaning "stay in the current state" (fields may still change).
+SAME = "="
+
+Guard = Callable[[Any, Any], bool]
+Effect = Callable[[Any, Any, "Row"], Any]
+
+
+@attrs.frozen(slots=True)
+class Row:
+    """One declared transition. ``source`` is a state, a tuple of states, or ``ANY``."""
+
+    source: str | tuple[str, ...]
+    observation: type[Observation]
+    target: str
+    reason: str = ""
+    event: EventType | None = None
+    message: str = ""
+    guard: str | None = None
+    effect: str | None = None
+    ignore: bool = False
+    note: str = ""
+
+    @property
+    def sources(self) -> tuple[str, ...]:
+        return self.source if isinstance(self.source, tuple) else (self.source,)
+
+    def render(self, obs: Observation) -> str:
+        """The row's message with ``{field}`` placeholders filled from the observation."""
+        if "{" not in self.message:
+            return self.message
+        return self.message.format_map({f: getattr(obs, f) for f in _placeholders(self.message)})
+
+
+def _placeholders(template: str) -> list[str]:
+    return [f for _, f, _, _ in string.Formatter().parse(template) if f]
+
+
+def ignore(
+    source: str | tuple[str, ...],
+    observation: type[Observation],
+    note: str,
+    guard: str | None = None,
+) -> Row:
+    """An explicit "this observation changes nothing here" row."""
+    return Row(source, observation, SAME, guard=guard, ignore=True, note=note)
+
+
+@attrs.frozen(slots=True)
+class Step:
+    """A compiled row: the declared row with its guard and effect resolved to functions."""
+
+    row: Row
+    guard: Guard | None
+    effect: Effect | None
+
+
+class Table:
+    """A validated, compiled transition table."""
+
+    __slots__ = (
+        "dispatch",
+        "guards",
+        "initial",
+        "machine",
+        "observations",
+        "rows",
+        "states",
+        "terminal",
+    )
+
+    def __init__(
+        self,
+        machine: str,
+        *,
+        states: Iterable[str],
+        initial: str,
+        terminal: Iterable[str],
+        observations: Iterable[type[Observation]],
+        rows: Iterable[Row],
+        guards: Mapping[str, Guard],
+        effects: Mapping[str, Effect],
+    ) -> None:
+        self.machine = machine
+        self.states = tuple(states)
+        self.initial = initial
+        self.terminal = frozenset(terminal)
+        self.observations = tuple(observations)
+        self.rows = tuple(rows)
+        self.guards = dict(guards)
+        self.dispatch = self._compile(effects)
+
+    def _fail(self, problem: str) -> TableError:
+        return TableError(f"{self.machine} table: {problem}")
+
+    def _compile(
+        self, effects: Mapping[str, Effect]
+    ) -> dict[tuple[str, type[Observation]], tuple[Step, ...]]:
+        known = set(self.states)
+        if self.initial not in known:
+            raise self._fail(f"initial state {self.initial!r} is not declared")
+        if not self.terminal <= known:
+            raise self._fail(f"terminal states {sorted(self.terminal - known)} are not declared")
+        vocabulary = set(self.observations)
+        specific: dict[tuple[str, type[Observation]], list[Step]] = {}
+        wildcard: dict[type[Observation], list[Step]] = {}
+        for row in self.rows:
+            where = f"row {row.sources} x {row.observation.__name__}"
+            if row.observation not in vocabulary:
+                raise self._fail(f"{where}: observation is not in the vocabulary")
+            for s in row.sources:
+                if s != ANY and s not in known:
+                    raise self._fail(f"{where}: unknown source state {s!r}")
+            if row.target != SAME and row.target not in known:
+                raise self._fail(f"{where}: unknown target state {row.target!r}")
+            if row.ignore and row.target != SAME:
+                raise self._fail(f"{where}: an ignore row cannot change state")
+            if row.guard is not None and row.guard not in self.guards:
+                raise self._fail(f"{where}: unknown guard {row.guard!r}")
+            if row.effect is not None and row.effect not in effects:
+                raise self._fail(f"{where}: unknown effect {row.effect!r}")
+            if not row.ignore and row.target != SAME and row.event is None:
+                raise self._fail(f"{where}: a state-changing row must declare its event type")
+            names = {a.name for a in attrs.fields(row.observation)}
+            missing = [p for p in _placeholders(row.message) if p not in names]
+            if missing:
+                raise self._fail(f"{where}: message names unknown fields {missing}")
+            step = Step(
+                row,
+                None if row.guard is None else self.guards[row.guard],
+                None if row.effect is None else effects[row.effect],
+            )
+            for s in row.sources:
+                if s == ANY:
+                    wildcard.setdefault(row.observation, []).append(step)
+                else:
+                    specific.setdefault((s, row.observation), []).append(step)
+        dispatch: dict[tuple[str, type[Observation]], tuple[Step, ...]] = {}
+        for state in self.states:
+            for obs in self.observations:
+                steps = specific.get((state, obs), []) + wildcard.get(obs, [])
+                if not steps:
+                    continue
+                unguarded = [i for i, st in enumerate(steps) if st.guard is None]
+                if not unguarded:
+                    raise self._fail(
+                        f"({state!r}, {obs.__name__}): every row is guarded; add an unguarded "
+                        "row or an ignore row so no pair falls through"
+                    )
+                if state in self.terminal and any(
+                    st.row.target not in (SAME, state) for st in steps
+                ):
+                    raise self._fail(f"terminal state {state!r} has a row leaving it")
+                dispatch[(state, obs)] = tuple(steps[: unguarded[0] + 1])
+        return dispatch
+
+    def rows_from(self, state: str) -> list[Row]:
+        """Every reachable row (in dispatch order) whose source is ``state``."""
+        return [st.row for (s, _), steps in self.dispatch.items() if s == state for st in steps]
+
+    def accepts(self, state: str, observation: type[Observation]) -> bool:
+        return (state, observation) in self.dispatch

@@ -1,0 +1,37 @@
+"""An emitter that writes one structlog line per transition, with the object ref bound."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import structlog
+
+from .._core.refs import EventType
+from .._core.transition import Transition
+
+
+class LogEmitter:
+    """Logs ``transition`` events at info (Normal) or warning (Warning) level."""
+
+    def __init__(self, logger: Any = None) -> None:
+        self._log = logger if logger is not None else structlog.get_logger("lifecycle")
+
+    def emit(self, transition: Transition) -> None:
+        t = transition
+        log = self._log.bind(
+            kind=t.ref.kind, namespace=t.ref.namespace, name=t.ref.name, uid=t.ref.uid
+        )
+        method = log.warning if t.type is EventType.WARNING else log.info
+        method(
+            "transition",
+            machine=t.machine,
+            reason=t.reason,
+            type=t.type.value,
+            **{"from": t.source, "to": t.target},
+            condition=t.condition or None,
+            message=t.message,
+            version=t.version,
+            id=t.id,
+            at=t.at.isoformat(),
+            fallback=t.fallback,
+        )

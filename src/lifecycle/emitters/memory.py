@@ -1,0 +1,87 @@
+"""An emitter that keeps what it receives, with assertions for tests."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+
+from .._core.refs import EventType
+from .._core.transition import Transition
+
+
+class MemoryEmitter:
+    """Collects transitions in delivery order. Use it in tests the way you would use
+    ``structlog.testing.capture_logs``: run the code, then query or assert."""
+
+    def __init__(self) -> None:
+        self.events: list[Transition] = []
+        self._lock = threading.Lock()
+
+    def emit(self, transition: Transition) -> None:
+        with self._lock:
+            self.events.append(transition)
+
+    # -- queries --------------------------------------------------------------------------
+    def for_uid(self, uid: str) -> list[Transition]:
+        return [t for t in self.events if t.ref.uid == uid]
+
+    def for_kind(self, kind: str) -> list[Transition]:
+        return [t for t in self.events if t.ref.kind == kind]
+
+    def reasons(self, uid: str | None = None) -> list[str]:
+        events = self.events if uid is None else self.for_uid(uid)
+        return [t.reason for t in events]
+
+    def ids(self) -> list[str]:
+        return [t.id for t in self.events]
+
+    def unique(self) -> list[Transition]:
+        """The events with repeats (same ``id``, from redelivery) removed, first kept."""
+        seen: set[str] = set()
+        out = []
+        for t in self.events:
+            if t.id not in seen:
+                seen.add(t.id)
+                out.append(t)
+        return out
+
+    def clear(self) -> None:
+        with self._lock:
+            self.events.clear()
+
+    # -- assertions -----------------------------------------------------------------------
+    def assert_reasons(self, uid: str, expected: Sequence[str]) -> None:
+        """The reasons emitted for ``uid``, in order, are exactly ``expected``."""
+        got = self.reasons(uid)
+        if got != list(expected):
+            raise AssertionError(f"events for {uid}: expected {list(expected)}, got {got}")
+
+    def assert_emitted(
+        self, reason: str, *, uid: str | None = None, type: EventType | None = None
+    ) -> Transition:
+        """Exactly one event with ``reason`` (and ``uid``/``type`` if given); returns it."""
+        found = [
+            t
+            for t in self.events
+            if t.reason == reason
+            and (uid is None or t.ref.uid == uid)
+            and (type is None or t.type == type)
+        ]
+        if len(found) != 1:
+            raise AssertionError(
+                f"expected one {reason!r} event, found {len(found)}: "
+                f"{[(t.ref.uid, t.reason, t.type.value) for t in self.events]}"
+            )
+        return found[0]
+
+    def assert_none(self, uid: str | None = None) -> None:
+        events = self.events if uid is None else self.for_uid(uid)
+        if events:
+            raise AssertionError(f"expected no events, got {[t.id for t in events]}")
+
+    def assert_no_duplicates(self) -> None:
+        """No two deliveries share an id, and no (uid, version, n) came under two ids."""
+        ids = self.ids()
+        if len(ids) != len(set(ids)):
+            dupes = sorted({i for i in ids if ids.count(i) > 1})
+            raise AssertionError(f"delivered more than once: {dupes}")

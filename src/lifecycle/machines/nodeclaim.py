@@ -1,0 +1,468 @@
+"""The NodeClaim lifecycle: the claim a virtual node holds for each placed pod.
+
+Behaviour follows ``shared/domain/pod-nodeclaim.md`` §3 (Nebula's NodeClaim controller at
+HEAD, after #60). The claim reads the Pod only, never the provider: its observations are
+committed Pod statuses (:class:`PodObserved`, wired by :mod:`lifecycle.links`) and the Pod's
+absence. Recommended and built here: a legacy ``Initializing`` phase is read as ``Bound``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from datetime import datetime
+from typing import Any, ClassVar
+
+import attrs
+
+from .._core.machine import Machine
+from .._core.observation import Observation, Tick
+from .._core.refs import EventType, ObjectRef
+from .._core.table import SAME, Effect, Guard, Row, Table, ignore
+
+NEW = ""
+PROVISIONING = "Provisioning"
+BOUND = "Bound"
+TERMINATING = "Terminating"
+TERMINATED = "Terminated"
+DELETED = "Deleted"
+#: A phase written before Nebula #38; read as Bound.
+LEGACY_INITIALIZING = "Initializing"
+
+PHASES = (NEW, PROVISIONING, BOUND, TERMINATING, TERMINATED)
+DEFAULT_GRACE_SECONDS = 15.0
+
+#: The Pod reason that counts as existence for a booting pod (a contract with the Pod machine).
+POD_REASON_INITIALIZING = "Initializing"
+
+
+def normalize_phase(phase: str) -> str:
+    """Read a stored phase: the legacy ``Initializing`` is ``Bound``."""
+    return BOUND if phase == LEGACY_INITIALIZING else phase
+
+
+def claim_name(namespace: str, name: str) -> str:
+    """``<ns>-<name>``; over 253 characters: the first 242, ``-``, 10 hex of sha256(ns/name)."""
+    full = f"{namespace}-{name}"
+    if len(full) <= 253:
+        return full
+    digest = hashlib.sha256(f"{namespace}/{name}".encode()).hexdigest()[:10]
+    return f"{full[:242]}-{digest}"
+
+
+@attrs.frozen(slots=True)
+class NodeClaimStatus:
+    """``state`` is the claim phase (plus ``Deleted`` once the claim object is gone)."""
+
+    state: str = NEW
+    reason: str = ""
+    message: str = ""
+    pod_uid: str = ""
+    instance_id: str = ""
+    pool: str = ""
+    provider: str = ""
+    created_at: datetime | None = None
+    pod_absent_since: datetime | None = None
+    grace_seconds: float = DEFAULT_GRACE_SECONDS
+    deleting: bool = False
+
+
+# -- observations ---------------------------------------------------------------------------
+@attrs.frozen(slots=True, kw_only=True)
+class ClaimCreated(Observation):
+    """The claim object was created (its age for the grace window counts from ``at``)."""
+
+    pool: str = "default"
+    provider: str = "fake"
+    pod_uid: str = ""
+    grace_seconds: float = DEFAULT_GRACE_SECONDS
+
+    def __attrs_post_init__(self) -> None:
+        if self.grace_seconds < 0:
+            raise ValueError(f"grace_seconds must not be negative, got {self.grace_seconds}")
+
+
+def _phase(_: object, attribute: attrs.Attribute[str], value: str) -> None:
+    if value not in (*PHASES, LEGACY_INITIALIZING):
+        raise ValueError(f"{attribute.name} {value!r} is not a NodeClaim phase")
+
+
+@attrs.frozen(slots=True, kw_only=True)
+class ClaimAdopted(Observation):
+    """An existing claim read back after a restart, in whatever phase it was stored."""
+
+    phase: str = attrs.field(validator=_phase)
+    pool: str = "default"
+    provider: str = "fake"
+    pod_uid: str = ""
+    instance_id: str = ""
+    created_at: datetime | None = None
+
+
+@attrs.frozen(slots=True, kw_only=True)
+class PodObserved(Observation):
+    """The claim's Pod as committed: its UID, phase, reason and whether it is being deleted."""
+
+    pod_uid: str
+    phase: str
+    reason: str
+    deleting: bool = False
+    instance_id: str = ""
+    pool: str = ""
+    provider: str = ""
+
+
+@attrs.frozen(slots=True, kw_only=True)
+class PodAbsent(Observation):
+    """The Pod named by the claim's PodRef was not found."""
+
+
+@attrs.frozen(slots=True, kw_only=True)
+class ClaimDeletionRequested(Observation):
+    """The claim got a deletionTimestamp: teardown of its instance begins."""
+
+
+@attrs.frozen(slots=True, kw_only=True)
+class TeardownSucceeded(Observation):
+    """Terminate of the claim's instance succeeded (or the provider is not registered):
+    the finalizer is released and the claim goes away."""
+
+
+@attrs.frozen(slots=True, kw_only=True)
+class TeardownFailed(Observation):
+    """Terminate (or the List that finds the instance) failed: keep the finalizer, retry."""
+
+    error: str
+
+
+OBSERVATIONS: tuple[type[Observation], ...] = (
+    ClaimCreated,
+    ClaimAdopted,
+    PodObserved,
+    PodAbsent,
+    Tick,
+    ClaimDeletionRequested,
+    TeardownSucceeded,
+    TeardownFailed,
+)
+
+
+# -- guards -----------------------------------------------------------------------------------
+def _age_seconds(status: NodeClaimStatus, at: datetime) -> float:
+    born = status.created_at or at
+    return (at - born).total_seconds()
+
+
+def within_grace(status: NodeClaimStatus, obs: Observation) -> bool:
+    return _age_seconds(status, obs.at) < status.grace_seconds
+
+
+def grace_expired(status: NodeClaimStatus, obs: Observation) -> bool:
+    return status.pod_absent_since is not None and not within_grace(status, obs)
+
+
+def other_pod(status: NodeClaimStatus, obs: PodObserved) -> bool:
+    """A UID mismatch means the claim's pod is absent (a new pod reuses the name)."""
+    return bool(status.pod_uid) and obs.pod_uid != status.pod_uid
+
+
+def other_pod_within_grace(status: NodeClaimStatus, obs: PodObserved) -> bool:
+    return other_pod(status, obs) and within_grace(status, obs)
+
+
+def pod_finished(status: NodeClaimStatus, obs: PodObserved) -> bool:
+    return obs.phase in ("Failed", "Succeeded")
+
+
+def pod_deleting(status: NodeClaimStatus, obs: PodObserved) -> bool:
+    return obs.deleting
+
+
+def pod_exists(status: NodeClaimStatus, obs: PodObserved) -> bool:
+    """Running, or booting with reason Initializing, counts as existence."""
+    return obs.phase == "Running" or obs.reason == POD_REASON_INITIALIZING
+
+
+def _adopts(phase: str) -> Any:
+    def guard(status: NodeClaimStatus, obs: ClaimAdopted) -> bool:
+        return normalize_phase(obs.phase) == phase
+
+    guard.__name__ = f"adopts_{phase.lower()}"
+    return guard
+
+
+GUARDS: dict[str, Guard] = {
+    "within_grace": within_grace,
+    "grace_expired": grace_expired,
+    "other_pod": other_pod,
+    "other_pod_within_grace": other_pod_within_grace,
+    "pod_finished": pod_finished,
+    "pod_deleting": pod_deleting,
+    "pod_exists": pod_exists,
+    **{f"adopts_{p.lower()}": _adopts(p) for p in (PROVISIONING, BOUND, TERMINATING, TERMINATED)},
+}
+
+
+# -- effects ----------------------------------------------------------------------------------
+def _enter(status: NodeClaimStatus, obs: Observation, row: Row, **changes: Any) -> NodeClaimStatus:
+    state = status.state if row.target == SAME else row.target
+    reason = row.reason or (state if state != status.state else status.reason)
+    return attrs.evolve(
+        status,
+        state=state,
+        reason=reason,
+        message=row.render(obs) if row.message else status.message,
+        created_at=status.created_at or obs.at,
+        **changes,
+    )
+
+
+def created(status: NodeClaimStatus, obs: ClaimCreated, row: Row) -> NodeClaimStatus:
+    return _enter(
+        status,
+        obs,
+        row,
+        pool=obs.pool,
+        provider=obs.provider,
+        pod_uid=obs.pod_uid,
+        grace_seconds=obs.grace_seconds,
+    )
+
+
+def adopted(status: NodeClaimStatus, obs: ClaimAdopted, row: Row) -> NodeClaimStatus:
+    result = _enter(
+        status,
+        obs,
+        row,
+        pool=obs.pool,
+        provider=obs.provider,
+        pod_uid=obs.pod_uid,
+        instance_id=obs.instance_id,
+    )
+    if obs.created_at is not None:
+        result = attrs.evolve(result, created_at=obs.created_at)
+    return result
+
+
+def pod_seen(status: NodeClaimStatus, obs: PodObserved, row: Row) -> NodeClaimStatus:
+    """Record the pod UID, and the instance id once, beside the phase change."""
+    return _enter(
+        status,
+        obs,
+        row,
+        pod_uid=status.pod_uid or obs.pod_uid,
+        instance_id=status.instance_id or obs.instance_id,
+        pool=status.pool or obs.pool,
+        provider=status.provider or obs.provider,
+        pod_absent_since=None,
+    )
+
+
+def absent_noted(status: NodeClaimStatus, obs: Observation, row: Row) -> NodeClaimStatus:
+    return _enter(status, obs, row, pod_absent_since=status.pod_absent_since or obs.at)
+
+
+def deletion_noted(status: NodeClaimStatus, obs: Observation, row: Row) -> NodeClaimStatus:
+    return _enter(status, obs, row, deleting=True)
+
+
+EFFECTS: dict[str, Effect] = {
+    "created": created,
+    "adopted": adopted,
+    "pod_seen": pod_seen,
+    "absent_noted": absent_noted,
+    "deletion_noted": deletion_noted,
+}
+
+N = EventType.NORMAL
+LIVE = (NEW, PROVISIONING, BOUND, TERMINATING, TERMINATED)
+PHASED = (PROVISIONING, BOUND, TERMINATING, TERMINATED)
+MSG_GONE_NOW = "pod is gone: claim deleted now, no grace (a phase was set)"
+
+ROWS: tuple[Row, ...] = (
+    Row(NEW, ClaimCreated, SAME, effect="created", note="finalizer added; no phase yet"),
+    ignore(PHASED, ClaimCreated, "the claim exists already"),
+    Row(
+        NEW,
+        ClaimAdopted,
+        PROVISIONING,
+        PROVISIONING,
+        N,
+        "adopted in phase {phase}",
+        guard="adopts_provisioning",
+        effect="adopted",
+    ),
+    Row(
+        NEW,
+        ClaimAdopted,
+        BOUND,
+        BOUND,
+        N,
+        "adopted in phase {phase}",
+        guard="adopts_bound",
+        effect="adopted",
+        note="a legacy Initializing phase is read as Bound",
+    ),
+    Row(
+        NEW,
+        ClaimAdopted,
+        TERMINATING,
+        TERMINATING,
+        N,
+        "adopted in phase {phase}",
+        guard="adopts_terminating",
+        effect="adopted",
+    ),
+    Row(
+        NEW,
+        ClaimAdopted,
+        TERMINATED,
+        TERMINATED,
+        N,
+        "adopted in phase {phase}",
+        guard="adopts_terminated",
+        effect="adopted",
+    ),
+    Row(NEW, ClaimAdopted, SAME, effect="adopted", note="adopted before any phase was set"),
+    ignore(PHASED, ClaimAdopted, "the claim is known already"),
+    # The Pod, as committed. A UID mismatch is an absent pod.
+    Row(
+        NEW,
+        PodObserved,
+        SAME,
+        guard="other_pod_within_grace",
+        effect="absent_noted",
+        note="another pod holds the name; the claim is young: wait",
+    ),
+    Row(
+        LIVE,
+        PodObserved,
+        DELETED,
+        DELETED,
+        N,
+        MSG_GONE_NOW,
+        guard="other_pod",
+        note="UID mismatch == absent",
+    ),
+    Row(
+        (NEW, PROVISIONING, BOUND, TERMINATING),
+        PodObserved,
+        TERMINATED,
+        TERMINATED,
+        N,
+        "pod is {phase}: instance released",
+        guard="pod_finished",
+        effect="pod_seen",
+        note="the claim is not deleted",
+    ),
+    ignore(TERMINATED, PodObserved, "terminated is held while the claim exists"),
+    Row(
+        (NEW, PROVISIONING, BOUND),
+        PodObserved,
+        TERMINATING,
+        TERMINATING,
+        N,
+        "pod is being deleted",
+        guard="pod_deleting",
+        effect="pod_seen",
+    ),
+    Row(TERMINATING, PodObserved, SAME, effect="pod_seen", note="hold until the pod finishes"),
+    Row(
+        BOUND,
+        PodObserved,
+        SAME,
+        effect="pod_seen",
+        note="Bound is never downgraded (a flapping pod holds)",
+    ),
+    Row(
+        (NEW, PROVISIONING),
+        PodObserved,
+        BOUND,
+        BOUND,
+        N,
+        "pod {reason} on its instance",
+        guard="pod_exists",
+        effect="pod_seen",
+        note="Running, or booting as Initializing",
+    ),
+    Row(
+        (NEW, PROVISIONING),
+        PodObserved,
+        PROVISIONING,
+        PROVISIONING,
+        N,
+        "pod is {phase}/{reason}",
+        effect="pod_seen",
+    ),
+    # The Pod is gone.
+    Row(
+        PHASED,
+        PodAbsent,
+        DELETED,
+        DELETED,
+        N,
+        MSG_GONE_NOW,
+        note="any phase set: teardown now, no grace (since #60)",
+    ),
+    Row(
+        NEW,
+        PodAbsent,
+        SAME,
+        guard="within_grace",
+        effect="absent_noted",
+        note="a never-observed claim waits out the grace window",
+    ),
+    Row(NEW, PodAbsent, DELETED, DELETED, N, "pod never appeared: orphan claim deleted"),
+    Row(
+        NEW,
+        Tick,
+        DELETED,
+        DELETED,
+        N,
+        "pod never appeared: orphan claim deleted",
+        guard="grace_expired",
+        note="the grace window ran out with the pod still absent",
+    ),
+    ignore(LIVE, Tick, "only a young, never-observed claim has a timer"),
+    # Claim deletion: the finalizer tears the instance down.
+    Row(LIVE, ClaimDeletionRequested, SAME, effect="deletion_noted"),
+    Row(LIVE, TeardownSucceeded, DELETED, DELETED, N, "instance terminated, finalizer released"),
+    Row(
+        LIVE,
+        TeardownFailed,
+        SAME,
+        message="teardown failed, retrying: {error}",
+        note="the finalizer stays; the next reconcile retries",
+    ),
+    *(ignore(DELETED, o, "the claim is gone") for o in OBSERVATIONS),
+)
+
+TABLE = Table(
+    "nodeclaim",
+    states=(*LIVE, DELETED),
+    initial=NEW,
+    terminal=(DELETED,),
+    observations=OBSERVATIONS,
+    rows=ROWS,
+    guards=GUARDS,
+    effects=EFFECTS,
+)
+
+
+class NodeClaimMachine(Machine[NodeClaimStatus]):
+    name: ClassVar[str] = "nodeclaim"
+    kind: ClassVar[str] = "NodeClaim"
+    status_type: ClassVar[type[Any]] = NodeClaimStatus
+    table: ClassVar[Table] = TABLE
+
+    def initial(self, ref: ObjectRef) -> NodeClaimStatus:
+        return NodeClaimStatus()
+
+    def load_status(self, data: Any) -> NodeClaimStatus:
+        """Statuses written by older controllers may carry the legacy phase: read it as Bound."""
+        status = super().load_status(data)
+        if status.state == LEGACY_INITIALIZING:
+            status = attrs.evolve(status, state=BOUND)
+        return status
+
+
+NODECLAIM = NodeClaimMachine()

@@ -1,0 +1,515 @@
+"""The Pod lifecycle of a pod placed on an external instance (Modal sandbox, EC2 instance).
+
+Behaviour follows ``shared/domain/pod-nodeclaim.md`` §2 (Nebula's virtual-kubelet handler),
+with one deliberate improvement: an observation that could not be made
+(:class:`InstanceUnknown`) changes nothing, so it never demotes a Running pod and never reads
+as "absent, therefore terminated".
+
+The exclusive state is the Pod *reason* (``Provisioning``, ``Initializing`` ...): it is what the
+NodeClaim controller reads, so the strings are a contract.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ipaddress
+from datetime import datetime
+from typing import Any, ClassVar
+
+import attrs
+
+from .._core.machine import Machine
+from .._core.observation import Observation
+from .._core.refs import Condition, EventType, ObjectRef, set_condition
+from .._core.table import ANY, SAME, Effect, Guard, Row, Table, ignore
+
+# -- reasons (the Pod's exclusive states) and phases --------------------------------------
+NEW = ""
+PROVISIONING = "Provisioning"
+CONFIG_ERROR = "ConfigError"
+INITIALIZING = "Initializing"
+RUNNING = "Running"
+PROVISION_FAILED = "ProvisionFailed"
+FAILED = "Failed"
+TERMINATED = "Terminated"
+
+PENDING_PHASE = "Pending"
+RUNNING_PHASE = "Running"
+SUCCEEDED_PHASE = "Succeeded"
+FAILED_PHASE = "Failed"
+
+# -- messages, exactly as upstream writes them ---------------------------------------------
+MSG_ALLOCATING = "allocating external instance"
+MSG_INITIALIZING = "external instance is initializing"
+MSG_RUNNING = "external instance is running"
+MSG_FAILED = "external instance entered a failed state"
+MSG_GONE = "external instance is gone"
+MSG_TERMINATED = "external instance terminated"
+MSG_AWAITING_READINESS = "external instance is running; readiness not yet confirmed"
+
+LIVE = (NEW, PROVISIONING, CONFIG_ERROR, INITIALIZING, RUNNING)
+TERMINAL = (PROVISION_FAILED, FAILED, TERMINATED)
+PLACED = (INITIALIZING, RUNNING)
+
+
+@attrs.frozen(slots=True)
+class PodStatus:
+    """The Pod's status as the virtual node writes it.
+
+    ``state`` is the Pod reason. ``ready`` is the Ready condition, absent until the first poll.
+    ``instance_id`` is ``None`` while the pod is not tracked (no instance is known for it).
+    """
+
+    state: str = NEW
+    phase: str = ""
+    message: str = ""
+    ready: Condition | None = None
+    pod_ip: str = ""
+    instance_id: str | None = None
+    endpoint: str = ""
+    exit_code: int | None = None
+    start_time: datetime | None = None
+    deletion_timestamp: datetime | None = None
+    pool: str = ""
+    provider: str = ""
+
+    @property
+    def reason(self) -> str:
+        return self.state
+
+    @property
+    def tracked(self) -> bool:
+        return self.instance_id is not None
+
+
+# -- observations ---------------------------------------------------------------------------
+@attrs.frozen(slots=True, kw_only=True)
+class CreateRequested(Observation):
+    """CreatePod started: the pod is about to be provisioned on ``provider`` for ``pool``."""
+
+    pool: str = "default"
+    provider: str = "fake"
+
+
+@attrs.frozen(slots=True, kw_only=True)
+class ConfigInvalid(Observation):
+    """CreatePod could not start: the pool is unreadable or an env reference is unresolved."""
+
+    error: str
+
+
+@attrs.frozen(slots=True, kw_only=True)
+class ProvisionSucceeded(Observation):
+    """Provision returned an instance. ``reserved`` means it holds capacity already."""
+
+    reserved: bool
+    instance_id: str
+    endpoint: str = ""
+
+
+@attrs.frozen(slots=True, kw_only=True)
+class ProvisionRejected(Observation):
+    """The provider refused (auth, capacity, quota, unsupported): the pod fails."""
+
+    error: str
+
+
+@attrs.frozen(slots=True, kw_only=True)
+class ProvisionErrored(Observation):
+    """Provision failed for a reason not attributable to the request (transport, 5xx)."""
+
+    error: str
+
+
+@attrs.frozen(slots=True, kw_only=True)
+class InstancePending(Observation):
+    """A poll found the instance, not yet running (or running with failing status checks)."""
+
+    instance_id: str = ""
+    endpoint: str = ""
+
+
+@attrs.frozen(slots=True, kw_only=True)
+class InstanceRunning(Observation):
+    """A poll found the instance running. ``readiness_confirmed`` is false while a readiness
+    probe is configured and has not yet passed: such a pod is never Ready."""
+
+    instance_id: str = ""
+    endpoint: str = ""
+    readiness_confirmed: bool = True
+
+
+@attrs.frozen(slots=True, kw_only=True)
+class InstanceFailed(Observation):
+    """A poll found the instance failed (e.g. a non-zero exit other than 124 and 137)."""
+
+    instance_id: str = ""
+    exit_code: int | None = None
+    detail: str = ""
+
+
+@attrs.frozen(slots=True, kw_only=True)
+class InstanceTerminated(Observation):
+    """A poll found the instance stopped or terminated (exit 0, 124 timeout, 137 killed)."""
+
+    instance_id: str = ""
+    exit_code: int | None = None
+    detail: str = ""
+
+
+@attrs.frozen(slots=True, kw_only=True)
+class InstanceAbsent(Observation):
+    """A successful List did not contain the pod's claim: the instance is gone."""
+
+
+@attrs.frozen(slots=True, kw_only=True)
+class InstanceUnknown(Observation):
+    """The instance could not be observed (List failed, tags unreadable, poll error, a region
+    failed to list). It changes nothing."""
+
+    error: str
+
+
+@attrs.frozen(slots=True, kw_only=True)
+class DeletionRequested(Observation):
+    """The Pod got a deletionTimestamp."""
+
+
+@attrs.frozen(slots=True, kw_only=True)
+class TerminateSucceeded(Observation):
+    """DeletePod: the provider's Terminate succeeded (or found nothing to terminate)."""
+
+
+@attrs.frozen(slots=True, kw_only=True)
+class TerminateFailed(Observation):
+    """DeletePod: Terminate failed; the kubelet retries and the NodeClaim is the backstop."""
+
+    error: str
+
+
+OBSERVATIONS: tuple[type[Observation], ...] = (
+    CreateRequested,
+    ConfigInvalid,
+    ProvisionSucceeded,
+    ProvisionRejected,
+    ProvisionErrored,
+    InstancePending,
+    InstanceRunning,
+    InstanceFailed,
+    InstanceTerminated,
+    InstanceAbsent,
+    InstanceUnknown,
+    DeletionRequested,
+    TerminateSucceeded,
+    TerminateFailed,
+)
+
+
+# -- guards -----------------------------------------------------------------------------------
+def reserved(status: PodStatus, obs: ProvisionSucceeded) -> bool:
+    return obs.reserved
+
+
+def tracked(status: PodStatus, obs: Observation) -> bool:
+    return status.instance_id is not None
+
+
+def readiness_confirmed(status: PodStatus, obs: InstanceRunning) -> bool:
+    return obs.readiness_confirmed
+
+
+GUARDS: dict[str, Guard] = {
+    "reserved": reserved,
+    "tracked": tracked,
+    "readiness_confirmed": readiness_confirmed,
+}
+
+
+# -- effects ----------------------------------------------------------------------------------
+def _target(status: PodStatus, row: Row) -> str:
+    return status.state if row.target == SAME else row.target
+
+
+_PHASE = {
+    NEW: "",
+    PROVISIONING: PENDING_PHASE,
+    CONFIG_ERROR: PENDING_PHASE,
+    INITIALIZING: PENDING_PHASE,
+    RUNNING: RUNNING_PHASE,
+    PROVISION_FAILED: FAILED_PHASE,
+    FAILED: FAILED_PHASE,
+    TERMINATED: FAILED_PHASE,
+}
+
+
+def mark(status: PodStatus, obs: Observation, row: Row) -> PodStatus:
+    """CreatePod/DeletePod style write: phase, reason and message only (no Ready)."""
+    state = _target(status, row)
+    return attrs.evolve(status, state=state, phase=_PHASE[state], message=row.render(obs))
+
+
+def create(status: PodStatus, obs: CreateRequested, row: Row) -> PodStatus:
+    return attrs.evolve(
+        mark(status, obs, row), pool=obs.pool, provider=obs.provider, instance_id=None
+    )
+
+
+def provisioned(status: PodStatus, obs: ProvisionSucceeded, row: Row) -> PodStatus:
+    return attrs.evolve(mark(status, obs, row), instance_id=obs.instance_id, endpoint=obs.endpoint)
+
+
+def rejected(status: PodStatus, obs: ProvisionRejected, row: Row) -> PodStatus:
+    # Upstream tracks a rejected pod with instance id "" so teardown finds nothing to stop.
+    return attrs.evolve(mark(status, obs, row), instance_id="")
+
+
+def poll(status: PodStatus, obs: Any, row: Row) -> PodStatus:
+    """applyState: phase/reason/message, the Ready condition, StartTime once, PodIP."""
+    state = _target(status, row)
+    ready = set_condition(
+        status.ready, "Ready", "True" if state == RUNNING else "False", "", "", obs.at
+    )
+    instance_id = getattr(obs, "instance_id", "") or status.instance_id or ""
+    endpoint = getattr(obs, "endpoint", "") or status.endpoint
+    pod_ip = status.pod_ip
+    if state == RUNNING and endpoint:
+        with contextlib.suppress(ValueError):
+            pod_ip = str(ipaddress.ip_address(endpoint))
+    return PodStatus(
+        state=state,
+        phase=_PHASE[state],
+        message=row.render(obs),
+        ready=ready,
+        pod_ip=pod_ip,
+        instance_id=instance_id,
+        endpoint=endpoint,
+        exit_code=getattr(obs, "exit_code", None),
+        start_time=status.start_time or obs.at,
+        deletion_timestamp=status.deletion_timestamp,
+        pool=status.pool,
+        provider=status.provider,
+    )
+
+
+def deleting(status: PodStatus, obs: Observation, row: Row) -> PodStatus:
+    if status.deletion_timestamp is not None:
+        return status
+    return attrs.evolve(status, deletion_timestamp=obs.at)
+
+
+def deleted(status: PodStatus, obs: Observation, row: Row) -> PodStatus:
+    return attrs.evolve(
+        mark(status, obs, row),
+        phase=SUCCEEDED_PHASE,
+        deletion_timestamp=status.deletion_timestamp or obs.at,
+    )
+
+
+EFFECTS: dict[str, Effect] = {
+    "mark": mark,
+    "create": create,
+    "provisioned": provisioned,
+    "rejected": rejected,
+    "poll": poll,
+    "deleting": deleting,
+    "deleted": deleted,
+}
+
+N, W = EventType.NORMAL, EventType.WARNING
+PRE_PLACEMENT = (NEW, CONFIG_ERROR)
+
+ROWS: tuple[Row, ...] = (
+    # CreatePod
+    Row(
+        (NEW, CONFIG_ERROR),
+        CreateRequested,
+        PROVISIONING,
+        PROVISIONING,
+        N,
+        MSG_ALLOCATING,
+        effect="create",
+        note="CreatePod start, before Provision",
+    ),
+    Row(
+        PROVISIONING,
+        CreateRequested,
+        SAME,
+        PROVISIONING,
+        None,
+        MSG_ALLOCATING,
+        guard=None,
+        effect="create",
+        note="the kubelet retries CreatePod after an error",
+    ),
+    ignore(PLACED, CreateRequested, "the instance exists; a repeated CreatePod changes nothing"),
+    ignore(
+        (PROVISIONING,), ConfigInvalid, "a tracked pod already has its instance", guard="tracked"
+    ),
+    Row(
+        (NEW, CONFIG_ERROR, PROVISIONING),
+        ConfigInvalid,
+        CONFIG_ERROR,
+        CONFIG_ERROR,
+        W,
+        "{error}",
+        effect="mark",
+        note="pool unreadable or env ref unresolved; not tracked",
+    ),
+    ignore(PLACED, ConfigInvalid, "the instance exists; config is re-read on the next create"),
+    # Provision results
+    Row(
+        PROVISIONING,
+        ProvisionSucceeded,
+        INITIALIZING,
+        INITIALIZING,
+        N,
+        MSG_INITIALIZING,
+        guard="reserved",
+        effect="provisioned",
+        note="reserved capacity: tracked, initializing",
+    ),
+    Row(
+        PROVISIONING,
+        ProvisionSucceeded,
+        SAME,
+        PROVISIONING,
+        None,
+        MSG_ALLOCATING,
+        effect="provisioned",
+        note="unreserved: tracked but held at Provisioning",
+    ),
+    ignore(PLACED, ProvisionSucceeded, "a late duplicate result; the poll owns the state now"),
+    Row(
+        PROVISIONING,
+        ProvisionRejected,
+        PROVISION_FAILED,
+        PROVISION_FAILED,
+        W,
+        "{error}",
+        effect="rejected",
+        note="a provider rejection fails the pod (tracked with id '')",
+    ),
+    ignore(PLACED, ProvisionRejected, "a late result for a placed pod changes nothing"),
+    Row(
+        PROVISIONING,
+        ProvisionErrored,
+        SAME,
+        PROVISIONING,
+        None,
+        "retrying: {error}",
+        effect="mark",
+        note="unattributable: keep provisioning, not tracked",
+    ),
+    ignore(PLACED, ProvisionErrored, "a late result for a placed pod changes nothing"),
+    # Polls: "any tracked" in upstream; from an untracked state a found instance re-adopts.
+    Row(
+        LIVE,
+        InstancePending,
+        INITIALIZING,
+        INITIALIZING,
+        N,
+        MSG_INITIALIZING,
+        effect="poll",
+        note="may demote a Running pod: an honest Pending (failing status checks) un-readies",
+    ),
+    Row(
+        LIVE,
+        InstanceRunning,
+        RUNNING,
+        RUNNING,
+        N,
+        MSG_RUNNING,
+        guard="readiness_confirmed",
+        effect="poll",
+        note="Ready=True only once readiness is confirmed",
+    ),
+    Row(
+        LIVE,
+        InstanceRunning,
+        INITIALIZING,
+        INITIALIZING,
+        N,
+        MSG_AWAITING_READINESS,
+        effect="poll",
+        note="running, probe not yet passed: never Ready",
+    ),
+    Row(LIVE, InstanceFailed, FAILED, FAILED, W, MSG_FAILED, effect="poll"),
+    Row(LIVE, InstanceTerminated, TERMINATED, TERMINATED, W, MSG_TERMINATED, effect="poll"),
+    Row(
+        PROVISIONING,
+        InstanceAbsent,
+        TERMINATED,
+        TERMINATED,
+        W,
+        MSG_GONE,
+        guard="tracked",
+        effect="poll",
+        note="a held (unreserved) instance left the List",
+    ),
+    Row(
+        PLACED,
+        InstanceAbsent,
+        TERMINATED,
+        TERMINATED,
+        W,
+        MSG_GONE,
+        effect="poll",
+        note="a placed instance left a successful List",
+    ),
+    ignore(
+        (NEW, PROVISIONING, CONFIG_ERROR),
+        InstanceAbsent,
+        "untracked: nothing was placed yet, CreatePod will run",
+    ),
+    ignore(ANY, InstanceUnknown, "an observation that could not be made changes nothing"),
+    # DeletePod
+    Row(LIVE, DeletionRequested, SAME, effect="deleting", note="deletionTimestamp stamped once"),
+    Row(
+        LIVE,
+        TerminateSucceeded,
+        TERMINATED,
+        TERMINATED,
+        N,
+        MSG_TERMINATED,
+        effect="deleted",
+        note="DeletePod: Succeeded/Terminated",
+    ),
+    ignore(ANY, TerminateFailed, "the kubelet retries DeletePod; the NodeClaim is the backstop"),
+    # Terminal: the first terminal status wins.
+    *(
+        ignore(TERMINAL, o, "terminal: the first terminal status wins")
+        for o in OBSERVATIONS
+        if o not in (InstanceUnknown, TerminateFailed)
+    ),
+)
+
+TABLE = Table(
+    "pod",
+    states=(NEW, PROVISIONING, CONFIG_ERROR, INITIALIZING, RUNNING, *TERMINAL),
+    initial=NEW,
+    terminal=TERMINAL,
+    observations=OBSERVATIONS,
+    rows=ROWS,
+    guards=GUARDS,
+    effects=EFFECTS,
+)
+
+
+class PodMachine(Machine[PodStatus]):
+    name: ClassVar[str] = "pod"
+    kind: ClassVar[str] = "Pod"
+    status_type: ClassVar[type[Any]] = PodStatus
+    table: ClassVar[Table] = TABLE
+
+    def initial(self, ref: ObjectRef) -> PodStatus:
+        return PodStatus()
+
+    def event_type(self, status: PodStatus) -> EventType:
+        """Warning when the pod enters a Failed phase or a ConfigError; Normal otherwise
+        (a DeletePod Terminated is Succeeded, so Normal)."""
+        if status.phase == FAILED_PHASE or status.state == CONFIG_ERROR:
+            return EventType.WARNING
+        return EventType.NORMAL
+
+
+POD = PodMachine()

@@ -1,0 +1,294 @@
+"""The write-then-emit protocol: read, apply, commit with CAS (retrying conflicts), then emit.
+
+    for attempt in 1..policy.attempts:
+        record = store.load(ref) or (machine.initial(ref), version 0)
+        status = machine.apply(record.status, observation)
+        if status == record.status: return UNCHANGED
+        flips  = machine.flips(record.status, status)       # inside the attempt
+        try:   version = store.commit(ref, expected=record.version, ...)
+        except Conflict: continue
+        except StoreError: fallback(flips); return FAILED
+        deliver(flips stamped with version)                 # after commit
+        return COMMITTED
+    fallback(flips); return FAILED
+
+Events are computed against the status read in the attempt that wins, so a concurrent writer
+that already made the flip suppresses ours. Nothing is emitted for a write that did not land,
+except one fallback Warning (``<Reason>StatusUpdateFailed``) when the lost write carried a
+Warning flip: people must still hear that something failed, without being told it was recorded.
+"""
+
+from __future__ import annotations
+
+import enum
+import random
+import time
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+import attrs
+import structlog
+
+from ._core.errors import Conflict, LifecycleError, StoreError, UnknownObservation
+from ._core.machine import Machine
+from ._core.observation import Observation
+from ._core.refs import EventType, ObjectRef
+from ._core.transition import Flip, Transition, stamp
+from .emitters.base import Emitter
+from .links import Link, default_links
+from .machines import MachineRegistry, default_registry
+from .stores.base import Store
+from .stores.memory import MemoryStore
+
+_log = structlog.get_logger("lifecycle.runner")
+
+
+class Outcome(enum.Enum):
+    COMMITTED = "committed"
+    UNCHANGED = "unchanged"
+    FAILED = "failed"
+
+
+@attrs.frozen(slots=True)
+class RetryPolicy:
+    """How often a conflicting write is retried, and how long to wait between attempts.
+
+    The default mirrors client-go's ``retry.DefaultRetry`` in count (5 attempts) and waits
+    10 ms (with 10 % jitter) between them.
+    """
+
+    attempts: int = 5
+    backoff: float = 0.01
+    jitter: float = 0.1
+    sleep: Callable[[float], None] = time.sleep
+
+    def __attrs_post_init__(self) -> None:
+        if self.attempts < 1:
+            raise ValueError(f"attempts must be at least 1, got {self.attempts}")
+        if self.backoff < 0 or self.jitter < 0:
+            raise ValueError("backoff and jitter must not be negative")
+
+    def pause(self) -> None:
+        if self.backoff:
+            self.sleep(self.backoff * (1 + random.uniform(-self.jitter, self.jitter)))
+
+
+@attrs.frozen(slots=True)
+class Result:
+    """What one observation did. ``transitions`` were committed (and handed to emitters);
+    ``fallback`` holds the Warning sent instead when the write failed; ``cascade`` holds the
+    results of linked machines (a Pod's NodeClaim) that this commit fed."""
+
+    outcome: Outcome
+    ref: ObjectRef
+    status: Any
+    version: int
+    transitions: tuple[Transition, ...] = ()
+    fallback: tuple[Transition, ...] = ()
+    error: Exception | None = None
+    attempts: int = 1
+    cascade: tuple[Result, ...] = ()
+
+    @property
+    def committed(self) -> bool:
+        return self.outcome is Outcome.COMMITTED
+
+    def all_transitions(self) -> list[Transition]:
+        """This result's events and those of its cascade, in the order they were emitted."""
+        out = [*self.transitions, *self.fallback]
+        for r in self.cascade:
+            out.extend(r.all_transitions())
+        return out
+
+
+class Runner:
+    """Feeds observations to machines, persists their statuses, and emits their events.
+
+    One runner serves every object of every registered machine; it keeps no per-object state.
+    """
+
+    def __init__(
+        self,
+        store: Store | None = None,
+        emitters: Sequence[Emitter] = (),
+        *,
+        machines: MachineRegistry | None = None,
+        links: Iterable[Link] | None = None,
+        policy: RetryPolicy | None = None,
+    ) -> None:
+        self.store: Store = store if store is not None else MemoryStore()
+        self.emitters = tuple(emitters)
+        self.machines = machines if machines is not None else default_registry()
+        self.policy = policy if policy is not None else RetryPolicy()
+        self._links: dict[str, list[Link]] = {}
+        for link in default_links() if links is None else links:
+            self._links.setdefault(link.source, []).append(link)
+
+    def machine_for(self, ref: ObjectRef) -> Machine[Any]:
+        return self.machines.for_kind(ref.kind)
+
+    # -- the protocol -----------------------------------------------------------------------
+    def observe(self, ref: ObjectRef, observation: Observation) -> Result:
+        """Apply ``observation`` to ``ref``'s status, commit it, then emit its flips.
+
+        Raises a :class:`~lifecycle.LifecycleError` for input the machine refuses (unknown
+        observation, no row in the table); the store is then untouched.
+        """
+        machine = self.machine_for(ref)
+        if observation.__class__ not in machine.table.observations:
+            raise UnknownObservation(
+                f"{machine.name}: {observation.__class__.__name__} is not one of its "
+                f"observations ({', '.join(sorted(machine.vocabulary))})"
+            )
+        flips: tuple[Flip, ...] = ()
+        version = 0
+        error: StoreError | None = None
+        attempts = self.policy.attempts
+        for attempt in range(1, attempts + 1):
+            try:
+                record = self.store.load(machine, ref)
+            except StoreError as e:
+                error = e
+                break
+            before = machine.initial(ref) if record is None else record.status
+            version = 0 if record is None else record.version
+            after = machine.apply(before, observation)
+            if after is before or after == before:
+                return Result(Outcome.UNCHANGED, ref, before, version, attempts=attempt)
+            flips = machine.flips(before, after)
+            transitions = stamp(flips, ref, machine.name, version + 1, observation.at)
+            try:
+                committed = self.store.commit(
+                    machine, ref, version, after, observation, transitions
+                )
+            except Conflict as e:
+                error = e
+                if attempt < attempts:
+                    self.policy.pause()
+                continue
+            except StoreError as e:
+                error = e
+                break
+            self._deliver(transitions)
+            cascade = self._follow(machine, ref, before, after, observation)
+            return Result(
+                Outcome.COMMITTED,
+                ref,
+                after,
+                committed,
+                transitions,
+                attempts=attempt,
+                cascade=cascade,
+            )
+        assert error is not None
+        _log.warning("status write failed", ref=str(ref), uid=ref.uid, error=str(error))
+        fallback = self._fallback(ref, machine, flips, version, observation, error)
+        self._send(fallback)
+        return Result(
+            Outcome.FAILED,
+            ref,
+            None,
+            version,
+            fallback=fallback,
+            error=error,
+            attempts=attempt,
+        )
+
+    def redeliver(self, limit: int = 1000) -> int:
+        """Send events that were committed but not delivered (a crash, a failing emitter).
+
+        Returns how many were delivered. Each keeps the id it was committed under.
+        """
+        pending = self.store.claim_undelivered(limit)
+        if not pending:
+            return 0
+        return self._deliver(pending)
+
+    # -- internals --------------------------------------------------------------------------
+    def _send(self, transitions: Sequence[Transition]) -> bool:
+        ok = True
+        for t in transitions:
+            for emitter in self.emitters:
+                try:
+                    emitter.emit(t)
+                except Exception as e:  # an emitter must never undo a commit
+                    ok = False
+                    _log.warning(
+                        "emitter failed; event stays in the outbox",
+                        id=t.id,
+                        emitter=type(emitter).__name__,
+                        error=repr(e),
+                    )
+        return ok
+
+    def _deliver(self, transitions: Sequence[Transition]) -> int:
+        if not transitions:
+            return 0
+        delivered = [t.id for t in transitions if self._send((t,))]
+        if delivered:
+            try:
+                self.store.mark_delivered(delivered)
+            except StoreError as e:
+                _log.warning("could not mark events delivered; they will repeat", error=str(e))
+        return len(delivered)
+
+    @staticmethod
+    def _fallback(
+        ref: ObjectRef,
+        machine: Machine[Any],
+        flips: tuple[Flip, ...],
+        version: int,
+        observation: Observation,
+        error: Exception,
+    ) -> tuple[Transition, ...]:
+        warning = next((f for f in flips if f.type is EventType.WARNING), None)
+        if warning is None:
+            return ()
+        what = warning.condition or warning.target
+        cause = warning.message or warning.reason
+        message = f"{cause}; recording the {ref.kind} {what} status also failed: {error}"
+        return (
+            Transition(
+                ref,
+                machine.name,
+                warning.source,
+                warning.target,
+                f"{warning.reason}StatusUpdateFailed",
+                EventType.WARNING,
+                message,
+                version,
+                observation.at,
+                0,
+                warning.condition,
+                fallback=True,
+            ),
+        )
+
+    def _follow(
+        self,
+        machine: Machine[Any],
+        ref: ObjectRef,
+        before: Any,
+        after: Any,
+        observation: Observation,
+    ) -> tuple[Result, ...]:
+        links = self._links.get(machine.name)
+        if not links:
+            return ()
+        results = []
+        for link in links:
+            derived = link.observe(ref, before, after, observation.at)
+            if derived is None:
+                continue
+            target = link.target_ref(ref, after)
+            try:
+                results.append(self.observe(target, derived))
+            except LifecycleError as e:
+                _log.warning(
+                    "linked observation refused",
+                    source=str(ref),
+                    target=str(target),
+                    error=str(e),
+                )
+                results.append(Result(Outcome.FAILED, target, None, 0, error=e))
+        return tuple(results)

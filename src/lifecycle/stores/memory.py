@@ -1,0 +1,74 @@
+"""An in-process store: the reference implementation of the protocol, and a test double."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any
+
+from .._core.errors import Conflict
+from .._core.machine import Machine
+from .._core.observation import Observation
+from .._core.refs import ObjectRef
+from .._core.transition import Transition
+from .base import JournalEntry, Record
+
+
+class MemoryStore:
+    """Keeps records, journals and the outbox in dicts. Thread-safe; nothing survives exit.
+
+    Entries hold references to the (immutable) statuses and observations themselves, so a
+    tracked object costs its status, its journal tuple and nothing else.
+    """
+
+    def __init__(self, *, journal: bool = True) -> None:
+        self._records: dict[str, Record] = {}
+        self._journals: dict[str, list[JournalEntry]] = {}
+        self._outbox: dict[str, Transition] = {}
+        self._keep_journal = journal
+        self._lock = threading.Lock()
+
+    def load(self, machine: Machine[Any], ref: ObjectRef) -> Record | None:
+        return self._records.get(ref.uid)
+
+    def commit(
+        self,
+        machine: Machine[Any],
+        ref: ObjectRef,
+        expected: int,
+        status: Any,
+        observation: Observation,
+        transitions: Sequence[Transition],
+    ) -> int:
+        with self._lock:
+            current = self._records.get(ref.uid)
+            actual = 0 if current is None else current.version
+            if actual != expected:
+                raise Conflict(ref.uid, expected, actual)
+            version = expected + 1
+            self._records[ref.uid] = Record(ref, machine.name, status, version)
+            if self._keep_journal:
+                entry = JournalEntry(version, observation, tuple(transitions))
+                self._journals.setdefault(ref.uid, []).append(entry)
+            for t in transitions:
+                self._outbox[t.id] = t
+            return version
+
+    def journal(self, machine: Machine[Any], ref: ObjectRef) -> list[JournalEntry]:
+        return list(self._journals.get(ref.uid, ()))
+
+    def records(self, machine: Machine[Any]) -> Iterator[Record]:
+        return iter([r for r in self._records.values() if r.machine == machine.name])
+
+    def claim_undelivered(self, limit: int = 1000) -> list[Transition]:
+        with self._lock:
+            pending = sorted(self._outbox.values(), key=lambda t: (t.ref.uid, t.version, t.n))
+            return pending[:limit]
+
+    def mark_delivered(self, ids: Iterable[str]) -> None:
+        with self._lock:
+            for i in ids:
+                self._outbox.pop(i, None)
+
+    def close(self) -> None:
+        pass
