@@ -23,8 +23,8 @@ demo: $(VENV_DEMO)/.ok
 	$(VENV_DEMO)/bin/lifecycle replay examples/traces/demo.jsonl --store sqlite:///$(DEMO_DB)
 
 lint: $(VENV_TEST)/.ok
-	$(VENV_TEST)/bin/ruff check src tests examples benchmarks
-	$(VENV_TEST)/bin/ruff format --check src tests examples benchmarks
+	$(VENV_TEST)/bin/ruff check src tests examples
+	$(VENV_TEST)/bin/ruff format --check src tests examples
 
 typecheck: $(VENV_TEST)/.ok
 	$(VENV_TEST)/bin/mypy
