@@ -58,6 +58,11 @@ def _describe(tp: Any) -> str:
 def _check(value: Any, tp: Any, where: str) -> Any:
     origin = typing.get_origin(tp)
     if origin in (typing.Union, types.UnionType):
+        present = [o for o in typing.get_args(tp) if o is not type(None)]
+        if value is not None and len(present) == 1:
+            # ``X | None`` with a value: say what is wrong with it as an X (a naive
+            # timestamp, a bool for an int), not just "expected X | None".
+            return _check(value, present[0], where)
         errors = []
         for option in typing.get_args(tp):
             try:

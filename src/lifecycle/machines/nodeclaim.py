@@ -277,6 +277,7 @@ N = EventType.NORMAL
 LIVE = (NEW, PROVISIONING, BOUND, TERMINATING, TERMINATED)
 PHASED = (PROVISIONING, BOUND, TERMINATING, TERMINATED)
 MSG_GONE_NOW = "pod is gone: claim deleted now, no grace (a phase was set)"
+MSG_ORPHAN = "pod never appeared: orphan claim deleted"
 
 ROWS: tuple[Row, ...] = (
     Row(NEW, ClaimCreated, SAME, effect="created", note="finalizer added; no phase yet"),
@@ -334,14 +335,24 @@ ROWS: tuple[Row, ...] = (
         note="another pod holds the name; the claim is young: wait",
     ),
     Row(
-        LIVE,
+        NEW,
+        PodObserved,
+        DELETED,
+        DELETED,
+        N,
+        MSG_ORPHAN,
+        guard="other_pod",
+        note="UID mismatch == absent; the grace window is over",
+    ),
+    Row(
+        PHASED,
         PodObserved,
         DELETED,
         DELETED,
         N,
         MSG_GONE_NOW,
         guard="other_pod",
-        note="UID mismatch == absent",
+        note="UID mismatch == absent: no grace once a phase is set",
     ),
     Row(
         (NEW, PROVISIONING, BOUND, TERMINATING),
@@ -411,14 +422,14 @@ ROWS: tuple[Row, ...] = (
         effect="absent_noted",
         note="a never-observed claim waits out the grace window",
     ),
-    Row(NEW, PodAbsent, DELETED, DELETED, N, "pod never appeared: orphan claim deleted"),
+    Row(NEW, PodAbsent, DELETED, DELETED, N, MSG_ORPHAN),
     Row(
         NEW,
         Tick,
         DELETED,
         DELETED,
         N,
-        "pod never appeared: orphan claim deleted",
+        MSG_ORPHAN,
         guard="grace_expired",
         note="the grace window ran out with the pod still absent",
     ),

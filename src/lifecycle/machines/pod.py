@@ -249,9 +249,9 @@ def mark(status: PodStatus, obs: Observation, row: Row) -> PodStatus:
 
 
 def create(status: PodStatus, obs: CreateRequested, row: Row) -> PodStatus:
-    return attrs.evolve(
-        mark(status, obs, row), pool=obs.pool, provider=obs.provider, instance_id=None
-    )
+    # A known instance id is kept (upstream never clears the instance-id annotation): a
+    # repeated CreatePod on a held pod must not forget the instance it already holds.
+    return attrs.evolve(mark(status, obs, row), pool=obs.pool, provider=obs.provider)
 
 
 def provisioned(status: PodStatus, obs: ProvisionSucceeded, row: Row) -> PodStatus:
@@ -259,8 +259,9 @@ def provisioned(status: PodStatus, obs: ProvisionSucceeded, row: Row) -> PodStat
 
 
 def rejected(status: PodStatus, obs: ProvisionRejected, row: Row) -> PodStatus:
-    # Upstream tracks a rejected pod with instance id "" so teardown finds nothing to stop.
-    return attrs.evolve(mark(status, obs, row), instance_id="")
+    # Upstream tracks a rejected pod with instance id "" so teardown finds nothing to stop;
+    # an id already known (a held instance) is kept, never cleared.
+    return attrs.evolve(mark(status, obs, row), instance_id=status.instance_id or "")
 
 
 def poll(status: PodStatus, obs: Any, row: Row) -> PodStatus:
