@@ -1,0 +1,96 @@
+"""The integration harness's view of Events: filtered by the regarded object's UID and
+projected to ``(type, reason, message, kind, name, count)``, sorted by the first five."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+import attrs
+
+
+@attrs.frozen(slots=True, order=True)
+class EventRow:
+    """One Event as ``kubectl describe`` shows it; ``count`` is ``series.count``, or 1."""
+
+    type: str
+    reason: str
+    message: str
+    kind: str
+    name: str
+    count: int
+
+    def as_tuple(self) -> tuple[str, str, str, str, str, int]:
+        return (self.type, self.reason, self.message, self.kind, self.name, self.count)
+
+
+def _get(obj: Mapping[str, Any], *keys: str) -> Any:
+    for key in keys:
+        if key in obj and obj[key] is not None:
+            return obj[key]
+    return None
+
+
+def project(events: Iterable[Mapping[str, Any]], uid: str | None = None) -> list[EventRow]:
+    """Rows for the Events regarding ``uid`` (all of them for ``None``), sorted.
+
+    Accepts ``events.k8s.io/v1`` bodies (``regarding``, ``note``, ``series``) and core/v1
+    ones (``involvedObject``, ``message``, ``count``), camelCase, as the API lists them.
+    """
+    rows = []
+    for event in events:
+        regarding = _get(event, "regarding", "involvedObject") or {}
+        if uid is not None and regarding.get("uid") != uid:
+            continue
+        series = event.get("series")
+        if isinstance(series, Mapping) and series.get("count"):
+            count = int(series["count"])
+        else:
+            count = int(event.get("count") or event.get("deprecatedCount") or 1)
+        rows.append(
+            EventRow(
+                str(event.get("type") or ""),
+                str(event.get("reason") or ""),
+                str(_get(event, "note", "message") or ""),
+                str(regarding.get("kind") or ""),
+                str(regarding.get("name") or ""),
+                count,
+            )
+        )
+    return sorted(rows, key=lambda r: r.as_tuple()[:5])
+
+
+class EventCollector:
+    """Reads Events from a source (the API, or a :class:`MemoryEventSink`) and projects the
+    rows of one object, as the upstream integration harness does."""
+
+    def __init__(self, source: Callable[[], Iterable[Mapping[str, Any]]]) -> None:
+        self._source = source
+
+    @classmethod
+    def from_api(cls, api: Any = None, namespace: str | None = None) -> EventCollector:
+        """Lists with ``EventsV1Api`` (one namespace, or all of them); ``api`` is an
+        ``EventsV1Api``, an ``ApiClient`` or ``None`` for the default configuration."""
+        from .sinks import _client
+
+        client = _client()
+        serializer = client.ApiClient()
+        events_api = (
+            client.EventsV1Api(api) if api is None or isinstance(api, client.ApiClient) else api
+        )
+
+        def source() -> list[Mapping[str, Any]]:
+            if namespace is None:
+                listed = events_api.list_event_for_all_namespaces()
+            else:
+                listed = events_api.list_namespaced_event(namespace)
+            body = serializer.sanitize_for_serialization(listed)
+            return list(body.get("items") or [])
+
+        return cls(source)
+
+    def events(self) -> list[Mapping[str, Any]]:
+        return list(self._source())
+
+    def rows(self, uid: str | None = None) -> list[EventRow]:
+        return project(self._source(), uid)

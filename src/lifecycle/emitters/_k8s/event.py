@@ -1,0 +1,205 @@
+"""The ``events.k8s.io/v1`` Event a client-go recorder builds, and its wire form.
+
+Only what client-go's ``recorderImpl.makeEvent`` sets is modelled: name, namespace, eventTime,
+series, reportingController, reportingInstance, action, reason, regarding, related, note and
+type. Records are frozen; the correlator replaces a cached Event to move its series on.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import attrs
+
+#: ``events.k8s.io/v1`` refuses a note longer than this many bytes.
+NOTE_LIMIT = 1024
+#: Appended to a note cut to fit :data:`NOTE_LIMIT`.
+TRUNCATED_SUFFIX = "... [truncated]"
+NORMAL = "Normal"
+WARNING = "Warning"
+EVENT_TYPES = frozenset({NORMAL, WARNING})
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_SURROGATES = re.compile("[\ud800-\udfff]")
+
+
+@attrs.frozen(slots=True)
+class ObjectReference:
+    """``corev1.ObjectReference`` as client-go's ``GetReference`` fills it for ``regarding``:
+    kind, apiVersion, namespace, name, uid **and resourceVersion**. It is part of the
+    correlation key, so a new resourceVersion makes a new Event row."""
+
+    kind: str = ""
+    name: str = ""
+    namespace: str = ""
+    uid: str = ""
+    api_version: str = ""
+    resource_version: str = ""
+    field_path: str = ""
+
+    def to_body(self) -> dict[str, str]:
+        """The JSON object, with Go's ``omitempty`` (empty fields left out)."""
+        fields = (
+            ("kind", self.kind),
+            ("namespace", self.namespace),
+            ("name", self.name),
+            ("uid", self.uid),
+            ("apiVersion", self.api_version),
+            ("resourceVersion", self.resource_version),
+            ("fieldPath", self.field_path),
+        )
+        return {k: v for k, v in fields if v}
+
+
+#: ``related`` when there is none: Go keys a nil ``related`` as the zero reference.
+NO_REFERENCE = ObjectReference()
+
+
+@attrs.frozen(slots=True)
+class EventSeries:
+    """``series``: set on the second emission of a key (count 2), then counted in memory."""
+
+    count: int
+    last_observed_time: datetime
+
+    def to_body(self) -> dict[str, Any]:
+        return {"count": self.count, "lastObservedTime": micro_time(self.last_observed_time)}
+
+
+EventKey = tuple[str, str, str, str, str, ObjectReference, ObjectReference]
+
+
+@attrs.frozen(slots=True)
+class Event:
+    """One ``events.k8s.io/v1`` Event as the recorder built it (and the correlator cached it)."""
+
+    name: str
+    namespace: str
+    event_time: datetime
+    type: str
+    reason: str
+    action: str
+    note: str
+    reporting_controller: str
+    reporting_instance: str
+    regarding: ObjectReference
+    related: ObjectReference | None = None
+    series: EventSeries | None = None
+
+    @property
+    def key(self) -> EventKey:
+        """client-go's ``eventKey``: the note, name and times are not part of it."""
+        return (
+            self.type,
+            self.action,
+            self.reason,
+            self.reporting_controller,
+            self.reporting_instance,
+            self.regarding,
+            self.related if self.related is not None else NO_REFERENCE,
+        )
+
+    @property
+    def count(self) -> int:
+        return self.series.count if self.series is not None else 1
+
+    def to_body(self) -> dict[str, Any]:
+        """The JSON body of a create request (camelCase, ``omitempty``)."""
+        body: dict[str, Any] = {
+            "apiVersion": "events.k8s.io/v1",
+            "kind": "Event",
+            "metadata": {"name": self.name, "namespace": self.namespace},
+            "eventTime": micro_time(self.event_time),
+            "reportingController": self.reporting_controller,
+            "reportingInstance": self.reporting_instance,
+            "action": self.action,
+            "reason": self.reason,
+            "regarding": self.regarding.to_body(),
+            "note": self.note,
+            "type": self.type,
+        }
+        if self.related is not None:
+            body["related"] = self.related.to_body()
+        if self.series is not None:
+            body["series"] = self.series.to_body()
+        return body
+
+    def series_patch(self) -> dict[str, Any]:
+        """The strategic-merge patch client-go sends for a series: the two-way diff between
+        this Event without ``series`` and with it, which is ``{"series": {...}}``."""
+        if self.series is None:
+            raise ValueError(f"event {self.name} has no series to patch")
+        return {"series": self.series.to_body()}
+
+
+def micro_time(at: datetime) -> str:
+    """``metav1.MicroTime`` on the wire: RFC 3339 in UTC with six fractional digits."""
+    return _utc(at).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def unix_nanos(at: datetime) -> int:
+    """Nanoseconds since the epoch, exactly (``datetime`` carries microseconds)."""
+    return (_utc(at) - _EPOCH) // timedelta(microseconds=1) * 1000
+
+
+def _utc(at: datetime) -> datetime:
+    return at.replace(tzinfo=UTC) if at.tzinfo is None else at.astimezone(UTC)
+
+
+def truncate_note(note: str | bytes, limit: int = NOTE_LIMIT) -> str:
+    """Make ``note`` valid UTF-8 of at most ``limit`` bytes.
+
+    Invalid UTF-8 (undecodable bytes; lone surrogates in a ``str``) becomes U+FFFD. A note
+    over the limit is cut on a character boundary and ends in :data:`TRUNCATED_SUFFIX`, the
+    whole staying within ``limit`` bytes.
+    """
+    text = (
+        note.decode("utf-8", "replace")
+        if isinstance(note, bytes)
+        else _SURROGATES.sub("\ufffd", note)
+    )
+    data = text.encode("utf-8")
+    if len(data) <= limit:
+        return text
+    suffix = TRUNCATED_SUFFIX.encode("utf-8")
+    room = max(limit - len(suffix), 0)
+    # a cut inside a multi-byte character leaves an incomplete tail, which "ignore" drops
+    head = data[:room].decode("utf-8", "ignore")
+    return head + TRUNCATED_SUFFIX
+
+
+def build_event(
+    regarding: ObjectReference,
+    *,
+    type: str,
+    reason: str,
+    note: str | bytes,
+    reporting_controller: str,
+    reporting_instance: str,
+    now: datetime,
+    name_nanos: int | None = None,
+    action: str | None = None,
+    related: ObjectReference | None = None,
+) -> Event:
+    """What client-go's ``Eventf`` builds: name ``<regarding.name>.<hex unixNano>``, the
+    regarding namespace (or ``default``), ``eventTime=now``, no series, ``action`` = ``reason``
+    unless given. Raises ``ValueError`` for a type other than Normal or Warning (client-go
+    drops those)."""
+    if type not in EVENT_TYPES:
+        raise ValueError(f"unsupported event type {type!r}: only Normal and Warning")
+    nanos = unix_nanos(now) if name_nanos is None else name_nanos
+    return Event(
+        name=f"{regarding.name}.{nanos:x}",
+        namespace=regarding.namespace or "default",
+        event_time=now,
+        type=type,
+        reason=reason,
+        action=reason if action is None else action,
+        note=truncate_note(note),
+        reporting_controller=reporting_controller,
+        reporting_instance=reporting_instance,
+        regarding=regarding,
+        related=related,
+    )

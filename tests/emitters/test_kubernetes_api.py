@@ -1,0 +1,639 @@
+"""The emitter and ``ApiEventSink`` against a small HTTP server on loopback that answers like
+the API server's ``events.k8s.io/v1`` endpoints, and the end-to-end flow of the example traces.
+
+Request bodies are checked by deserialising them into the ``kubernetes`` client's own models.
+The server is started per test on a free port and shut down (threads joined) at teardown.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import types
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import attrs
+import pytest
+
+from lifecycle import EventType, MemoryStore, ObjectRef, Runner, Transition
+from lifecycle.emitters.kubernetes import (
+    ApiEventSink,
+    EventCollector,
+    EventRow,
+    KubernetesEmitter,
+    ManualClock,
+    QueueFull,
+    truncate_note,
+)
+from lifecycle.trace import read_trace, replay
+
+kubernetes_client = pytest.importorskip("kubernetes.client")
+
+EPOCH = datetime(2026, 11, 30, 10, 0, 0, tzinfo=UTC)
+TRACES = sorted((Path(__file__).parents[2] / "examples" / "traces").glob("*.jsonl"))
+PREFIX = "/apis/events.k8s.io/v1"
+POD = ObjectRef("Pod", "ml", "trainer-0", "pod-a")
+
+
+# -- a fake API server -------------------------------------------------------------------------
+@attrs.define
+class Request:
+    method: str
+    path: str
+    content_type: str
+    body: Any
+
+
+Answer = int | str | tuple[int, dict[str, str]]
+
+
+class FakeApiServer:
+    """Create: 201, or 409 AlreadyExists for a taken name. Patch (strategic merge): 200, or
+    404 for a missing Event. List: the EventList. ``fail(method, *answers)`` scripts the next
+    answers to that method: a status code (a ``metav1.Status`` error), ``(code, headers)``,
+    ``"hang"`` (no answer until the server closes) or ``"drop"`` (close the connection)."""
+
+    def __init__(self) -> None:
+        self.events: dict[tuple[str, str], dict[str, Any]] = {}
+        self.requests: list[Request] = []
+        self._script: list[tuple[str, Answer]] = []
+        self._lock = threading.Lock()
+        self._released = threading.Event()
+        self._version = 0
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+            wbufsize = 1 << 16  # headers and body in one segment: no delayed-ACK stalls
+            disable_nagle_algorithm = True
+
+            def do_POST(self) -> None:
+                server._handle(self)
+
+            do_PATCH = do_GET = do_POST
+
+            def log_message(self, format: str, *args: object) -> None:
+                pass
+
+        class Server(ThreadingHTTPServer):
+            daemon_threads = True
+
+            def handle_error(self, request: object, client_address: object) -> None:
+                pass  # a client that timed out and left
+
+        self._httpd = Server(("127.0.0.1", 0), Handler)
+        self._thread = threading.Thread(
+            target=self._httpd.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True
+        )
+        self._thread.start()
+
+    @property
+    def url(self) -> str:
+        host, port = self._httpd.server_address[:2]
+        return f"http://{host!s}:{port}"
+
+    def close(self) -> None:
+        self._released.set()
+        self._httpd.shutdown()
+        self._httpd.server_close()
+        self._thread.join(5)
+        assert not self._thread.is_alive()
+
+    def fail(self, method: str, *answers: Answer) -> None:
+        with self._lock:
+            self._script.extend((method, a) for a in answers)
+
+    def verbs(self) -> list[str]:
+        return [r.method for r in self.requests]
+
+    def evict(self, name: str) -> None:
+        with self._lock:
+            for key in [k for k in self.events if k[1] == name]:
+                del self.events[key]
+
+    # -- serving ----------------------------------------------------------------------------
+    def _handle(self, h: BaseHTTPRequestHandler) -> None:
+        length = int(h.headers.get("Content-Length") or 0)
+        raw = h.rfile.read(length) if length else b""
+        body = json.loads(raw) if raw else None
+        with self._lock:
+            self.requests.append(
+                Request(h.command, h.path, h.headers.get("Content-Type", ""), body)
+            )
+            answer = next(((i, a) for i, (m, a) in enumerate(self._script) if m == h.command), None)
+            if answer is not None:
+                del self._script[answer[0]]
+        if answer is not None:
+            scripted = answer[1]
+            if scripted == "hang":
+                self._released.wait(10)
+                h.close_connection = True
+                return
+            if scripted == "drop":
+                h.close_connection = True
+                return
+            code, headers = scripted if isinstance(scripted, tuple) else (scripted, {})
+            assert isinstance(code, int)
+            self._status(h, code, "InternalError" if code >= 500 else "Scripted", headers)
+            return
+        with self._lock:
+            self._route(h, body)
+
+    def _route(self, h: BaseHTTPRequestHandler, body: Any) -> None:
+        parts = h.path.split("?")[0].removeprefix(PREFIX).strip("/").split("/")
+        if h.command == "GET":
+            items = [e for (ns, _), e in self.events.items() if len(parts) == 1 or ns == parts[1]]
+            return self._json(
+                h,
+                200,
+                {
+                    "kind": "EventList",
+                    "apiVersion": "events.k8s.io/v1",
+                    "metadata": {},
+                    "items": items,
+                },
+            )
+        namespace = parts[1]
+        if h.command == "POST":
+            name = body["metadata"]["name"]
+            if (namespace, name) in self.events:
+                return self._status(h, 409, "AlreadyExists", message=f'"{name}" already exists')
+            self._version += 1
+            body["metadata"]["resourceVersion"] = str(self._version)
+            self.events[(namespace, name)] = body
+            return self._json(h, 201, body)
+        name = parts[3]
+        if h.headers.get("Content-Type") != "application/strategic-merge-patch+json":
+            return self._status(h, 415, "UnsupportedMediaType")
+        stored = self.events.get((namespace, name))
+        if stored is None:
+            return self._status(h, 404, "NotFound", message=f'events "{name}" not found')
+        for key, value in body.items():
+            stored[key] = {**stored.get(key, {}), **value} if isinstance(value, dict) else value
+        self._version += 1
+        stored["metadata"]["resourceVersion"] = str(self._version)
+        return self._json(h, 200, stored)
+
+    def _status(
+        self,
+        h: BaseHTTPRequestHandler,
+        code: int,
+        reason: str,
+        headers: dict[str, str] | None = None,
+        message: str = "",
+    ) -> None:
+        status = {
+            "kind": "Status",
+            "apiVersion": "v1",
+            "metadata": {},
+            "status": "Failure",
+            "message": message or reason,
+            "reason": reason,
+            "code": code,
+        }
+        self._json(h, code, status, headers)
+
+    @staticmethod
+    def _json(
+        h: BaseHTTPRequestHandler, code: int, obj: Any, headers: dict[str, str] | None = None
+    ) -> None:
+        data = json.dumps(obj).encode()
+        h.send_response(code)
+        h.send_header("Content-Type", "application/json")
+        h.send_header("Content-Length", str(len(data)))
+        for k, v in (headers or {}).items():
+            h.send_header(k, v)
+        h.end_headers()
+        h.wfile.write(data)
+
+
+# -- fixtures ----------------------------------------------------------------------------------
+@pytest.fixture
+def server() -> Iterator[FakeApiServer]:
+    s = FakeApiServer()
+    yield s
+    s.close()
+
+
+@pytest.fixture
+def api_client(server: FakeApiServer) -> Iterator[Any]:
+    config = kubernetes_client.Configuration()
+    config.host = server.url
+    client = kubernetes_client.ApiClient(config)
+    yield client
+    client.close()
+
+
+@attrs.define
+class Made:
+    emitter: KubernetesEmitter
+    sleeps: list[float]
+
+
+@pytest.fixture
+def make(api_client: Any) -> Iterator[Callable[..., Made]]:
+    made: list[KubernetesEmitter] = []
+
+    def factory(**kw: Any) -> Made:
+        sleeps: list[float] = []
+        kw.setdefault("clock", ManualClock(EPOCH))
+        kw.setdefault("sleep", sleeps.append)
+        kw.setdefault("jitter", lambda: 0.0)
+        kw.setdefault("hostname", "node-a")
+        kw.setdefault("timers", False)
+        timeout = kw.pop("request_timeout", 2.0)
+        emitter = KubernetesEmitter(ApiEventSink(api_client, request_timeout=timeout), **kw)
+        made.append(emitter)
+        return Made(emitter, sleeps)
+
+    yield factory
+    for emitter in made:
+        emitter.close(timeout=2.0)
+        assert emitter._worker is None or not emitter._worker.is_alive()
+
+
+def transition(
+    reason: str = "Running", *, version: int = 3, n: int = 0, ref: ObjectRef = POD
+) -> Transition:
+    return Transition(
+        ref,
+        "pod",
+        "Initializing",
+        reason,
+        reason,
+        EventType.NORMAL,
+        f"external instance: {reason}",
+        version,
+        EPOCH,
+        n,
+    )
+
+
+def model(body: Any, klass: str = "EventsV1Event") -> Any:
+    """The request body as the kubernetes client's own model (raises if it does not fit)."""
+    return kubernetes_client.ApiClient().deserialize(
+        types.SimpleNamespace(data=json.dumps(body)), klass
+    )
+
+
+def sent(m: Made) -> Made:
+    assert m.emitter.flush(5), "the worker did not drain its queue"
+    return m
+
+
+# -- create / patch / 404 ----------------------------------------------------------------------
+def test_create_posts_an_events_v1_event(server: FakeApiServer, make: Callable[..., Made]) -> None:
+    m = make()
+    m.emitter.emit(transition(version=7))
+    sent(m)
+    [request] = server.requests
+    assert (request.method, request.path) == ("POST", f"{PREFIX}/namespaces/ml/events")
+    assert request.content_type == "application/json"
+    event = model(request.body)
+    assert isinstance(event, kubernetes_client.EventsV1Event)
+    assert event.metadata.name.startswith("trainer-0.")
+    assert event.metadata.namespace == "ml"
+    assert event.event_time == EPOCH
+    assert (event.type, event.reason, event.action) == ("Normal", "Running", "Running")
+    assert event.note == "external instance: Running"
+    assert (event.reporting_controller, event.reporting_instance) == (
+        "pod-controller",
+        "pod-controller-node-a",
+    )
+    regarding = event.regarding
+    assert (regarding.kind, regarding.api_version, regarding.namespace, regarding.name) == (
+        "Pod",
+        "v1",
+        "ml",
+        "trainer-0",
+    )
+    assert (regarding.uid, regarding.resource_version) == ("pod-a", "7")
+    assert event.series is None
+    assert m.emitter.stats.created == 1
+
+
+def test_a_repeat_patches_series_with_a_strategic_merge_patch(
+    server: FakeApiServer, make: Callable[..., Made]
+) -> None:
+    m = make()
+    m.emitter.emit(transition(n=0))
+    m.emitter.emit(transition(n=1))  # same key: same object, version and reason
+    m.emitter.emit(transition(n=2))
+    sent(m)
+    assert server.verbs() == ["POST", "PATCH"]
+    patch = server.requests[1]
+    name = server.requests[0].body["metadata"]["name"]
+    assert patch.path == f"{PREFIX}/namespaces/ml/events/{name}"
+    assert patch.content_type == "application/strategic-merge-patch+json"
+    assert set(patch.body) == {"series"}
+    series = model(patch.body["series"], "EventsV1EventSeries")
+    assert (series.count, series.last_observed_time) == (2, EPOCH)
+    rows = EventCollector.from_api(m.emitter.sink.api).rows("pod-a")  # type: ignore[attr-defined]
+    assert [r.count for r in rows] == [2]
+    assert m.emitter.correlator.cached()[0].count == 3
+
+
+def test_a_404_on_the_patch_of_an_evicted_event_creates_it(
+    server: FakeApiServer, make: Callable[..., Made]
+) -> None:
+    m = make()
+    m.emitter.emit(transition(n=0))
+    sent(m)
+    server.evict(server.requests[0].body["metadata"]["name"])
+    m.emitter.emit(transition(n=1))
+    sent(m)
+    assert server.verbs() == ["POST", "PATCH", "POST"]
+    recreated = model(server.requests[2].body)
+    assert recreated.series.count == 2
+    assert recreated.metadata.name == server.requests[0].body["metadata"]["name"]
+    assert (m.emitter.stats.recreated, m.emitter.stats.rejected) == (1, 0)
+
+
+# -- rejections, retries, timeouts -------------------------------------------------------------
+@pytest.mark.parametrize("code", [409, 500, 422, 403])
+def test_server_rejections_are_dropped_and_counted(
+    server: FakeApiServer, make: Callable[..., Made], code: int
+) -> None:
+    m = make()
+    server.fail("POST", code)
+    m.emitter.emit(transition())
+    sent(m)
+    assert server.verbs() == ["POST"]
+    assert m.sleeps == []
+    stats = m.emitter.stats
+    assert (stats.rejected, stats.created, stats.dropped) == (1, 0, 1)
+
+
+def test_a_409_on_create_is_already_exists(
+    server: FakeApiServer, make: Callable[..., Made]
+) -> None:
+    first = make(clock=ManualClock(EPOCH))
+    second = make(clock=ManualClock(EPOCH))  # another process, same clock: same name
+    first.emitter.emit(transition())
+    sent(first)
+    second.emitter.emit(transition())
+    sent(second)
+    assert server.verbs() == ["POST", "POST"]
+    assert second.emitter.stats.rejected == 1
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [429, (503, {"Retry-After": "1"}), "drop"],
+    ids=["429", "503-retry-after", "dropped-connection"],
+)
+def test_transient_failures_are_retried_after_the_injected_sleep(
+    server: FakeApiServer, make: Callable[..., Made], answer: Answer
+) -> None:
+    m = make(jitter=lambda: 1.0)
+    server.fail("POST", answer, answer)
+    m.emitter.emit(transition())
+    sent(m)
+    assert server.verbs() == ["POST", "POST", "POST"]
+    assert m.sleeps == [12.5, 12.5]
+    stats = m.emitter.stats
+    assert (stats.transport_errors, stats.created, stats.dropped) == (2, 1, 0)
+    assert len(server.events) == 1
+
+
+def test_a_timeout_is_a_transport_error_and_retried(
+    server: FakeApiServer, make: Callable[..., Made]
+) -> None:
+    m = make(request_timeout=0.2)
+    server.fail("POST", "hang")
+    started = time.monotonic()
+    m.emitter.emit(transition())
+    sent(m)
+    assert time.monotonic() - started < 3
+    assert server.verbs() == ["POST", "POST"]
+    assert (m.emitter.stats.transport_errors, m.emitter.stats.created) == (1, 1)
+    assert m.sleeps == [10.0]
+
+
+def test_a_send_gives_up_after_12_tries(server: FakeApiServer, make: Callable[..., Made]) -> None:
+    m = make()
+    server.fail("POST", *(["drop"] * 12))
+    m.emitter.emit(transition())
+    sent(m)
+    assert server.verbs() == ["POST"] * 12
+    assert len(m.sleeps) == 11
+    stats = m.emitter.stats
+    assert (stats.transport_errors, stats.gave_up, stats.created) == (12, 1, 0)
+
+
+def test_a_patch_timeout_is_retried_as_a_patch(
+    server: FakeApiServer, make: Callable[..., Made]
+) -> None:
+    m = make(request_timeout=0.2)
+    m.emitter.emit(transition(n=0))
+    server.fail("PATCH", "hang")
+    m.emitter.emit(transition(n=1))
+    sent(m)
+    assert server.verbs() == ["POST", "PATCH", "PATCH"]
+    assert [e["series"]["count"] for e in server.events.values()] == [2]
+
+
+# -- the queue ---------------------------------------------------------------------------------
+def test_a_full_queue_drops_and_counts(server: FakeApiServer, make: Callable[..., Made]) -> None:
+    m = make(start=False, queue_size=3)
+    for n in range(5):
+        m.emitter.emit(transition(f"Reason{n}", n=n))
+    assert (m.emitter.stats.enqueued, m.emitter.stats.dropped_queue_full) == (3, 2)
+    m.emitter.start()
+    sent(m)
+    assert server.verbs() == ["POST"] * 3
+    assert [e["reason"] for e in server.events.values()] == ["Reason0", "Reason1", "Reason2"]
+
+
+def test_the_default_queue_holds_1000_events(make: Callable[..., Made]) -> None:
+    m = make(start=False)
+    for n in range(1001):
+        m.emitter.emit(transition(version=n + 1))
+    assert (m.emitter.stats.enqueued, m.emitter.stats.dropped_queue_full) == (1000, 1)
+    m.emitter.close(timeout=0.1)  # never started: nothing to join
+
+
+def test_emit_never_waits_for_the_api_server(
+    server: FakeApiServer, make: Callable[..., Made]
+) -> None:
+    m = make(request_timeout=5.0)
+    server.fail("POST", "hang")
+    runner = Runner(MemoryStore(), [m.emitter])
+    started = time.monotonic()
+    for n in range(50):
+        m.emitter.emit(transition(version=n + 1))
+    assert time.monotonic() - started < 0.5
+    assert m.emitter.stats.enqueued == 50
+    assert runner.redeliver() == 0
+    started = time.monotonic()
+    m.emitter.close(timeout=0.2)  # the worker is stuck in a request: close does not wait on it
+    assert time.monotonic() - started < 1.5
+    server._released.set()  # the hung request ends; the worker sees the stop and exits
+    assert m.emitter._worker is not None
+    m.emitter._worker.join(5)
+    assert not m.emitter._worker.is_alive()
+    assert m.emitter.stats.dropped_on_close == 49
+
+
+def test_raise_when_full_keeps_the_event_in_the_runners_outbox(
+    server: FakeApiServer, make: Callable[..., Made]
+) -> None:
+    m = make(start=False, queue_size=1, raise_when_full=True)
+    store = MemoryStore()
+    m.emitter.emit(transition("A"))
+    with pytest.raises(QueueFull):
+        m.emitter.emit(transition("B", n=1))
+    assert m.emitter.stats.dropped_queue_full == 1
+    trace = read_trace(next(p for p in TRACES if p.name == "happy-path.jsonl"))
+    results = replay(trace, store, [m.emitter])
+    committed = [t for r in results for t in r.all_transitions()]
+    assert committed, "the trace commits transitions"
+    m.emitter.start()
+    sent(m)
+    runner = Runner(store, [m.emitter])
+    while runner.redeliver():
+        sent(m)
+    expected = 1 + len(committed)  # "A", and every transition once
+    assert len(server.events) == expected
+    assert m.emitter.stats.duplicates == 0
+
+
+def test_close_interrupts_a_retry_sleep(server: FakeApiServer, make: Callable[..., Made]) -> None:
+    m = make(sleep=None, retry_interval=30.0)  # the emitter's own, interruptible sleep
+    server.fail("POST", "drop")
+    m.emitter.emit(transition())
+    deadline = time.monotonic() + 5
+    while m.emitter.stats.transport_errors == 0 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    started = time.monotonic()
+    m.emitter.close(timeout=0.2)
+    assert time.monotonic() - started < 1.5
+    assert m.emitter.stats.gave_up == 1
+    with pytest.raises(RuntimeError, match="closed"):
+        m.emitter.emit(transition())
+
+
+# -- the collector -----------------------------------------------------------------------------
+def test_for_api_wraps_an_api_client(server: FakeApiServer, api_client: Any) -> None:
+    with KubernetesEmitter.for_api(api_client, clock=ManualClock(EPOCH), hostname="h") as emitter:
+        assert isinstance(emitter.sink, ApiEventSink)
+        emitter.emit(transition())
+        assert emitter.flush(5)
+    assert server.verbs() == ["POST"]
+    assert emitter._worker is not None
+    assert not emitter._worker.is_alive()
+
+
+def test_the_collector_lists_through_the_api(
+    server: FakeApiServer, make: Callable[..., Made], api_client: Any
+) -> None:
+    m = make()
+    other = ObjectRef("Pod", "other", "trainer-9", "pod-z")
+    m.emitter.emit(transition("Running"))
+    m.emitter.emit(transition("Initializing", version=2))
+    m.emitter.emit(transition("Running", ref=other))
+    sent(m)
+    collector = EventCollector.from_api(api_client)
+    assert collector.rows("pod-a") == [
+        EventRow(
+            "Normal", "Initializing", "external instance: Initializing", "Pod", "trainer-0", 1
+        ),
+        EventRow("Normal", "Running", "external instance: Running", "Pod", "trainer-0", 1),
+    ]
+    assert EventCollector.from_api(api_client, "other").rows() == [
+        EventRow("Normal", "Running", "external instance: Running", "Pod", "trainer-9", 1)
+    ]
+    assert server.requests[-1].path.startswith(f"{PREFIX}/namespaces/other/events")
+
+
+# -- end to end: a Runner replaying the example traces -----------------------------------------
+def expected_rows(emitted: list[Transition], emitter: KubernetesEmitter) -> list[EventRow]:
+    """What client-go would show for these emissions without a refresh: one row per
+    correlation key, the first note, count 1, or 2 once the key repeats."""
+    groups: dict[tuple[object, ...], list[Transition]] = {}
+    for t in emitted:
+        key = (t.type, t.reason, emitter.controller_for(t), t.ref.uid, t.version)
+        groups.setdefault(key, []).append(t)
+    rows = [
+        EventRow(
+            g[0].type.value,
+            g[0].reason,
+            truncate_note(g[0].message),
+            g[0].ref.kind,
+            g[0].ref.name,
+            min(len(g), 2),
+        )
+        for g in groups.values()
+    ]
+    return sorted(rows, key=lambda r: r.as_tuple()[:5])
+
+
+@pytest.mark.parametrize("path", TRACES, ids=[p.stem for p in TRACES])
+def test_each_transition_of_a_trace_is_one_event_row_with_count_1(
+    server: FakeApiServer, make: Callable[..., Made], api_client: Any, path: Path
+) -> None:
+    m = make()
+    results = replay(read_trace(path), MemoryStore(), [m.emitter], name=str(path))
+    sent(m)
+    emitted = [t for r in results for t in r.all_transitions()]
+    transitions = [t for t in emitted if not t.action]
+    assert transitions, f"{path.name} emits nothing"
+    collector = EventCollector.from_api(api_client)
+    for uid in {t.ref.uid for t in emitted}:
+        on_uid = [t for t in emitted if t.ref.uid == uid]
+        assert collector.rows(uid) == expected_rows(on_uid, m.emitter), uid
+    # one row, count 1, per transition: no two transitions share a correlation key
+    keyed = {
+        (t.type, t.reason, m.emitter.controller_for(t), t.ref.uid, t.version)
+        for t in emitted
+        if not t.action
+    }
+    assert len(keyed) == len(transitions)
+    for t in transitions:
+        row = EventRow(t.type.value, t.reason, truncate_note(t.message), t.ref.kind, t.ref.name, 1)
+        assert row in collector.rows(t.ref.uid), t
+    # every Event regards its object at the version it was committed (or sent) at
+    for event in server.events.values():
+        assert any(
+            (t.ref.uid, str(t.version), t.reason)
+            == (event["regarding"]["uid"], event["regarding"]["resourceVersion"], event["reason"])
+            for t in emitted
+        )
+    for request in server.requests:
+        if request.method == "POST":
+            model(request.body)
+    stats = m.emitter.stats
+    assert (stats.dropped, stats.transport_errors) == (0, 0)
+    if not any(t.action for t in emitted):
+        assert server.verbs().count("PATCH") == 0
+        assert stats.created == len(transitions)
+
+
+def test_outbox_redelivery_does_not_count_a_transition_twice(
+    server: FakeApiServer, make: Callable[..., Made], api_client: Any
+) -> None:
+    class Flaky:
+        down = True
+
+        def emit(self, transition: Transition) -> None:
+            if self.down:
+                raise ConnectionError("down")
+
+    m = make()
+    flaky = Flaky()
+    store = MemoryStore()
+    trace = read_trace(next(p for p in TRACES if p.name == "vanished.jsonl"))
+    results = replay(trace, store, [m.emitter, flaky])
+    transitions = [t for r in results for t in r.all_transitions() if not t.fallback]
+    flaky.down = False
+    assert Runner(store, [m.emitter, flaky]).redeliver() == len(transitions)
+    sent(m)
+    assert m.emitter.stats.duplicates == len(transitions)
+    rows = EventCollector.from_api(api_client).rows()
+    assert len(rows) == len(transitions)
+    assert {r.count for r in rows} == {1}

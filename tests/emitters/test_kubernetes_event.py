@@ -1,0 +1,327 @@
+"""The transition -> events.k8s.io/v1 Event mapping: regarding, controllers, names, notes."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from datetime import UTC, datetime, timedelta
+
+import attrs
+import pytest
+
+from lifecycle import EventType, ObjectRef, Transition
+from lifecycle.emitters.kubernetes import (
+    NOTE_LIMIT,
+    TRUNCATED_SUFFIX,
+    Event,
+    KubernetesEmitter,
+    ManualClock,
+    MemoryEventSink,
+    ObjectReference,
+    build_event,
+    default_controller,
+    truncate_note,
+)
+
+EPOCH = datetime(2026, 11, 30, 10, 0, 0, tzinfo=UTC)
+POD = ObjectRef("Pod", "ml", "trainer-0", "pod-a")
+JOB = ObjectRef("Job", "certs", "gpu-burn-0", "job-1")
+CLAIM = ObjectRef("NodeClaim", "", "ml-trainer-0", "claim-1")
+
+
+def transition(
+    ref: ObjectRef = POD,
+    machine: str = "pod",
+    reason: str = "Running",
+    *,
+    type: EventType = EventType.NORMAL,
+    message: str = "external instance is running",
+    version: int = 3,
+    n: int = 0,
+    fallback: bool = False,
+) -> Transition:
+    return Transition(
+        ref,
+        machine,
+        "Initializing",
+        reason,
+        reason,
+        type,
+        message,
+        version,
+        EPOCH,
+        n,
+        "",
+        fallback,
+    )
+
+
+def emitted(*transitions: Transition, **kw: object) -> tuple[list[Event], KubernetesEmitter]:
+    """Emit through a worker-less emitter and return what it queued."""
+    kw.setdefault("clock", ManualClock(EPOCH))
+    kw.setdefault("hostname", "node-a")
+    emitter = KubernetesEmitter(MemoryEventSink(), start=False, **kw)  # type: ignore[arg-type]
+    for t in transitions:
+        emitter.emit(t)
+    queued = []
+    while not emitter._queue.empty():
+        item = emitter._queue.get_nowait()
+        assert isinstance(item, Event)
+        queued.append(item)
+    return queued, emitter
+
+
+# -- regarding, type, reason, action -----------------------------------------------------------
+def test_an_event_regards_the_object_at_its_committed_resource_version() -> None:
+    [event], _ = emitted(transition(version=7))
+    assert event.regarding == ObjectReference(
+        kind="Pod",
+        name="trainer-0",
+        namespace="ml",
+        uid="pod-a",
+        api_version="v1",
+        resource_version="7",
+    )
+    assert event.namespace == "ml"
+    assert (event.type, event.reason, event.action) == ("Normal", "Running", "Running")
+    assert event.note == "external instance is running"
+    assert event.series is None
+    assert event.related is None
+
+
+def test_the_host_can_supply_the_resource_version_and_api_versions() -> None:
+    [event], _ = emitted(
+        transition(version=7),
+        resource_version=lambda t: f"rv-{t.version * 1000}",
+        api_versions={"Pod": "v1beta9"},
+    )
+    assert event.regarding.resource_version == "rv-7000"
+    assert event.regarding.api_version == "v1beta9"
+
+
+def test_api_versions_of_the_shipped_kinds_and_unknown_kinds() -> None:
+    [job, claim, other], _ = emitted(
+        transition(JOB, "job", "WorkloadCreated"),
+        transition(CLAIM, "nodeclaim", "Bound"),
+        transition(ObjectRef("Gizmo", "x", "g", "g-1"), "gizmo", "Ready"),
+    )
+    assert job.regarding.api_version == "nvcre.nvidia.com/v1alpha1"
+    assert claim.regarding.api_version == "nebula.inftyai.com/v1alpha1"
+    assert other.regarding.api_version == ""
+    assert other.reporting_controller == "gizmo-controller"
+
+
+def test_a_cluster_scoped_object_gets_its_event_in_default() -> None:
+    [event], _ = emitted(transition(CLAIM, "nodeclaim", "Bound"))
+    assert event.namespace == "default"
+    assert event.regarding.namespace == ""
+    assert "namespace" not in event.regarding.to_body()
+
+
+def test_a_warning_transition_is_a_warning_event() -> None:
+    [event], _ = emitted(transition(reason="Failed", type=EventType.WARNING))
+    assert event.type == "Warning"
+
+
+def test_only_normal_and_warning_are_recorded() -> None:
+    _, emitter = emitted()
+    ref = ObjectReference(kind="Pod", name="p", namespace="ml", uid="u")
+    assert not emitter.record(ref, "Debug", "Probe", "x", controller="pod-controller")
+    assert emitter.stats.invalid == 1
+    with pytest.raises(ValueError, match="only Normal and Warning"):
+        build_event(
+            ref,
+            type="Info",
+            reason="R",
+            note="",
+            reporting_controller="c",
+            reporting_instance="c-h",
+            now=EPOCH,
+        )
+
+
+def test_record_sends_an_action_event_with_its_own_action_and_related() -> None:
+    _, emitter = emitted()
+    regarding = ObjectReference(kind="Workflow", name="wf", namespace="certs", uid="wf-1")
+    related = ObjectReference(kind="Job", name="j", namespace="certs", uid="j-1")
+    assert emitter.record(
+        regarding,
+        "Warning",
+        "WorkflowCreationError",
+        "Failed to create Workflow wf: boom",
+        controller="certification-controller",
+        action="CreateWorkflow",
+        related=related,
+    )
+    event = emitter._queue.get_nowait()
+    assert isinstance(event, Event)
+    assert (event.action, event.related) == ("CreateWorkflow", related)
+    assert event.reporting_instance == "certification-controller-node-a"
+    assert event.to_body()["related"] == {
+        "kind": "Job",
+        "namespace": "certs",
+        "name": "j",
+        "uid": "j-1",
+    }
+
+
+# -- reporting controller and instance ---------------------------------------------------------
+@pytest.mark.parametrize(
+    ("machine", "controller"),
+    [
+        ("job", "job-controller"),
+        ("workflow", "workflow-controller"),
+        ("certification", "certification-controller"),
+        ("workloadrun", "workloadrun-controller"),
+        ("pod", "pod-controller"),
+        ("nodeclaim", "nodeclaim-controller"),
+        ("restore", "restore-controller"),
+    ],
+)
+def test_each_machine_has_its_reporting_controller(machine: str, controller: str) -> None:
+    [event], _ = emitted(transition(machine=machine))
+    assert event.reporting_controller == controller
+    assert event.reporting_instance == f"{controller}-node-a"
+
+
+def test_job_timed_out_is_reported_by_the_workflow_controller() -> None:
+    timed_out = transition(JOB, "job", "JobTimedOut", type=EventType.WARNING)
+    fallback = transition(
+        JOB, "job", "JobTimedOutStatusUpdateFailed", type=EventType.WARNING, fallback=True
+    )
+    assert default_controller(timed_out) == "workflow-controller"
+    assert default_controller(fallback) == "workflow-controller"
+    assert default_controller(transition(JOB, "job", "WorkloadFailed")) == "job-controller"
+
+
+def test_a_controller_the_transition_carries_wins() -> None:
+    carried = attrs.evolve(transition(JOB, "job", "WorkloadFailed"), controller="custom-ctl")
+    assert default_controller(carried) == "custom-ctl"
+    [event], _ = emitted(carried)
+    assert (event.reporting_controller, event.reporting_instance) == (
+        "custom-ctl",
+        "custom-ctl-node-a",
+    )
+
+
+def test_controllers_can_be_renamed_or_chosen_by_a_function() -> None:
+    events, _ = emitted(
+        transition(machine="pod"),
+        transition(JOB, "job", "JobTimedOut", type=EventType.WARNING, n=1),
+        controller={"pod-controller": "nebula-modal/pod-controller"},
+    )
+    assert [e.reporting_controller for e in events] == [
+        "nebula-modal/pod-controller",
+        "workflow-controller",
+    ]
+    [event], emitter = emitted(transition(), controller=lambda t: f"x-{t.reason.lower()}")
+    assert event.reporting_controller == "x-running"
+    assert emitter.controller_for(transition()) == "x-running"
+
+
+def test_action_events_are_never_deduplicated_and_correlate() -> None:
+    """An action event has no id and may repeat: two identical ones are a series."""
+    action = attrs.evolve(transition(reason="OverrideNoOp", type=EventType.WARNING), action=True)
+    assert action.id == ""
+    events, emitter = emitted(action, action)
+    assert len(events) == 2
+    assert events[0].key == events[1].key
+    assert emitter.stats.duplicates == 0
+
+
+def test_a_redelivered_transition_is_skipped() -> None:
+    events, emitter = emitted(transition(), transition(), transition(n=1))
+    assert len(events) == 2
+    assert emitter.stats.duplicates == 1
+
+
+# -- names and times ---------------------------------------------------------------------------
+def test_the_name_is_the_object_and_hex_unix_nanoseconds() -> None:
+    clock = ManualClock(EPOCH + timedelta(microseconds=123456))
+    [event], _ = emitted(transition(), clock=clock)
+    nanos = int((EPOCH.timestamp()) * 1_000_000 + 123456) * 1000
+    assert event.name == f"trainer-0.{nanos:x}"
+    assert event.event_time == clock()
+    assert event.to_body()["eventTime"] == "2026-11-30T10:00:00.123456Z"
+
+
+def test_names_stay_unique_when_the_clock_does_not_move() -> None:
+    events, _ = emitted(*(transition(n=n) for n in range(3)))
+    names = [e.name for e in events]
+    assert len(set(names)) == 3
+    assert [int(n.split(".")[1], 16) for n in names] == sorted(
+        int(n.split(".")[1], 16) for n in names
+    )
+
+
+def test_the_wire_body_has_the_events_v1_shape() -> None:
+    [event], _ = emitted(transition())
+    body = event.to_body()
+    assert body["apiVersion"] == "events.k8s.io/v1"
+    assert body["metadata"] == {"name": event.name, "namespace": "ml"}
+    assert body["regarding"]["resourceVersion"] == "3"
+    assert body["reportingController"] == "pod-controller"
+    assert "series" not in body
+    with pytest.raises(ValueError, match="no series"):
+        event.series_patch()
+
+
+# -- the note ----------------------------------------------------------------------------------
+def test_a_note_within_the_limit_is_kept() -> None:
+    note = "x" * NOTE_LIMIT
+    assert truncate_note(note) == note
+
+
+def test_a_long_note_is_cut_to_1024_bytes_with_the_suffix() -> None:
+    note = truncate_note("y" * 5000)
+    assert len(note.encode()) == NOTE_LIMIT
+    assert note.endswith(TRUNCATED_SUFFIX)
+    assert note == "y" * (NOTE_LIMIT - len(TRUNCATED_SUFFIX)) + TRUNCATED_SUFFIX
+
+
+@pytest.mark.parametrize("char", ["é", "€", "🚀"])
+def test_a_long_note_is_cut_on_a_character_boundary(char: str) -> None:
+    note = truncate_note("a" + char * 2000)
+    data = note.encode("utf-8")  # would raise on a split character
+    assert len(data) <= NOTE_LIMIT
+    assert len(data) > NOTE_LIMIT - len(char.encode()) - 1
+    assert note.endswith(TRUNCATED_SUFFIX)
+    assert set(note.removesuffix(TRUNCATED_SUFFIX)[1:]) == {char}
+
+
+def test_invalid_utf8_becomes_the_replacement_character() -> None:
+    assert truncate_note(b"bad \xff\xfe byte") == "bad \ufffd\ufffd byte"
+    assert truncate_note("lone \udc80 surrogate") == "lone \ufffd surrogate"
+    raw = b"\xff" * 2000
+    cut = truncate_note(raw)
+    assert len(cut.encode()) <= NOTE_LIMIT
+    assert cut.endswith(TRUNCATED_SUFFIX)
+
+
+def test_the_emitter_caps_the_note() -> None:
+    [event], _ = emitted(transition(message="m" * 3000))
+    assert len(event.note.encode()) == NOTE_LIMIT
+    assert event.note.endswith(TRUNCATED_SUFFIX)
+
+
+# -- the extra is optional ---------------------------------------------------------------------
+def test_lifecycle_and_the_emitter_import_without_the_kubernetes_client() -> None:
+    code = """
+import sys
+sys.modules["kubernetes"] = None  # as if not installed
+import lifecycle
+from lifecycle.emitters.kubernetes import KubernetesEmitter, MemoryEventSink, ApiEventSink
+assert "kubernetes.client" not in sys.modules
+with KubernetesEmitter(MemoryEventSink()) as e:
+    pass
+try:
+    ApiEventSink()
+except ImportError as err:
+    assert "lifecycle[kubernetes]" in str(err), err
+else:
+    raise AssertionError("ApiEventSink without the client")
+print("ok")
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "ok"
