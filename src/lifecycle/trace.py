@@ -11,6 +11,11 @@ A fault line makes the next ``times`` status writes of that object fail (``confl
 ``write-error``), to exercise the write-then-emit protocol. Blank lines and lines starting
 with ``#`` are skipped. The whole trace is validated, and then dry-run against a read-through
 overlay of the store, before anything is written; a bad line is reported as ``FILE:LINE:``.
+One uid names one object: a line that reuses a uid (or the uid of a linked object, such as a
+Pod's NodeClaim ``<uid>-claim``) for another object is refused.
+
+:class:`TraceRecorder` writes the same format from live observations (an adapter feeding a
+runner), so an operator can save what a controller saw and replay it later.
 """
 
 from __future__ import annotations
@@ -19,9 +24,10 @@ import json
 from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 import attrs
+import structlog
 
 from ._core.errors import LifecycleError, TraceError
 from ._core.machine import Machine
@@ -29,6 +35,7 @@ from ._core.observation import Observation
 from ._core.refs import ObjectRef
 from ._core.serde import parse_time
 from .emitters.base import Emitter
+from .links import Link, default_links
 from .machines import MachineRegistry, default_registry
 from .runner import Result, RetryPolicy, Runner
 from .stores.base import Store
@@ -134,8 +141,15 @@ def read_trace(path: str | Path, machines: MachineRegistry | None = None) -> lis
 
 
 def parse_lines(lines: Iterable[str], name: str, machines: MachineRegistry) -> list[TraceLine]:
+    """Parse and validate lines (numbered from 1); the first bad line raises :class:`TraceError`.
+
+    Beyond each line on its own: time must not go backwards for an object, and one uid must
+    name one object throughout (including objects the links derive, e.g. a Pod's NodeClaim).
+    """
     out: list[TraceLine] = []
     last_at: dict[str, datetime] = {}
+    owners: dict[str, tuple[ObjectRef, str, bool]] = {}  # uid -> (ref, where, explicit)
+    links = default_links()
     for number, text in enumerate(lines, start=1):
         try:
             record = parse_line(text, machines)
@@ -143,18 +157,57 @@ def parse_lines(lines: Iterable[str], name: str, machines: MachineRegistry) -> l
             raise TraceError(name, number, str(e)) from None
         if record is None:
             continue
+        ref = record.ref
+        known = owners.get(ref.uid)
+        if known is not None and known[0] != ref:
+            raise TraceError(
+                name,
+                number,
+                f"uid {ref.uid!r} names {ref} here, but {known[1]} it names {_full(known[0])}; "
+                "one uid must name one object",
+            )
+        owners.setdefault(ref.uid, (ref, f"on line {number}", True))
+        for link, target in _linked(record.machine, ref, links):
+            derived = owners.get(target.uid)
+            if derived is not None and derived[0] != target and derived[2]:
+                raise TraceError(
+                    name,
+                    number,
+                    f"uid {target.uid!r} is the {link.target} of {ref} ({_full(target)}), "
+                    f"but {derived[1]} it names {_full(derived[0])}; one uid must name one object",
+                )
+            owners.setdefault(target.uid, (target, f"as the {link.target} of line {number}", False))
         at = record.at if isinstance(record, FaultLine) else record.observation.at
-        previous = last_at.get(record.ref.uid)
+        previous = last_at.get(ref.uid)
         if previous is not None and at < previous:
             raise TraceError(
                 name,
                 number,
-                f"time goes backwards for {record.ref}: {at.isoformat()} is before "
-                f"{previous.isoformat()}",
+                f"time goes backwards for {ref}: {at.isoformat()} is before {previous.isoformat()}",
             )
-        last_at[record.ref.uid] = at
+        last_at[ref.uid] = at
         out.append(attrs.evolve(record, line=number))
     return out
+
+
+def _linked(
+    machine: Machine[Any], ref: ObjectRef, links: Iterable[Link]
+) -> Iterator[tuple[Link, ObjectRef]]:
+    """The objects that links derive from ``ref`` alone (a Pod's NodeClaim). Links that need
+    a status to name their target (fan-out links, or ones that read the status) are skipped."""
+    for link in links:
+        if link.source != machine.name or link.fan_out is not None:
+            continue
+        try:
+            target = link.target_ref(ref, machine.initial(ref))
+        except Exception:  # a target named by status fields the initial status lacks
+            continue
+        if target.uid and target.name:
+            yield link, target
+
+
+def _full(ref: ObjectRef) -> str:
+    return f"{ref} (namespace {ref.namespace!r}, name {ref.name!r})"
 
 
 def _run(
@@ -168,8 +221,29 @@ def _run(
         try:
             result = runner.observe(record.ref, record.observation)
         except LifecycleError as e:
-            raise TraceError(name, record.line, str(e)) from None
+            raise TraceError(name, record.line, f"{record.ref}: {e}") from None
         yield record, result
+
+
+#: A logger that drops everything: a dry run must not report failures that did not happen.
+_SILENT = structlog.wrap_logger(structlog.ReturnLogger(), processors=[])
+
+
+def check(
+    trace: list[TraceLine],
+    store: Store,
+    *,
+    name: str = "<trace>",
+    machines: MachineRegistry | None = None,
+) -> None:
+    """Dry-run ``trace`` over a read-through overlay of ``store`` (faults included, nothing
+    emitted, nothing written): a line the machines refuse raises :class:`TraceError`."""
+    machines = machines if machines is not None else default_registry()
+    policy = RetryPolicy(backoff=0.0)
+    dry = FaultyStore(OverlayStore(store))
+    runner = Runner(dry, (), machines=machines, policy=policy, logger=_SILENT)
+    for _ in _run(trace, runner, dry, name):
+        pass
 
 
 def replay(
@@ -183,16 +257,14 @@ def replay(
 ) -> list[Result]:
     """Replay a parsed trace into ``store``, delivering events to ``emitters``.
 
-    A dry run first folds the whole trace over a read-through overlay of ``store`` (faults
-    included, no emitters): a line the machines refuse raises :class:`TraceError` before
-    anything is written. Retries do not sleep during replay.
+    A dry run (:func:`check`) first folds the whole trace over a read-through overlay of
+    ``store``: a line the machines refuse raises :class:`TraceError` before anything is
+    written. Retries do not sleep during replay.
     """
     machines = machines if machines is not None else default_registry()
-    policy = RetryPolicy(backoff=0.0)
-    dry = FaultyStore(OverlayStore(store))
-    for _ in _run(trace, Runner(dry, (), machines=machines, policy=policy), dry, name):
-        pass
+    check(trace, store, name=name, machines=machines)
     real = FaultyStore(store)
+    policy = RetryPolicy(backoff=0.0)
     runner = Runner(real, tuple(emitters), machines=machines, policy=policy)
     results = []
     for record, result in _run(trace, runner, real, name):
@@ -201,3 +273,94 @@ def replay(
         if result is not None:
             results.append(result)
     return results
+
+
+# -- writing traces ---------------------------------------------------------------------------
+def format_time(at: datetime) -> str:
+    """RFC 3339 with ``Z`` for UTC; a naive datetime is refused (traces carry offsets)."""
+    if at.tzinfo is None or at.utcoffset() is None:
+        raise ValueError(f"{at!r} has no timezone; trace times carry a UTC offset")
+    text = at.isoformat()
+    return text[: -len("+00:00")] + "Z" if text.endswith("+00:00") else text
+
+
+def _object(ref: ObjectRef) -> dict[str, str]:
+    obj = {"namespace": ref.namespace, "name": ref.name, "uid": ref.uid}
+    if not ref.namespace:
+        del obj["namespace"]
+    return obj
+
+
+def observation_line(
+    machine: Machine[Any], ref: ObjectRef, observation: Observation
+) -> dict[str, Any]:
+    """One trace line (as a dict) for ``observation`` of ``ref``; fields still at their
+    defaults are left out, so recorded traces read like hand-written ones."""
+    fields = machine.dump_observation(observation)
+    for f in attrs.fields(type(observation)):
+        default = f.default
+        if (
+            f.name in fields
+            and default is not attrs.NOTHING
+            and not isinstance(default, attrs.Factory)  # type: ignore[arg-type]
+            and getattr(observation, f.name) == default
+        ):
+            del fields[f.name]
+    line: dict[str, Any] = {
+        "at": format_time(observation.at),
+        "machine": machine.name,
+        "object": _object(ref),
+        "observe": observation.name(),
+    }
+    if fields:
+        line["with"] = fields
+    return line
+
+
+def fault_line(
+    machine: Machine[Any], ref: ObjectRef, at: datetime, fault: str, times: int = 1
+) -> dict[str, Any]:
+    """A fault line: the next ``times`` status writes of ``ref`` fail with ``fault``."""
+    if fault not in FAULTS:
+        raise ValueError(f"fault must be one of {', '.join(FAULTS)}, not {fault!r}")
+    if times < 1:
+        raise ValueError(f"times must be at least 1, got {times}")
+    return {
+        "at": format_time(at),
+        "machine": machine.name,
+        "object": _object(ref),
+        "fault": fault,
+        "times": times,
+    }
+
+
+class TraceRecorder:
+    """Collects what a controller observed as trace lines, to save and replay later.
+
+    Call :meth:`record` with each observation as it is fed to the runner (the fake adapter's
+    :class:`~lifecycle.adapters.fake.FakeNode` does this for you). Linked objects (a Pod's
+    NodeClaim) need no lines of their own: replay derives them again.
+    """
+
+    def __init__(self, machines: MachineRegistry | None = None) -> None:
+        self.machines = machines if machines is not None else default_registry()
+        self.lines: list[dict[str, Any]] = []
+
+    def record(self, ref: ObjectRef, observation: Observation) -> None:
+        machine = self.machines.for_kind(ref.kind)
+        self.lines.append(observation_line(machine, ref, observation))
+
+    def fault(self, ref: ObjectRef, at: datetime, fault: str, times: int = 1) -> None:
+        self.lines.append(fault_line(self.machines.for_kind(ref.kind), ref, at, fault, times))
+
+    def text(self, comment: str = "") -> str:
+        """The trace as JSON Lines, after an optional ``#`` comment line."""
+        head = "".join(f"# {c}\n" for c in comment.splitlines()) if comment else ""
+        return head + "".join(json.dumps(line) + "\n" for line in self.lines)
+
+    def write(self, target: str | Path | TextIO, comment: str = "") -> None:
+        """Save to a path or an open text stream."""
+        if isinstance(target, str | Path):
+            Path(target).write_text(self.text(comment), encoding="utf-8")
+        else:
+            target.write(self.text(comment))

@@ -1,0 +1,83 @@
+"""What every provider adapter shares: the provider-neutral instance state, exit-code
+classification, the provider error, and the mapping from an instance state to a Pod observation.
+
+Layering follows the domain (``shared/domain/pod-nodeclaim.md``): provider vocabulary ->
+:class:`InstanceState` (each adapter's own mapping) -> a Pod observation (here, once for all).
+"""
+
+from __future__ import annotations
+
+import enum
+from datetime import datetime
+
+from ..machines.pod import (
+    InstanceFailed,
+    InstancePending,
+    InstanceRunning,
+    InstanceTerminated,
+)
+
+__all__ = [
+    "GONE_EXIT_CODES",
+    "InstanceObservation",
+    "InstanceState",
+    "ProviderError",
+    "classify_exit",
+    "state_observation",
+]
+
+
+class InstanceState(enum.StrEnum):
+    """The provider-neutral state of an instance (upstream ``InstanceState``)."""
+
+    PENDING = "Pending"
+    RUNNING = "Running"
+    TERMINATED = "Terminated"
+    FAILED = "Failed"
+
+
+#: Exit codes that mean "the instance is gone" rather than "it failed": 0 (done), 124 (timeout),
+#: 137 (killed). Every other code is a failure. Lossy inference, as upstream (Modal) does it.
+GONE_EXIT_CODES = frozenset({0, 124, 137})
+
+
+def classify_exit(exit_code: int) -> InstanceState:
+    """``Terminated`` for 0, 124 and 137; ``Failed`` for any other exit code."""
+    return InstanceState.TERMINATED if exit_code in GONE_EXIT_CODES else InstanceState.FAILED
+
+
+class ProviderError(Exception):
+    """A provider call failed. ``rejection`` marks an attributable refusal of the request
+    (auth, capacity, quota, unsupported), which fails a pod; anything else is retried."""
+
+    def __init__(self, message: str, *, rejection: bool = False) -> None:
+        super().__init__(message)
+        self.rejection = rejection
+
+
+InstanceObservation = InstancePending | InstanceRunning | InstanceFailed | InstanceTerminated
+
+
+def state_observation(
+    state: InstanceState,
+    at: datetime,
+    *,
+    instance_id: str = "",
+    endpoint: str = "",
+    readiness_confirmed: bool = True,
+    exit_code: int | None = None,
+    detail: str = "",
+) -> InstanceObservation:
+    """The Pod observation for an instance a successful List found in ``state``."""
+    if state is InstanceState.PENDING:
+        return InstancePending(at=at, instance_id=instance_id, endpoint=endpoint)
+    if state is InstanceState.RUNNING:
+        return InstanceRunning(
+            at=at,
+            instance_id=instance_id,
+            endpoint=endpoint,
+            readiness_confirmed=readiness_confirmed,
+        )
+    if state is InstanceState.FAILED:
+        return InstanceFailed(at=at, instance_id=instance_id, exit_code=exit_code, detail=detail)
+    return InstanceTerminated(at=at, instance_id=instance_id, exit_code=exit_code, detail=detail)

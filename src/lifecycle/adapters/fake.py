@@ -1,0 +1,389 @@
+"""The fake provider: an in-memory stand-in for Modal or EC2 that tests and examples script.
+
+As upstream's fake (``shared/domain/pod-nodeclaim.md`` §4): Provision gives id ``fake-N``,
+endpoint ``fake://<id>``, ``reserved=True``, idempotent by claim, and the instance is Running
+at once, so the first poll reads Running/Ready. Terminate deletes it; List returns them all.
+
+On top of that it is scriptable, so a test can make an instance boot slowly
+(``boot_ticks``/``start_pending`` and :meth:`FakeProvider.boot`), wait on a readiness probe
+(``probe`` and :meth:`FakeProvider.confirm_ready`), fail, stop, exit, vanish, and make the
+next List, Provision or Terminate fail. :meth:`FakeProvider.observe` turns what a List shows
+into the Pod machine's observations, and :class:`FakeNode` plays the virtual node's
+CreatePod / poll / DeletePod loop against a runner, optionally recording a replayable trace::
+
+    provider = FakeProvider(boot_ticks=1)
+    recorder = TraceRecorder()
+    node = FakeNode(provider, Runner(), recorder=recorder)
+    node.create_pod(pod, at)           # CreateRequested, ProvisionSucceeded -> Initializing
+    node.poll(at + 15s)                # InstancePending (booting)
+    node.poll(at + 30s)                # InstanceRunning -> Running, Ready
+    recorder.write("saw.jsonl")        # lifecycle replay saw.jsonl
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterable
+from datetime import datetime
+from typing import Any, Protocol
+
+import attrs
+
+from .._core.observation import Observation
+from .._core.refs import ObjectRef
+from ..links import claim_ref
+from ..machines.nodeclaim import PodAbsent
+from ..machines.pod import (
+    CreateRequested,
+    DeletionRequested,
+    InstanceAbsent,
+    InstanceUnknown,
+    ProvisionErrored,
+    ProvisionRejected,
+    ProvisionSucceeded,
+    TerminateFailed,
+    TerminateSucceeded,
+)
+from .base import InstanceState, ProviderError, classify_exit, state_observation
+
+__all__ = [
+    "FakeInstance",
+    "FakeNode",
+    "FakeProvider",
+    "ProvisionOutcome",
+]
+
+ProvisionOutcome = ProvisionSucceeded | ProvisionRejected | ProvisionErrored
+
+
+@attrs.frozen(slots=True)
+class FakeInstance:
+    """What :meth:`FakeProvider.list` shows of one instance (a snapshot, not a handle)."""
+
+    id: str
+    claim: str
+    state: InstanceState
+    endpoint: str
+    exit_code: int | None = None
+    ready: bool = True
+
+
+@attrs.define(slots=True)
+class _Instance:
+    id: str
+    claim: str
+    state: InstanceState
+    endpoint: str
+    exit_code: int | None = None
+    ready: bool = True
+    #: Lists left that show it Pending before it runs by itself (None: wait for ``boot``).
+    boot_left: int | None = 0
+
+    def snapshot(self) -> FakeInstance:
+        return FakeInstance(
+            self.id, self.claim, self.state, self.endpoint, self.exit_code, self.ready
+        )
+
+
+class FakeProvider:
+    """An in-memory provider keyed by claim name, scripted by the test that owns it.
+
+    ``reserved`` is what Provision reports (upstream fake: ``True``; ``False`` behaves like a
+    Modal create, held at Provisioning until a poll sees it). ``boot_ticks=N`` shows a new
+    instance Pending for its first ``N`` Lists, then Running; ``start_pending=True`` keeps it
+    Pending until :meth:`boot`. ``probe=True`` gives new instances a readiness probe that has
+    not passed until :meth:`confirm_ready`. Every option can also be set per :meth:`provision`.
+    """
+
+    name = "fake"
+
+    def __init__(
+        self,
+        *,
+        reserved: bool = True,
+        boot_ticks: int = 0,
+        start_pending: bool = False,
+        probe: bool = False,
+    ) -> None:
+        if boot_ticks < 0:
+            raise ValueError(f"boot_ticks must not be negative, got {boot_ticks}")
+        self.reserved = reserved
+        self.boot_ticks = boot_ticks
+        self.start_pending = start_pending
+        self.probe = probe
+        self._instances: dict[str, _Instance] = {}
+        self._by_claim: dict[str, str] = {}
+        self._next = 0
+        self._list_errors: deque[str] = deque()
+        self._provision_script: deque[tuple[str, str]] = deque()
+        self._terminate_errors: deque[str] = deque()
+        #: Every provider call, in order: ``("provision", claim)``, ``("terminate", id)``,
+        #: ``("list",)``. Tests assert on it (e.g. that Terminate was called once).
+        self.calls: list[tuple[str, ...]] = []
+
+    # -- the provider interface ---------------------------------------------------------------
+    def provision(
+        self,
+        claim: str,
+        at: datetime,
+        *,
+        boot_ticks: int | None = None,
+        start_pending: bool | None = None,
+        probe: bool | None = None,
+    ) -> ProvisionOutcome:
+        """Create an instance for ``claim`` (or find the one it has) and say so as the Pod
+        observation: :class:`ProvisionSucceeded`, or a scripted rejection or error."""
+        self.calls.append(("provision", claim))
+        if not claim:
+            raise ValueError("provision needs a claim name")
+        if self._provision_script:
+            kind, error = self._provision_script.popleft()
+            if kind == "reject":
+                return ProvisionRejected(at=at, error=error)
+            return ProvisionErrored(at=at, error=error)
+        existing = self._by_claim.get(claim)
+        if existing is not None:
+            inst = self._instances[existing]
+        else:
+            ticks = self.boot_ticks if boot_ticks is None else boot_ticks
+            if ticks < 0:
+                raise ValueError(f"boot_ticks must not be negative, got {ticks}")
+            pending = self.start_pending if start_pending is None else start_pending
+            self._next += 1
+            iid = f"fake-{self._next}"
+            inst = _Instance(
+                iid,
+                claim,
+                InstanceState.PENDING if pending or ticks else InstanceState.RUNNING,
+                f"fake://{iid}",
+                ready=not (self.probe if probe is None else probe),
+                boot_left=None if pending else ticks,
+            )
+            self._instances[iid] = inst
+            self._by_claim[claim] = iid
+        return ProvisionSucceeded(
+            at=at, reserved=self.reserved, instance_id=inst.id, endpoint=inst.endpoint
+        )
+
+    def terminate(self, instance_id: str) -> None:
+        """Delete the instance. Idempotent: ``""`` or an unknown id is a no-op. Raises a
+        scripted :class:`ProviderError` (see :meth:`fail_next_terminate`)."""
+        self.calls.append(("terminate", instance_id))
+        if self._terminate_errors:
+            raise ProviderError(self._terminate_errors.popleft())
+        self._drop(instance_id)
+
+    def list(self) -> list[FakeInstance]:
+        """Every instance, as snapshots. Each successful List is one tick for booting
+        instances. Raises a scripted :class:`ProviderError` (see :meth:`fail_next_list`)."""
+        self.calls.append(("list",))
+        if self._list_errors:
+            raise ProviderError(self._list_errors.popleft())
+        shown = [inst.snapshot() for inst in self._instances.values()]
+        for inst in self._instances.values():
+            if inst.state is InstanceState.PENDING and inst.boot_left:
+                inst.boot_left -= 1
+                if inst.boot_left == 0:
+                    inst.state = InstanceState.RUNNING
+        return shown
+
+    def find(self, claim: str) -> FakeInstance | None:
+        """The instance tagged with ``claim``, without a List (no tick, no scripted error)."""
+        iid = self._by_claim.get(claim)
+        return None if iid is None else self._instances[iid].snapshot()
+
+    def get(self, instance_id: str) -> FakeInstance:
+        return self._get(instance_id).snapshot()
+
+    # -- observations -------------------------------------------------------------------------
+    def observe(self, claim: str, at: datetime) -> Observation:
+        """One List, read for ``claim``: the Pod observation a poll would make."""
+        return self.observe_all([claim], at)[claim]
+
+    def observe_all(self, claims: Iterable[str], at: datetime) -> dict[str, Observation]:
+        """One List, read for each claim (as a poll of every tracked pod does).
+
+        A failed List is :class:`InstanceUnknown` for all (it changes nothing); a claim the
+        List does not contain is :class:`InstanceAbsent`; otherwise the instance's state.
+        """
+        wanted = list(claims)
+        try:
+            listing = self.list()
+        except ProviderError as e:
+            return {c: InstanceUnknown(at=at, error=str(e)) for c in wanted}
+        by_claim = {inst.claim: inst for inst in listing}
+        out: dict[str, Observation] = {}
+        for claim in wanted:
+            inst = by_claim.get(claim)
+            if inst is None:
+                out[claim] = InstanceAbsent(at=at)
+            else:
+                out[claim] = state_observation(
+                    inst.state,
+                    at,
+                    instance_id=inst.id,
+                    endpoint=inst.endpoint,
+                    readiness_confirmed=inst.ready,
+                    exit_code=inst.exit_code,
+                )
+        return out
+
+    # -- scripting ----------------------------------------------------------------------------
+    def boot(self, instance_id: str) -> None:
+        """A Pending instance finishes booting: Running."""
+        inst = self._get(instance_id)
+        inst.state, inst.boot_left = InstanceState.RUNNING, 0
+
+    def pend(self, instance_id: str) -> None:
+        """The instance reads Pending again (e.g. EC2 status checks failing) until :meth:`boot`."""
+        inst = self._get(instance_id)
+        inst.state, inst.boot_left = InstanceState.PENDING, None
+
+    def confirm_ready(self, instance_id: str) -> None:
+        """The instance's readiness probe passed (the latch never demotes)."""
+        self._get(instance_id).ready = True
+
+    def fail(self, instance_id: str, exit_code: int | None = 1) -> None:
+        """The instance entered a failed state (e.g. exited 1)."""
+        inst = self._get(instance_id)
+        inst.state, inst.exit_code = InstanceState.FAILED, exit_code
+
+    def stop(self, instance_id: str, exit_code: int | None = 0) -> None:
+        """The instance stopped or was terminated but is still listed."""
+        inst = self._get(instance_id)
+        inst.state, inst.exit_code = InstanceState.TERMINATED, exit_code
+
+    def exit(self, instance_id: str, exit_code: int) -> None:
+        """The instance exited with ``exit_code``, classified as upstream does: 0, 124 and
+        137 are Terminated, anything else Failed."""
+        inst = self._get(instance_id)
+        inst.state, inst.exit_code = classify_exit(exit_code), exit_code
+
+    def vanish(self, instance_id: str) -> None:
+        """The instance disappears from List (reclaimed, filtered out, deleted behind our back)."""
+        self._get(instance_id)
+        self._drop(instance_id)
+
+    def fail_next_list(self, error: str = "fake: List failed", times: int = 1) -> None:
+        """The next ``times`` Lists raise :class:`ProviderError` (polls read InstanceUnknown)."""
+        self._list_errors.extend([error] * _positive(times))
+
+    def reject_next_provision(
+        self, error: str = "fake: InsufficientCapacity", times: int = 1
+    ) -> None:
+        """The next ``times`` Provisions are refused: :class:`ProvisionRejected` (the pod fails)."""
+        self._provision_script.extend([("reject", error)] * _positive(times))
+
+    def error_next_provision(self, error: str = "fake: 503 unavailable", times: int = 1) -> None:
+        """The next ``times`` Provisions fail unattributably: :class:`ProvisionErrored`
+        (the pod keeps provisioning, and CreatePod is retried)."""
+        self._provision_script.extend([("error", error)] * _positive(times))
+
+    def fail_next_terminate(self, error: str = "fake: Terminate failed", times: int = 1) -> None:
+        """The next ``times`` Terminates raise :class:`ProviderError`."""
+        self._terminate_errors.extend([error] * _positive(times))
+
+    # -- internals ----------------------------------------------------------------------------
+    def _get(self, instance_id: str) -> _Instance:
+        try:
+            return self._instances[instance_id]
+        except KeyError:
+            known = ", ".join(self._instances) or "none"
+            raise KeyError(f"no fake instance {instance_id!r} (known: {known})") from None
+
+    def _drop(self, instance_id: str) -> None:
+        inst = self._instances.pop(instance_id, None)
+        if inst is not None:
+            self._by_claim.pop(inst.claim, None)
+
+
+def _positive(times: int) -> int:
+    if times < 1:
+        raise ValueError(f"times must be at least 1, got {times}")
+    return times
+
+
+class ObservationSink(Protocol):
+    """Whatever takes observations: a :class:`~lifecycle.Runner`, or a test double."""
+
+    def observe(self, ref: ObjectRef, observation: Observation) -> Any: ...
+
+
+class Recorder(Protocol):
+    """Whatever keeps what was observed: a :class:`~lifecycle.trace.TraceRecorder`."""
+
+    def record(self, ref: ObjectRef, observation: Observation) -> None: ...
+
+
+class FakeNode:
+    """The virtual node's loop on the fake provider, feeding ``sink`` (a runner).
+
+    ``create_pod`` is CreatePod (CreateRequested, then the Provision outcome), ``poll`` one
+    List read for every tracked pod, ``delete_pod`` DeletePod (DeletionRequested, Terminate,
+    then TerminateSucceeded or TerminateFailed), ``pod_gone`` the NodeClaim controller finding
+    the pod absent. Each method returns what the sink returned, one per observation, and every
+    observation is also handed to ``recorder`` so the run can be saved as a trace.
+    """
+
+    def __init__(
+        self,
+        provider: FakeProvider,
+        sink: ObservationSink,
+        *,
+        recorder: Recorder | None = None,
+        pool: str = "default",
+    ) -> None:
+        self.provider = provider
+        self.sink = sink
+        self.recorder = recorder
+        self.pool = pool
+        #: Pods whose instance the node knows, by uid (polled by :meth:`poll`).
+        self.tracked: dict[str, ObjectRef] = {}
+
+    @staticmethod
+    def claim(ref: ObjectRef) -> str:
+        """The claim name that tags ``ref``'s instance: ``<ns>-<name>``."""
+        return claim_ref(ref).name
+
+    def feed(self, ref: ObjectRef, observation: Observation) -> Any:
+        """Record ``observation`` (if recording) and hand it to the sink."""
+        if self.recorder is not None:
+            self.recorder.record(ref, observation)
+        return self.sink.observe(ref, observation)
+
+    def create_pod(self, ref: ObjectRef, at: datetime, *, pool: str | None = None) -> list[Any]:
+        results = [
+            self.feed(
+                ref,
+                CreateRequested(at=at, pool=pool or self.pool, provider=self.provider.name),
+            )
+        ]
+        outcome = self.provider.provision(self.claim(ref), at)
+        results.append(self.feed(ref, outcome))
+        if not isinstance(outcome, ProvisionErrored):  # a rejected pod is tracked with id ""
+            self.tracked[ref.uid] = ref
+        return results
+
+    def poll(self, at: datetime) -> list[Any]:
+        if not self.tracked:
+            return []
+        refs = list(self.tracked.values())
+        seen = self.provider.observe_all([self.claim(r) for r in refs], at)
+        return [self.feed(r, seen[self.claim(r)]) for r in refs]
+
+    def delete_pod(self, ref: ObjectRef, at: datetime) -> list[Any]:
+        results = [self.feed(ref, DeletionRequested(at=at))]
+        inst = self.provider.find(self.claim(ref))
+        try:
+            self.provider.terminate("" if inst is None else inst.id)
+        except ProviderError as e:
+            results.append(self.feed(ref, TerminateFailed(at=at, error=str(e))))
+            return results
+        self.tracked.pop(ref.uid, None)
+        results.append(self.feed(ref, TerminateSucceeded(at=at)))
+        return results
+
+    def pod_gone(self, ref: ObjectRef, at: datetime) -> Any:
+        """The NodeClaim controller reconciles and finds ``ref`` gone."""
+        self.tracked.pop(ref.uid, None)
+        return self.feed(claim_ref(ref), PodAbsent(at=at))
