@@ -18,7 +18,7 @@ from ._core.errors import (
 from ._core.machine import Machine, Verdict
 from ._core.observation import Observation, Tick
 from ._core.refs import Condition, EventType, ObjectRef
-from ._core.table import ANY, SAME, Row, Table, ignore
+from ._core.table import ANY, SAME, Action, Row, Table, ignore
 from ._core.transition import Flip, Transition
 from .emitters import Emitter, LogEmitter, MemoryEmitter
 from .links import Link
@@ -30,6 +30,7 @@ from .stores import MemoryStore, SQLiteStore, Store, open_store
 __all__ = [
     "ANY",
     "SAME",
+    "Action",
     "Condition",
     "Conflict",
     "Emitter",

@@ -1,12 +1,17 @@
 """Links chain machines: a committed status of one object is an observation for another.
 
-The Pod -> NodeClaim link is the one shipped now: every committed Pod status is what the
-NodeClaim controller would read on its next reconcile (phase, reason, deletionTimestamp).
+- Pod -> NodeClaim: every committed Pod status is what the NodeClaim controller would read on
+  its next reconcile (phase, reason, deletionTimestamp).
+- Job -> Workflow: a Job's committed status feeds its Workflow's group bookkeeping.
+- Workflow -> Certification and Workflow -> WorkloadRun: the owner reads its Workflow.
+- Workflow -> Job (fan-out): a launched Job gets its spec (``Submitted``), and a Job the
+  Workflow timed out gets the Workflow controller's timeout write (``TimedOut``) until it is
+  seen terminal. This link runs last, so an owner hears a Workflow's statuses in order.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -14,7 +19,19 @@ import attrs
 
 from ._core.observation import Observation
 from ._core.refs import ObjectRef
-from .machines import nodeclaim, pod
+from .machines import certification, job, nodeclaim, pod, workflow, workloadrun
+from .machines._conditions import NEW
+from .machines._groups import RUNNING, Group
+
+Derive = Callable[[ObjectRef, Any, Any, datetime], Sequence[tuple[ObjectRef, Observation]]]
+
+
+def _nothing(ref: ObjectRef, before: Any, after: Any, at: datetime) -> None:
+    return None
+
+
+def _no_ref(ref: ObjectRef, after: Any) -> ObjectRef:
+    raise AssertionError("a fan-out link names its targets itself")
 
 
 @attrs.frozen(slots=True)
@@ -23,12 +40,30 @@ class Link:
 
     ``observe(ref, before, after, at)`` turns a committed source status into an observation
     for the target (or ``None``: nothing to tell it); ``target_ref(ref, after)`` names it.
+    A link to *several* objects (a Workflow's Jobs) sets ``fan_out`` instead (see
+    :meth:`fanning`): ``(ref, before, after, at) -> [(target ref, observation), ...]``.
     """
 
     source: str
     target: str
     observe: Callable[[ObjectRef, Any, Any, datetime], Observation | None]
     target_ref: Callable[[ObjectRef, Any], ObjectRef]
+    fan_out: Derive | None = None
+
+    @classmethod
+    def fanning(cls, source: str, target: str, fan_out: Derive) -> Link:
+        return cls(source, target, _nothing, _no_ref, fan_out)
+
+    def derive(
+        self, ref: ObjectRef, before: Any, after: Any, at: datetime
+    ) -> Sequence[tuple[ObjectRef, Observation]]:
+        """What the committed change ``before -> after`` of ``ref`` tells the targets."""
+        if self.fan_out is not None:
+            return self.fan_out(ref, before, after, at)
+        derived = self.observe(ref, before, after, at)
+        if derived is None:
+            return ()
+        return ((self.target_ref(ref, after), derived),)
 
 
 def claim_ref(pod_ref: ObjectRef, status: Any = None) -> ObjectRef:
@@ -66,5 +101,136 @@ def _pod_to_claim(
 POD_TO_NODECLAIM = Link("pod", "nodeclaim", _pod_to_claim, claim_ref)
 
 
+# -- Job -> Workflow -> Certification / WorkloadRun --------------------------------------------
+def _job_report(s: job.JobStatus) -> tuple[object, ...]:
+    return (
+        s.state,
+        s.reason,
+        s.hardware_failed,
+        s.validation_failed,
+        s.awaiting_validation,
+        s.workload_start_time,
+        s.workload_exists,
+    )
+
+
+def _job_to_workflow(
+    ref: ObjectRef, before: job.JobStatus, after: job.JobStatus, at: datetime
+) -> Observation | None:
+    if not after.workflow_uid or after.state == NEW:
+        return None
+    if _job_report(before) == _job_report(after):
+        return None  # nothing the Workflow reads has changed
+    return workflow.JobObserved(
+        at=at,
+        job=ref.name,
+        job_uid=ref.uid,
+        group=after.group,
+        state=after.state,
+        reason=after.reason,
+        hardware_failed=after.hardware_failed,
+        validation_failed=after.validation_failed,
+        awaiting_validation=after.awaiting_validation,
+        workload_start_time=after.workload_start_time,
+        workload_exists=after.workload_exists,
+    )
+
+
+def workflow_ref(job_ref: ObjectRef, status: job.JobStatus) -> ObjectRef:
+    return ObjectRef(
+        workflow.WorkflowMachine.kind, job_ref.namespace, status.workflow, status.workflow_uid
+    )
+
+
+def owner_ref(workflow_ref: ObjectRef, status: workflow.WorkflowStatus) -> ObjectRef:
+    return ObjectRef(status.owner_kind, workflow_ref.namespace, status.owner, status.owner_uid)
+
+
+def _validation(s: workflow.WorkflowStatus) -> Any:
+    return s.condition(workflow.VALIDATION_FAILED)
+
+
+def _workflow_to_certification(
+    ref: ObjectRef, before: workflow.WorkflowStatus, after: workflow.WorkflowStatus, at: datetime
+) -> Observation | None:
+    if after.owner_kind != certification.CertificationMachine.kind or not after.owner_uid:
+        return None
+    if after.state == NEW or (before.state, before.reason) == (after.state, after.reason):
+        return None
+    return certification.WorkflowObserved(
+        at=at,
+        category=after.category,
+        workflow=ref.name,
+        uid=ref.uid,
+        state=after.state,
+        reason=after.reason,
+        message=after.message,
+    )
+
+
+def _workflow_to_workloadrun(
+    ref: ObjectRef, before: workflow.WorkflowStatus, after: workflow.WorkflowStatus, at: datetime
+) -> Observation | None:
+    if after.owner_kind != workloadrun.WorkloadRunMachine.kind or not after.owner_uid:
+        return None
+    seen = (before.state, before.reason, before.message, _validation(before))
+    now = (after.state, after.reason, after.message, _validation(after))
+    if after.state == NEW or seen == now:
+        return None
+    validation = _validation(after)
+    failed = validation is not None and validation.status == "True"
+    return workloadrun.WorkflowObserved(
+        at=at,
+        workflow=ref.name,
+        uid=ref.uid,
+        state=after.state,
+        reason=after.reason,
+        message=after.message,
+        validation_failed=failed,
+        validation_message=validation.message if failed else "",
+    )
+
+
+def job_ref(workflow_ref: ObjectRef, group: Group) -> ObjectRef:
+    return ObjectRef(job.JobMachine.kind, workflow_ref.namespace, group.job, group.job_uid)
+
+
+def _workflow_to_jobs(
+    ref: ObjectRef, before: workflow.WorkflowStatus, after: workflow.WorkflowStatus, at: datetime
+) -> list[tuple[ObjectRef, Observation]]:
+    out: list[tuple[ObjectRef, Observation]] = []
+    launched = {g.job_uid for g in before.groups}
+    for g in after.groups:
+        if not g.job_uid:
+            continue
+        if g.job_uid not in launched:
+            spec = job.Submitted(
+                at=at,
+                workload_kind=after.workload_kind,
+                workflow=ref.name,
+                workflow_uid=ref.uid,
+                group=g.index,
+                thresholds=after.thresholds,
+                max_restarts=after.max_restarts,
+                checkpoint=after.checkpoint,
+            )
+            out.append((job_ref(ref, g), spec))
+        if g.state == RUNNING and g.timed_out and not g.job_terminal:
+            out.append((job_ref(ref, g), job.TimedOut(at=at)))
+    return out
+
+
+JOB_TO_WORKFLOW = Link("job", "workflow", _job_to_workflow, workflow_ref)
+WORKFLOW_TO_CERTIFICATION = Link("workflow", "certification", _workflow_to_certification, owner_ref)
+WORKFLOW_TO_WORKLOADRUN = Link("workflow", "workloadrun", _workflow_to_workloadrun, owner_ref)
+WORKFLOW_TO_JOBS = Link.fanning("workflow", "job", _workflow_to_jobs)
+
+
 def default_links() -> tuple[Link, ...]:
-    return (POD_TO_NODECLAIM,)
+    return (
+        POD_TO_NODECLAIM,
+        JOB_TO_WORKFLOW,
+        WORKFLOW_TO_CERTIFICATION,
+        WORKFLOW_TO_WORKLOADRUN,
+        WORKFLOW_TO_JOBS,
+    )

@@ -23,7 +23,7 @@ from __future__ import annotations
 import enum
 import random
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -88,6 +88,8 @@ class Result:
     error: Exception | None = None
     attempts: int = 1
     cascade: tuple[Result, ...] = ()
+    #: Action events (not transitions, no id) sent for this observation before its write.
+    actions: tuple[Transition, ...] = ()
 
     @property
     def committed(self) -> bool:
@@ -95,7 +97,7 @@ class Result:
 
     def all_transitions(self) -> list[Transition]:
         """This result's events and those of its cascade, in the order they were emitted."""
-        out = [*self.transitions, *self.fallback]
+        out = [*self.actions, *self.transitions, *self.fallback]
         for r in self.cascade:
             out.extend(r.all_transitions())
         return out
@@ -115,17 +117,35 @@ class Runner:
         machines: MachineRegistry | None = None,
         links: Iterable[Link] | None = None,
         policy: RetryPolicy | None = None,
+        logger: Any = None,
+        policies: Mapping[str, RetryPolicy] | None = None,
     ) -> None:
         self.store: Store = store if store is not None else MemoryStore()
         self.emitters = tuple(emitters)
         self.machines = machines if machines is not None else default_registry()
         self.policy = policy if policy is not None else RetryPolicy()
+        #: Per machine name; else a machine's ``write_attempts`` caps ``policy``'s attempts.
+        self.policies: dict[str, RetryPolicy] = dict(policies or {})
+        #: structlog-style logger for failed writes and emitters (a dry run passes a silent one)
+        self._log = logger if logger is not None else _log
         self._links: dict[str, list[Link]] = {}
         for link in default_links() if links is None else links:
             self._links.setdefault(link.source, []).append(link)
 
     def machine_for(self, ref: ObjectRef) -> Machine[Any]:
         return self.machines.for_kind(ref.kind)
+
+    def policy_for(self, machine: Machine[Any]) -> RetryPolicy:
+        """The retry policy for ``machine``'s writes: ``policies[name]`` if given, else the
+        runner's policy with the machine's declared ``write_attempts`` (if any)."""
+        chosen = self.policies.get(machine.name)
+        if chosen is not None:
+            return chosen
+        if machine.write_attempts is not None and machine.write_attempts != self.policy.attempts:
+            chosen = attrs.evolve(self.policy, attempts=machine.write_attempts)
+            self.policies[machine.name] = chosen
+            return chosen
+        return self.policy
 
     # -- the protocol -----------------------------------------------------------------------
     def observe(self, ref: ObjectRef, observation: Observation) -> Result:
@@ -141,9 +161,11 @@ class Runner:
                 f"observations ({', '.join(sorted(machine.vocabulary))})"
             )
         flips: tuple[Flip, ...] = ()
+        actions: tuple[Transition, ...] = ()
         version = 0
         error: StoreError | None = None
-        attempts = self.policy.attempts
+        policy = self.policy_for(machine)
+        attempts = policy.attempts
         for attempt in range(1, attempts + 1):
             try:
                 record = self.store.load(machine, ref)
@@ -153,8 +175,12 @@ class Runner:
             before = machine.initial(ref) if record is None else record.status
             version = 0 if record is None else record.version
             after = machine.apply(before, observation)
+            if attempt == 1:
+                actions = self._actions(machine, ref, before, observation, version)
             if after is before or after == before:
-                return Result(Outcome.UNCHANGED, ref, before, version, attempts=attempt)
+                return Result(
+                    Outcome.UNCHANGED, ref, before, version, attempts=attempt, actions=actions
+                )
             flips = machine.flips(before, after)
             transitions = stamp(flips, ref, machine.name, version + 1, observation.at)
             try:
@@ -164,7 +190,7 @@ class Runner:
             except Conflict as e:
                 error = e
                 if attempt < attempts:
-                    self.policy.pause()
+                    policy.pause()
                 continue
             except StoreError as e:
                 error = e
@@ -179,9 +205,10 @@ class Runner:
                 transitions,
                 attempts=attempt,
                 cascade=cascade,
+                actions=actions,
             )
         assert error is not None
-        _log.warning("status write failed", ref=str(ref), uid=ref.uid, error=str(error))
+        self._log.warning("status write failed", ref=str(ref), uid=ref.uid, error=str(error))
         fallback = self._fallback(ref, machine, flips, version, observation, error)
         self._send(fallback)
         return Result(
@@ -192,6 +219,7 @@ class Runner:
             fallback=fallback,
             error=error,
             attempts=attempt,
+            actions=actions,
         )
 
     def redeliver(self, limit: int = 1000) -> int:
@@ -213,7 +241,7 @@ class Runner:
                     emitter.emit(t)
                 except Exception as e:  # an emitter must never undo a commit
                     ok = False
-                    _log.warning(
+                    self._log.warning(
                         "emitter failed; event stays in the outbox",
                         id=t.id,
                         emitter=type(emitter).__name__,
@@ -229,8 +257,28 @@ class Runner:
             try:
                 self.store.mark_delivered(delivered)
             except StoreError as e:
-                _log.warning("could not mark events delivered; they will repeat", error=str(e))
+                self._log.warning("could not mark events delivered; they will repeat", error=str(e))
         return len(delivered)
+
+    def _actions(
+        self,
+        machine: Machine[Any],
+        ref: ObjectRef,
+        status: Any,
+        observation: Observation,
+        version: int,
+    ) -> tuple[Transition, ...]:
+        """Send the row's action events now: they touch no status and do not wait for (or
+        depend on) the write. Best effort: not queued, no id, may repeat."""
+        flips = machine.actions(status, observation)
+        if not flips:
+            return ()
+        sent = tuple(
+            attrs.evolve(t, action=True)
+            for t in stamp(flips, ref, machine.name, version, observation.at)
+        )
+        self._send(sent)
+        return sent
 
     @staticmethod
     def _fallback(
@@ -244,9 +292,7 @@ class Runner:
         warning = next((f for f in flips if f.type is EventType.WARNING), None)
         if warning is None:
             return ()
-        what = warning.condition or warning.target
-        cause = warning.message or warning.reason
-        message = f"{cause}; recording the {ref.kind} {what} status also failed: {error}"
+        message = machine.fallback_message(ref, warning, error)
         return (
             Transition(
                 ref,
@@ -261,6 +307,7 @@ class Runner:
                 0,
                 warning.condition,
                 fallback=True,
+                controller=warning.controller,
             ),
         )
 
@@ -277,18 +324,15 @@ class Runner:
             return ()
         results = []
         for link in links:
-            derived = link.observe(ref, before, after, observation.at)
-            if derived is None:
-                continue
-            target = link.target_ref(ref, after)
-            try:
-                results.append(self.observe(target, derived))
-            except LifecycleError as e:
-                _log.warning(
-                    "linked observation refused",
-                    source=str(ref),
-                    target=str(target),
-                    error=str(e),
-                )
-                results.append(Result(Outcome.FAILED, target, None, 0, error=e))
+            for target, derived in link.derive(ref, before, after, observation.at):
+                try:
+                    results.append(self.observe(target, derived))
+                except LifecycleError as e:
+                    self._log.warning(
+                        "linked observation refused",
+                        source=str(ref),
+                        target=str(target),
+                        error=str(e),
+                    )
+                    results.append(Result(Outcome.FAILED, target, None, 0, error=e))
         return tuple(results)

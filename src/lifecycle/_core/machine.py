@@ -11,7 +11,7 @@ from . import serde
 from .errors import InvalidObservation, InvalidTransition, UnknownObservation
 from .observation import Observation
 from .refs import Condition, EventType, ObjectRef
-from .table import SAME, Row, Table
+from .table import SAME, Row, Table, render
 from .transition import Flip
 
 
@@ -74,10 +74,16 @@ class Machine(Generic[S]):
     verdicts: ClassVar[tuple[Verdict[Any], ...]] = ()
     #: States whose entry is a Warning event (everything else is Normal).
     warning_states: ClassVar[frozenset[str]] = frozenset()
+    #: The reporting controller stamped on this machine's events (``""``: not named).
+    controller: ClassVar[str] = ""
+    #: Write attempts this machine allows per observation (``None``: the runner's policy).
+    #: ``1`` is a direct write: a conflict is not retried, the next observation re-reads.
+    write_attempts: ClassVar[int | None] = None
 
     def __init__(self) -> None:
         self._vocabulary = {o.name(): o for o in self.table.observations}
         self._dispatch = self.table.dispatch
+        self._has_actions = any(r.action is not None for r in self.table.rows)
 
     # -- vocabulary ---------------------------------------------------------------------
     @property
@@ -152,6 +158,37 @@ class Machine(Generic[S]):
         )
         return result
 
+    def context(self, status: S, obs: Observation) -> Mapping[str, Any]:
+        """Values for message placeholders the table declares in ``context`` (e.g. a name
+        taken from the status). The default supplies none."""
+        return {}
+
+    def actions(self, status: S, obs: Observation) -> tuple[Flip, ...]:
+        """The action events (not transitions) of the row ``obs`` takes from ``status``."""
+        if not self._has_actions:
+            return ()
+        action = self.select(status, obs).action
+        if action is None:
+            return ()
+        message = render(action.message, obs, self.context(status, obs))
+        return (
+            Flip(
+                status.state,
+                status.state,
+                action.reason,
+                action.type,
+                message,
+                controller=self.controller,
+            ),
+        )
+
+    def fallback_message(self, ref: ObjectRef, flip: Flip, error: Exception) -> str:
+        """The message of the fallback Warning sent when the write carrying ``flip`` failed.
+        It names both the cause and the error, and never claims the status was written."""
+        what = flip.condition or flip.target
+        cause = flip.message or flip.reason
+        return f"{cause}; recording the {ref.kind} {what} status also failed: {error}"
+
     def event_type(self, status: S) -> EventType:
         """The type of the event for entering ``status``'s state."""
         return EventType.WARNING if status.state in self.warning_states else EventType.NORMAL
@@ -167,11 +204,14 @@ class Machine(Generic[S]):
                     after.reason,
                     self.event_type(after),
                     after.message,
+                    controller=self.controller,
                 ),
             )
         for verdict in self.verdicts:
             flip = verdict.flip(before, after)
             if flip is not None:
+                if self.controller:
+                    flip = attrs.evolve(flip, controller=self.controller)
                 out = (*out, flip)
         return out
 

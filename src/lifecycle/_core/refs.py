@@ -31,13 +31,18 @@ class ObjectRef:
 
 @attrs.frozen(slots=True)
 class Condition:
-    """A Kubernetes-style condition. ``last_transition_time`` moves only when ``status`` does."""
+    """A Kubernetes-style condition. ``last_transition_time`` moves only when ``status`` does.
+
+    ``observed_generation`` is the object generation the condition was computed for (``None``
+    where a controller does not stamp it).
+    """
 
     type: str
     status: str  # "True" | "False" | "Unknown"
     reason: str = ""
     message: str = ""
     last_transition_time: datetime | None = None
+    observed_generation: int | None = None
 
 
 def set_condition(

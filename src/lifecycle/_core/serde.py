@@ -82,6 +82,14 @@ def _check(value: Any, tp: Any, where: str) -> Any:
             raise InvalidObservation(f"{where}: expected a list, got {value!r}")
         inner = args[0]
         return tuple(_check(v, inner, f"{where}[{i}]") for i, v in enumerate(value))
+    if origin is dict:
+        key_type, value_type = typing.get_args(tp)
+        if not isinstance(value, Mapping):
+            raise InvalidObservation(f"{where}: expected an object, got {value!r}")
+        return {
+            _check(k, key_type, f"{where} key"): _check(v, value_type, f"{where}[{k!r}]")
+            for k, v in value.items()
+        }
     if tp is bool:
         if isinstance(value, bool):
             return value

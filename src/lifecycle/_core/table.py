@@ -26,8 +26,26 @@ Effect = Callable[[Any, Any, "Row"], Any]
 
 
 @attrs.frozen(slots=True)
+class Action:
+    """An event that is not a transition: it touches no status, carries no transition id, is
+    sent when its row is taken (before any write, whatever the write's fate) and may repeat.
+
+    ``message`` is a template like a row's (observation fields and the table's ``context``).
+    """
+
+    reason: str
+    type: EventType
+    message: str = ""
+
+
+@attrs.frozen(slots=True)
 class Row:
-    """One declared transition. ``source`` is a state, a tuple of states, or ``ANY``."""
+    """One declared transition. ``source`` is a state, a tuple of states, or ``ANY``.
+
+    ``recovery`` declares the one kind of row allowed to leave a terminal state (tables refuse
+    any other); :attr:`Table.recovery_rows` lists them so property tests exempt exactly those.
+    ``action`` is an extra, non-transition event sent whenever the row is taken.
+    """
 
     source: str | tuple[str, ...]
     observation: type[Observation]
@@ -39,20 +57,40 @@ class Row:
     effect: str | None = None
     ignore: bool = False
     note: str = ""
+    recovery: bool = False
+    action: Action | None = None
 
     @property
     def sources(self) -> tuple[str, ...]:
         return self.source if isinstance(self.source, tuple) else (self.source,)
 
-    def render(self, obs: Observation) -> str:
-        """The row's message with ``{field}`` placeholders filled from the observation."""
-        if "{" not in self.message:
-            return self.message
-        return self.message.format_map({f: getattr(obs, f) for f in _placeholders(self.message)})
+    def render(self, obs: Observation, context: Mapping[str, Any] | None = None) -> str:
+        """The row's message with ``{name}`` placeholders filled from the observation's
+        fields, then ``context`` (names the table declares), then observation properties."""
+        return render(self.message, obs, context)
 
 
 def _placeholders(template: str) -> list[str]:
     return [f for _, f, _, _ in string.Formatter().parse(template) if f]
+
+
+def render(template: str, obs: Observation, context: Mapping[str, Any] | None = None) -> str:
+    """Fill ``template`` from the observation's fields, then ``context``, then the
+    observation's other attributes (properties)."""
+    if "{" not in template:
+        return template
+    fields = {a.name for a in attrs.fields(type(obs))}
+    values: dict[str, Any] = {}
+    for name in _placeholders(template):
+        if name in fields:
+            values[name] = getattr(obs, name)
+        elif context is not None and name in context:
+            values[name] = context[name]
+        elif hasattr(obs, name):
+            values[name] = getattr(obs, name)
+        else:
+            raise KeyError(f"{template!r}: nothing supplies {{{name}}}")
+    return template.format_map(values)
 
 
 def ignore(
@@ -78,11 +116,13 @@ class Table:
     """A validated, compiled transition table."""
 
     __slots__ = (
+        "context",
         "dispatch",
         "guards",
         "initial",
         "machine",
         "observations",
+        "recovery_rows",
         "rows",
         "states",
         "terminal",
@@ -99,6 +139,7 @@ class Table:
         rows: Iterable[Row],
         guards: Mapping[str, Guard],
         effects: Mapping[str, Effect],
+        context: Iterable[str] = (),
     ) -> None:
         self.machine = machine
         self.states = tuple(states)
@@ -107,6 +148,10 @@ class Table:
         self.observations = tuple(observations)
         self.rows = tuple(rows)
         self.guards = dict(guards)
+        #: Message placeholders the machine supplies (``Machine.context``) beyond observations.
+        self.context = frozenset(context)
+        #: The declared exceptions to terminal absorption.
+        self.recovery_rows = tuple(r for r in self.rows if r.recovery)
         self.dispatch = self._compile(effects)
 
     def _fail(self, problem: str) -> TableError:
@@ -140,8 +185,18 @@ class Table:
                 raise self._fail(f"{where}: unknown effect {row.effect!r}")
             if not row.ignore and row.target != SAME and row.event is None:
                 raise self._fail(f"{where}: a state-changing row must declare its event type")
-            names = {a.name for a in attrs.fields(row.observation)}
-            missing = [p for p in _placeholders(row.message) if p not in names]
+            if row.recovery and not any(s in self.terminal for s in row.sources):
+                raise self._fail(f"{where}: a recovery row must leave a terminal state")
+            if row.recovery and (row.ignore or row.target in (SAME, *row.sources)):
+                raise self._fail(f"{where}: a recovery row must change state")
+            templates = [row.message] + ([row.action.message] if row.action else [])
+            names = {a.name for a in attrs.fields(row.observation)} | self.context
+            missing = [
+                p
+                for template in templates
+                for p in _placeholders(template)
+                if p not in names and not hasattr(row.observation, p)
+            ]
             if missing:
                 raise self._fail(f"{where}: message names unknown fields {missing}")
             step = Step(
@@ -167,9 +222,12 @@ class Table:
                         "row or an ignore row so no pair falls through"
                     )
                 if state in self.terminal and any(
-                    st.row.target not in (SAME, state) for st in steps
+                    st.row.target not in (SAME, state) and not st.row.recovery for st in steps
                 ):
-                    raise self._fail(f"terminal state {state!r} has a row leaving it")
+                    raise self._fail(
+                        f"terminal state {state!r} has a row leaving it (only a row declared "
+                        "recovery=True may)"
+                    )
                 dispatch[(state, obs)] = tuple(steps[: unguarded[0] + 1])
         return dispatch
 

@@ -14,7 +14,8 @@ class Flip:
     """An exclusive-state change, or a declared verdict condition change, not yet written.
 
     ``condition`` is ``""`` for the exclusive state; for a verdict it names the condition and
-    ``source``/``target`` are its statuses (``""`` meaning absent).
+    ``source``/``target`` are its statuses (``""`` meaning absent). ``controller`` is who
+    reports it (``""``: not named), e.g. ``workflow-controller`` for a timeout it wrote on a Job.
     """
 
     source: str
@@ -23,6 +24,7 @@ class Flip:
     type: EventType
     message: str
     condition: str = ""
+    controller: str = ""
 
 
 @attrs.frozen(slots=True)
@@ -31,6 +33,9 @@ class Transition:
 
     ``id`` is stable across redelivery: ``<uid>:<version>:<n>``. A fallback Warning (the write
     failed) regards the last committed ``version`` and has the id ``<uid>:<version>:f<n>``.
+    An ``action`` event (a row's :class:`~lifecycle.Action`: not a transition, status
+    untouched, may repeat) regards the version it was sent at and has no id (``""``).
+    ``controller`` names the reporting controller when the machine declares one.
     """
 
     ref: ObjectRef
@@ -45,15 +50,20 @@ class Transition:
     n: int = 0
     condition: str = ""
     fallback: bool = False
+    controller: str = ""
+    action: bool = False
 
     @property
     def id(self) -> str:
+        if self.action:
+            return ""
         tag = f"f{self.n}" if self.fallback else str(self.n)
         return f"{self.ref.uid}:{self.version}:{tag}"
 
     def as_dict(self) -> dict[str, object]:
-        """A flat, JSON-ready projection (the ``--format jsonl`` line)."""
-        return {
+        """A flat, JSON-ready projection (the ``--format jsonl`` line). ``controller`` and
+        ``action`` appear only when set."""
+        out: dict[str, object] = {
             "at": self.at.isoformat(),
             "machine": self.machine,
             "kind": self.ref.kind,
@@ -70,6 +80,11 @@ class Transition:
             "id": self.id,
             "fallback": self.fallback,
         }
+        if self.controller:
+            out["controller"] = self.controller
+        if self.action:
+            out["action"] = True
+        return out
 
 
 def stamp(
@@ -89,6 +104,7 @@ def stamp(
             at,
             n,
             f.condition,
+            controller=f.controller,
         )
         for n, f in enumerate(flips)
     )

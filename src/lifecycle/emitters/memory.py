@@ -36,11 +36,14 @@ class MemoryEmitter:
         return [t.id for t in self.events]
 
     def unique(self) -> list[Transition]:
-        """The events with repeats (same ``id``, from redelivery) removed, first kept."""
+        """The events with repeats (same ``id``, from redelivery) removed, first kept.
+        Action events have no id and are all kept."""
         seen: set[str] = set()
         out = []
         for t in self.events:
-            if t.id not in seen:
+            if t.action:
+                out.append(t)
+            elif t.id not in seen:
                 seen.add(t.id)
                 out.append(t)
         return out
@@ -81,7 +84,7 @@ class MemoryEmitter:
 
     def assert_no_duplicates(self) -> None:
         """No two deliveries share an id, and no (uid, version, n) came under two ids."""
-        ids = self.ids()
+        ids = [i for i in self.ids() if i]  # action events carry no id
         if len(ids) != len(set(ids)):
             dupes = sorted({i for i in ids if ids.count(i) > 1})
             raise AssertionError(f"delivered more than once: {dupes}")

@@ -7,17 +7,37 @@ from typing import Any
 
 from .._core.errors import UnknownMachine
 from .._core.machine import Machine
+from .certification import CERTIFICATION, CertificationMachine, CertificationStatus
+from .job import JOB, JobMachine, JobStatus
 from .nodeclaim import NODECLAIM, NodeClaimMachine, NodeClaimStatus
 from .pod import POD, PodMachine, PodStatus
+from .restore import RESTORE, RestoreMachine, RestoreStatus
+from .workflow import WORKFLOW, WorkflowMachine, WorkflowStatus
+from .workloadrun import WORKLOADRUN, WorkloadRunMachine, WorkloadRunStatus
 
 __all__ = [
+    "CERTIFICATION",
+    "JOB",
     "NODECLAIM",
     "POD",
+    "RESTORE",
+    "WORKFLOW",
+    "WORKLOADRUN",
+    "CertificationMachine",
+    "CertificationStatus",
+    "JobMachine",
+    "JobStatus",
     "MachineRegistry",
     "NodeClaimMachine",
     "NodeClaimStatus",
     "PodMachine",
     "PodStatus",
+    "RestoreMachine",
+    "RestoreStatus",
+    "WorkflowMachine",
+    "WorkflowStatus",
+    "WorkloadRunMachine",
+    "WorkloadRunStatus",
     "default_registry",
 ]
 
@@ -56,4 +76,4 @@ class MachineRegistry(Mapping[str, Machine[Any]]):
 
 
 def default_registry() -> MachineRegistry:
-    return MachineRegistry([POD, NODECLAIM])
+    return MachineRegistry([POD, NODECLAIM, JOB, WORKFLOW, CERTIFICATION, WORKLOADRUN, RESTORE])

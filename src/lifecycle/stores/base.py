@@ -79,6 +79,7 @@ def transition_to_row(t: Transition) -> dict[str, Any]:
         "at": t.at.isoformat(),
         "n": t.n,
         "condition": t.condition,
+        "controller": t.controller,
     }
 
 
@@ -96,4 +97,5 @@ def transition_from_row(data: dict[str, Any]) -> Transition:
         parse_time(data["at"]),
         int(data["n"]),
         data.get("condition", ""),
+        controller=data.get("controller", ""),
     )

@@ -1,0 +1,148 @@
+"""A Workflow's group bookkeeping (domain doc §(a) "Workflow", Groups and Timeout).
+
+Pure functions over :class:`Group` records: what a Job report or a Tick makes of the groups
+of the current iteration, and whether that completes the iteration or the Workflow.
+
+- ``terminal = hardware || failed || succeeded``; ``jobFailed = failed || hardware ||
+  validation``; a Succeeded Job still awaiting its verdict keeps its group Running.
+- jobFailed: the workload is deleted and the group held Running for the drain grace, then
+  retried (a fresh Pending group) while ``retries < retryFailedGroups`` and the Job did not
+  time out, else Failed. The window is decided on a Tick (a zero grace: at once).
+- Timeout (Tick only): ``now - workloadStartTime > timeoutPerJob``; never while the workload
+  exists but was not yet seen running; before any workload exists, from the group's start.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Protocol
+
+import attrs
+
+from ._conditions import FAILED, SUCCEEDED, TERMINAL, seconds
+
+PENDING = "Pending"
+RUNNING = "Running"
+ITERATION_COMPLETED = "IterationCompleted"
+#: The Job's Failed reason when the Workflow timed it out (never retried).
+JOB_TIMED_OUT = "JobTimedOut"
+
+
+@attrs.frozen(slots=True)
+class Group:
+    """One partition of the nodes: its current Job, and that Job's last committed status."""
+
+    index: int
+    state: str = PENDING
+    job: str = ""
+    job_uid: str = ""
+    retries: int = 0
+    started_at: datetime | None = None
+    job_state: str = ""
+    job_reason: str = ""
+    hardware_failed: bool = False
+    validation_failed: bool = False
+    awaiting_validation: bool = False
+    workload_start_time: datetime | None = None
+    workload_exists: bool = False
+    #: When jobFailed was first seen: the drain window starts.
+    failed_at: datetime | None = None
+    #: The Workflow wrote JobTimedOut on this group's Job: it is never retried.
+    timed_out: bool = False
+
+    @property
+    def job_failed(self) -> bool:
+        return self.job_state == FAILED or self.hardware_failed or self.validation_failed
+
+    @property
+    def job_terminal(self) -> bool:
+        return self.job_state in TERMINAL
+
+
+class Spec(Protocol):
+    """What the bookkeeping reads from a Workflow status."""
+
+    @property
+    def drain_grace_s(self) -> float: ...
+    @property
+    def retry_failed_groups(self) -> int: ...
+    @property
+    def timeout_per_job_s(self) -> float | None: ...
+    @property
+    def iteration(self) -> int: ...
+    @property
+    def iterations(self) -> int: ...
+    @property
+    def failed_groups(self) -> int: ...
+    @property
+    def hardware_failures(self) -> bool: ...
+    @property
+    def validation_failures(self) -> bool: ...
+
+
+@attrs.frozen(slots=True)
+class Plan:
+    """What the groups become, and whether that ends the iteration or the Workflow."""
+
+    groups: tuple[Group, ...]
+    iteration: int
+    failed_groups: int
+    hardware: bool
+    validation: bool
+    outcome: str  # RUNNING, ITERATION_COMPLETED, SUCCEEDED or FAILED
+
+
+def settle(spec: Spec, g: Group, at: datetime, tick: bool) -> Group:
+    """One Running group after its Job's latest report (and, on a Tick, the clock)."""
+    if g.job_state == SUCCEEDED and g.awaiting_validation and not g.job_failed:
+        return g  # the verdict is pending: the group stays Running
+    if g.job_failed:
+        failed_at = g.failed_at or at
+        g = g if g.failed_at is not None else attrs.evolve(g, failed_at=failed_at)
+        grace = spec.drain_grace_s
+        if (tick or grace == 0) and seconds(at, failed_at) >= grace:
+            timed_out = g.timed_out or g.job_reason == JOB_TIMED_OUT
+            if g.retries < spec.retry_failed_groups and not timed_out:
+                return Group(g.index, retries=g.retries + 1)  # the Job is deleted: Pending
+            return attrs.evolve(g, state=FAILED)
+        return g
+    if g.job_state == SUCCEEDED:
+        return attrs.evolve(g, state=SUCCEEDED)
+    limit = spec.timeout_per_job_s
+    if tick and limit is not None and not g.timed_out and not g.job_terminal:
+        start = g.workload_start_time
+        if start is None and not g.workload_exists:
+            start = g.started_at  # no workload yet: measured from the group's start
+        if start is not None and seconds(at, start) > limit:
+            return attrs.evolve(g, timed_out=True)
+    return g
+
+
+def plan(spec: Spec, groups: Sequence[Group], at: datetime, tick: bool) -> Plan:
+    """Settle every Running group; complete the iteration (or the Workflow) when all are
+    terminal. Failed groups add up across iterations, with whether any had a hardware or a
+    validation failure (the final reason's precedence)."""
+    settled = tuple(settle(spec, g, at, tick) if g.state == RUNNING else g for g in groups)
+    if not settled or any(g.state not in TERMINAL for g in settled):
+        return Plan(
+            settled,
+            spec.iteration,
+            spec.failed_groups,
+            spec.hardware_failures,
+            spec.validation_failures,
+            RUNNING,
+        )
+    failed = [g for g in settled if g.state == FAILED]
+    total = spec.failed_groups + len(failed)
+    hardware = spec.hardware_failures or any(g.hardware_failed for g in failed)
+    validation = spec.validation_failures or any(g.validation_failed for g in failed)
+    if spec.iteration < spec.iterations:
+        fresh = tuple(Group(i) for i in range(len(settled)))
+        return Plan(fresh, spec.iteration + 1, total, hardware, validation, ITERATION_COMPLETED)
+    outcome = FAILED if total else SUCCEEDED
+    return Plan(settled, spec.iteration, total, hardware, validation, outcome)
+
+
+def running(groups: Sequence[Group]) -> int:
+    return sum(1 for g in groups if g.state == RUNNING)

@@ -1,0 +1,346 @@
+"""The records of the Workflow machine: reasons, messages, its status and its observations
+(see :mod:`lifecycle.machines.workflow`)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+import attrs
+
+from .._core.observation import Observation, Tick
+from .._core.refs import Condition
+from ._conditions import (
+    Conditioned,
+    SpecUpdated,
+    not_negative,
+    positive,
+)
+from ._groups import ITERATION_COMPLETED, PENDING, RUNNING, Group
+from ._thresholds import Threshold
+from .job import DEFAULT_WORKLOAD_KIND
+
+__all__ = [
+    "CHECKPOINT_PVC_MISSING",
+    "CORDONED_NODES_EXCLUDED",
+    "DEFAULT_DRAIN_GRACE",
+    "DEPENDENCY_CREATION_ERROR",
+    "DEPENDENCY_NAME_COLLISION",
+    "GROUPS_PARTITIONED",
+    "HARDWARE_NOTE",
+    "HETEROGENEOUS_GPU",
+    "HETEROGENEOUS_PLATFORM",
+    "INSUFFICIENT_GPU_CAPACITY",
+    "ITERATIONS_FAILED",
+    "ITERATION_COMPLETED",
+    "JOB_COMPLETED",
+    "JOB_CREATED",
+    "JOB_HARDWARE_FAILED",
+    "JOB_NAME_COLLISION",
+    "JOB_RUNNING",
+    "JOB_VALIDATION_FAILED",
+    "MSG_COMPLETED",
+    "MSG_CORDONED",
+    "MSG_DEPENDENCY",
+    "MSG_DISCOVERY",
+    "MSG_FAILED",
+    "MSG_HETEROGENEOUS_GPU",
+    "MSG_INSUFFICIENT_GPU",
+    "MSG_ITERATION",
+    "MSG_NO_NODES",
+    "MSG_OVERRIDE",
+    "MSG_PARTITIONED",
+    "MSG_PVC",
+    "MSG_RUNNING",
+    "MSG_VALIDATION",
+    "NODE_DISCOVERY_ERROR",
+    "NO_OVERRIDES_MATCHED",
+    "OBSERVATIONS",
+    "OVERRIDE_APPLIED",
+    "OVERRIDE_ERROR",
+    "OVERRIDE_NO_OP",
+    "PARTITION_ERROR",
+    "PENDING",
+    "RUNNING",
+    "VALIDATION_FAILED",
+    "WORKFLOW_CONTROLLER",
+    "WORKLOADRUN_TIMEOUT",
+    "CheckpointPVCMissing",
+    "CordonedNodesExcluded",
+    "DependencyCreateFailed",
+    "Group",
+    "HeterogeneousGPUFiltered",
+    "InsufficientGPUCapacity",
+    "JobLaunched",
+    "JobObserved",
+    "NoNodesFound",
+    "NoOverridesMatched",
+    "NodeListFailed",
+    "OverrideApplied",
+    "OverrideNoOp",
+    "OverridesFailed",
+    "PartitionFailed",
+    "Partitioned",
+    "PlatformsMixed",
+    "SpecUpdated",
+    "Submitted",
+    "Threshold",
+    "Tick",
+    "WorkflowStatus",
+]
+
+WORKFLOW_CONTROLLER = "workflow-controller"
+DEFAULT_DRAIN_GRACE = 300.0
+#: ``timeoutPerJob`` of a Workflow a WorkloadRun built, when it names none.
+WORKLOADRUN_TIMEOUT = 24 * 3600.0
+
+# -- reasons ----------------------------------------------------------------------------------
+OVERRIDE_ERROR = "OverrideError"
+CHECKPOINT_PVC_MISSING = "CheckpointPVCMissing"
+NODE_DISCOVERY_ERROR = "NodeDiscoveryError"
+HETEROGENEOUS_PLATFORM = "HeterogeneousPlatform"
+PARTITION_ERROR = "PartitionError"
+DEPENDENCY_CREATION_ERROR = "DependencyCreationError"
+DEPENDENCY_NAME_COLLISION = "DependencyNameCollision"
+JOB_NAME_COLLISION = "JobNameCollision"
+GROUPS_PARTITIONED = "GroupsPartitioned"
+JOB_CREATED = "JobCreated"
+JOB_RUNNING = "JobRunning"
+JOB_COMPLETED = "JobCompleted"
+JOB_HARDWARE_FAILED = "JobHardwareFailed"
+JOB_VALIDATION_FAILED = "JobValidationFailed"
+ITERATIONS_FAILED = "IterationsFailed"
+VALIDATION_FAILED = "ValidationFailed"
+# action events
+CORDONED_NODES_EXCLUDED = "CordonedNodesExcluded"
+HETEROGENEOUS_GPU = "HeterogeneousGPU"
+INSUFFICIENT_GPU_CAPACITY = "InsufficientGPUCapacity"
+OVERRIDE_APPLIED = "OverrideApplied"
+OVERRIDE_NO_OP = "OverrideNoOp"
+NO_OVERRIDES_MATCHED = "NoOverridesMatched"
+
+# -- messages ---------------------------------------------------------------------------------
+MSG_OVERRIDE = "Failed to apply overrides: {error}"
+MSG_PVC = 'Checkpoint requires PVC "{pvc}" in dependencies'
+MSG_DISCOVERY = "Node discovery failed: {error}"
+MSG_NO_NODES = "No target nodes found matching orchestration target"
+MSG_DEPENDENCY = "Failed to create dependency: {error}"
+MSG_PARTITIONED = (
+    "Discovered {nodes} nodes, partitioned into {groups} groups ({nodes_per_job} nodes/job)"
+)
+MSG_RUNNING = "Iteration {iteration}/{iterations}: {running} groups running"
+MSG_ITERATION = "Iteration {completed}/{iterations} completed, starting next"
+MSG_COMPLETED = "All {iterations} iterations completed successfully"
+MSG_FAILED = "{failed} groups failed across {iterations} iterations{hardware_note}"
+HARDWARE_NOTE = "; hardware failures occurred on one or more nodes"
+MSG_VALIDATION = "One or more Jobs failed performance threshold validation"
+MSG_CORDONED = "Excluded {count} cordoned node(s) from certification: {names}"
+MSG_HETEROGENEOUS_GPU = (
+    "Filtered {kept}/{total} nodes to primary GPU architecture {architecture}; excluded: {names}"
+)
+MSG_INSUFFICIENT_GPU = (
+    "Excluded {count} node(s) with fewer than {required} allocatable nvidia.com/gpu: {names}"
+)
+
+
+@attrs.frozen(slots=True)
+class WorkflowStatus(Conditioned):
+    name: str = ""
+    conditions: tuple[Condition, ...] = ()
+    generation: int = 1
+    clock: datetime | None = None
+    owner_kind: str = ""
+    owner: str = ""
+    owner_uid: str = ""
+    category: str = ""
+    iterations: int = 1
+    retry_failed_groups: int = 0
+    timeout_per_job_s: float | None = None
+    drain_grace_s: float = DEFAULT_DRAIN_GRACE
+    workload_kind: str = DEFAULT_WORKLOAD_KIND
+    thresholds: tuple[Threshold, ...] = ()
+    max_restarts: int = 0
+    checkpoint: bool = False
+    nodes: int = 0
+    nodes_per_job: int = 0
+    iteration: int = 1
+    groups: tuple[Group, ...] = ()
+    failed_groups: int = 0
+    hardware_failures: bool = False
+    validation_failures: bool = False
+
+
+# -- observations -----------------------------------------------------------------------------
+@attrs.frozen(slots=True, kw_only=True)
+class Submitted(Observation):
+    """The Workflow object exists with this spec; ``owner_kind`` ``Certification`` or
+    ``WorkloadRun`` links it to its owner (a Certification's Workflow names its category)."""
+
+    owner_kind: str = ""
+    owner: str = ""
+    owner_uid: str = ""
+    category: str = ""
+    iterations: int = attrs.field(default=1, validator=positive)
+    retry_failed_groups: int = attrs.field(default=0, validator=not_negative)
+    timeout_per_job_s: float | None = attrs.field(default=None, validator=not_negative)
+    drain_grace_s: float = attrs.field(default=DEFAULT_DRAIN_GRACE, validator=not_negative)
+    workload_kind: str = DEFAULT_WORKLOAD_KIND
+    thresholds: tuple[Threshold, ...] = ()
+    max_restarts: int = attrs.field(default=0, validator=not_negative)
+    checkpoint: bool = False
+    generation: int = attrs.field(default=1, validator=positive)
+
+
+@attrs.frozen(slots=True, kw_only=True)
+class OverridesFailed(Observation):
+    error: str
+
+
+@attrs.frozen(slots=True, kw_only=True)
+class CheckpointPVCMissing(Observation):
+    pvc: str
+
+
+@attrs.frozen(slots=True, kw_only=True)
+class NodeListFailed(Observation):
+    error: str
+
+
+@attrs.frozen(slots=True, kw_only=True)
+class NoNodesFound(Observation):
+    pass
+
+
+@attrs.frozen(slots=True, kw_only=True)
+class PlatformsMixed(Observation):
+    error: str
+
+
+@attrs.frozen(slots=True, kw_only=True)
+class PartitionFailed(Observation):
+    """All nodes capacity-excluded, an adapter/nodesPerJob error, too few nodes ..."""
+
+    error: str
+
+
+def _collision(_: object, attribute: attrs.Attribute[str], value: str) -> None:
+    if value not in ("", "dependency", "job"):
+        raise ValueError(f"{attribute.name} must be '', 'dependency' or 'job', not {value!r}")
+
+
+@attrs.frozen(slots=True, kw_only=True)
+class DependencyCreateFailed(Observation):
+    """Creating a dependency failed; ``collision`` names a foreign object holding the name."""
+
+    error: str
+    collision: str = attrs.field(default="", validator=_collision)
+
+
+@attrs.frozen(slots=True, kw_only=True)
+class Partitioned(Observation):
+    nodes: int = attrs.field(validator=positive)
+    groups: int = attrs.field(validator=positive)
+    nodes_per_job: int = attrs.field(validator=positive)
+
+
+@attrs.frozen(slots=True, kw_only=True)
+class JobLaunched(Observation):
+    """The Workflow created Job ``job`` (uid ``uid``) for ``group`` (0-based)."""
+
+    group: int = attrs.field(validator=not_negative)
+    job: str
+    uid: str
+
+
+@attrs.frozen(slots=True, kw_only=True)
+class JobObserved(Observation):
+    """A Job's committed status, as the Workflow reads it (wired by the Job -> Workflow link)."""
+
+    job: str
+    job_uid: str
+    group: int = attrs.field(validator=not_negative)
+    state: str
+    reason: str = ""
+    hardware_failed: bool = False
+    validation_failed: bool = False
+    awaiting_validation: bool = False
+    workload_start_time: datetime | None = None
+    workload_exists: bool = False
+
+
+@attrs.frozen(slots=True, kw_only=True)
+class CordonedNodesExcluded(Observation):
+    nodes: tuple[str, ...]
+
+    @property
+    def count(self) -> int:
+        return len(self.nodes)
+
+    @property
+    def names(self) -> str:
+        return ", ".join(self.nodes)
+
+
+@attrs.frozen(slots=True, kw_only=True)
+class HeterogeneousGPUFiltered(Observation):
+    kept: int = attrs.field(validator=not_negative)
+    total: int = attrs.field(validator=not_negative)
+    architecture: str
+    excluded: tuple[str, ...] = ()
+
+    @property
+    def names(self) -> str:
+        return ", ".join(self.excluded)
+
+
+@attrs.frozen(slots=True, kw_only=True)
+class InsufficientGPUCapacity(Observation):
+    """``excluded`` entries read ``"<node> has <n>"``."""
+
+    required: int = attrs.field(validator=positive)
+    excluded: tuple[str, ...] = ()
+
+    @property
+    def count(self) -> int:
+        return len(self.excluded)
+
+    @property
+    def names(self) -> str:
+        return ", ".join(self.excluded)
+
+
+@attrs.frozen(slots=True, kw_only=True)
+class OverrideApplied(Observation):
+    detail: str
+
+
+@attrs.frozen(slots=True, kw_only=True)
+class OverrideNoOp(Observation):
+    detail: str
+
+
+@attrs.frozen(slots=True, kw_only=True)
+class NoOverridesMatched(Observation):
+    detail: str = "No overrides matched this Workflow"
+
+
+OBSERVATIONS: tuple[type[Observation], ...] = (
+    Submitted,
+    SpecUpdated,
+    OverridesFailed,
+    CheckpointPVCMissing,
+    NodeListFailed,
+    NoNodesFound,
+    PlatformsMixed,
+    PartitionFailed,
+    DependencyCreateFailed,
+    Partitioned,
+    JobLaunched,
+    JobObserved,
+    Tick,
+    CordonedNodesExcluded,
+    HeterogeneousGPUFiltered,
+    InsufficientGPUCapacity,
+    OverrideApplied,
+    OverrideNoOp,
+    NoOverridesMatched,
+)

@@ -1,0 +1,509 @@
+"""The Certification lifecycle: one Workflow per certification category, run in turn.
+
+Behaviour follows ``shared/domain/workflow-job-certification.md`` §(a) "Certification" and
+sites 7-9 of §(b). The Certification reads its Workflows through their committed statuses
+(:class:`WorkflowObserved`, wired by :mod:`lifecycle.links`).
+
+- No schedulable nodes: InProgress / ``WaitingForNodes`` with a countdown (the message changes
+  each pass, the event fires on the first only); after the window (5 minutes from creation,
+  decided on a :class:`~lifecycle.Tick` or the next pass) the catch-all
+  ``WorkflowValidationFailed``.
+- A rejected Create sends the action Warning ``WorkflowCreationError`` and writes Failed /
+  ``WorkflowFailed``; Failed absorbs, so a later catch-all cannot overwrite it.
+- The one declared exception to terminal absorption (a ``recovery`` row): Failed ->
+  InProgress ``Recovered: Workflow still running`` when a Failed category's Workflow turns
+  out to be running.
+
+Chosen here (upstream's text is not known): the catch-all message after the window, and the
+``NICResourceDetection`` note.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any, ClassVar
+
+import attrs
+
+from .._core.errors import InvalidObservation
+from .._core.observation import Observation, Tick
+from .._core.refs import Condition, EventType, ObjectRef
+from .._core.table import ANY, SAME, Action, Effect, Guard, Row, Table, ignore
+from ._conditions import (
+    FAILED,
+    IN_PROGRESS,
+    LIVE,
+    NEW,
+    STATES,
+    SUCCEEDED,
+    TERMINAL,
+    Conditioned,
+    ConditionMachine,
+    exclusive,
+    go_duration,
+    not_negative,
+    positive,
+    restamp,
+    seconds,
+)
+from ._conditions import (
+    SpecUpdated as SpecUpdated,  # re-exported: part of this vocabulary
+)
+
+CERTIFICATION_CONTROLLER = "certification-controller"
+PENDING = "Pending"
+RUNNING = "Running"
+DEFAULT_NODE_WAIT = 300.0
+
+# -- reasons ----------------------------------------------------------------------------------
+CATEGORY_NOT_FOUND = "CategoryNotFound"
+WAITING_FOR_NODES = "WaitingForNodes"
+WORKFLOW_CREATED = "WorkflowCreated"
+WORKFLOW_RUNNING = "WorkflowRunning"
+WORKFLOW_CREATION_ERROR = "WorkflowCreationError"
+WORKFLOW_FAILED = "WorkflowFailed"
+WORKFLOW_NAME_COLLISION = "WorkflowNameCollision"
+WORKFLOW_VALIDATION_FAILED = "WorkflowValidationFailed"
+ALL_WORKFLOWS_SUCCEEDED = "AllWorkflowsSucceeded"
+NIC_RESOURCE_DETECTION = "NICResourceDetection"
+
+# -- messages ---------------------------------------------------------------------------------
+MSG_CATEGORY_NOT_FOUND = "Unknown certification category: {category}"
+MSG_WAITING = (
+    "No schedulable nodes match {selector}; retrying for up to {remaining} more. "
+    "Nodes that are cordoned or unschedulable do not count."
+)
+MSG_NO_NODES = (
+    "No schedulable nodes match {selector} after waiting {window}. "
+    "Nodes that are cordoned or unschedulable do not count."
+)
+MSG_CREATED = "Created Workflow for category {category} ({index} of {total})"
+MSG_IN_PROGRESS = "Certification in progress"
+MSG_ADVANCING = "Workflow for category {category} succeeded, advancing to next category"
+MSG_ADVANCING_FAILED = "Workflow for category {category} failed, advancing to next category"
+MSG_NOT_FOUND = "Workflow for category {category} not found"
+MSG_CREATE_REJECTED = "Failed to create Workflow {workflow}: {error}"
+MSG_FAILED = "One or more certification categories failed"
+MSG_SUCCEEDED = "All certification categories completed successfully"
+MSG_RECOVERED = "Recovered: Workflow still running"
+MSG_NIC = "Detected NIC resources: {names}"
+
+
+@attrs.frozen(slots=True)
+class Category:
+    name: str  # "<domain>/<version>"
+    state: str = PENDING
+    workflow: str = ""
+    workflow_uid: str = ""
+
+
+@attrs.frozen(slots=True)
+class CertificationStatus(Conditioned):
+    name: str = ""
+    conditions: tuple[Condition, ...] = ()
+    generation: int = 1
+    clock: datetime | None = None
+    selector: str = ""
+    node_wait_s: float = DEFAULT_NODE_WAIT
+    created_at: datetime | None = None
+    categories: tuple[Category, ...] = ()
+
+    def category(self, name: str) -> Category:
+        for c in self.categories:
+            if c.name == name:
+                return c
+        known = ", ".join(c.name for c in self.categories) or "none (not submitted)"
+        raise InvalidObservation(
+            f"certification {self.name}: unknown category {name!r}; its categories: {known}"
+        )
+
+
+# -- observations -----------------------------------------------------------------------------
+def _categories(_: object, attribute: attrs.Attribute[Any], value: tuple[str, ...]) -> None:
+    if not value:
+        raise ValueError(f"{attribute.name} must name at least one category")
+    if any(not v for v in value) or len(set(value)) != len(value):
+        raise ValueError(f"{attribute.name} must be distinct, non-empty names: {value!r}")
+
+
+@attrs.frozen(slots=True, kw_only=True)
+class Submitted(Observation):
+    """The Certification exists: its categories (``d/v``), run in this order."""
+
+    categories: tuple[str, ...] = attrs.field(validator=_categories)
+    selector: str = ""
+    node_wait_s: float = attrs.field(default=DEFAULT_NODE_WAIT, validator=not_negative)
+    generation: int = attrs.field(default=1, validator=positive)
+
+
+@attrs.frozen(slots=True, kw_only=True)
+class CategoryNotFound(Observation):
+    category: str
+
+
+@attrs.frozen(slots=True, kw_only=True)
+class NoSchedulableNodes(Observation):
+    """Building the next Workflow found no schedulable node matching the selector."""
+
+
+@attrs.frozen(slots=True, kw_only=True)
+class WorkflowCreated(Observation):
+    category: str
+    workflow: str
+    uid: str = ""
+
+
+@attrs.frozen(slots=True, kw_only=True)
+class WorkflowObserved(Observation):
+    """A category's Workflow as committed (wired by the Workflow -> Certification link)."""
+
+    category: str
+    workflow: str
+    uid: str = ""
+    state: str = ""
+    reason: str = ""
+    message: str = ""
+
+
+@attrs.frozen(slots=True, kw_only=True)
+class WorkflowMissing(Observation):
+    """The category's Workflow was confirmed missing."""
+
+    category: str
+
+
+@attrs.frozen(slots=True, kw_only=True)
+class WorkflowCreateRejected(Observation):
+    """Create was rejected (not AlreadyExists)."""
+
+    category: str
+    workflow: str
+    error: str
+
+
+@attrs.frozen(slots=True, kw_only=True)
+class WorkflowNameCollision(Observation):
+    """A Workflow this Certification does not own holds the name."""
+
+    workflow: str
+    error: str
+
+
+@attrs.frozen(slots=True, kw_only=True)
+class BuildFailed(Observation):
+    """Any other error building the Workflow: the catch-all."""
+
+    error: str
+
+
+@attrs.frozen(slots=True, kw_only=True)
+class NICResourcesDetected(Observation):
+    resources: tuple[str, ...]
+
+    @property
+    def names(self) -> str:
+        return ", ".join(self.resources)
+
+
+OBSERVATIONS: tuple[type[Observation], ...] = (
+    Submitted,
+    SpecUpdated,
+    CategoryNotFound,
+    NoSchedulableNodes,
+    WorkflowCreated,
+    WorkflowObserved,
+    WorkflowMissing,
+    WorkflowCreateRejected,
+    WorkflowNameCollision,
+    BuildFailed,
+    NICResourcesDetected,
+    Tick,
+)
+
+
+# -- categories -------------------------------------------------------------------------------
+def _state_of(workflow_state: str) -> str:
+    return workflow_state if workflow_state in TERMINAL else RUNNING
+
+
+def _replace(status: CertificationStatus, category: Category) -> tuple[Category, ...]:
+    return tuple(category if c.name == category.name else c for c in status.categories)
+
+
+def _reported(status: CertificationStatus, obs: Observation) -> tuple[Category, ...]:
+    """The categories after a Workflow report (or a confirmed-missing Workflow)."""
+    if isinstance(obs, WorkflowObserved):
+        c = status.category(obs.category)
+        updated = attrs.evolve(
+            c, state=_state_of(obs.state), workflow=obs.workflow, workflow_uid=obs.uid
+        )
+    else:
+        assert isinstance(obs, WorkflowMissing)
+        updated = attrs.evolve(status.category(obs.category), state=FAILED)
+    return _replace(status, updated)
+
+
+def _all_done(categories: tuple[Category, ...]) -> bool:
+    return all(c.state in TERMINAL for c in categories)
+
+
+# -- guards -----------------------------------------------------------------------------------
+def _age(status: CertificationStatus, at: datetime) -> float:
+    return seconds(at, status.created_at or at)
+
+
+def within_window(status: CertificationStatus, obs: Observation) -> bool:
+    return _age(status, obs.at) < status.node_wait_s
+
+
+def waiting(status: CertificationStatus, obs: Observation) -> bool:
+    return status.reason == WAITING_FOR_NODES
+
+
+def waiting_expired(status: CertificationStatus, obs: Observation) -> bool:
+    return waiting(status, obs) and not within_window(status, obs)
+
+
+def other_workflow(status: CertificationStatus, obs: WorkflowObserved) -> bool:
+    """A report from a Workflow that is not the one this category runs (by uid)."""
+    c = status.category(obs.category)
+    return bool(c.workflow_uid and obs.uid and c.workflow_uid != obs.uid)
+
+
+def finishes_succeeded(status: CertificationStatus, obs: Observation) -> bool:
+    categories = _reported(status, obs)
+    return _all_done(categories) and all(c.state == SUCCEEDED for c in categories)
+
+
+def finishes_failed(status: CertificationStatus, obs: Observation) -> bool:
+    categories = _reported(status, obs)
+    return _all_done(categories) and any(c.state == FAILED for c in categories)
+
+
+def category_succeeded(status: CertificationStatus, obs: WorkflowObserved) -> bool:
+    return obs.state == SUCCEEDED
+
+
+def category_failed(status: CertificationStatus, obs: WorkflowObserved) -> bool:
+    return obs.state == FAILED
+
+
+def recovers(status: CertificationStatus, obs: WorkflowObserved) -> bool:
+    """A Failed category's Workflow is still running."""
+    return status.category(obs.category).state == FAILED and obs.state not in TERMINAL
+
+
+def started(status: CertificationStatus, obs: WorkflowCreated) -> bool:
+    return status.category(obs.category).state != PENDING
+
+
+def stale_generation(status: CertificationStatus, obs: SpecUpdated) -> bool:
+    return obs.generation <= status.generation
+
+
+GUARDS: dict[str, Guard] = {
+    "within_window": within_window,
+    "waiting": waiting,
+    "waiting_expired": waiting_expired,
+    "other_workflow": other_workflow,
+    "finishes_succeeded": finishes_succeeded,
+    "finishes_failed": finishes_failed,
+    "category_succeeded": category_succeeded,
+    "category_failed": category_failed,
+    "recovers": recovers,
+    "started": started,
+    "stale_generation": stale_generation,
+}
+
+
+# -- effects ----------------------------------------------------------------------------------
+def context(status: CertificationStatus, obs: Observation) -> dict[str, Any]:
+    remaining = max(0.0, status.node_wait_s - _age(status, obs.at))
+    out: dict[str, Any] = {
+        "selector": status.selector or "<none>",
+        "remaining": go_duration(round(remaining)),
+        "window": go_duration(status.node_wait_s),
+        "total": len(status.categories),
+        "index": 0,
+    }
+    name = getattr(obs, "category", None)
+    for i, c in enumerate(status.categories, start=1):
+        if c.name == name:
+            out["index"] = i
+    return out
+
+
+def _enter(
+    status: CertificationStatus, obs: Observation, row: Row, **changes: Any
+) -> CertificationStatus:
+    moved = attrs.evolve(status, created_at=status.created_at or obs.at, **changes)
+    result: CertificationStatus = exclusive(moved, obs, row, row.render(obs, context(moved, obs)))
+    return result
+
+
+def submitted(status: CertificationStatus, obs: Submitted, row: Row) -> CertificationStatus:
+    return attrs.evolve(
+        status,
+        categories=tuple(Category(c) for c in obs.categories),
+        selector=obs.selector,
+        node_wait_s=obs.node_wait_s,
+        created_at=status.created_at or obs.at,
+        generation=obs.generation,
+    )
+
+
+def generation(status: CertificationStatus, obs: SpecUpdated, row: Row) -> CertificationStatus:
+    result: CertificationStatus = restamp(status, obs.generation, obs.at)
+    return result
+
+
+def enter(status: CertificationStatus, obs: Observation, row: Row) -> CertificationStatus:
+    return _enter(status, obs, row)
+
+
+def created(status: CertificationStatus, obs: WorkflowCreated, row: Row) -> CertificationStatus:
+    c = status.category(obs.category)
+    updated = attrs.evolve(c, state=RUNNING, workflow=obs.workflow, workflow_uid=obs.uid)
+    return _enter(status, obs, row, categories=_replace(status, updated))
+
+
+def reported(status: CertificationStatus, obs: Observation, row: Row) -> CertificationStatus:
+    return _enter(status, obs, row, categories=_reported(status, obs))
+
+
+def rejected(
+    status: CertificationStatus, obs: WorkflowCreateRejected, row: Row
+) -> CertificationStatus:
+    status.category(obs.category)  # an unknown category is refused
+    return _enter(status, obs, row)
+
+
+EFFECTS: dict[str, Effect] = {
+    "submitted": submitted,
+    "generation": generation,
+    "enter": enter,
+    "created": created,
+    "report": reported,
+    "rejected": rejected,
+}
+
+N, W = EventType.NORMAL, EventType.WARNING
+IP, S, F = IN_PROGRESS, SUCCEEDED, FAILED
+RUNNING_ROW = (WORKFLOW_RUNNING, None)
+STOP = "a terminal Certification returns early: no write, no event"
+
+
+def _finishing(obs: type[Observation]) -> tuple[Row, ...]:
+    return (
+        Row(IP, obs, S, ALL_WORKFLOWS_SUCCEEDED, N, MSG_SUCCEEDED, "finishes_succeeded", "report"),
+        Row(IP, obs, F, WORKFLOW_FAILED, W, MSG_FAILED, "finishes_failed", "report"),
+    )
+
+
+ROWS: tuple[Row, ...] = (
+    Row(NEW, Submitted, SAME, effect="submitted", note="the categories; no condition yet"),
+    ignore(LIVE, SpecUpdated, "not newer than the stamped generation", guard="stale_generation"),
+    Row(LIVE, SpecUpdated, SAME, effect="generation", note="observedGeneration only: no event"),
+    Row(NEW, CategoryNotFound, F, CATEGORY_NOT_FOUND, W, MSG_CATEGORY_NOT_FOUND, None, "enter"),
+    # Waiting for nodes: Normal on the first pass only; the countdown changes each pass
+    Row(LIVE, NoSchedulableNodes, IP, WAITING_FOR_NODES, N, MSG_WAITING, "within_window", "enter"),
+    Row(LIVE, NoSchedulableNodes, F, WORKFLOW_VALIDATION_FAILED, W, MSG_NO_NODES, None, "enter"),
+    Row(IP, Tick, F, WORKFLOW_VALIDATION_FAILED, W, MSG_NO_NODES, "waiting_expired", "enter"),
+    Row(IP, Tick, SAME, WAITING_FOR_NODES, None, MSG_WAITING, "waiting", "enter"),
+    ignore(LIVE, Tick, "no window open"),
+    # Workflows, one category after another
+    ignore(IP, WorkflowCreated, "the category has its Workflow", guard="started"),
+    Row(LIVE, WorkflowCreated, IP, WORKFLOW_CREATED, N, MSG_CREATED, None, "created"),
+    ignore(IP, WorkflowObserved, "not this category's Workflow", guard="other_workflow"),
+    *_finishing(WorkflowObserved),
+    Row(IP, WorkflowObserved, SAME, *RUNNING_ROW, MSG_ADVANCING, "category_succeeded", "report"),
+    Row(
+        IP, WorkflowObserved, SAME, *RUNNING_ROW, MSG_ADVANCING_FAILED, "category_failed", "report"
+    ),
+    Row(IP, WorkflowObserved, SAME, *RUNNING_ROW, MSG_IN_PROGRESS, None, "report"),
+    ignore(NEW, WorkflowObserved, "no Workflow created yet"),
+    Row(
+        F,
+        WorkflowObserved,
+        IP,
+        WORKFLOW_RUNNING,
+        N,
+        MSG_RECOVERED,
+        "recovers",
+        "report",
+        recovery=True,
+        note="the one declared exception to terminal absorption",
+    ),
+    _finishing(WorkflowMissing)[1],  # a missing Workflow fails its category: never all-succeeded
+    Row(IP, WorkflowMissing, SAME, *RUNNING_ROW, MSG_NOT_FOUND, None, "report"),
+    ignore(NEW, WorkflowMissing, "no Workflow created yet"),
+    Row(
+        LIVE,
+        WorkflowCreateRejected,
+        F,
+        WORKFLOW_FAILED,
+        W,
+        MSG_CREATE_REJECTED,
+        None,
+        "rejected",
+        note="the action Warning, then the Failed write (2 Warnings)",
+        action=Action(WORKFLOW_CREATION_ERROR, W, MSG_CREATE_REJECTED),
+    ),
+    Row(LIVE, WorkflowNameCollision, F, WORKFLOW_NAME_COLLISION, W, "{error}", None, "enter"),
+    Row(LIVE, BuildFailed, F, WORKFLOW_VALIDATION_FAILED, W, "{error}", None, "enter"),
+    Row(
+        ANY,
+        NICResourcesDetected,
+        SAME,
+        ignore=True,
+        note="informational",
+        action=Action(NIC_RESOURCE_DETECTION, N, MSG_NIC),
+    ),
+    # Terminal: absorbing (Failed has the recovery row above)
+    ignore((IP, *TERMINAL), Submitted, STOP),
+    ignore((IP, *TERMINAL), CategoryNotFound, STOP),
+    *(
+        ignore(TERMINAL, o, STOP)
+        for o in (
+            SpecUpdated,
+            NoSchedulableNodes,
+            Tick,
+            WorkflowCreated,
+            WorkflowObserved,
+            WorkflowMissing,
+            WorkflowCreateRejected,
+            WorkflowNameCollision,
+            BuildFailed,
+        )
+    ),
+)
+
+TABLE = Table(
+    "certification",
+    states=STATES,
+    initial=NEW,
+    terminal=TERMINAL,
+    observations=OBSERVATIONS,
+    rows=ROWS,
+    guards=GUARDS,
+    effects=EFFECTS,
+    context=("selector", "remaining", "window", "index", "total"),
+)
+
+
+class CertificationMachine(ConditionMachine[CertificationStatus]):
+    name: ClassVar[str] = "certification"
+    kind: ClassVar[str] = "Certification"
+    status_type: ClassVar[type[Any]] = CertificationStatus
+    table: ClassVar[Table] = TABLE
+    controller: ClassVar[str] = CERTIFICATION_CONTROLLER
+
+    def initial(self, ref: ObjectRef) -> CertificationStatus:
+        return CertificationStatus(name=ref.name)
+
+    def context(self, status: CertificationStatus, obs: Observation) -> Mapping[str, Any]:
+        return context(status, obs)
+
+
+CERTIFICATION = CertificationMachine()

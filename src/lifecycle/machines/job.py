@@ -1,0 +1,421 @@
+"""The Job lifecycle: one workload (``{Kind}/{job}-workload``) on one group of nodes.
+
+Behaviour follows ``shared/domain/workflow-job-certification.md`` §(a) "Job" and sites 1-3,
+13-16 of §(b): the exclusive set InProgress/Succeeded/Failed, and two verdict conditions
+outside it, ``HardwareFailed`` (True only) and ``ValidationFailed`` (performance thresholds,
+decided after Succeeded; a miss never fails the Job).
+
+A terminal Job is never rewritten: every row from Succeeded or Failed leaves the phase alone
+(the stop guard), and the runner re-applies on every write attempt, so a stale write that
+loses to a timeout finds the Job terminal and emits nothing. The Workflow's timeout write
+(:class:`TimedOut`, site 16) is exclusive here (InProgress becomes False, as upstream fixed
+later) and its event is reported by ``workflow-controller``.
+
+Threshold language (not given upstream, chosen here): a threshold is a measurement ``key`` and
+an expression ``OP NUMBER`` with OP one of ``>= <= > < == !=``.
+"""
+
+# ruff: noqa: F405 (names come from the records module's __all__)
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any, ClassVar
+
+import attrs
+
+from .._core.machine import Verdict
+from .._core.observation import Observation
+from .._core.refs import Condition, EventType, ObjectRef
+from .._core.table import ANY, SAME, Action, Effect, Guard, Row, Table, ignore
+from .._core.transition import Flip
+from ._conditions import (
+    FAILED,
+    IN_PROGRESS,
+    LIVE,
+    NEW,
+    STATES,
+    SUCCEEDED,
+    TERMINAL,
+    TRUE,
+    ConditionMachine,
+    exclusive,
+    go_duration,
+    go_list,
+    restamp,
+    seconds,
+    upsert,
+)
+from ._job_records import *  # noqa: F403 (the records are this module's vocabulary)
+from ._thresholds import (
+    MSG_MEASUREMENT_TIMEOUT,
+    Decision,
+    decide,
+    merge,
+    missing_keys,
+)
+
+
+def _validated(status: JobStatus, at: datetime, decided: Decision) -> JobStatus:
+    value, reason, message = decided
+    conditions = upsert(
+        status.conditions, VALIDATION_FAILED, value, reason, message, at, status.generation
+    )
+    failed_nodes = status.failed_nodes
+    if value == TRUE and not failed_nodes:
+        failed_nodes = tuple(FailedNode(n, THRESHOLD_VIOLATION) for n in status.nodes)
+    return attrs.evolve(status, conditions=conditions, failed_nodes=failed_nodes)
+
+
+def _validate(status: JobStatus, at: datetime) -> JobStatus:
+    decided = None
+    if status.awaiting_validation:
+        decided = decide(status.thresholds, status.measurement_keys, status.measurements)
+    return status if decided is None else _validated(status, at, decided)
+
+
+# -- guards -----------------------------------------------------------------------------------
+def can_restart(status: JobStatus, obs: Observation) -> bool:
+    return status.checkpoint and status.restarts < status.max_restarts
+
+
+def restarting(status: JobStatus, obs: Observation) -> bool:
+    return status.reason == WORKLOAD_RESTARTING
+
+
+def has_message(status: JobStatus, obs: WorkloadFailed | WorkloadSucceeded) -> bool:
+    return bool(obs.message)
+
+
+def unsupported(status: JobStatus, obs: BuildFailed) -> bool:
+    return obs.unsupported
+
+
+def stale_generation(status: JobStatus, obs: SpecUpdated) -> bool:
+    return obs.generation <= status.generation
+
+
+def stalled_at_startup(status: JobStatus, obs: Observation) -> bool:
+    limit, since = status.startup_timeout_s, status.running_since
+    if limit is None or since is None or status.last_step_at is not None:
+        return False
+    return seconds(obs.at, since) > limit
+
+
+def stalled(status: JobStatus, obs: Observation) -> bool:
+    limit, last = status.stall_threshold_s, status.last_step_at
+    return limit is not None and last is not None and seconds(obs.at, last) > limit
+
+
+def stalled_can_restart(status: JobStatus, obs: Observation) -> bool:
+    return (stalled_at_startup(status, obs) or stalled(status, obs)) and can_restart(status, obs)
+
+
+def awaiting_validation(status: JobStatus, obs: Observation) -> bool:
+    return status.awaiting_validation
+
+
+def measurement_timed_out(status: JobStatus, obs: Observation) -> bool:
+    if not status.awaiting_validation or not missing_keys(status.thresholds, status.measurements):
+        return False
+    succeeded = status.condition(SUCCEEDED)
+    since = None if succeeded is None else succeeded.last_transition_time
+    return since is not None and seconds(obs.at, since) >= status.measurement_timeout_s
+
+
+def new_failed_node(status: JobStatus, obs: HardwareFault) -> bool:
+    return FailedNode(obs.node, obs.reason) not in status.failed_nodes
+
+
+GUARDS: dict[str, Guard] = {
+    "can_restart": can_restart,
+    "restarting": restarting,
+    "has_message": has_message,
+    "unsupported": unsupported,
+    "stale_generation": stale_generation,
+    "stalled_at_startup": stalled_at_startup,
+    "stalled": stalled,
+    "stalled_can_restart": stalled_can_restart,
+    "awaiting_validation": awaiting_validation,
+    "measurement_timed_out": measurement_timed_out,
+    "new_failed_node": new_failed_node,
+}
+
+
+# -- effects ----------------------------------------------------------------------------------
+def context(status: JobStatus) -> dict[str, Any]:
+    return {
+        "workload": status.workload,
+        "restart": status.restarts + 1,
+        "max_restarts": status.max_restarts,
+    }
+
+
+def _enter(status: JobStatus, obs: Observation, row: Row, **changes: Any) -> JobStatus:
+    result: JobStatus = exclusive(status, obs, row, row.render(obs, context(status)), **changes)
+    return result
+
+
+def submitted(status: JobStatus, obs: Submitted, row: Row) -> JobStatus:
+    """The spec; an owner already known (the Workflow's link) is kept if none is given."""
+    return attrs.evolve(
+        status,
+        workload_kind=obs.workload_kind,
+        workflow=obs.workflow or status.workflow,
+        workflow_uid=obs.workflow_uid or status.workflow_uid,
+        group=obs.group if obs.workflow_uid else status.group,
+        nodes=obs.nodes,
+        thresholds=obs.thresholds,
+        measurement_keys=obs.measurement_keys,
+        measurement_timeout_s=obs.measurement_timeout_s,
+        max_restarts=obs.max_restarts,
+        checkpoint=obs.checkpoint,
+        startup_timeout_s=obs.startup_timeout_s,
+        stall_threshold_s=obs.stall_threshold_s,
+        generation=obs.generation,
+    )
+
+
+def generation(status: JobStatus, obs: SpecUpdated, row: Row) -> JobStatus:
+    result: JobStatus = restamp(status, obs.generation, obs.at)
+    return result
+
+
+def created(status: JobStatus, obs: Observation, row: Row) -> JobStatus:
+    return _enter(status, obs, row, workload_exists=True)
+
+
+def enter(status: JobStatus, obs: Observation, row: Row) -> JobStatus:
+    return _enter(status, obs, row)
+
+
+def running(status: JobStatus, obs: Observation, row: Row) -> JobStatus:
+    """``workloadStartTime`` is set once; ``running_since`` once per workload incarnation."""
+    return _enter(
+        status,
+        obs,
+        row,
+        workload_exists=True,
+        workload_start_time=status.workload_start_time or obs.at,
+        running_since=status.running_since or obs.at,
+    )
+
+
+def stepped(status: JobStatus, obs: Observation, row: Row) -> JobStatus:
+    return attrs.evolve(status, last_step_at=obs.at)
+
+
+def restart(status: JobStatus, obs: Observation, row: Row) -> JobStatus:
+    return _enter(
+        status,
+        obs,
+        row,
+        restarts=status.restarts + 1,
+        workload_exists=False,
+        running_since=None,
+        last_step_at=None,
+    )
+
+
+def workload_failed(status: JobStatus, obs: WorkloadFailed, row: Row) -> JobStatus:
+    """``setJobFailed``: its extra captures the failure log and seeds failedNodes."""
+    seeded = status.failed_nodes or tuple(FailedNode(n, WORKLOAD_FAILURE) for n in obs.nodes)
+    return _enter(status, obs, row, failure_log=obs.failure_log, failed_nodes=seeded)
+
+
+def succeeded(status: JobStatus, obs: Observation, row: Row) -> JobStatus:
+    """Succeeded, then (thresholds given) the verdict at once if it can be decided now."""
+    return _validate(_enter(status, obs, row), obs.at)
+
+
+def _merge(status: JobStatus, obs: MeasurementsReported) -> JobStatus:
+    merged = merge(status.measurements, obs.values)
+    return status if merged == status.measurements else attrs.evolve(status, measurements=merged)
+
+
+def measured(status: JobStatus, obs: MeasurementsReported, row: Row) -> JobStatus:
+    return _merge(status, obs)
+
+
+def measured_validate(status: JobStatus, obs: MeasurementsReported, row: Row) -> JobStatus:
+    return _validate(_merge(status, obs), obs.at)
+
+
+def measurement_timeout(status: JobStatus, obs: Observation, row: Row) -> JobStatus:
+    message = MSG_MEASUREMENT_TIMEOUT.format(
+        go_duration(status.measurement_timeout_s),
+        go_list(missing_keys(status.thresholds, status.measurements)),
+    )
+    return _validated(status, obs.at, (TRUE, MEASUREMENT_TIMEOUT, message))
+
+
+def hardware_failed(status: JobStatus, obs: HardwareFault, row: Row) -> JobStatus:
+    """``mergeFailedNodes`` found a new pair: HardwareFailed True, the message lists the nodes
+    (a later node only changes the message)."""
+    failed = (*status.failed_nodes, FailedNode(obs.node, obs.reason))
+    seeds = (THRESHOLD_VIOLATION, WORKLOAD_FAILURE)
+    nodes = list(dict.fromkeys(f.node for f in failed if f.reason not in seeds))
+    conditions = upsert(
+        status.conditions,
+        HARDWARE_FAILED,
+        TRUE,
+        HARDWARE_FAILURE_DETECTED,
+        MSG_HARDWARE.format(go_list(nodes)),
+        obs.at,
+        status.generation,
+    )
+    return attrs.evolve(status, conditions=conditions, failed_nodes=failed)
+
+
+EFFECTS: dict[str, Effect] = {
+    "submitted": submitted,
+    "generation": generation,
+    "created": created,
+    "enter": enter,
+    "running": running,
+    "stepped": stepped,
+    "restart": restart,
+    "failed": workload_failed,
+    "succeeded": succeeded,
+    "measured": measured,
+    "measured_validate": measured_validate,
+    "measurement_timeout": measurement_timeout,
+    "hardware_failed": hardware_failed,
+}
+
+N, W = EventType.NORMAL, EventType.WARNING
+IP, S, F = IN_PROGRESS, SUCCEEDED, FAILED
+STOP = "stop guard: a terminal Job is never rewritten"
+RESTARTING = (WORKLOAD_RESTARTING, None, MSG_RESTARTING)
+
+ROWS: tuple[Row, ...] = (
+    Row(NEW, Submitted, SAME, effect="submitted", note="the spec; no condition yet"),
+    ignore((IP, *TERMINAL), Submitted, "the Job exists; its spec was read already"),
+    ignore(LIVE, SpecUpdated, "not newer than the stamped generation", guard="stale_generation"),
+    Row(LIVE, SpecUpdated, SAME, effect="generation", note="observedGeneration only: no event"),
+    # Creation
+    Row(NEW, WorkloadCreated, IP, WORKLOAD_CREATED, N, MSG_CREATED, None, "created"),
+    Row(IP, WorkloadCreated, SAME, WORKLOAD_CREATED, None, MSG_CREATED, "restarting", "created"),
+    ignore(IP, WorkloadCreated, "the workload exists already"),
+    Row(LIVE, BuildFailed, F, WORKLOAD_CREATION_ERROR, W, MSG_UNSUPPORTED, "unsupported", "enter"),
+    Row(LIVE, BuildFailed, F, WORKLOAD_CREATION_ERROR, W, MSG_BUILD_FAILED, None, "enter"),
+    Row(
+        ANY,
+        CreateRejected,
+        SAME,
+        ignore=True,
+        note="no write: the error is returned and the reconcile backs off",
+        action=Action(WORKLOAD_CREATION_ERROR, W, MSG_CREATE_REJECTED),
+    ),
+    # The workload, polled
+    Row(IP, WorkloadPending, SAME, WORKLOAD_PENDING, None, MSG_PENDING, None, "enter"),
+    Row(IP, WorkloadRunning, SAME, WORKLOAD_RUNNING, None, MSG_RUNNING, None, "running"),
+    Row(IP, TrainingStepObserved, SAME, effect="stepped", note="resets the stall timer"),
+    Row(IP, WorkloadFailed, SAME, *RESTARTING, "can_restart", "restart"),
+    Row(IP, WorkloadFailed, F, WORKLOAD_FAILED, W, MSG_FAILED_DETAIL, "has_message", "failed"),
+    Row(IP, WorkloadFailed, F, WORKLOAD_FAILED, W, MSG_FAILED, None, "failed"),
+    Row(IP, WorkloadMissing, SAME, *RESTARTING, "can_restart", "restart"),
+    Row(IP, WorkloadMissing, F, WORKLOAD_FAILED, W, MSG_DELETED, None, "enter"),
+    Row(IP, Tick, SAME, *RESTARTING, "stalled_can_restart", "restart"),
+    Row(IP, Tick, F, WORKLOAD_STALLED, W, MSG_STALLED_AT_STARTUP, "stalled_at_startup", "enter"),
+    Row(IP, Tick, F, WORKLOAD_STALLED, W, MSG_STALLED, "stalled", "enter"),
+    ignore(IP, Tick, "no stall"),
+    ignore(NEW, Tick, "no timer before the workload exists"),
+    Row(
+        IP,
+        WorkloadSucceeded,
+        S,
+        WORKLOAD_COMPLETED,
+        N,
+        MSG_COMPLETED_DETAIL,
+        "has_message",
+        "succeeded",
+    ),
+    Row(IP, WorkloadSucceeded, S, WORKLOAD_COMPLETED, N, MSG_COMPLETED, None, "succeeded"),
+    Row(LIVE, TimedOut, F, JOB_TIMED_OUT, W, MSG_TIMED_OUT, None, "enter", note="site 16"),
+    # Verdicts
+    Row(LIVE, HardwareFault, SAME, guard="new_failed_node", effect="hardware_failed"),
+    ignore(LIVE, HardwareFault, "this (node, reason) pair is recorded already"),
+    ignore(TERMINAL, HardwareFault, "checkNodeHealth skips a terminal Job"),
+    Row(LIVE, MeasurementsReported, SAME, effect="measured", note="kept for the verdict"),
+    Row(S, MeasurementsReported, SAME, guard="awaiting_validation", effect="measured_validate"),
+    ignore(TERMINAL, MeasurementsReported, "no verdict is pending"),
+    Row(S, Tick, SAME, guard="measurement_timed_out", effect="measurement_timeout"),
+    ignore(TERMINAL, Tick, "no timer runs for a decided Job"),
+    Row(
+        ANY,
+        MeasurementCreateFailed,
+        SAME,
+        ignore=True,
+        note="non-fatal; repeats on each failing pass",
+        action=Action(MEASUREMENT_CREATION_ERROR, W, MSG_MEASUREMENT_ERROR),
+    ),
+    # The stop guard
+    *(
+        ignore(TERMINAL, o, STOP)
+        for o in (
+            SpecUpdated,
+            WorkloadCreated,
+            BuildFailed,
+            WorkloadPending,
+            WorkloadRunning,
+            TrainingStepObserved,
+            WorkloadFailed,
+            WorkloadMissing,
+            WorkloadSucceeded,
+            TimedOut,
+        )
+    ),
+)
+
+TABLE = Table(
+    "job",
+    states=STATES,
+    initial=NEW,
+    terminal=TERMINAL,
+    observations=OBSERVATIONS,
+    rows=ROWS,
+    guards=GUARDS,
+    effects=EFFECTS,
+    context=("workload", "restart", "max_restarts"),
+)
+
+
+def _hardware(status: JobStatus) -> Condition | None:
+    return status.condition(HARDWARE_FAILED)
+
+
+def _validation(status: JobStatus) -> Condition | None:
+    return status.condition(VALIDATION_FAILED)
+
+
+class JobMachine(ConditionMachine[JobStatus]):
+    name: ClassVar[str] = "job"
+    kind: ClassVar[str] = "Job"
+    status_type: ClassVar[type[Any]] = JobStatus
+    table: ClassVar[Table] = TABLE
+    controller: ClassVar[str] = JOB_CONTROLLER
+    verdicts: ClassVar[tuple[Verdict[Any], ...]] = (
+        Verdict(HARDWARE_FAILED, _hardware),
+        Verdict(VALIDATION_FAILED, _validation, on_absent_to_false=EventType.NORMAL),
+    )
+
+    def initial(self, ref: ObjectRef) -> JobStatus:
+        return JobStatus(name=ref.name)
+
+    def context(self, status: JobStatus, obs: Observation) -> Mapping[str, Any]:
+        return context(status)
+
+    def flips(self, before: JobStatus, after: JobStatus) -> tuple[Flip, ...]:
+        """The timeout is written by the Workflow controller: its event says so (site 16)."""
+        out = super().flips(before, after)
+        if after.reason == JOB_TIMED_OUT and before.state != after.state:
+            out = tuple(
+                attrs.evolve(f, controller=WORKFLOW_CONTROLLER) if not f.condition else f
+                for f in out
+            )
+        return out
+
+
+JOB = JobMachine()

@@ -1,0 +1,397 @@
+"""The Workflow lifecycle: nodes discovered, partitioned into groups, one Job per group for
+each of ``iterations`` rounds, failed groups drained and retried.
+
+Behaviour follows ``shared/domain/workflow-job-certification.md`` §(a) "Workflow" and sites
+4-6 and 16 of §(b). The Workflow reads its Jobs only through their committed statuses
+(:class:`JobObserved`, wired by :mod:`lifecycle.links`), and its timeout write on a Job goes
+back down the same way (the Job's :class:`~lifecycle.machines.job.TimedOut`).
+
+Groups: ``terminal = hardware || failed || succeeded``; ``jobFailed = failed || hardware ||
+validation``; a Succeeded Job still awaiting its verdict keeps its group Running. A failed
+group is held Running for ``drain_grace_s`` (the workload is deleted, pods drain), then
+retried while ``retries < retry_failed_groups`` and the Job did not time out, else Failed.
+Windows and timeouts are decided on :class:`~lifecycle.Tick` only (a zero grace: at once).
+"""
+
+# ruff: noqa: F405 (names come from the records module's __all__)
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+import attrs
+
+from .._core.errors import InvalidObservation
+from .._core.observation import Observation
+from .._core.refs import EventType, ObjectRef
+from .._core.table import ANY, SAME, Action, Effect, Guard, Row, Table, ignore
+from .._core.transition import Flip
+from . import _groups
+from ._conditions import (
+    FAILED,
+    IN_PROGRESS,
+    LIVE,
+    NEW,
+    STATES,
+    SUCCEEDED,
+    TERMINAL,
+    TRUE,
+    ConditionMachine,
+    exclusive,
+    restamp,
+    upsert,
+)
+from ._groups import Plan, running
+from ._workflow_records import *  # noqa: F403 (the records are this module's vocabulary)
+
+
+# -- group bookkeeping (see _groups) ----------------------------------------------------------
+def plan(status: WorkflowStatus, obs: Observation) -> Plan:
+    groups = list(status.groups)
+    if isinstance(obs, JobObserved) and obs.group < len(groups):
+        groups[obs.group] = attrs.evolve(
+            groups[obs.group],
+            job_state=obs.state,
+            job_reason=obs.reason,
+            hardware_failed=obs.hardware_failed,
+            validation_failed=obs.validation_failed,
+            awaiting_validation=obs.awaiting_validation,
+            workload_start_time=obs.workload_start_time,
+            workload_exists=obs.workload_exists,
+        )
+    return _groups.plan(status, groups, obs.at, obs.is_tick)
+
+
+def context(status: WorkflowStatus) -> dict[str, Any]:
+    return {
+        "iteration": status.iteration,
+        "iterations": status.iterations,
+        "running": running(status.groups),
+        "completed": status.iteration - 1,
+        "failed": status.failed_groups,
+        "hardware_note": HARDWARE_NOTE if status.hardware_failures else "",
+    }
+
+
+# -- guards -----------------------------------------------------------------------------------
+def _outcome(status: WorkflowStatus, obs: Observation) -> Plan:
+    return plan(status, obs)
+
+
+def finishes_succeeded(status: WorkflowStatus, obs: Observation) -> bool:
+    return _outcome(status, obs).outcome == SUCCEEDED
+
+
+def finishes_failed(status: WorkflowStatus, obs: Observation) -> bool:
+    return _outcome(status, obs).outcome == FAILED
+
+
+def finishes_failed_hardware(status: WorkflowStatus, obs: Observation) -> bool:
+    p = _outcome(status, obs)
+    return p.outcome == FAILED and p.hardware
+
+
+def finishes_failed_validation(status: WorkflowStatus, obs: Observation) -> bool:
+    p = _outcome(status, obs)
+    return p.outcome == FAILED and p.validation and not p.hardware
+
+
+def finishes_iteration(status: WorkflowStatus, obs: Observation) -> bool:
+    return _outcome(status, obs).outcome == ITERATION_COMPLETED
+
+
+def stale_job(status: WorkflowStatus, obs: JobObserved) -> bool:
+    """A report from a Job that is not its group's current one (an earlier try, or unknown)."""
+    if obs.group >= len(status.groups):
+        return True
+    g = status.groups[obs.group]
+    return g.state != RUNNING or g.job_uid != obs.job_uid
+
+
+def group_busy(status: WorkflowStatus, obs: JobLaunched) -> bool:
+    return obs.group < len(status.groups) and status.groups[obs.group].state != PENDING
+
+
+def stale_generation(status: WorkflowStatus, obs: SpecUpdated) -> bool:
+    return obs.generation <= status.generation
+
+
+def dependency_collision(status: WorkflowStatus, obs: DependencyCreateFailed) -> bool:
+    return obs.collision == "dependency"
+
+
+def job_collision(status: WorkflowStatus, obs: DependencyCreateFailed) -> bool:
+    return obs.collision == "job"
+
+
+GUARDS: dict[str, Guard] = {
+    "finishes_succeeded": finishes_succeeded,
+    "finishes_failed": finishes_failed,
+    "finishes_failed_hardware": finishes_failed_hardware,
+    "finishes_failed_validation": finishes_failed_validation,
+    "finishes_iteration": finishes_iteration,
+    "stale_job": stale_job,
+    "group_busy": group_busy,
+    "stale_generation": stale_generation,
+    "dependency": dependency_collision,
+    "job_collision": job_collision,
+}
+
+
+# -- effects ----------------------------------------------------------------------------------
+def _enter(status: WorkflowStatus, obs: Observation, row: Row, **changes: Any) -> WorkflowStatus:
+    """Apply ``changes`` first, then render the row's message against the new status."""
+    moved = attrs.evolve(status, **changes)
+    result: WorkflowStatus = exclusive(moved, obs, row, row.render(obs, context(moved)))
+    return result
+
+
+def submitted(status: WorkflowStatus, obs: Submitted, row: Row) -> WorkflowStatus:
+    timeout = obs.timeout_per_job_s
+    if timeout is None and obs.owner_kind == "WorkloadRun":
+        timeout = WORKLOADRUN_TIMEOUT
+    return attrs.evolve(
+        status,
+        owner_kind=obs.owner_kind,
+        owner=obs.owner,
+        owner_uid=obs.owner_uid,
+        category=obs.category,
+        iterations=obs.iterations,
+        retry_failed_groups=obs.retry_failed_groups,
+        timeout_per_job_s=timeout,
+        drain_grace_s=obs.drain_grace_s,
+        workload_kind=obs.workload_kind,
+        thresholds=obs.thresholds,
+        max_restarts=obs.max_restarts,
+        checkpoint=obs.checkpoint,
+        generation=obs.generation,
+    )
+
+
+def generation(status: WorkflowStatus, obs: SpecUpdated, row: Row) -> WorkflowStatus:
+    result: WorkflowStatus = restamp(status, obs.generation, obs.at)
+    return result
+
+
+def enter(status: WorkflowStatus, obs: Observation, row: Row) -> WorkflowStatus:
+    return _enter(status, obs, row)
+
+
+def partitioned(status: WorkflowStatus, obs: Partitioned, row: Row) -> WorkflowStatus:
+    return _enter(
+        status,
+        obs,
+        row,
+        nodes=obs.nodes,
+        nodes_per_job=obs.nodes_per_job,
+        iteration=1,
+        groups=tuple(Group(i) for i in range(obs.groups)),
+    )
+
+
+def launched(status: WorkflowStatus, obs: JobLaunched, row: Row) -> WorkflowStatus:
+    if obs.group >= len(status.groups):
+        raise InvalidObservation(
+            f"workflow: JobLaunched for group {obs.group}, but there are "
+            f"{len(status.groups)} groups (0-based)"
+        )
+    groups = list(status.groups)
+    groups[obs.group] = Group(
+        obs.group,
+        RUNNING,
+        obs.job,
+        obs.uid,
+        retries=groups[obs.group].retries,
+        started_at=obs.at,
+    )
+    return _enter(status, obs, row, groups=tuple(groups))
+
+
+def advance(status: WorkflowStatus, obs: Observation, row: Row) -> WorkflowStatus:
+    """A Job report or a Tick: groups move; the Workflow's condition follows the plan.
+
+    Nothing moved: the status is returned as it is (no write). The Failed write carries the
+    Workflow's own ValidationFailed (status-only) when a failed group's Job had one.
+    """
+    p = plan(status, obs)
+    if p.outcome == RUNNING and p.groups == status.groups:
+        return status
+    result = _enter(
+        status,
+        obs,
+        row,
+        groups=p.groups,
+        iteration=p.iteration,
+        failed_groups=p.failed_groups,
+        hardware_failures=p.hardware,
+        validation_failures=p.validation,
+    )
+    if p.outcome == FAILED and p.validation:
+        conditions = upsert(
+            result.conditions,
+            VALIDATION_FAILED,
+            TRUE,
+            JOB_VALIDATION_FAILED,
+            MSG_VALIDATION,
+            obs.at,
+            result.generation,
+        )
+        result = attrs.evolve(result, conditions=conditions)
+    return result
+
+
+EFFECTS: dict[str, Effect] = {
+    "submitted": submitted,
+    "generation": generation,
+    "enter": enter,
+    "partitioned": partitioned,
+    "launched": launched,
+    "advance": advance,
+}
+
+N, W = EventType.NORMAL, EventType.WARNING
+IP, S, F = IN_PROGRESS, SUCCEEDED, FAILED
+STOP = "a terminal Workflow returns early: no write, no event"
+
+
+def _outcome_rows(obs: type[Observation]) -> tuple[Row, ...]:
+    """The rows a Job report or a Tick can take from InProgress; the first match wins."""
+    return (
+        Row(IP, obs, S, JOB_COMPLETED, N, MSG_COMPLETED, "finishes_succeeded", "advance"),
+        Row(IP, obs, F, JOB_HARDWARE_FAILED, W, MSG_FAILED, "finishes_failed_hardware", "advance"),
+        Row(
+            IP,
+            obs,
+            F,
+            JOB_VALIDATION_FAILED,
+            W,
+            MSG_FAILED,
+            "finishes_failed_validation",
+            "advance",
+            note="the Workflow's own ValidationFailed rides on this write (no event)",
+        ),
+        Row(IP, obs, F, ITERATIONS_FAILED, W, MSG_FAILED, "finishes_failed", "advance"),
+        Row(
+            IP, obs, SAME, ITERATION_COMPLETED, None, MSG_ITERATION, "finishes_iteration", "advance"
+        ),
+        Row(
+            IP,
+            obs,
+            SAME,
+            JOB_RUNNING,
+            None,
+            MSG_RUNNING,
+            effect="advance",
+            note="groups move (drain, retry, timeout), or nothing changes and nothing is written",
+        ),
+    )
+
+
+def _action(obs: type[Observation], reason: str, kind: EventType, message: str) -> Row:
+    return Row(
+        ANY, obs, SAME, ignore=True, note="informational", action=Action(reason, kind, message)
+    )
+
+
+ROWS: tuple[Row, ...] = (
+    Row(NEW, Submitted, SAME, effect="submitted", note="the spec; no condition yet"),
+    ignore(LIVE, SpecUpdated, "not newer than the stamped generation", guard="stale_generation"),
+    Row(LIVE, SpecUpdated, SAME, effect="generation", note="observedGeneration only: no event"),
+    # Discovery and partitioning (the first pass)
+    Row(NEW, OverridesFailed, F, OVERRIDE_ERROR, W, MSG_OVERRIDE, None, "enter"),
+    Row(NEW, CheckpointPVCMissing, F, CHECKPOINT_PVC_MISSING, W, MSG_PVC, None, "enter"),
+    Row(NEW, NodeListFailed, F, NODE_DISCOVERY_ERROR, W, MSG_DISCOVERY, None, "enter"),
+    Row(NEW, NoNodesFound, F, NODE_DISCOVERY_ERROR, W, MSG_NO_NODES, None, "enter"),
+    Row(NEW, PlatformsMixed, F, HETEROGENEOUS_PLATFORM, W, "{error}", None, "enter"),
+    Row(NEW, PartitionFailed, F, PARTITION_ERROR, W, "{error}", None, "enter"),
+    Row(
+        LIVE,
+        DependencyCreateFailed,
+        F,
+        DEPENDENCY_NAME_COLLISION,
+        W,
+        "{error}",
+        "dependency",
+        "enter",
+    ),
+    Row(
+        LIVE, DependencyCreateFailed, F, JOB_NAME_COLLISION, W, "{error}", "job_collision", "enter"
+    ),
+    Row(
+        LIVE, DependencyCreateFailed, F, DEPENDENCY_CREATION_ERROR, W, MSG_DEPENDENCY, None, "enter"
+    ),
+    Row(NEW, Partitioned, IP, GROUPS_PARTITIONED, N, MSG_PARTITIONED, None, "partitioned"),
+    ignore(IP, Partitioned, "partitioned already"),
+    # Jobs
+    ignore(IP, JobLaunched, "the group runs a Job already", guard="group_busy"),
+    Row(IP, JobLaunched, SAME, JOB_CREATED, None, MSG_RUNNING, None, "launched"),
+    ignore(IP, JobObserved, "not the group's current Job", guard="stale_job"),
+    *_outcome_rows(JobObserved),
+    ignore(NEW, JobObserved, "no groups before partitioning"),
+    *_outcome_rows(Tick),
+    ignore(NEW, Tick, "no timer before partitioning"),
+    # Informational action events: no status, may repeat
+    _action(CordonedNodesExcluded, CORDONED_NODES_EXCLUDED, W, MSG_CORDONED),
+    _action(HeterogeneousGPUFiltered, HETEROGENEOUS_GPU, W, MSG_HETEROGENEOUS_GPU),
+    _action(InsufficientGPUCapacity, INSUFFICIENT_GPU_CAPACITY, W, MSG_INSUFFICIENT_GPU),
+    _action(OverrideApplied, OVERRIDE_APPLIED, N, "{detail}"),
+    _action(OverrideNoOp, OVERRIDE_NO_OP, W, "{detail}"),
+    _action(NoOverridesMatched, NO_OVERRIDES_MATCHED, N, "{detail}"),
+    # Terminal: absorbing; discovery observations come only before partitioning
+    *(
+        ignore((IP, *TERMINAL), o, STOP)
+        for o in (
+            Submitted,
+            OverridesFailed,
+            CheckpointPVCMissing,
+            NodeListFailed,
+            NoNodesFound,
+            PlatformsMixed,
+            PartitionFailed,
+        )
+    ),
+    *(
+        ignore(TERMINAL, o, STOP)
+        for o in (SpecUpdated, DependencyCreateFailed, Partitioned, JobLaunched, JobObserved, Tick)
+    ),
+)
+
+TABLE = Table(
+    "workflow",
+    states=STATES,
+    initial=NEW,
+    terminal=TERMINAL,
+    observations=OBSERVATIONS,
+    rows=ROWS,
+    guards=GUARDS,
+    effects=EFFECTS,
+    context=("iteration", "iterations", "running", "completed", "failed", "hardware_note"),
+)
+
+
+class WorkflowMachine(ConditionMachine[WorkflowStatus]):
+    name: ClassVar[str] = "workflow"
+    kind: ClassVar[str] = "Workflow"
+    status_type: ClassVar[type[Any]] = WorkflowStatus
+    table: ClassVar[Table] = TABLE
+    controller: ClassVar[str] = WORKFLOW_CONTROLLER
+
+    def initial(self, ref: ObjectRef) -> WorkflowStatus:
+        return WorkflowStatus(name=ref.name)
+
+    def context(self, status: WorkflowStatus, obs: Observation) -> Mapping[str, Any]:
+        return context(status)
+
+    def fallback_message(self, ref: ObjectRef, flip: Flip, error: Exception) -> str:
+        """The two fallbacks upstream names, in its words; any other: the default."""
+        tail = f"; recording the Workflow Failed condition also failed: {error}"
+        if flip.reason == HETEROGENEOUS_PLATFORM:
+            return f"Platform detection failed: {flip.message}{tail}"
+        if flip.reason == OVERRIDE_ERROR:
+            cause = flip.message.removeprefix(MSG_OVERRIDE.format(error=""))
+            return f"Override failed: {cause}{tail}"
+        return super().fallback_message(ref, flip, error)
+
+
+WORKFLOW = WorkflowMachine()

@@ -1,0 +1,328 @@
+"""The WorkloadRun lifecycle: a user-facing run that builds one Workflow and mirrors it.
+
+Behaviour follows ``shared/domain/workflow-job-certification.md`` §(a) "WorkloadRun" and
+sites 10-12 of §(b):
+
+- non-true exclusive conditions get reason ``Superseded`` and no observedGeneration;
+- every write is one direct status update (``write_attempts = 1``): a conflict is not
+  retried and emits nothing, the next reconcile re-reads;
+- the terminal mirror: Workflow Succeeded -> ``WorkflowSucceeded``; Workflow Failed ->
+  ``WorkflowValidationFailed`` when its reason is ``JobValidationFailed``, else
+  ``WorkflowFailed``, with the Workflow's Failed message; a Workflow that is gone ->
+  ``WorkflowDeleted``. Before it, the Workflow's ``ValidationFailed`` is copied as
+  ``ValidationFailed=True / ThresholdViolation`` (status-only, no event).
+
+Chosen here (upstream's text is not known): the ``LogProfileNotFound`` note.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any, ClassVar
+
+import attrs
+
+from .._core.observation import Observation
+from .._core.refs import Condition, EventType, ObjectRef
+from .._core.table import ANY, SAME, Action, Effect, Guard, Row, Table, ignore
+from .._core.transition import Flip
+from ._conditions import (
+    FAILED,
+    IN_PROGRESS,
+    NEW,
+    STATES,
+    SUCCEEDED,
+    SUPERSEDED,
+    TERMINAL,
+    TRUE,
+    Conditioned,
+    ConditionMachine,
+    exclusive,
+    upsert,
+)
+
+WORKLOADRUN_CONTROLLER = "workloadrun-controller"
+
+# -- reasons ----------------------------------------------------------------------------------
+BUILD_FAILED = "BuildFailed"
+WORKFLOW_CREATED = "WorkflowCreated"
+WORKFLOW_CREATION_ERROR = "WorkflowCreationError"
+WORKFLOW_SUCCEEDED = "WorkflowSucceeded"
+WORKFLOW_VALIDATION_FAILED = "WorkflowValidationFailed"
+WORKFLOW_FAILED = "WorkflowFailed"
+WORKFLOW_DELETED = "WorkflowDeleted"
+LOG_PROFILE_NOT_FOUND = "LogProfileNotFound"
+VALIDATION_FAILED = "ValidationFailed"
+THRESHOLD_VIOLATION = "ThresholdViolation"
+#: The Workflow's Failed reason that makes the run's reason WorkflowValidationFailed.
+JOB_VALIDATION_FAILED = "JobValidationFailed"
+
+# -- messages ---------------------------------------------------------------------------------
+MSG_BUILD_FAILED = "workloadrun {name}: exec framework selected but spec.framework.exec is nil"
+MSG_CREATED = "Workflow {workflow} created"
+MSG_CREATE_FAILED = "Failed to create Workflow {workflow}: {error}"
+MSG_SUCCEEDED = "Workflow completed successfully"
+MSG_DELETED = "Workflow was deleted"
+MSG_LOG_PROFILE = "Log profile {profile} not found"
+
+
+@attrs.frozen(slots=True)
+class WorkloadRunStatus(Conditioned):
+    name: str = ""
+    conditions: tuple[Condition, ...] = ()
+    clock: datetime | None = None
+    workflow: str = ""
+    workflow_uid: str = ""
+    #: The Workflow's condition as last mirrored.
+    workflow_state: str = ""
+    workflow_reason: str = ""
+    workflow_message: str = ""
+
+
+# -- observations -----------------------------------------------------------------------------
+@attrs.frozen(slots=True, kw_only=True)
+class ExecFrameworkMissing(Observation):
+    """The build guard: the exec framework is selected but ``spec.framework.exec`` is nil."""
+
+
+@attrs.frozen(slots=True, kw_only=True)
+class WorkflowCreated(Observation):
+    workflow: str
+    uid: str = ""
+
+
+@attrs.frozen(slots=True, kw_only=True)
+class WorkflowCreateFailed(Observation):
+    """Create failed; ``already_exists`` requeues without a write or an event."""
+
+    workflow: str
+    error: str
+    already_exists: bool = False
+
+
+@attrs.frozen(slots=True, kw_only=True)
+class WorkflowObserved(Observation):
+    """The run's Workflow as committed (wired by the Workflow -> WorkloadRun link)."""
+
+    workflow: str
+    uid: str = ""
+    state: str = ""
+    reason: str = ""
+    message: str = ""
+    validation_failed: bool = False
+    validation_message: str = ""
+
+
+@attrs.frozen(slots=True, kw_only=True)
+class WorkflowGone(Observation):
+    """The run's Workflow was not found."""
+
+
+@attrs.frozen(slots=True, kw_only=True)
+class LogProfileNotFound(Observation):
+    """A measurement tier could not find its log profile (an action Warning only)."""
+
+    profile: str
+
+
+OBSERVATIONS: tuple[type[Observation], ...] = (
+    ExecFrameworkMissing,
+    WorkflowCreated,
+    WorkflowCreateFailed,
+    WorkflowObserved,
+    WorkflowGone,
+    LogProfileNotFound,
+)
+
+
+# -- guards -----------------------------------------------------------------------------------
+def already_exists(status: WorkloadRunStatus, obs: WorkflowCreateFailed) -> bool:
+    return obs.already_exists
+
+
+def other_workflow(status: WorkloadRunStatus, obs: WorkflowObserved) -> bool:
+    if obs.workflow != status.workflow:
+        return True
+    return bool(status.workflow_uid and obs.uid and obs.uid != status.workflow_uid)
+
+
+def workflow_succeeded(status: WorkloadRunStatus, obs: WorkflowObserved) -> bool:
+    return obs.state == SUCCEEDED
+
+
+def workflow_failed(status: WorkloadRunStatus, obs: WorkflowObserved) -> bool:
+    return obs.state == FAILED
+
+
+def workflow_failed_validation(status: WorkloadRunStatus, obs: WorkflowObserved) -> bool:
+    return obs.state == FAILED and obs.reason == JOB_VALIDATION_FAILED
+
+
+GUARDS: dict[str, Guard] = {
+    "already_exists": already_exists,
+    "other_workflow": other_workflow,
+    "workflow_succeeded": workflow_succeeded,
+    "workflow_failed": workflow_failed,
+    "workflow_failed_validation": workflow_failed_validation,
+}
+
+
+# -- effects ----------------------------------------------------------------------------------
+def _enter(
+    status: WorkloadRunStatus, obs: Observation, row: Row, **changes: Any
+) -> WorkloadRunStatus:
+    """A direct write: Superseded for the non-true types, no observedGeneration."""
+    message = row.render(obs, {"name": status.name})
+    result: WorkloadRunStatus = exclusive(
+        status, obs, row, message, generation=False, others=SUPERSEDED, **changes
+    )
+    return result
+
+
+def enter(status: WorkloadRunStatus, obs: Observation, row: Row) -> WorkloadRunStatus:
+    return _enter(status, obs, row)
+
+
+def created(status: WorkloadRunStatus, obs: WorkflowCreated, row: Row) -> WorkloadRunStatus:
+    return _enter(status, obs, row, workflow=obs.workflow, workflow_uid=obs.uid)
+
+
+def _mirrored(status: WorkloadRunStatus, obs: WorkflowObserved) -> WorkloadRunStatus:
+    return attrs.evolve(
+        status,
+        workflow_uid=status.workflow_uid or obs.uid,
+        workflow_state=obs.state,
+        workflow_reason=obs.reason,
+        workflow_message=obs.message,
+    )
+
+
+def mirror(status: WorkloadRunStatus, obs: WorkflowObserved, row: Row) -> WorkloadRunStatus:
+    """The Workflow runs: mirror its fields, a plain update (no condition, no event)."""
+    return _mirrored(status, obs)
+
+
+def finished(status: WorkloadRunStatus, obs: WorkflowObserved, row: Row) -> WorkloadRunStatus:
+    """The terminal mirror, with the Workflow's ValidationFailed copied first."""
+    status = _mirrored(status, obs)
+    if obs.validation_failed:
+        conditions = upsert(
+            status.conditions,
+            VALIDATION_FAILED,
+            TRUE,
+            THRESHOLD_VIOLATION,
+            obs.validation_message,
+            obs.at,
+            None,
+        )
+        status = attrs.evolve(status, conditions=conditions)
+    return _enter(status, obs, row)
+
+
+EFFECTS: dict[str, Effect] = {
+    "enter": enter,
+    "created": created,
+    "mirror": mirror,
+    "finished": finished,
+}
+
+N, W = EventType.NORMAL, EventType.WARNING
+STOP = "a terminal WorkloadRun returns early: no write, no event"
+
+ROWS: tuple[Row, ...] = (
+    Row(NEW, ExecFrameworkMissing, FAILED, BUILD_FAILED, W, MSG_BUILD_FAILED, effect="enter"),
+    ignore((IN_PROGRESS, *TERMINAL), ExecFrameworkMissing, "the build guard runs before create"),
+    Row(NEW, WorkflowCreated, IN_PROGRESS, WORKFLOW_CREATED, N, MSG_CREATED, effect="created"),
+    ignore((IN_PROGRESS, *TERMINAL), WorkflowCreated, "the run has its Workflow"),
+    ignore(NEW, WorkflowCreateFailed, "AlreadyExists: requeue", guard="already_exists"),
+    Row(
+        NEW,
+        WorkflowCreateFailed,
+        SAME,
+        ignore=True,
+        note="no write; the error is returned",
+        action=Action(WORKFLOW_CREATION_ERROR, W, MSG_CREATE_FAILED),
+    ),
+    ignore((IN_PROGRESS, *TERMINAL), WorkflowCreateFailed, "the run has its Workflow"),
+    ignore(IN_PROGRESS, WorkflowObserved, "not the run's Workflow", guard="other_workflow"),
+    Row(
+        IN_PROGRESS,
+        WorkflowObserved,
+        SUCCEEDED,
+        WORKFLOW_SUCCEEDED,
+        N,
+        MSG_SUCCEEDED,
+        guard="workflow_succeeded",
+        effect="finished",
+    ),
+    Row(
+        IN_PROGRESS,
+        WorkflowObserved,
+        FAILED,
+        WORKFLOW_VALIDATION_FAILED,
+        W,
+        "{message}",
+        guard="workflow_failed_validation",
+        effect="finished",
+    ),
+    Row(
+        IN_PROGRESS,
+        WorkflowObserved,
+        FAILED,
+        WORKFLOW_FAILED,
+        W,
+        "{message}",
+        guard="workflow_failed",
+        effect="finished",
+    ),
+    Row(IN_PROGRESS, WorkflowObserved, SAME, effect="mirror", note="mirror fields; no event"),
+    ignore(NEW, WorkflowObserved, "no workflowRef yet"),
+    Row(IN_PROGRESS, WorkflowGone, FAILED, WORKFLOW_DELETED, W, MSG_DELETED, effect="enter"),
+    ignore(NEW, WorkflowGone, "no workflowRef yet"),
+    Row(
+        ANY,
+        LogProfileNotFound,
+        SAME,
+        ignore=True,
+        note="a measurement tier's action Warning",
+        action=Action(LOG_PROFILE_NOT_FOUND, W, MSG_LOG_PROFILE),
+    ),
+    *(ignore(TERMINAL, o, STOP) for o in (WorkflowObserved, WorkflowGone)),
+)
+
+TABLE = Table(
+    "workloadrun",
+    states=STATES,
+    initial=NEW,
+    terminal=TERMINAL,
+    observations=OBSERVATIONS,
+    rows=ROWS,
+    guards=GUARDS,
+    effects=EFFECTS,
+    context=("name",),
+)
+
+
+class WorkloadRunMachine(ConditionMachine[WorkloadRunStatus]):
+    name: ClassVar[str] = "workloadrun"
+    kind: ClassVar[str] = "WorkloadRun"
+    status_type: ClassVar[type[Any]] = WorkloadRunStatus
+    table: ClassVar[Table] = TABLE
+    controller: ClassVar[str] = WORKLOADRUN_CONTROLLER
+    write_attempts: ClassVar[int | None] = 1
+
+    def initial(self, ref: ObjectRef) -> WorkloadRunStatus:
+        return WorkloadRunStatus(name=ref.name)
+
+    def context(self, status: WorkloadRunStatus, obs: Observation) -> Mapping[str, Any]:
+        return {"name": status.name}
+
+    def fallback_message(self, ref: ObjectRef, flip: Flip, error: Exception) -> str:
+        tail = f"; recording the WorkloadRun Failed condition also failed: {error}"
+        if flip.reason == BUILD_FAILED:
+            return f"WorkloadRun build failed: {flip.message}{tail}"
+        return super().fallback_message(ref, flip, error)
+
+
+WORKLOADRUN = WorkloadRunMachine()
