@@ -8,6 +8,7 @@ are leased so a crashed process's events are redelivered, under the same ids, by
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sqlite3
 import threading
@@ -114,6 +115,15 @@ class SQLiteStore:
     def _fail(self, what: str, e: BaseException) -> StoreError:
         return StoreError(f"SQLite store {self.path}: {what} failed: {e}")
 
+    @contextlib.contextmanager
+    def _decoding(self, what: str) -> Iterator[None]:
+        """A stored row that cannot be read back (corrupt, or written by an incompatible
+        version) is a :class:`StoreError`, never a raw decoding exception."""
+        try:
+            yield
+        except Exception as e:
+            raise StoreError(f"SQLite store {self.path}: cannot read the {what}: {e!r}") from e
+
     # -- the protocol -------------------------------------------------------------------
     def load(self, machine: Machine[Any], ref: ObjectRef) -> Record | None:
         with self._lock:
@@ -125,7 +135,8 @@ class SQLiteStore:
                 raise self._fail(f"load of {ref.uid}", e) from e
         if row is None:
             return None
-        return Record(ref, machine.name, machine.load_status(json.loads(row[1])), row[0])
+        with self._decoding(f"status of {ref.uid}"):
+            return Record(ref, machine.name, machine.load_status(json.loads(row[1])), row[0])
 
     def commit(
         self,
@@ -211,14 +222,15 @@ class SQLiteStore:
                 ).fetchall()
             except sqlite3.Error as e:
                 raise self._fail(f"journal of {ref.uid}", e) from e
-        return [
-            JournalEntry(
-                version,
-                machine.load_observation(name, at, json.loads(fields)),
-                tuple(transition_from_row(t) for t in json.loads(events)),
-            )
-            for version, at, name, fields, events in rows
-        ]
+        with self._decoding(f"journal of {ref.uid}"):
+            return [
+                JournalEntry(
+                    version,
+                    machine.load_observation(name, at, json.loads(fields)),
+                    tuple(transition_from_row(t) for t in json.loads(events)),
+                )
+                for version, at, name, fields, events in rows
+            ]
 
     def records(self, machine: Machine[Any]) -> Iterator[Record]:
         with self._lock:
@@ -232,7 +244,9 @@ class SQLiteStore:
                 raise self._fail("scan", e) from e
         for kind, namespace, name, uid, version, status in rows:
             ref = ObjectRef(kind, namespace, name, uid)
-            yield Record(ref, machine.name, machine.load_status(json.loads(status)), version)
+            with self._decoding(f"status of {uid}"):
+                loaded = machine.load_status(json.loads(status))
+            yield Record(ref, machine.name, loaded, version)
 
     def claim_undelivered(self, limit: int = 1000) -> list[Transition]:
         """Lease up to ``limit`` undelivered events: this store's own, and expired leases."""
@@ -249,7 +263,8 @@ class SQLiteStore:
                     ).fetchall()
             except sqlite3.Error as e:
                 raise self._fail("outbox claim", e) from e
-        found = [transition_from_row(json.loads(p)) for (p,) in rows]
+        with self._decoding("outbox"):
+            found = [transition_from_row(json.loads(p)) for (p,) in rows]
         found.sort(key=lambda t: (t.ref.uid, t.version, t.n))
         return found
 

@@ -1,0 +1,1 @@
+"""Implementation of :mod:`lifecycle.testing` (the public face)."""

@@ -1,0 +1,515 @@
+"""Modal sandboxes -> Pod observations (extra ``modal``; the SDK is imported lazily).
+
+Behaviour follows ``shared/domain/pod-nodeclaim.md`` §4 (Modal), with the upstream bugs
+corrected (ADR 0020):
+
+- a tag read failure makes the observation :class:`InstanceUnknown` (changes nothing): never
+  "no probe, so Ready", never "absent";
+- a readiness probe is confirmed by ONE detached waiter per sandbox (``wait_until_ready`` with a
+  30 s budget), which the caller's cancellation and deadline cannot reach; its latch is set only
+  on confirmed readiness (or "no probe configured") and only if the sandbox's generation token
+  is unchanged, so a sandbox forgotten on exit or terminate is never latched again; entries of
+  sandboxes that left the list are pruned;
+- every SDK call in an observation pass has its own short deadline;
+- a tracked sandbox missing from ``Sandbox.list`` (which hides finished sandboxes) is polled by
+  id before it is called absent, and its exit code is classified: 0, 124 (timeout) and 137
+  (terminated) are ``InstanceTerminated``, anything else ``InstanceFailed``, code and meaning
+  kept.
+
+:class:`AsyncModalAdapter` is the asyncio core (the SDK's ``.aio`` interface);
+:class:`ModalAdapter` runs it on a private event-loop thread for synchronous hosts, such as a
+loop around :class:`lifecycle.Runner`. Tests and ``--fake`` runs pass
+``sdk=lifecycle.adapters.modal_fake.FakeModal()``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import importlib
+import threading
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from concurrent.futures import Future
+from datetime import UTC, datetime
+from typing import Any, TypeVar
+
+import attrs
+import structlog
+
+from .._core.observation import Observation
+from .._core.refs import ObjectRef
+from ..machines.nodeclaim import claim_name
+from ..machines.pod import (
+    InstanceAbsent,
+    InstanceRunning,
+    InstanceUnknown,
+    ProvisionErrored,
+    ProvisionRejected,
+    ProvisionSucceeded,
+    TerminateFailed,
+    TerminateSucceeded,
+)
+from ._modal_mapping import (
+    CLAIM_TAG_KEY,
+    PROBE_TAG_KEY,
+    PROBE_TAG_VALUE,
+    ProbePlan,
+    ReadinessLatch,
+    exit_meaning,
+    exit_observation,
+    probe_plan,
+    sandbox_observation,
+)
+from .recording import Recorder, redact
+
+__all__ = [
+    "CLAIM_TAG_KEY",
+    "PROBE_TAG_KEY",
+    "PROBE_TAG_VALUE",
+    "AsyncModalAdapter",
+    "ModalAdapter",
+    "ProbePlan",
+    "ReadinessLatch",
+    "SandboxSpec",
+    "exit_meaning",
+    "exit_observation",
+    "probe_plan",
+    "sandbox_observation",
+]
+
+READINESS_BUDGET_SECONDS = 30
+DEFAULT_LIFETIME_SECONDS = 24 * 3600
+DEFAULT_CALL_TIMEOUT = 10.0
+DEFAULT_PROVISION_TIMEOUT = 90.0
+
+T = TypeVar("T")
+Clock = Callable[[], datetime]
+_log = structlog.get_logger("lifecycle.adapters.modal")
+
+
+def _utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+def _text(e: BaseException) -> str:
+    message = str(e) or repr(e)
+    return redact(f"{type(e).__name__}: {message}")
+
+
+# -- the adapter ------------------------------------------------------------------------------
+@attrs.frozen(slots=True)
+class SandboxSpec:
+    """What a pod asks of its sandbox. ``readiness_probe`` is the container's Kubernetes
+    ``readinessProbe`` as the API returns it (``exec``/``tcpSocket``/``httpGet``,
+    ``periodSeconds``); ``active_deadline_seconds`` bounds the lifetime (else 24 h)."""
+
+    image: str
+    command: tuple[str, ...] = ()
+    env: Mapping[str, str] = attrs.field(factory=dict, hash=False)
+    gpu: str | None = None
+    cpu: float | None = None
+    memory_mib: int | None = None
+    active_deadline_seconds: int | None = None
+    readiness_probe: Mapping[str, Any] | None = attrs.field(default=None, hash=False)
+
+
+class DeadlineExceeded(Exception):
+    """An SDK call did not answer within its deadline."""
+
+
+def _is_failed_precondition(e: BaseException) -> bool:
+    status = getattr(e, "_grpc_status", None)  # set by modal's gRPC error middleware
+    return getattr(status, "name", None) == "FAILED_PRECONDITION"
+
+
+class AsyncModalAdapter:
+    """Provision, observe and terminate Modal sandboxes, returning Pod observations.
+
+    ``sdk`` is the ``modal`` module (imported on first use when not given) or a fake of it.
+    Sandboxes live in the app ``app_name`` (looked up, created if missing). Every observation
+    returned is also handed to ``recorder``.
+    """
+
+    def __init__(
+        self,
+        app_name: str = "lifecycle",
+        *,
+        sdk: Any = None,
+        recorder: Recorder | None = None,
+        clock: Clock = _utc_now,
+        call_timeout: float = DEFAULT_CALL_TIMEOUT,
+        provision_timeout: float = DEFAULT_PROVISION_TIMEOUT,
+        readiness_budget: int = READINESS_BUDGET_SECONDS,
+        max_concurrency: int = 16,
+    ) -> None:
+        if call_timeout <= 0 or provision_timeout <= 0 or readiness_budget <= 0:
+            raise ValueError("timeouts and the readiness budget must be positive")
+        self.app_name = app_name
+        self._sdk = sdk
+        self.recorder = recorder
+        self.clock = clock
+        self.call_timeout = call_timeout
+        self.provision_timeout = provision_timeout
+        self.readiness_budget = readiness_budget
+        self.max_concurrency = max_concurrency
+        self.latch = ReadinessLatch()
+        self._app: Any = None
+        self._images: dict[str, Any] = {}
+
+    @property
+    def sdk(self) -> Any:
+        if self._sdk is None:
+            self._sdk = importlib.import_module("modal")
+        return self._sdk
+
+    # -- helpers ------------------------------------------------------------------------------
+    async def _call(self, aw: Awaitable[T], what: str, timeout: float | None = None) -> T:
+        limit = self.call_timeout if timeout is None else timeout
+        # asyncio.timeout, not wait_for: on 3.11 wait_for swallows a cancellation that arrives
+        # as the call completes, and a cancelled waiter would then wait out its whole budget.
+        try:
+            async with asyncio.timeout(limit):
+                return await aw
+        except TimeoutError:
+            raise DeadlineExceeded(f"{what} timed out after {limit:g}s") from None
+
+    async def _app_handle(self) -> Any:
+        if self._app is None:
+            self._app = await self._call(
+                self.sdk.App.lookup.aio(self.app_name, create_if_missing=True), "App.lookup"
+            )
+        return self._app
+
+    async def _list(self, tags: dict[str, str] | None = None) -> list[Any]:
+        app = await self._app_handle()
+
+        async def collect() -> list[Any]:
+            return [sb async for sb in self.sdk.Sandbox.list.aio(app_id=app.app_id, tags=tags)]
+
+        return await self._call(collect(), "Sandbox.list")
+
+    def _emit(self, ref: ObjectRef, obs: Observation) -> Observation:
+        if self.recorder is not None:
+            self.recorder.record(ref, obs)
+        return obs
+
+    def _is(self, e: BaseException, name: str) -> bool:
+        cls = getattr(self.sdk.exception, name, None)
+        return isinstance(cls, type) and isinstance(e, cls)
+
+    def _start_waiter(self, sandbox_id: str) -> None:
+        self.latch.start(sandbox_id, lambda: self._wait_ready(sandbox_id))
+
+    async def _wait_ready(self, sandbox_id: str) -> bool:
+        """The detached waiter: a fresh handle by id, then ``wait_until_ready``. True latches."""
+        try:
+            sandbox = await self._call(self.sdk.Sandbox.from_id.aio(sandbox_id), "Sandbox.from_id")
+            await self._call(
+                sandbox.wait_until_ready.aio(timeout=self.readiness_budget),
+                "Sandbox.wait_until_ready",
+                timeout=self.readiness_budget + self.call_timeout,
+            )
+            return True
+        except Exception as e:
+            if self._is(e, "ConflictError") and _is_failed_precondition(e):
+                return True  # no probe configured: nothing to wait for
+            _log.info("readiness not confirmed", sandbox=sandbox_id, error=_text(e))
+            return False
+
+    async def _poll(self, sandbox: Any, tags: Mapping[str, str], at: datetime) -> Observation:
+        """Poll one sandbox whose tags were read. An exit forgets its latch; a running sandbox
+        with an unconfirmed probe gets its (single) waiter."""
+        sid = sandbox.object_id
+        try:
+            code = await self._call(sandbox.poll.aio(), "Sandbox.poll")
+        except Exception as e:
+            return InstanceUnknown(at=at, error=f"poll of sandbox {sid} failed: {_text(e)}")
+        if code is not None:
+            self.latch.forget(sid)
+            return exit_observation(code, instance_id=sid, at=at)
+        probe = PROBE_TAG_KEY in tags  # the key, whatever its value: never assume readiness
+        latched = self.latch.is_set(sid)
+        if probe and not latched:
+            self._start_waiter(sid)
+        return sandbox_observation(
+            instance_id=sid, returncode=None, probe=probe, latched=latched, at=at
+        )
+
+    # -- provision ----------------------------------------------------------------------------
+    async def provision(self, ref: ObjectRef, spec: SandboxSpec) -> Observation:
+        """Find the claim's sandbox (adopt it) or create one. ``ProvisionSucceeded`` (a fresh
+        sandbox is unreserved; an adopted one is reserved when it is running and ready),
+        ``ProvisionRejected`` (auth, quota, capacity, unsupported) or ``ProvisionErrored``."""
+        at = self.clock()
+        claim = claim_name(ref.namespace, ref.name)
+        try:
+            existing = await self._list({CLAIM_TAG_KEY: claim})
+        except Exception as e:
+            return self._emit(
+                ref, ProvisionErrored(at=at, error=f"finding sandbox by claim: {_text(e)}")
+            )
+        if existing:
+            return self._emit(ref, await self._adopt(existing[0], at))
+        try:
+            sandbox = await self._create(claim, spec)
+        except Exception as e:
+            return self._emit(ref, self._provision_failure(e, at))
+        return self._emit(
+            ref, ProvisionSucceeded(at=at, reserved=False, instance_id=sandbox.object_id)
+        )
+
+    async def _adopt(self, sandbox: Any, at: datetime) -> Observation:
+        sid = sandbox.object_id
+        try:
+            tags = await self._call(sandbox.get_tags.aio(), "Sandbox.get_tags")
+        except Exception:
+            return ProvisionSucceeded(at=at, reserved=False, instance_id=sid)
+        obs = await self._poll(sandbox, tags, at)
+        running = isinstance(obs, InstanceRunning) and obs.readiness_confirmed
+        return ProvisionSucceeded(at=at, reserved=running, instance_id=sid)
+
+    async def _create(self, claim: str, spec: SandboxSpec) -> Any:
+        app = await self._app_handle()
+        tags = {CLAIM_TAG_KEY: claim}
+        kwargs: dict[str, Any] = {
+            "app": app,
+            "tags": tags,
+            "timeout": spec.active_deadline_seconds or DEFAULT_LIFETIME_SECONDS,
+        }
+        image = self._images.get(spec.image)
+        if image is None:
+            image = self._images[spec.image] = self.sdk.Image.from_registry(spec.image)
+        kwargs["image"] = image
+        plan = probe_plan(spec.readiness_probe)
+        if plan is not None:
+            kwargs["readiness_probe"] = plan.build(self.sdk)
+            tags[PROBE_TAG_KEY] = PROBE_TAG_VALUE
+        if spec.env:
+            kwargs["env"] = dict(spec.env)
+        if spec.gpu is not None:
+            kwargs["gpu"] = spec.gpu
+        if spec.cpu is not None:
+            kwargs["cpu"] = spec.cpu
+        if spec.memory_mib is not None:
+            kwargs["memory"] = spec.memory_mib
+        return await self._call(
+            self.sdk.Sandbox.create.aio(*spec.command, **kwargs),
+            "Sandbox.create",
+            timeout=self.provision_timeout,
+        )
+
+    def _provision_failure(self, e: BaseException, at: datetime) -> Observation:
+        """Auth, permission, quota/capacity and invalid (unsupported) requests are rejections;
+        conflicts, not-found, transport errors, timeouts and anything else are not."""
+        rejection = not self._is(e, "ConflictError") and any(
+            self._is(e, name)
+            for name in (
+                "AuthError",
+                "PermissionDeniedError",
+                "ResourceExhaustedError",
+                "InvalidError",
+            )
+        )
+        if rejection:
+            return ProvisionRejected(at=at, error=_text(e))
+        return ProvisionErrored(at=at, error=_text(e))
+
+    # -- observe ------------------------------------------------------------------------------
+    async def observe(self, pods: Mapping[ObjectRef, str | None]) -> dict[ObjectRef, Observation]:
+        """One observation pass over ``pods`` (each with its known sandbox id, or ``None``/"").
+
+        A failed list makes every pod :class:`InstanceUnknown`; each sandbox's tags, poll and
+        by-id lookup then have their own deadline, and each failure is unknown for that pod.
+        """
+        at = self.clock()
+        out: dict[ObjectRef, Observation] = {}
+        try:
+            listed = await self._list()
+        except Exception as e:
+            for ref in pods:
+                out[ref] = InstanceUnknown(at=at, error=f"Sandbox.list failed: {_text(e)}")
+            return self._emit_all(out)
+
+        limit = asyncio.Semaphore(self.max_concurrency)
+
+        async def tags_of(sandbox: Any) -> Mapping[str, str] | BaseException:
+            async with limit:
+                try:
+                    tags: Mapping[str, str] = await self._call(
+                        sandbox.get_tags.aio(), "Sandbox.get_tags"
+                    )
+                    return tags
+                except Exception as e:
+                    return e
+
+        tag_results = await asyncio.gather(*(tags_of(sb) for sb in listed))
+        by_claim: dict[str, list[tuple[Any, Mapping[str, str]]]] = {}
+        unreadable: dict[str, BaseException] = {}
+        for sandbox, tags in zip(listed, tag_results, strict=True):
+            if isinstance(tags, BaseException):
+                unreadable[sandbox.object_id] = tags
+                continue
+            claim = tags.get(CLAIM_TAG_KEY)
+            if claim:
+                by_claim.setdefault(claim, []).append((sandbox, tags))
+        keep = {sb.object_id for sb in listed}
+
+        async def one(ref: ObjectRef, known: str) -> tuple[ObjectRef, Observation]:
+            async with limit:
+                return ref, await self._observe_pod(ref, known, by_claim, unreadable, keep, at)
+
+        results = await asyncio.gather(*(one(ref, known or "") for ref, known in pods.items()))
+        out.update(results)
+        self.latch.prune(keep)
+        return self._emit_all(out)
+
+    def _emit_all(self, out: dict[ObjectRef, Observation]) -> dict[ObjectRef, Observation]:
+        for ref, obs in out.items():
+            self._emit(ref, obs)
+        return out
+
+    async def _observe_pod(
+        self,
+        ref: ObjectRef,
+        known: str,
+        by_claim: Mapping[str, list[tuple[Any, Mapping[str, str]]]],
+        unreadable: Mapping[str, BaseException],
+        keep: set[str],
+        at: datetime,
+    ) -> Observation:
+        claim = claim_name(ref.namespace, ref.name)
+        found = by_claim.get(claim, [])
+        if known in unreadable:
+            return InstanceUnknown(
+                at=at, error=f"tags of sandbox {known} unreadable: {_text(unreadable[known])}"
+            )
+        if found:
+            sandbox, tags = next(((s, t) for s, t in found if s.object_id == known), found[0])
+            return await self._poll(sandbox, tags, at)
+        if known:
+            return await self._observe_by_id(known, keep, at)
+        if unreadable:
+            first = next(iter(unreadable.values()))
+            return InstanceUnknown(
+                at=at,
+                error=f"claim {claim} not found, but the tags of {len(unreadable)} sandbox(es) "
+                f"were unreadable ({_text(first)})",
+            )
+        return InstanceAbsent(at=at)
+
+    async def _observe_by_id(self, sandbox_id: str, keep: set[str], at: datetime) -> Observation:
+        """A tracked sandbox the list did not show: finished sandboxes are not listed, so look
+        it up by id before concluding it is absent."""
+        try:
+            sandbox = await self._call(self.sdk.Sandbox.from_id.aio(sandbox_id), "Sandbox.from_id")
+        except Exception as e:
+            if self._is(e, "NotFoundError"):
+                self.latch.forget(sandbox_id)
+                return InstanceAbsent(at=at)
+            return InstanceUnknown(at=at, error=f"lookup of sandbox {sandbox_id}: {_text(e)}")
+        code = sandbox.returncode
+        if code is None:
+            try:
+                code = await self._call(sandbox.poll.aio(), "Sandbox.poll")
+            except Exception as e:
+                return InstanceUnknown(at=at, error=f"poll of sandbox {sandbox_id}: {_text(e)}")
+        if code is not None:
+            self.latch.forget(sandbox_id)
+            return exit_observation(code, instance_id=sandbox_id, at=at)
+        # Still running though not listed yet (the list lags a create): observe it fully.
+        keep.add(sandbox_id)
+        try:
+            tags = await self._call(sandbox.get_tags.aio(), "Sandbox.get_tags")
+        except Exception as e:
+            return InstanceUnknown(
+                at=at, error=f"tags of sandbox {sandbox_id} unreadable: {_text(e)}"
+            )
+        return await self._poll(sandbox, tags, at)
+
+    # -- terminate ----------------------------------------------------------------------------
+    async def terminate(self, ref: ObjectRef, instance_id: str | None) -> Observation:
+        """Terminate the pod's sandbox (by id, else every sandbox tagged with its claim).
+        Idempotent: an unknown id or a finished sandbox is success. Forgets the latch."""
+        at = self.clock()
+        ids = [instance_id] if instance_id else []
+        if not ids:
+            try:
+                ids = [
+                    sb.object_id
+                    for sb in await self._list({CLAIM_TAG_KEY: claim_name(ref.namespace, ref.name)})
+                ]
+            except Exception as e:
+                return self._emit(ref, TerminateFailed(at=at, error=f"finding sandbox: {_text(e)}"))
+        for sid in ids:
+            self.latch.forget(sid)
+            try:
+                sandbox = await self._call(self.sdk.Sandbox.from_id.aio(sid), "Sandbox.from_id")
+                await self._call(sandbox.terminate.aio(), "Sandbox.terminate")
+            except Exception as e:
+                if self._is(e, "NotFoundError"):
+                    continue
+                return self._emit(ref, TerminateFailed(at=at, error=_text(e)))
+        return self._emit(ref, TerminateSucceeded(at=at))
+
+    async def aclose(self) -> None:
+        """Cancel the readiness waiters and wait for them to end."""
+        self.latch.cancel_all()
+        with contextlib.suppress(Exception):
+            await self.latch.drain()
+
+
+class ModalAdapter:
+    """:class:`AsyncModalAdapter` for synchronous hosts: every call runs on a private event
+    loop thread (where the detached readiness waiters live too). Close it (or use ``with``)."""
+
+    def __init__(self, app_name: str = "lifecycle", **options: Any) -> None:
+        self.core = AsyncModalAdapter(app_name, **options)
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(
+            target=self._loop.run_forever, name="lifecycle-modal", daemon=True
+        )
+        self._thread.start()
+        self._closed = False
+
+    def _run(self, coro: Coroutine[Any, Any, T]) -> T:
+        if self._closed:
+            coro.close()
+            raise RuntimeError("ModalAdapter is closed")
+        future: Future[T] = asyncio.run_coroutine_threadsafe(coro, self._loop)
+        return future.result()
+
+    @property
+    def latch(self) -> ReadinessLatch:
+        return self.core.latch
+
+    @property
+    def clock(self) -> Clock:
+        return self.core.clock
+
+    def provision(self, ref: ObjectRef, spec: SandboxSpec) -> Observation:
+        return self._run(self.core.provision(ref, spec))
+
+    def observe(self, pods: Mapping[ObjectRef, str | None]) -> dict[ObjectRef, Observation]:
+        return self._run(self.core.observe(pods))
+
+    def terminate(self, ref: ObjectRef, instance_id: str | None) -> Observation:
+        return self._run(self.core.terminate(ref, instance_id))
+
+    def drain(self) -> None:
+        """Block until every readiness waiter has finished."""
+        self._run(self.core.latch.drain())
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._run(self.core.aclose())
+        self._closed = True
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join()
+        self._loop.close()
+
+    def __enter__(self) -> ModalAdapter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,161 @@
+"""Recording what provider adapters observed, as a trace an operator can replay.
+
+The trace format is the kernel's (:mod:`lifecycle.trace`); this module adds what a *live*
+controller needs on top of :class:`lifecycle.trace.TraceRecorder`:
+
+- :func:`redact` scrubs credentials and tokens out of free text (provider error messages can
+  quote signed URLs, session tokens or key ids). The Modal and AWS adapters already pass every
+  error string they put in an observation through it, so neither the journal nor a trace ever
+  holds a secret; recorders apply it again as a second line of defence.
+- :class:`TraceFileRecorder` appends each line to a file (or stream) as it is recorded and
+  flushes it, so a controller that crashes keeps everything it saw up to the crash. It is
+  thread-safe and keeps time from going backwards for an object (a wall clock may step back;
+  ``lifecycle replay`` refuses a trace whose time runs backwards).
+- :class:`RedactingRecorder` wraps any recorder (e.g. the kernel's in-memory one).
+
+Record with either, then ``lifecycle replay saw.jsonl``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Protocol, TextIO
+
+import attrs
+
+from .._core.observation import Observation
+from .._core.refs import ObjectRef
+from ..machines import MachineRegistry, default_registry
+from ..trace import observation_line
+
+__all__ = [
+    "REDACTED",
+    "Recorder",
+    "RedactingRecorder",
+    "TraceFileRecorder",
+    "redact",
+    "redact_observation",
+]
+
+REDACTED = "<redacted>"
+
+_PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
+    # AWS access key ids (long-term AKIA, temporary ASIA, and the other documented prefixes).
+    (re.compile(r"\b(?:AKIA|ASIA|AIDA|AROA|AGPA|ANPA|ANVA|AIPA)[A-Z0-9]{12,}\b"), REDACTED),
+    # Modal token ids and secrets (ak-..., as-...), and connect/bearer tokens.
+    (re.compile(r"\b(?:ak|as)-[A-Za-z0-9]{8,}\b"), REDACTED),
+    (re.compile(r"(?i)\b(bearer|basic)\s+[A-Za-z0-9._~+/=-]{8,}"), rf"\1 {REDACTED}"),
+    # key=value / key: value pairs whose key names a secret (headers, query strings, JSON).
+    (
+        re.compile(
+            r"(?i)((?:x-amz-)?(?:security[-_]?token|session[-_]?token|secret(?:[-_]?access)?"
+            r"(?:[-_]?key)?|access[-_]?token|token[-_]?secret|token|password|passwd|signature"
+            r"|credential|authorization|api[-_]?key)[\"']?\s*[:=]\s*[\"']?)([^\s&\"',;}]+)"
+        ),
+        rf"\1{REDACTED}",
+    ),
+    # Any remaining query-string values of URLs (presigned URLs, connect links).
+    (re.compile(r"([?&][A-Za-z0-9._~-]+=)[^&\s\"']+"), rf"\1{REDACTED}"),
+)
+
+
+def redact(text: str) -> str:
+    """``text`` with credentials and tokens replaced by ``<redacted>``."""
+    for pattern, replacement in _PATTERNS:
+        text = pattern.sub(replacement, text)
+    return text
+
+
+def redact_observation(observation: Observation) -> Observation:
+    """The same observation with every string field passed through :func:`redact`."""
+    changes: dict[str, Any] = {}
+    for field in attrs.fields(type(observation)):
+        value = getattr(observation, field.name)
+        if isinstance(value, str):
+            clean = redact(value)
+            if clean != value:
+                changes[field.name] = clean
+    return attrs.evolve(observation, **changes) if changes else observation
+
+
+class Recorder(Protocol):
+    """Whatever keeps what an adapter observed (the kernel's ``TraceRecorder`` is one)."""
+
+    def record(self, ref: ObjectRef, observation: Observation) -> None: ...
+
+
+class RedactingRecorder:
+    """Passes each observation, redacted, to ``inner``."""
+
+    def __init__(self, inner: Recorder) -> None:
+        self.inner = inner
+
+    def record(self, ref: ObjectRef, observation: Observation) -> None:
+        self.inner.record(ref, redact_observation(observation))
+
+
+class TraceFileRecorder:
+    """Appends one trace line per observation to ``target`` (a path or an open text stream),
+    flushing each, so the file is a valid trace at every moment.
+
+    ``comment`` is written first as ``#`` lines (only when the file is new or empty). Time is
+    kept from running backwards per object: an observation older than the last one recorded
+    for the same uid is written with that last time (and counted in :attr:`clamped`).
+    """
+
+    def __init__(
+        self,
+        target: str | Path | TextIO,
+        *,
+        machines: MachineRegistry | None = None,
+        comment: str = "",
+    ) -> None:
+        self.machines = machines if machines is not None else default_registry()
+        self._lock = threading.Lock()
+        self._last: dict[str, datetime] = {}
+        self._owned = isinstance(target, str | Path)
+        if isinstance(target, str | Path):
+            self._stream: TextIO = Path(target).open("a", encoding="utf-8")  # noqa: SIM115
+        else:
+            self._stream = target
+        #: How many lines were written, and how many had their time moved forward.
+        self.written = 0
+        self.clamped = 0
+        if comment and self._is_empty():
+            self._stream.write("".join(f"# {c}\n" for c in comment.splitlines()))
+            self._stream.flush()
+
+    def _is_empty(self) -> bool:
+        try:
+            return self._stream.tell() == 0
+        except (OSError, ValueError):
+            return True
+
+    def record(self, ref: ObjectRef, observation: Observation) -> None:
+        machine = self.machines.for_kind(ref.kind)
+        clean = redact_observation(observation)
+        with self._lock:
+            last = self._last.get(ref.uid)
+            if last is not None and clean.at < last:
+                clean = attrs.evolve(clean, at=last)
+                self.clamped += 1
+            self._last[ref.uid] = clean.at
+            line = json.dumps(observation_line(machine, ref, clean), sort_keys=False)
+            self._stream.write(line + "\n")
+            self._stream.flush()
+            self.written += 1
+
+    def close(self) -> None:
+        with self._lock:
+            if self._owned and not self._stream.closed:
+                self._stream.close()
+
+    def __enter__(self) -> TraceFileRecorder:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,276 @@
+"""The Restore attempt's states, reasons, status record and observations."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+import attrs
+
+from .._core.observation import Observation, Tick
+from .._core.refs import Condition
+from ._quantity import parse_limit
+from ._restore_checks import CheckResult
+from ._restore_facts import (
+    AttemptKey,
+    Gpu,
+    GpuPair,
+    Manifest,
+    PriorVerdict,
+    RestorePolicy,
+    TargetFacts,
+    Volume,
+)
+
+# -- states ------------------------------------------------------------------------------------
+NEW = ""
+PENDING = "Pending"
+GATE_A = "GateA"
+SKIPPED = "Skipped"
+CLAIMED = "Claimed"
+GATE_B = "GateB"
+RESTORING = "Restoring"
+RECORDING = "Recording"
+REJECTED = "Rejected"
+UNKNOWN = "Unknown"
+RESTORED = "Restored"
+FAILED = "Failed"
+TERMINAL = (REJECTED, UNKNOWN, RESTORED, FAILED)
+STATES = (NEW, PENDING, GATE_A, SKIPPED, CLAIMED, GATE_B, RESTORING, RECORDING, *TERMINAL)
+
+# -- conditions --------------------------------------------------------------------------------
+COMPATIBLE_CONDITION = "SnapshotRestoreCompatible"
+RESTORED_CONDITION = "Restored"
+SKIP_ANNOTATION = "nvidia.com/snapshot-skip-compat-check"
+
+# -- event reasons (state events) --------------------------------------------------------------
+COMPAT_CHECK_SKIPPED = "CompatCheckSkipped"
+COMPAT_CHECK_STARTED = "CompatCheckStarted"
+RESTORE_REQUESTED = "RestoreRequested"
+RESTORE_STARTED = "RestoreStarted"
+RESTORE_INCOMPATIBLE = "RestoreIncompatible"
+RESTORE_COMPAT_UNKNOWN = "RestoreCompatUnknown"
+RESTORE_ALREADY_FAILED = "RestoreAlreadyFailed"
+RESTORE_SUCCEEDED = "RestoreSucceeded"
+RESTORE_FAILED = "RestoreFailed"
+RESTORE_VERDICT_RECORDED = "RestoreVerdictRecorded"
+RESTORE_ATTEMPT_OPENED = "RestoreAttemptOpened"
+# -- action reasons (events that are not transitions) ------------------------------------------
+INVALID_SKIP_ANNOTATION = "InvalidSkipAnnotation"
+RESTORE_COMPAT_PARTIAL = "RestoreCompatPartial"
+RESTORE_COMPAT_UNCHECKED = "RestoreCompatUnchecked"
+RESTORE_STATUS_UPDATE_FAILED = "RestoreStatusUpdateFailed"
+# -- Restored condition reasons ----------------------------------------------------------------
+ARTIFACT_PENDING = "ArtifactPending"
+SNAPSHOT_PENDING = "SnapshotPending"
+RESTORE_IN_PROGRESS = "RestoreInProgress"
+
+# -- cleanup steps (each idempotent, each recorded when done) ----------------------------------
+KILL_PLACEHOLDER = "kill-placeholder"
+UNDO_MOUNTS = "undo-mounts"
+RELEASE_CLAIM = "release-claim"
+REMOVE_FINALIZER = "remove-finalizer"
+
+
+@attrs.frozen(slots=True)
+class RestoreStatus:
+    """One restore attempt. ``state`` is the exclusive state; ``reason``/``message`` belong to
+    the last state event. ``compatible`` and ``restored`` are the Pod conditions the host
+    writes (``SnapshotRestoreCompatible``, ``Restored``). In ``Recording``, ``recording`` names
+    the settled state the verdict will enter once the Pod write succeeded: the verdict is
+    memoised here, before that write, and nothing re-enters a gate while it holds.
+    ``pairing`` is gate B's GPU pairing for the device-map builder.
+    """
+
+    state: str = NEW
+    reason: str = ""
+    message: str = ""
+    pod_uid: str = ""
+    content_uid: str = ""
+    container: str = ""
+    policy: RestorePolicy = attrs.field(factory=RestorePolicy)
+    policy_hash: str = ""
+    bypass: str = ""
+    code: str = ""
+    gate: str = ""
+    checks: tuple[CheckResult, ...] = ()
+    pairing: tuple[GpuPair, ...] = ()
+    skipped_facts: tuple[str, ...] = ()
+    compatible: Condition | None = None
+    restored: Condition | None = None
+    recording: str = ""
+    write_failures: int = 0
+    write_error: str = ""
+    retry_at: datetime | None = None
+    quiet_until: datetime | None = None
+    unavailable_since: datetime | None = None
+    target_failures: int = 0
+    invalid_annotation: str | None = None
+    cleanup_pending: tuple[str, ...] = ()
+    cleanup_done: tuple[str, ...] = ()
+
+    @property
+    def key(self) -> AttemptKey:
+        return AttemptKey(self.pod_uid, self.content_uid, self.container, self.policy_hash)
+
+    @property
+    def opened(self) -> bool:
+        return bool(self.pod_uid)
+
+
+# -- observations ------------------------------------------------------------------------------
+def _nonempty(_: object, attribute: attrs.Attribute[str], value: str) -> None:
+    if not value.strip():
+        raise ValueError(f"{attribute.name} must not be empty")
+
+
+def _limit(_: object, attribute: attrs.Attribute[str | None], value: str | None) -> None:
+    if value:
+        parse_limit(value)  # QuantityError is a ValueError: the observation is refused
+
+
+def _target_gpus(
+    _: object, attribute: attrs.Attribute[tuple[Gpu, ...]], value: tuple[Gpu, ...]
+) -> None:
+    if any(not g.model.strip() or not g.uuid for g in value):
+        raise ValueError(f"{attribute.name}: every target GPU needs a uuid and a model")
+    if len({g.uuid for g in value}) != len(value):
+        raise ValueError(f"{attribute.name}: target GPU UUIDs repeat")
+
+
+@attrs.frozen(slots=True, kw_only=True)
+class AttemptOpened(Observation):
+    """The agent decided to restore ``container`` of pod ``pod_uid`` from snapshot content
+    ``content_uid`` under ``policy``. Keys the attempt; never names a container ID."""
+
+    pod_uid: str = attrs.field(validator=_nonempty)
+    content_uid: str = attrs.field(validator=_nonempty)
+    container: str = attrs.field(validator=_nonempty)
+    policy: RestorePolicy = attrs.field(factory=RestorePolicy)
+
+    @property
+    def key(self) -> AttemptKey:
+        return AttemptKey(self.pod_uid, self.content_uid, self.container, self.policy.hash())
+
+
+@attrs.frozen(slots=True, kw_only=True)
+class PodObserved(Observation):
+    """A reconcile read the pod: the skip ``annotation`` (``None``: absent), the node-wide
+    switch (read live), conditions it already carries, and whether the artifact (PodSnapshot)
+    and its bound content are Ready."""
+
+    annotation: str | None = None
+    node_skip: bool = False
+    priors: tuple[PriorVerdict, ...] = ()
+    artifact_ready: bool = True
+    content_ready: bool = True
+
+
+@attrs.frozen(slots=True, kw_only=True)
+class GateAFacts(Observation):
+    """Gate A's inputs: the manifest, and the node and destination container spec."""
+
+    manifest: Manifest
+    cpu_arch: str = attrs.field(validator=_nonempty)
+    kernel_version: str = attrs.field(validator=_nonempty)
+    memory_limit: str | None = attrs.field(default=None, validator=_limit)
+    cpu_limit: str | None = attrs.field(default=None, validator=_limit)
+
+    @property
+    def target(self) -> TargetFacts:
+        return TargetFacts(
+            cpu_arch=self.cpu_arch,
+            kernel_version=self.kernel_version,
+            memory_limit=self.memory_limit,
+            cpu_limit=self.cpu_limit,
+        )
+
+
+@attrs.frozen(slots=True, kw_only=True)
+class ManifestUnreadable(Observation):
+    """The manifest could not be read or parsed."""
+
+    error: str
+
+
+@attrs.frozen(slots=True, kw_only=True)
+class PlaceholderResolved(Observation):
+    """The placeholder container was resolved and the node's GPUs discovered."""
+
+
+@attrs.frozen(slots=True, kw_only=True)
+class GateBFacts(Observation):
+    """Gate B's inputs: the manifest again, and the placeholder's status, rootfs and GPUs
+    (``paths``: externalized mount paths present under the target rootfs). Every fact is
+    stated: an empty ``image_id`` or ``driver_version`` means it could not be read."""
+
+    manifest: Manifest
+    image_id: str
+    paths: tuple[str, ...]
+    volumes: tuple[Volume, ...]
+    gpus: tuple[Gpu, ...] = attrs.field(validator=_target_gpus)
+    driver_version: str
+
+    @property
+    def target(self) -> TargetFacts:
+        return TargetFacts(
+            image_id=self.image_id,
+            paths=self.paths,
+            volumes=self.volumes,
+            gpus=self.gpus,
+            driver_version=self.driver_version,
+        )
+
+
+@attrs.frozen(slots=True, kw_only=True)
+class TargetFactsUnavailable(Observation):
+    """Target discovery failed (nvidia-smi, the rootfs read): retried until the deadline."""
+
+    error: str
+
+
+@attrs.frozen(slots=True, kw_only=True)
+class RestoreCompleted(Observation):
+    """CRIU, CUDA and the sentinel all succeeded."""
+
+
+@attrs.frozen(slots=True, kw_only=True)
+class RestoreErrored(Observation):
+    """CRIU or CUDA failed."""
+
+    error: str
+
+
+@attrs.frozen(slots=True, kw_only=True)
+class StatusWritten(Observation):
+    """The host wrote the verdict's Pod conditions (and released what the verdict releases)."""
+
+
+@attrs.frozen(slots=True, kw_only=True)
+class StatusWriteFailed(Observation):
+    """Writing the verdict's Pod conditions failed; only the write is retried."""
+
+    error: str
+
+
+@attrs.frozen(slots=True, kw_only=True)
+class CleanupStepDone(Observation):
+    """One idempotent cleanup step finished (``undo-mounts``, ``remove-finalizer`` ...)."""
+
+    step: str
+
+
+OBSERVATIONS: tuple[type[Observation], ...] = (
+    AttemptOpened,
+    PodObserved,
+    GateAFacts,
+    ManifestUnreadable,
+    PlaceholderResolved,
+    GateBFacts,
+    TargetFactsUnavailable,
+    RestoreCompleted,
+    RestoreErrored,
+    StatusWritten,
+    StatusWriteFailed,
+    CleanupStepDone,
+    Tick,
+)

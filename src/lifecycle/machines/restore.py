@@ -1,0 +1,303 @@
+"""The Restore compatibility gate: one restore attempt of a GPU pod from a checkpoint.
+
+Behaviour follows ``shared/domain/restore-gate.md`` (§(b) states T1-T15, §(d) the review
+findings, building every [lib] recommendation). Before any restore work, gate A compares the
+manifest's recorded facts with the node, gate B with the placeholder and its GPUs; every check
+runs, the first failure is the primary code, and one CamelCase code is on every surface
+(condition reason, log field ``code``, Event note prefix ``code=… gate=…``). A verdict that
+ends the attempt is memoised in ``Recording`` before the host writes the Pod conditions, so a
+failing write is retried alone (capped backoff) and never re-enters a gate. The attempt is
+keyed by (pod UID, content UID + source container, policy hash), never by container ID; the
+bypass (strict annotation or node switch) is evaluated before suppression, and adding it is
+the one way to reopen a refused attempt.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+from .._core.machine import Machine
+from .._core.observation import Observation, Tick
+from .._core.refs import EventType, ObjectRef
+from .._core.table import ANY, SAME, Action, Row, Table, ignore
+from ._quantity import QuantityError, parse_limit, parse_quantity
+from ._restore_checks import CHECKS, RESERVED_IDS, CheckResult, GateReport, evaluate, pair_gpus
+from ._restore_facts import (
+    IMPL_NAMES,
+    STATUS_CODES,
+    AttemptKey,
+    CudaFacts,
+    Gpu,
+    GpuPair,
+    Manifest,
+    PriorVerdict,
+    RestorePolicy,
+    TargetFacts,
+    Volume,
+    attempt_ref,
+)
+from ._restore_guards import GUARDS, skip_annotation
+from ._restore_records import (
+    CLAIMED,
+    COMPAT_CHECK_SKIPPED,
+    COMPAT_CHECK_STARTED,
+    FAILED,
+    GATE_A,
+    GATE_B,
+    INVALID_SKIP_ANNOTATION,
+    NEW,
+    OBSERVATIONS,
+    PENDING,
+    RECORDING,
+    REJECTED,
+    RESTORE_ALREADY_FAILED,
+    RESTORE_ATTEMPT_OPENED,
+    RESTORE_COMPAT_PARTIAL,
+    RESTORE_COMPAT_UNCHECKED,
+    RESTORE_COMPAT_UNKNOWN,
+    RESTORE_FAILED,
+    RESTORE_INCOMPATIBLE,
+    RESTORE_REQUESTED,
+    RESTORE_STARTED,
+    RESTORE_STATUS_UPDATE_FAILED,
+    RESTORE_SUCCEEDED,
+    RESTORE_VERDICT_RECORDED,
+    RESTORED,
+    RESTORING,
+    SKIPPED,
+    STATES,
+    TERMINAL,
+    UNKNOWN,
+    AttemptOpened,
+    CleanupStepDone,
+    GateAFacts,
+    GateBFacts,
+    ManifestUnreadable,
+    PlaceholderResolved,
+    PodObserved,
+    RestoreCompleted,
+    RestoreErrored,
+    RestoreStatus,
+    StatusWriteFailed,
+    StatusWritten,
+    TargetFactsUnavailable,
+)
+from ._restore_rules import EFFECTS, action_note
+
+__all__ = [
+    "CHECKS",
+    "IMPL_NAMES",
+    "RESERVED_IDS",
+    "RESTORE",
+    "STATUS_CODES",
+    "AttemptKey",
+    "AttemptOpened",
+    "CheckResult",
+    "CleanupStepDone",
+    "CudaFacts",
+    "GateAFacts",
+    "GateBFacts",
+    "GateReport",
+    "Gpu",
+    "GpuPair",
+    "Manifest",
+    "ManifestUnreadable",
+    "PlaceholderResolved",
+    "PodObserved",
+    "PriorVerdict",
+    "QuantityError",
+    "RestoreCompleted",
+    "RestoreErrored",
+    "RestoreMachine",
+    "RestorePolicy",
+    "RestoreStatus",
+    "StatusWriteFailed",
+    "StatusWritten",
+    "TargetFacts",
+    "TargetFactsUnavailable",
+    "Volume",
+    "attempt_ref",
+    "evaluate",
+    "log_fields",
+    "pair_gpus",
+    "parse_limit",
+    "parse_quantity",
+    "skip_annotation",
+]
+
+N, W = EventType.NORMAL, EventType.WARNING
+#: The event type of every state-event reason (a row's declared event must agree).
+REASON_TYPES: dict[str, EventType] = {
+    COMPAT_CHECK_SKIPPED: W,
+    COMPAT_CHECK_STARTED: N,
+    RESTORE_REQUESTED: N,
+    RESTORE_STARTED: N,
+    RESTORE_INCOMPATIBLE: W,
+    RESTORE_COMPAT_UNKNOWN: W,
+    RESTORE_ALREADY_FAILED: W,
+    RESTORE_ATTEMPT_OPENED: N,
+    RESTORE_SUCCEEDED: N,
+    RESTORE_FAILED: W,
+    RESTORE_VERDICT_RECORDED: N,
+}
+NOTE = "{note}"
+INVALID = Action(INVALID_SKIP_ANNOTATION, W, NOTE)
+PARTIAL = Action(RESTORE_COMPAT_PARTIAL, N, NOTE)
+UNCHECKED = Action(RESTORE_COMPAT_UNCHECKED, W, NOTE)
+WRITE_FAILED = Action(RESTORE_STATUS_UPDATE_FAILED, W, NOTE)
+TARGET_UNKNOWN = Action(RESTORE_COMPAT_UNKNOWN, W, NOTE)
+
+PAST_GATE_A = (CLAIMED, GATE_B, RESTORING, RECORDING, *TERMINAL)
+DECIDED = (RESTORING, RECORDING, *TERMINAL)
+SETTLED = (RECORDING, *TERMINAL)
+
+ROWS: tuple[Row, ...] = (
+    Row(NEW, AttemptOpened, PENDING, RESTORE_ATTEMPT_OPENED, N, effect="opened",
+        note="keys the attempt; nothing else is accepted before"),
+    Row(STATES[1:], AttemptOpened, SAME, effect="opened",
+        note="the same key again; another is refused"),
+    # -- Pending: bypass first (T1), then suppression (T2), then readiness (T3) ---------------
+    Row(PENDING, PodObserved, SKIPPED, COMPAT_CHECK_SKIPPED, W, guard="bypass", effect="skip",
+        note="T1: strict annotation true, or the node switch; checked before suppression"),
+    Row(PENDING, PodObserved, RECORDING, RESTORE_ALREADY_FAILED, W, guard="refused_earlier",
+        effect="suppress", note="T2: refused earlier for this artifact and policy: no compare"),
+    Row(PENDING, PodObserved, SAME, guard="not_ready", effect="wait",
+        note="artifact or content not Ready: Restored reason ArtifactPending/SnapshotPending"),
+    Row(PENDING, PodObserved, GATE_A, COMPAT_CHECK_STARTED, N, guard="invalid_new",
+        effect="admit", action=INVALID, note="T3 with an unparseable annotation"),
+    Row(PENDING, PodObserved, GATE_A, COMPAT_CHECK_STARTED, N, effect="admit", note="T3"),
+    Row(GATE_A, PodObserved, SKIPPED, COMPAT_CHECK_SKIPPED, W, guard="bypass", effect="skip",
+        note="T1: a bypass seen before gate A ran"),
+    ignore((GATE_A, SKIPPED, CLAIMED, GATE_B, RESTORING), PodObserved,
+           "past Pending: the bypass decision travels with the attempt"),
+    Row(RECORDING, PodObserved, SKIPPED, COMPAT_CHECK_SKIPPED, W, guard="bypass_reopens",
+        effect="skip", note="T15 before the refusal is written: the bypass reopens it"),
+    ignore(RECORDING, PodObserved, "the memoised verdict holds; nothing re-enters a gate"),
+    Row((REJECTED, UNKNOWN), PodObserved, SKIPPED, COMPAT_CHECK_SKIPPED, W, guard="bypass",
+        effect="skip", recovery=True,
+        note="T14/T15: adding the bypass is the one way to reopen a refusal"),
+    Row((REJECTED, UNKNOWN), PodObserved, SAME, guard="invalid_new", effect="note_invalid",
+        action=INVALID, note="a new unparseable annotation is reported; the refusal holds"),
+    ignore(TERMINAL, PodObserved, "settled: editing facts does not reopen an attempt"),
+    # -- gate A ------------------------------------------------------------------------------------
+    Row(GATE_A, GateAFacts, RECORDING, RESTORE_INCOMPATIBLE, W, guard="gate_fails",
+        effect="gate", note="T4: >=1 mismatch; nothing claimed"),
+    Row(GATE_A, GateAFacts, RECORDING, RESTORE_COMPAT_UNKNOWN, W, guard="gate_blocks",
+        effect="gate", note="T5: partial, unavailable or newer-schema facts block"),
+    Row(GATE_A, GateAFacts, CLAIMED, RESTORE_REQUESTED, N, guard="gate_warns", effect="gate",
+        action=UNCHECKED, note="T5 under on_unknown=warn: allowed, with a Warning"),
+    Row(GATE_A, GateAFacts, CLAIMED, RESTORE_REQUESTED, N, guard="gate_legacy", effect="gate",
+        action=PARTIAL, note="T6 on a legacy manifest: skipped facts listed"),
+    Row(GATE_A, GateAFacts, CLAIMED, RESTORE_REQUESTED, N, effect="gate", note="T6: pass"),
+    Row(GATE_A, ManifestUnreadable, CLAIMED, RESTORE_REQUESTED, N, guard="on_unknown_warn",
+        effect="unreadable", action=UNCHECKED, note="T5 under on_unknown=warn"),
+    Row(GATE_A, ManifestUnreadable, RECORDING, RESTORE_COMPAT_UNKNOWN, W, effect="unreadable",
+        note="T5: an unreadable manifest is Unknown, which blocks"),
+    Row(SKIPPED, GateAFacts, CLAIMED, RESTORE_REQUESTED, N, effect="claim_bypassed",
+        note="T7: nothing compared"),
+    Row(SKIPPED, ManifestUnreadable, CLAIMED, RESTORE_REQUESTED, N, effect="claim_bypassed",
+        note="T7: nothing compared"),
+    ignore(PAST_GATE_A, GateAFacts, "gate A has decided; facts read again change nothing"),
+    ignore(PAST_GATE_A, ManifestUnreadable, "gate A has decided"),
+    # -- gate B ------------------------------------------------------------------------------------
+    Row(CLAIMED, PlaceholderResolved, RESTORING, RESTORE_STARTED, N, guard="bypassed",
+        effect="to_restoring", note="T8': a bypassed attempt skips gate B"),
+    Row(CLAIMED, PlaceholderResolved, GATE_B, COMPAT_CHECK_STARTED, N, effect="to_gate_b",
+        note="T8"),
+    ignore((GATE_B, *DECIDED), PlaceholderResolved, "already resolved"),
+    Row(GATE_B, GateBFacts, RECORDING, RESTORE_INCOMPATIBLE, W, guard="gate_fails",
+        effect="gate", note="T9: no CRIU; the placeholder is not killed; mounts undone"),
+    Row(GATE_B, GateBFacts, RECORDING, RESTORE_FAILED, W, guard="target_expired",
+        effect="unavailable", note="T10 past the deadline: Failed, same code"),
+    Row(GATE_B, GateBFacts, SAME, guard="target_first", effect="unavailable",
+        action=TARGET_UNKNOWN, note="T10: TargetFactsUnavailable, retry with backoff"),
+    Row(GATE_B, GateBFacts, SAME, guard="target_unavailable", effect="unavailable",
+        note="T10: still unavailable"),
+    Row(GATE_B, GateBFacts, RECORDING, RESTORE_COMPAT_UNKNOWN, W, guard="gate_blocks",
+        effect="gate", note="T5 at gate B: source facts unknown"),
+    Row(GATE_B, GateBFacts, RESTORING, RESTORE_STARTED, N, guard="gate_warns", effect="gate",
+        action=UNCHECKED, note="unknown under on_unknown=warn"),
+    Row(GATE_B, GateBFacts, RESTORING, RESTORE_STARTED, N, effect="gate",
+        note="T11: pass; the GPU pairing is returned"),
+    ignore(DECIDED, GateBFacts, "gate B has decided"),
+    Row(GATE_B, TargetFactsUnavailable, RECORDING, RESTORE_FAILED, W, guard="target_expired",
+        effect="unavailable", note="T10 past the deadline"),
+    Row(GATE_B, TargetFactsUnavailable, SAME, guard="target_first", effect="unavailable",
+        action=TARGET_UNKNOWN, note="T10"),
+    Row(GATE_B, TargetFactsUnavailable, SAME, effect="unavailable", note="T10: retrying"),
+    ignore(DECIDED, TargetFactsUnavailable, "gate B has decided"),
+    Row(GATE_B, Tick, RECORDING, RESTORE_FAILED, W, guard="retry_expired",
+        effect="unavailable", note="T10: the deadline passed while retrying"),
+    ignore(ANY, Tick, "only gate B's retry has a deadline"),
+    # -- restore -----------------------------------------------------------------------------------
+    Row(RESTORING, RestoreCompleted, RECORDING, RESTORE_SUCCEEDED, N,
+        effect="restored", note="T12"),
+    Row(RESTORING, RestoreErrored, RECORDING, RESTORE_FAILED, W, effect="restore_failed",
+        note="T13: the placeholder is killed, as today; C unchanged"),
+    ignore(SETTLED, RestoreCompleted, "the verdict is memoised"),
+    ignore(SETTLED, RestoreErrored, "the verdict is memoised"),
+    # -- Recording: the verdict is memoised before the Pod write; only the write is retried ---
+    Row(RECORDING, StatusWritten, REJECTED, RESTORE_VERDICT_RECORDED, N,
+        guard="records_rejected", effect="recorded"),
+    Row(RECORDING, StatusWritten, UNKNOWN, RESTORE_VERDICT_RECORDED, N,
+        guard="records_unknown", effect="recorded"),
+    Row(RECORDING, StatusWritten, RESTORED, RESTORE_VERDICT_RECORDED, N,
+        guard="records_restored", effect="recorded"),
+    Row(RECORDING, StatusWritten, FAILED, RESTORE_VERDICT_RECORDED, N, effect="recorded"),
+    Row(RECORDING, StatusWriteFailed, SAME, guard="notice_due", effect="write_failed",
+        action=WRITE_FAILED, note="at most one Warning per backoff window"),
+    Row(RECORDING, StatusWriteFailed, SAME, effect="write_failed",
+        note="inside the window: backoff grows (capped), no Warning"),
+    ignore(ANY, StatusWritten, "only a verdict's write is tracked"),
+    ignore(ANY, StatusWriteFailed, "only a verdict's write is tracked"),
+    Row(SETTLED, CleanupStepDone, SAME, effect="cleanup", note="idempotent, each step recorded"),
+    ignore(ANY, CleanupStepDone, "no verdict yet: nothing to clean up"),
+)  # fmt: skip
+
+TABLE = Table(
+    "restore",
+    states=STATES,
+    initial=NEW,
+    terminal=TERMINAL,
+    observations=OBSERVATIONS,
+    rows=ROWS,
+    guards=GUARDS,
+    effects=EFFECTS,
+    context=("note",),
+)
+
+
+class RestoreMachine(Machine[RestoreStatus]):
+    name: ClassVar[str] = "restore"
+    kind: ClassVar[str] = "RestoreAttempt"
+    status_type: ClassVar[type[Any]] = RestoreStatus
+    table: ClassVar[Table] = TABLE
+
+    def initial(self, ref: ObjectRef) -> RestoreStatus:
+        return RestoreStatus()
+
+    def event_type(self, status: RestoreStatus) -> EventType:
+        return REASON_TYPES.get(status.reason, EventType.NORMAL)
+
+    def context(self, status: RestoreStatus, obs: Observation) -> Mapping[str, Any]:
+        return {"note": action_note(status, obs)}
+
+
+RESTORE = RestoreMachine()
+
+
+def log_fields(status: RestoreStatus) -> dict[str, Any]:
+    """Structured log fields for the attempt: ``code``, ``gate``, ``checks`` (privacy-safe).
+    Full compared values are in :attr:`GateReport.debug`, for debug-level logs only."""
+    return {
+        "attempt": status.key.uid if status.opened else "",
+        "state": status.state,
+        "code": status.code,
+        "gate": status.gate,
+        "bypass": status.bypass or None,
+        "checks": [
+            {"id": c.id, "name": c.name, "outcome": c.outcome, "code": c.code, "detail": c.detail}
+            for c in status.checks
+        ],
+    }

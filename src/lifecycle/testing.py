@@ -1,0 +1,104 @@
+"""Test your own machines the way this library tests its own.
+
+Hypothesis strategies that generate observation sequences from a machine's table, one call
+that runs the whole property suite on any machine, and the test doubles for every port::
+
+    from lifecycle.testing import check_machine, sqlite_factory
+
+    def test_my_machine_keeps_its_promises(tmp_path):
+        check_machine(MY_MACHINE)                                     # MemoryStore
+        check_machine(MY_MACHINE, store_factory=sqlite_factory(tmp_path), max_examples=20)
+
+The suite (:class:`Checker`) drives a :class:`~lifecycle.Runner` over a
+:class:`FaultyStore` (injected conflicts and write errors) with a :class:`FailingEmitter`
+beside a recording :class:`MemoryEmitter`, and checks after every step that
+
+- **refusals are clean**: an observation ``apply`` refuses raises a
+  :class:`~lifecycle.LifecycleError` from the runner and leaves the store untouched;
+- **the table rules**: the status lands in the selected row's target, an ignore row changes
+  nothing, and a state event has the row's declared event type;
+- **flip-only**: an event fires only for a change of the exclusive state or a declared
+  verdict flip; message-only changes and repeats emit nothing;
+- **post-write**: each event carries the version it was committed at and is the journal entry's
+  own; a write that did not land emits nothing but at most one fallback Warning
+  (``fallback=True``, reason ``<Reason>StatusUpdateFailed``) and only for a Warning flip;
+- **the retry budget**: conflicts are retried exactly until the budget runs out;
+- **terminal states are absorbing**, and redelivery resends outbox events under their ids;
+
+and at the end that the journal is contiguous and folds to the stored status, that every
+committed event was delivered exactly under its ``<uid>:<version>:<n>`` id (nothing lost,
+nothing extra), and that replaying the same scenario on a fresh store gives the same statuses
+and the same events (determinism).
+"""
+
+from __future__ import annotations
+
+try:
+    import hypothesis as _hypothesis  # noqa: F401
+except ImportError as e:  # pragma: no cover - depends on the environment
+    raise ImportError("lifecycle.testing needs Hypothesis: pip install 'hypothesis>=6.100'") from e
+
+from ._testing.checks import (
+    Checker,
+    assert_flip_only,
+    assert_journal_folds,
+    check_machine,
+    check_rows,
+    check_scenario,
+)
+from ._testing.coverage import RowPath, row_paths
+from ._testing.doubles import (
+    FailEmitter,
+    FailingEmitter,
+    InjectFault,
+    Redeliver,
+    Step,
+    sqlite_factory,
+)
+from ._testing.stateful import stateful_test
+from ._testing.strategies import (
+    EPOCH,
+    NODECLAIM_SAMPLES,
+    POD_SAMPLES,
+    SAMPLES,
+    Samples,
+    default_ref,
+    observation_sequences,
+    observations,
+    scenarios,
+    table_strings,
+)
+from .emitters.memory import MemoryEmitter
+from .stores.memory import MemoryStore
+from .stores.overlay import FaultyStore
+
+__all__ = [
+    "EPOCH",
+    "NODECLAIM_SAMPLES",
+    "POD_SAMPLES",
+    "SAMPLES",
+    "Checker",
+    "FailEmitter",
+    "FailingEmitter",
+    "FaultyStore",
+    "InjectFault",
+    "MemoryEmitter",
+    "MemoryStore",
+    "Redeliver",
+    "RowPath",
+    "Samples",
+    "Step",
+    "assert_flip_only",
+    "assert_journal_folds",
+    "check_machine",
+    "check_rows",
+    "check_scenario",
+    "default_ref",
+    "observation_sequences",
+    "observations",
+    "row_paths",
+    "scenarios",
+    "sqlite_factory",
+    "stateful_test",
+    "table_strings",
+]

@@ -1,0 +1,186 @@
+"""The Modal fake cannot drift from the installed ``modal`` SDK.
+
+Every fake surface the adapter calls is compared with the real one by ``inspect.signature``
+(each fake parameter exists in the SDK with the same kind and default; every required SDK
+parameter exists in the fake), and every call the fake received while the adapter ran a full
+scenario is bound against the SDK's real signature.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import subprocess
+import sys
+from typing import Any
+
+import pytest
+
+from lifecycle.adapters.modal import ModalAdapter, SandboxSpec, probe_plan
+from lifecycle.adapters.modal_fake import FakeModal, FakeProbe, FakeSandbox, exception
+
+from .conftest import pod, ticking_clock
+
+modal = pytest.importorskip("modal")
+
+_EMPTY = inspect.Parameter.empty
+_VARIADIC = (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
+
+
+def _real_static() -> dict[str, Any]:
+    return {
+        "App.lookup": modal.App.lookup.aio,
+        "Image.from_registry": modal.Image.from_registry,
+        "Sandbox.create": modal.Sandbox.create.aio,
+        "Sandbox.list": modal.Sandbox.list.aio,
+        "Sandbox.from_id": modal.Sandbox.from_id.aio,
+    }
+
+
+def _real_methods() -> dict[str, Any]:
+    return {
+        "Sandbox.get_tags": modal.Sandbox.get_tags.aio,
+        "Sandbox.poll": modal.Sandbox.poll.aio,
+        "Sandbox.wait_until_ready": modal.Sandbox.wait_until_ready.aio,
+        "Sandbox.terminate": modal.Sandbox.terminate.aio,
+    }
+
+
+def _fake_static(fake: FakeModal) -> dict[str, Any]:
+    return {
+        "App.lookup": fake.App.lookup.aio,
+        "Image.from_registry": fake.Image.from_registry,
+        "Sandbox.create": fake.Sandbox.create.aio,
+        "Sandbox.list": fake.Sandbox.list.aio,
+        "Sandbox.from_id": fake.Sandbox.from_id.aio,
+    }
+
+
+def _fake_methods() -> dict[str, Any]:
+    return {
+        "Sandbox.get_tags": FakeSandbox.get_tags.fn,
+        "Sandbox.poll": FakeSandbox.poll.fn,
+        "Sandbox.wait_until_ready": FakeSandbox.wait_until_ready.fn,
+        "Sandbox.terminate": FakeSandbox.terminate.fn,
+    }
+
+
+def assert_compatible(name: str, fake: Any, real: Any) -> None:
+    fake_sig, real_sig = inspect.signature(fake), inspect.signature(real)
+    real_params = real_sig.parameters
+    for pname, p in fake_sig.parameters.items():
+        assert pname in real_params, f"{name}: the SDK has no parameter {pname!r}"
+        r = real_params[pname]
+        assert p.kind == r.kind, f"{name}({pname}): kind {p.kind} != SDK {r.kind}"
+        assert p.default == r.default, f"{name}({pname}): default {p.default!r} != {r.default!r}"
+    for pname, r in real_params.items():
+        if r.default is _EMPTY and r.kind not in _VARIADIC:
+            assert pname in fake_sig.parameters, f"{name}: the SDK requires {pname!r}"
+
+
+@pytest.mark.parametrize("name", sorted(_real_static()))
+def test_static_surfaces_match_the_sdk(name: str) -> None:
+    assert_compatible(name, _fake_static(FakeModal())[name], _real_static()[name])
+
+
+@pytest.mark.parametrize("name", sorted(_real_methods()))
+def test_sandbox_methods_match_the_sdk(name: str) -> None:
+    assert_compatible(name, _fake_methods()[name], _real_methods()[name])
+
+
+@pytest.mark.parametrize("name", ["Sandbox.get_tags", "Sandbox.poll", "Sandbox.terminate"])
+def test_sandbox_method_return_types_match(name: str) -> None:
+    fake = inspect.signature(_fake_methods()[name]).return_annotation
+    real = inspect.signature(_real_methods()[name]).return_annotation
+    assert str(fake).replace("typing.", "") == str(real).replace("typing.", "")
+
+
+def test_sandbox_handles_have_the_properties_the_adapter_reads() -> None:
+    for attr in ("object_id", "returncode"):
+        assert isinstance(inspect.getattr_static(modal.Sandbox, attr), property)
+        assert isinstance(inspect.getattr_static(FakeSandbox, attr), property)
+    assert isinstance(inspect.getattr_static(modal.App, "app_id"), property)
+
+
+def test_probe_matches_modal_probe() -> None:
+    real_fields = [(f.name, f.default) for f in dataclasses.fields(modal.Probe)]
+    fake_fields = [(f.name, f.default) for f in dataclasses.fields(FakeProbe)]
+    assert fake_fields == real_fields
+    for ctor in ("with_tcp", "with_exec"):
+        assert_compatible(f"Probe.{ctor}", getattr(FakeProbe, ctor), getattr(modal.Probe, ctor))
+
+
+def test_the_real_probe_is_built_from_a_plan() -> None:
+    """ProbePlan.build on the real SDK (pure dataclasses, no network)."""
+    tcp = probe_plan({"httpGet": {"port": 8080, "path": "/healthz"}, "periodSeconds": 2})
+    assert tcp is not None
+    assert tcp.build(modal) == modal.Probe.with_tcp(8080, interval_ms=2000)
+    exec_ = probe_plan({"exec": {"command": ["cat", "/tmp/ready"]}})
+    assert exec_ is not None
+    assert exec_.build(modal) == modal.Probe.with_exec("cat", "/tmp/ready")
+
+
+@pytest.mark.parametrize(
+    "name", [n for n, v in vars(exception).items() if isinstance(v, type) and n[0].isupper()]
+)
+def test_exception_classes_exist_with_the_sdk_hierarchy(name: str) -> None:
+    fake_cls = getattr(exception, name)
+    real_cls = getattr(modal.exception, name)
+    real_mro = {c.__name__ for c in real_cls.__mro__}
+    for base in fake_cls.__mro__:
+        if base.__module__ == "builtins":
+            continue
+        assert base.__name__ in real_mro, f"{name}: the SDK's {name} is not a {base.__name__}"
+
+
+def test_failed_precondition_is_a_conflict_error_in_the_sdk() -> None:
+    """The adapter latches 'no probe configured' on ConflictError + FAILED_PRECONDITION, the
+    SDK's mapping of that gRPC status."""
+    from grpclib import Status
+    from modal._grpc_client import _STATUS_TO_EXCEPTION
+
+    assert _STATUS_TO_EXCEPTION[Status.FAILED_PRECONDITION] is modal.exception.ConflictError
+
+
+def test_every_call_the_adapter_made_binds_to_the_sdk() -> None:
+    """Run every adapter path on the fake, then bind each recorded call to the real SDK."""
+    fake = FakeModal(list_lags=False)
+    probe = {"tcpSocket": {"port": 8080}, "periodSeconds": 1}
+    spec = SandboxSpec(
+        image="python:3.12",
+        command=("python", "-m", "http.server", "8080"),
+        env={"A": "1"},
+        gpu="A10G",
+        cpu=2.0,
+        memory_mib=4096,
+        active_deadline_seconds=600,
+        readiness_probe=probe,
+    )
+    a, b = pod("a"), pod("b")
+    with ModalAdapter(sdk=fake, clock=ticking_clock(), call_timeout=1.0) as adapter:
+        pa = adapter.provision(a, spec)
+        pb = adapter.provision(b, SandboxSpec(image="python:3.12"))
+        ids = {a: pa.instance_id, b: pb.instance_id}  # type: ignore[attr-defined]
+        adapter.observe(ids)
+        fake.set_ready(ids[a])
+        adapter.drain()
+        fake.exit(ids[b], 1)
+        adapter.observe(ids)
+        adapter.terminate(a, ids[a])
+        adapter.terminate(b, "")
+    real = {**_real_static(), **_real_methods()}
+    assert {c.name for c in fake.calls} == set(real)
+    for call in fake.calls:
+        sig = inspect.signature(real[call.name])
+        args = (None, *call.args) if call.name in _real_methods() else call.args
+        sig.bind(*args, **call.kwargs)  # raises TypeError on any drift
+
+
+def test_importing_the_adapter_does_not_import_modal() -> None:
+    code = (
+        "import sys, lifecycle.adapters.modal as m, lifecycle.adapters.modal_fake; "
+        "assert 'modal' not in sys.modules, 'imported eagerly'; "
+        "a = m.AsyncModalAdapter(); assert 'modal' not in sys.modules; "
+        "assert a.sdk is sys.modules['modal']"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
