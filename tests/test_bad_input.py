@@ -290,7 +290,7 @@ def test_no_row_on_a_config_error_pod(
 # -- unknown machines -------------------------------------------------------------------------
 def test_unknown_machine_by_name() -> None:
     registry = lifecycle.default_registry()
-    with pytest.raises(UnknownMachine, match="unknown machine 'widget'; known: .*nodeclaim, pod"):
+    with pytest.raises(UnknownMachine, match=r"unknown machine 'widget'; known: .*nodeclaim, pod"):
         registry["widget"]
     with pytest.raises(UnknownMachine, match="no machine handles kind 'pod'"):
         registry.for_kind("pod")  # kinds are spelled as Kubernetes spells them: "Pod"
