@@ -72,7 +72,7 @@ def test_fallback_ids_are_distinct_from_committed_ids() -> None:
     committed = event(version=3, n=0)
     fallback = event(version=3, n=0, fallback=True)
     assert committed.id == "pod-a:3:0"
-    assert fallback.id == "pod-a:3:f0"
+    assert fallback.id == "pod-a:3:f0-Running"
 
 
 def test_log_emitter_binds_the_object_and_picks_the_level() -> None:

@@ -427,7 +427,9 @@ def test_faults_retry_conflicts_and_send_a_fallback_that_claims_nothing() -> Non
     assert failed[0].fallback == ()  # a Normal flip that was not written: nothing at all
     (fallback,) = failed[1].fallback
     assert fallback.fallback
-    assert fallback.id == "fault-write:3:f0"  # regards the last committed version
+    assert (
+        fallback.id == f"fault-write:3:f0-{fallback.reason}"
+    )  # regards the last committed version
     assert "injected write error" in fallback.message
     assert "also failed" in fallback.message
     emitter.assert_emitted("FailedStatusUpdateFailed", uid="fault-write")

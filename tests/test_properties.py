@@ -296,7 +296,7 @@ def test_generic_field_strategies_cover_every_field_kind() -> None:
     run()
 
 
-def test_unsupported_field_type_asks_for_samples() -> None:
+def test_a_sample_override_wins_over_the_field_type() -> None:
     @attrs.frozen(slots=True, kw_only=True)
     class Odd(Observation):
         thing: object
@@ -313,9 +313,14 @@ def test_unsupported_field_type_asks_for_samples() -> None:
             effects={},
         )
 
-    # object is something Hypothesis can build, so it works; a sample override still wins
+    # any field type Hypothesis can build works; a per-class sample override is used first
     strategy = observations(OddMachine(), Odd, samples={"Odd.thing": ["x"]})
-    hypothesis.find(strategy, lambda o: True)
+    quick = hypothesis.settings(max_examples=30, database=None)
+    found = hypothesis.find(strategy, lambda o: True, settings=quick)
+    assert isinstance(found, Odd)
+    assert found.thing == "x"
+    with pytest.raises(hypothesis.errors.NoSuchExample):
+        hypothesis.find(strategy, lambda o: isinstance(o, Odd) and o.thing != "x", settings=quick)
 
 
 def test_empty_samples_are_refused() -> None:

@@ -307,7 +307,7 @@ def test_exhausted_budget_fails_without_a_transition_event_and_one_fallback_warn
     assert fallback.fallback
     assert fallback.type is EventType.WARNING
     assert fallback.reason == "FailedStatusUpdateFailed"
-    assert fallback.id == f"{REF.uid}:2:f0"
+    assert fallback.id == f"{REF.uid}:2:f0-FailedStatusUpdateFailed"
     assert fallback.version == 2
     assert pod.MSG_FAILED in fallback.message  # the cause
     assert str(result.error) in fallback.message  # the write error
@@ -494,3 +494,21 @@ def test_lifecycle_errors_are_typed() -> None:
     assert issubclass(StoreError, LifecycleError)
     conflict = Conflict("u", 3, 4)
     assert (conflict.uid, conflict.expected, conflict.actual) == ("u", 3, 4)
+
+
+def test_two_different_lost_warnings_at_one_version_have_distinct_fallback_ids() -> None:
+    store = FaultyStore(MemoryStore())
+    emitter = MemoryEmitter()
+    runner = Runner(store, [emitter], links=(), policy=RetryPolicy(backoff=0.0))
+    runner.observe(REF, pod.CreateRequested(at=t(0)))
+    store.inject(REF.uid, "write-error")
+    first = runner.observe(REF, pod.ProvisionRejected(at=t(1), error="quota"))
+    store.inject(REF.uid, "write-error")
+    second = runner.observe(REF, pod.InstanceFailed(at=t(2)))
+    (a,), (b,) = first.fallback, second.fallback
+    assert (a.version, b.version) == (1, 1)
+    assert a.id != b.id
+    assert {a.id, b.id} == {
+        f"{REF.uid}:1:f0-ProvisionFailedStatusUpdateFailed",
+        f"{REF.uid}:1:f0-FailedStatusUpdateFailed",
+    }

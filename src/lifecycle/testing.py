@@ -23,12 +23,28 @@ beside a recording :class:`MemoryEmitter`, and checks after every step that
   own; a write that did not land emits nothing but at most one fallback Warning
   (``fallback=True``, reason ``<Reason>StatusUpdateFailed``) and only for a Warning flip;
 - **the retry budget**: conflicts are retried exactly until the budget runs out;
-- **terminal states are absorbing**, and redelivery resends outbox events under their ids;
+- **terminal states are absorbing** (except rows declared ``recovery=True``), redelivery
+  resends outbox events under their ids, and a row's action events (no id) are sent as
+  declared whatever the write did;
 
 and at the end that the journal is contiguous and folds to the stored status, that every
 committed event was delivered exactly under its ``<uid>:<version>:<n>`` id (nothing lost,
 nothing extra), and that replaying the same scenario on a fresh store gives the same statuses
 and the same events (determinism).
+
+:func:`check_machine` first runs :func:`check_rows`: a breadth-first search of the pure
+machine (:func:`row_paths`) finds a shortest path to every row of the table, and each path
+is checked plain, with its last write failing (write error; conflicts on every attempt),
+committing on the last attempt, and with its last delivery failing then redelivered. A row no
+path reaches fails the check (pass ``samples=`` with the values its guards need, or
+``require_all_rows=False``). Then it checks generated :func:`scenarios`: observations biased
+toward what the current state accepts, interleaved with faults. :func:`stateful_test` is the
+same suite as a Hypothesis rule-based state machine.
+
+Field values come from the field types, the table's own strings (states, reasons, and the
+constants its guards compare against: :func:`table_strings`) and per-field ``samples``
+(``{"Class.field": [...], "field": [...]}``, values or a strategy). :data:`SAMPLES` holds the
+shipped machines' samples, by machine name. Needs Hypothesis (a test dependency).
 """
 
 from __future__ import annotations

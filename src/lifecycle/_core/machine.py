@@ -11,7 +11,7 @@ from . import serde
 from .errors import InvalidObservation, InvalidTransition, UnknownObservation
 from .observation import Observation
 from .refs import Condition, EventType, ObjectRef
-from .table import SAME, Row, Table, render
+from .table import SAME, Row, Step, Table, render
 from .transition import Flip
 
 
@@ -60,6 +60,76 @@ class Verdict(Generic[S]):
         return Flip(was, new.status, new.reason, kind, new.message, self.condition)
 
 
+_FLIP_MEMO_SIZE = 4096
+
+
+def _unchanged(status: Any, obs: Any) -> Any:
+    return status
+
+
+def is_record_tuple(tp: object) -> bool:
+    """Whether ``tp`` is a ``typing.NamedTuple`` record (the fastest status record: see ADR
+    0015); attrs classes are the other kind of status the kernel accepts."""
+    return isinstance(tp, type) and issubclass(tp, tuple) and hasattr(tp, "_fields")
+
+
+def _enter_step(
+    status_type: type[Any], row: Row, machine: Machine[Any]
+) -> Callable[[Any, Any], Any]:
+    """The default effect of ``row`` — take its target, reason and message — compiled to one
+    constructor call for this row: constants are bound, a constant message is not rendered,
+    and the other fields are copied positionally (attrs validators still run)."""
+
+    def render(status: Any, obs: Any) -> str:
+        return row.render(obs, machine.context(status, obs))
+
+    record_tuple = is_record_tuple(status_type)
+    if record_tuple:
+        fields: list[str] = list(status_type._fields)
+    elif attrs.has(status_type) and not any(f.kw_only for f in attrs.fields(status_type)):
+        fields = [f.name for f in attrs.fields(status_type) if f.init]
+    else:
+        fields = []
+    if not {"state", "reason", "message"} <= set(fields):
+
+        def generic(status: Any, obs: Any) -> Any:
+            return replace(
+                status,
+                state=status.state if row.target == SAME else row.target,
+                reason=row.reason or status.reason,
+                message=render(status, obs),
+            )
+
+        return generic
+    values = {
+        "state": "s.state" if row.target == SAME else "TARGET",
+        "reason": "REASON" if row.reason else "s.reason",
+        "message": "render(s, o)" if "{" in row.message else "MESSAGE",
+    }
+    items = ", ".join(
+        values.get(f) or (f"s[{i}]" if record_tuple else f"s.{f}") for i, f in enumerate(fields)
+    )
+    call = f"new(cls, ({items},))" if record_tuple else f"cls({items})"
+    namespace: dict[str, Any] = {
+        "cls": status_type,
+        "new": tuple.__new__,
+        "render": render,
+        "TARGET": row.target,
+        "REASON": row.reason,
+        "MESSAGE": row.message,
+    }
+    exec(f"def enter(s, o):\n    return {call}\n", namespace)  # like attrs' own __init__
+    enter: Callable[[Any, Any], Any] = namespace["enter"]
+    return enter
+
+
+def replace(status: Any, **changes: Any) -> Any:
+    """A copy of a status record with ``changes``: attrs classes and NamedTuples alike."""
+    if isinstance(status, tuple):
+        return status._replace(**changes)  # type: ignore[attr-defined]
+    return attrs.evolve(status, **changes)
+
+
 class Machine(Generic[S]):
     """A pure, table-driven lifecycle. Subclasses set the class attributes and ``initial``.
 
@@ -84,6 +154,40 @@ class Machine(Generic[S]):
         self._vocabulary = {o.name(): o for o in self.table.observations}
         self._dispatch = self.table.dispatch
         self._has_actions = any(r.action is not None for r in self.table.rows)
+        # The hot path: one callable per (state, observation type), compiled once here so
+        # that ``apply`` is a dict lookup and a call (see ADR 0015).
+        self._steps: dict[tuple[str, type[Observation]], Callable[[Any, Any], Any]] = {
+            key: self._compile(steps) for key, steps in self._dispatch.items()
+        }
+        # Entering a state is an event whose type depends on the state alone unless a
+        # subclass decides otherwise; then flips can be memoised by their content.
+        self._type_by_state = type(self).event_type is Machine.event_type
+        self._flip_memo: dict[tuple[str, str, str, str], tuple[Flip, ...]] = {}
+        self._memoise_flips = not self.verdicts and self._type_by_state
+
+    def _compile(self, steps: tuple[Step, ...]) -> Callable[[Any, Any], Any]:
+        runs = [(step.guard, self._run(step.row, step.effect)) for step in steps]
+        if len(runs) == 1 and runs[0][0] is None:
+            return runs[0][1]
+        name = self.name
+
+        def guarded(status: Any, obs: Any) -> Any:
+            for guard, run in runs:
+                if guard is None or guard(status, obs):
+                    return run(status, obs)
+            raise InvalidTransition(name, status.state, obs.__class__.__name__)  # unreachable
+
+        return guarded
+
+    def _run(self, row: Row, effect: Callable[[Any, Any, Row], Any] | None
+             ) -> Callable[[Any, Any], Any]:  # fmt: skip
+        if row.ignore:
+            return _unchanged
+        if effect is not None:
+            return lambda status, obs: effect(status, obs, row)
+        if type(self).enter is not Machine.enter:
+            return lambda status, obs: self.enter(status, obs, row)
+        return _enter_step(self.status_type, row, self)
 
     # -- vocabulary ---------------------------------------------------------------------
     @property
@@ -132,26 +236,18 @@ class Machine(Generic[S]):
 
     def apply(self, status: S, obs: Observation) -> S:
         """The next status. Pure: no clock, no I/O, no randomness."""
-        steps = self._dispatch.get((status.state, obs.__class__))
-        if steps is None:
+        step = self._steps.get((status.state, obs.__class__))
+        if step is None:
             self.select(status, obs)  # raises the right error
-        assert steps is not None
-        for step in steps:
-            if step.guard is None or step.guard(status, obs):
-                row = step.row
-                if row.ignore:
-                    return status
-                if step.effect is not None:
-                    result: S = step.effect(status, obs, row)
-                    return result
-                return self.enter(status, obs, row)
-        raise InvalidTransition(self.name, status.state, obs.__class__.__name__)  # unreachable
+            raise AssertionError("unreachable")  # pragma: no cover
+        result: S = step(status, obs)
+        return result
 
     def enter(self, status: S, obs: Observation, row: Row) -> S:
         """The default effect: take the row's target, reason and message."""
         target = status.state if row.target == SAME else row.target
-        result: S = attrs.evolve(
-            status,  # type: ignore[misc]
+        result: S = replace(
+            status,
             state=target,
             reason=row.reason or status.reason,
             message=row.render(obs),
@@ -195,6 +291,20 @@ class Machine(Generic[S]):
 
     def flips(self, before: S, after: S) -> tuple[Flip, ...]:
         """What changed that people should hear about: the exclusive state, or a verdict."""
+        if self._memoise_flips:
+            if before.state == after.state:
+                return ()
+            key = (before.state, after.state, after.reason, after.message)
+            memo = self._flip_memo.get(key)
+            if memo is None:
+                memo = self._state_flips(before, after)
+                if len(self._flip_memo) >= _FLIP_MEMO_SIZE:
+                    self._flip_memo.clear()
+                self._flip_memo[key] = memo
+            return memo
+        return self._state_flips(before, after)
+
+    def _state_flips(self, before: S, after: S) -> tuple[Flip, ...]:
         out: tuple[Flip, ...] = ()
         if before.state != after.state:
             out = (

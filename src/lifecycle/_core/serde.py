@@ -41,6 +41,25 @@ def parse_time(value: object) -> datetime:
 converter.register_structure_hook(datetime, lambda v, _: parse_time(v))
 
 
+def _is_record_tuple(tp: Any) -> bool:
+    return isinstance(tp, type) and issubclass(tp, tuple) and hasattr(tp, "_fields")
+
+
+# NamedTuple status records are stored as objects (field -> value), like attrs records.
+converter.register_unstructure_hook_func(
+    _is_record_tuple,
+    lambda value: {k: converter.unstructure(v) for k, v in value._asdict().items()},
+)
+
+
+def _structure_record_tuple(data: Mapping[str, Any], cls: Any) -> Any:
+    hints = typing.get_type_hints(cls)
+    return cls(**{k: converter.structure(v, hints[k]) for k, v in data.items()})
+
+
+converter.register_structure_hook_func(_is_record_tuple, _structure_record_tuple)
+
+
 def dump(obj: Any) -> dict[str, Any]:
     data = converter.unstructure(obj)
     assert isinstance(data, dict)

@@ -32,7 +32,8 @@ class Transition:
     """The event: a flip that was durably written as ``version`` of ``ref``'s status.
 
     ``id`` is stable across redelivery: ``<uid>:<version>:<n>``. A fallback Warning (the write
-    failed) regards the last committed ``version`` and has the id ``<uid>:<version>:f<n>``.
+    failed) regards the last committed ``version`` and has the id
+    ``<uid>:<version>:f<n>-<reason>``.
     An ``action`` event (a row's :class:`~lifecycle.Action`: not a transition, status
     untouched, may repeat) regards the version it was sent at and has no id (``""``).
     ``controller`` names the reporting controller when the machine declares one.
@@ -57,8 +58,9 @@ class Transition:
     def id(self) -> str:
         if self.action:
             return ""
-        tag = f"f{self.n}" if self.fallback else str(self.n)
-        return f"{self.ref.uid}:{self.version}:{tag}"
+        if self.fallback:  # two different lost writes at one version must not share an id
+            return f"{self.ref.uid}:{self.version}:f{self.n}-{self.reason}"
+        return f"{self.ref.uid}:{self.version}:{self.n}"
 
     def as_dict(self) -> dict[str, object]:
         """A flat, JSON-ready projection (the ``--format jsonl`` line). ``controller`` and

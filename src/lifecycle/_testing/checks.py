@@ -369,7 +369,7 @@ class Checker:
         problems = []
         if fb.reason != f"{warning.reason}StatusUpdateFailed" or fb.type is not (EventType.WARNING):
             problems.append(f"reason/type {fb.reason}/{fb.type.value}")
-        if fb.version != version or fb.id != f"{self.ref.uid}:{version}:f{fb.n}":
+        if fb.version != version or fb.id != f"{self.ref.uid}:{version}:f{fb.n}-{fb.reason}":
             problems.append(f"id {fb.id} (last committed version {version})")
         assert result.error is not None  # checked above: a failed write carries its error
         if fb.message != self.machine.fallback_message(self.ref, warning, result.error):
