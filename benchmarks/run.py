@@ -200,7 +200,10 @@ def metric(value: float, unit: str, baseline: float | None, ratio: float | None,
 
 def run(quick: bool, only: set[str] | None) -> dict[str, Metric]:
     out: dict[str, Metric] = {}
-    want = lambda name: only is None or name in only
+
+    def want(name: str) -> bool:
+        return only is None or name in only
+
     if want("apply"):
         objects, per = (500, 40) if quick else (5000, 40)
         c = apply_costs(objects, per, 3 if quick else 7)
