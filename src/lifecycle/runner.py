@@ -154,8 +154,8 @@ class Runner:
         Raises a :class:`~lifecycle.LifecycleError` for input the machine refuses (unknown
         observation, no row in the table); the store is then untouched.
         """
-        machine = self.machine_for(ref)
-        if observation.__class__ not in machine.table.observations:
+        machine = self.machines.for_kind(ref.kind)
+        if observation.__class__ not in machine.accepted:
             raise UnknownObservation(
                 f"{machine.name}: {observation.__class__.__name__} is not one of its "
                 f"observations ({', '.join(sorted(machine.vocabulary))})"
@@ -175,14 +175,16 @@ class Runner:
             before = machine.initial(ref) if record is None else record.status
             version = 0 if record is None else record.version
             after = machine.apply(before, observation)
-            if attempt == 1:
+            if attempt == 1 and machine.has_actions:
                 actions = self._actions(machine, ref, before, observation, version)
             if after is before or after == before:
                 return Result(
                     Outcome.UNCHANGED, ref, before, version, attempts=attempt, actions=actions
                 )
             flips = machine.flips(before, after)
-            transitions = stamp(flips, ref, machine.name, version + 1, observation.at)
+            transitions = (
+                stamp(flips, ref, machine.name, version + 1, observation.at) if flips else ()
+            )
             try:
                 committed = self.store.commit(
                     machine, ref, version, after, observation, transitions

@@ -20,6 +20,7 @@ runner), so an operator can save what a controller saw and replay it later.
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime
@@ -65,7 +66,25 @@ class FaultLine:
 TraceLine = ObservationLine | FaultLine
 
 
+_REFS: dict[tuple[str, object, object, object], ObjectRef] = {}
+
+
 def _ref(machine: Machine[Any], obj: object) -> ObjectRef:
+    """The line's object, checked; the same ObjectRef instance for every line naming it."""
+    if isinstance(obj, dict) and len(obj) == 3:
+        key = (machine.kind, obj.get("namespace"), obj.get("name"), obj.get("uid"))
+        with contextlib.suppress(TypeError):  # an unhashable value: the full check says why
+            cached = _REFS.get(key)
+            if cached is not None:
+                return cached
+    ref = _check_ref(machine, obj)
+    if len(_REFS) >= 100_000:
+        _REFS.clear()
+    _REFS[(ref.kind, ref.namespace, ref.name, ref.uid)] = ref
+    return ref
+
+
+def _check_ref(machine: Machine[Any], obj: object) -> ObjectRef:
     if not isinstance(obj, dict):
         raise ValueError('"object" must be an object with namespace, name and uid')
     extra = sorted(set(obj) - {"namespace", "name", "uid"})
@@ -84,9 +103,9 @@ def _ref(machine: Machine[Any], obj: object) -> ObjectRef:
     return ObjectRef(machine.kind, values[0], values[1], values[2])
 
 
-def parse_line(text: str, machines: MachineRegistry) -> TraceLine | None:
+def parse_line(text: str, machines: MachineRegistry, line: int = 0) -> TraceLine | None:
     """One line to a record (``None`` for blanks and comments); raises ``ValueError`` or a
-    :class:`~lifecycle.LifecycleError` describing what is wrong."""
+    :class:`~lifecycle.LifecycleError` describing what is wrong. ``line`` is its number."""
     stripped = text.strip()
     if not stripped or stripped.startswith("#"):
         return None
@@ -115,7 +134,7 @@ def parse_line(text: str, machines: MachineRegistry) -> TraceLine | None:
             raise ValueError(f'"fault" must be one of {", ".join(FAULTS)}, not {fault!r}')
         if not isinstance(times, int) or isinstance(times, bool) or times < 1:
             raise ValueError(f'"times" must be a positive integer, not {times!r}')
-        return FaultLine(0, machine, ref, at, fault, times)
+        return FaultLine(line, machine, ref, at, fault, times)
     if "times" in data:
         raise ValueError('"times" belongs to fault lines only')
     if "observe" not in data:
@@ -126,7 +145,7 @@ def parse_line(text: str, machines: MachineRegistry) -> TraceLine | None:
     if not isinstance(fields, dict):
         raise ValueError('"with" must be an object')
     observation = machine.observation(data["observe"], data["at"], fields)
-    return ObservationLine(0, machine, ref, observation)
+    return ObservationLine(line, machine, ref, observation)
 
 
 def read_trace(path: str | Path, machines: MachineRegistry | None = None) -> list[TraceLine]:
@@ -152,7 +171,7 @@ def parse_lines(lines: Iterable[str], name: str, machines: MachineRegistry) -> l
     links = default_links()
     for number, text in enumerate(lines, start=1):
         try:
-            record = parse_line(text, machines)
+            record = parse_line(text, machines, number)
         except (ValueError, LifecycleError) as e:
             raise TraceError(name, number, str(e)) from None
         if record is None:
@@ -166,8 +185,7 @@ def parse_lines(lines: Iterable[str], name: str, machines: MachineRegistry) -> l
                 f"uid {ref.uid!r} names {ref} here, but {known[1]} it names {_full(known[0])}; "
                 "one uid must name one object",
             )
-        owners.setdefault(ref.uid, (ref, f"on line {number}", True))
-        for link, target in _linked(record.machine, ref, links):
+        for link, target in () if known is not None else _linked(record.machine, ref, links):
             derived = owners.get(target.uid)
             if derived is not None and derived[0] != target and derived[2]:
                 raise TraceError(
@@ -177,6 +195,8 @@ def parse_lines(lines: Iterable[str], name: str, machines: MachineRegistry) -> l
                     f"but {derived[1]} it names {_full(derived[0])}; one uid must name one object",
                 )
             owners.setdefault(target.uid, (target, f"as the {link.target} of line {number}", False))
+        if known is None:
+            owners[ref.uid] = (ref, f"on line {number}", True)
         at = record.at if isinstance(record, FaultLine) else record.observation.at
         previous = last_at.get(ref.uid)
         if previous is not None and at < previous:
@@ -186,7 +206,7 @@ def parse_lines(lines: Iterable[str], name: str, machines: MachineRegistry) -> l
                 f"time goes backwards for {ref}: {at.isoformat()} is before {previous.isoformat()}",
             )
         last_at[ref.uid] = at
-        out.append(attrs.evolve(record, line=number))
+        out.append(record)
     return out
 
 
@@ -254,15 +274,19 @@ def replay(
     name: str = "<trace>",
     machines: MachineRegistry | None = None,
     on_result: Callable[[TraceLine, Result | None], None] | None = None,
+    dry_run: bool = True,
 ) -> list[Result]:
     """Replay a parsed trace into ``store``, delivering events to ``emitters``.
 
     A dry run (:func:`check`) first folds the whole trace over a read-through overlay of
     ``store``: a line the machines refuse raises :class:`TraceError` before anything is
-    written. Retries do not sleep during replay.
+    written. A caller whose store is fresh and thrown away afterwards (``memory://``) may
+    pass ``dry_run=False`` and hold back what it shows until the replay returns.
+    Retries do not sleep during replay.
     """
     machines = machines if machines is not None else default_registry()
-    check(trace, store, name=name, machines=machines)
+    if dry_run:
+        check(trace, store, name=name, machines=machines)
     real = FaultyStore(store)
     policy = RetryPolicy(backoff=0.0)
     runner = Runner(real, tuple(emitters), machines=machines, policy=policy)

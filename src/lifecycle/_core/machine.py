@@ -154,6 +154,10 @@ class Machine(Generic[S]):
         self._vocabulary = {o.name(): o for o in self.table.observations}
         self._dispatch = self.table.dispatch
         self._has_actions = any(r.action is not None for r in self.table.rows)
+        #: Whether any row carries an action event (the runner skips the lookup otherwise).
+        self.has_actions = self._has_actions
+        #: The observation types this machine accepts, for an O(1) membership check.
+        self.accepted = frozenset(self.table.observations)
         # The hot path: one callable per (state, observation type), compiled once here so
         # that ``apply`` is a dict lookup and a call (see ADR 0015).
         self._steps: dict[tuple[str, type[Observation]], Callable[[Any, Any], Any]] = {

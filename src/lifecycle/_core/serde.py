@@ -8,9 +8,10 @@ refuses wrong types instead of coercing them (``cattrs`` would turn ``"yes"`` in
 from __future__ import annotations
 
 import enum
+import functools
 import types
 import typing
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any, TypeVar
 
@@ -29,6 +30,12 @@ def parse_time(value: object) -> datetime:
     """An RFC 3339 timestamp with an offset (``Z`` allowed) to an aware datetime."""
     if not isinstance(value, str):
         raise ValueError(f"expected an RFC 3339 timestamp string, got {type(value).__name__}")
+    return _parse_time(value)
+
+
+@functools.lru_cache(maxsize=4096)
+def _parse_time(value: str) -> datetime:
+    """Traces repeat timestamps (one poll stamps many objects): parse each string once."""
     try:
         parsed = datetime.fromisoformat(value)
     except ValueError:
@@ -147,23 +154,64 @@ def _check(value: Any, tp: Any, where: str) -> Any:
     raise InvalidObservation(f"{where}: unsupported field type {_describe(tp)}")
 
 
+def _fast_test(tp: Any) -> Callable[[Any], bool] | None:
+    """A cheap predicate that accepts exactly the values ``_check`` returns unchanged, or
+    ``None`` where there is none (then every value takes the full check)."""
+    if tp is str:
+        return lambda v: type(v) is str
+    if tp is bool:
+        return lambda v: v is True or v is False
+    if tp is int:
+        return lambda v: type(v) is int
+    if tp is float:
+        return lambda v: type(v) is float
+    if typing.get_origin(tp) in (typing.Union, types.UnionType):
+        options = [o for o in typing.get_args(tp) if o is not type(None)]
+        allows_none = len(options) < len(typing.get_args(tp))
+        if len(options) == 1 and allows_none:
+            inner = _fast_test(options[0])
+            if inner is not None:
+                return lambda v: v is None or inner(v)
+    return None
+
+
+_Field = tuple[str, Any, bool, "Callable[[Any], bool] | None"]
+_PLANS: dict[type[Any], tuple[dict[str, _Field], frozenset[str]]] = {}
+
+
+def _plan(cls: type[Any]) -> tuple[dict[str, _Field], frozenset[str]]:
+    """Per class, once: each init field's type, whether it is required, and its fast test."""
+    plan = _PLANS.get(cls)
+    if plan is None:
+        attrs.resolve_types(cls)
+        fields = {
+            f.name: (f.name, f.type, f.default is attrs.NOTHING, _fast_test(f.type))
+            for f in attrs.fields(cls)
+            if f.init
+        }
+        plan = _PLANS[cls] = (fields, frozenset(fields))
+    return plan
+
+
 def strict_structure(cls: type[T], data: Mapping[str, Any], where: str = "") -> T:
     """Build ``cls`` from ``data``, refusing unknown fields, missing fields and wrong types."""
-    attrs.resolve_types(cls)  # type: ignore[type-var]
+    fields, names = _plan(cls)
     label = where or cls.__name__
-    fields = {f.name: f for f in attrs.fields(cls) if f.init}  # type: ignore[arg-type]
-    unknown = sorted(set(data) - set(fields))
-    if unknown:
+    if not names.issuperset(data):
+        unknown = sorted(set(data) - names)
         raise InvalidObservation(
             f"{label}: unknown field(s) {', '.join(unknown)}; expected {', '.join(fields)}"
         )
     kwargs: dict[str, Any] = {}
-    for name, field in fields.items():
+    for name, tp, required, fast in fields.values():
         if name not in data:
-            if field.default is attrs.NOTHING:
+            if required:
                 raise InvalidObservation(f"{label}: missing required field {name!r}")
             continue
-        kwargs[name] = _check(data[name], field.type, f"{label}.{name}")
+        value = data[name]
+        kwargs[name] = (
+            value if fast is not None and fast(value) else _check(value, tp, f"{label}.{name}")
+        )
     try:
         return cls(**kwargs)
     except (TypeError, ValueError) as e:

@@ -11,7 +11,7 @@ NodeClaim controller reads, so the strings are a contract.
 
 from __future__ import annotations
 
-import contextlib
+import functools
 import ipaddress
 from datetime import datetime
 from typing import Any, ClassVar
@@ -264,27 +264,49 @@ def rejected(status: PodStatus, obs: ProvisionRejected, row: Row) -> PodStatus:
     return attrs.evolve(mark(status, obs, row), instance_id=status.instance_id or "")
 
 
+@functools.lru_cache(maxsize=4096)
+def _ip(endpoint: str) -> str:
+    """The endpoint as a canonical IP address, or ``""`` when it is not one (a DNS name)."""
+    try:
+        return str(ipaddress.ip_address(endpoint))
+    except ValueError:
+        return ""
+
+
 def poll(status: PodStatus, obs: Any, row: Row) -> PodStatus:
-    """applyState: phase/reason/message, the Ready condition, StartTime once, PodIP."""
+    """applyState: phase/reason/message, the Ready condition, StartTime once, PodIP.
+
+    A poll that changes nothing returns ``status`` itself, so a level-triggered host that
+    re-reports every instance every tick costs no allocation and no comparison."""
     state = _target(status, row)
     ready = set_condition(
         status.ready, "Ready", "True" if state == RUNNING else "False", "", "", obs.at
     )
     instance_id = getattr(obs, "instance_id", "") or status.instance_id or ""
     endpoint = getattr(obs, "endpoint", "") or status.endpoint
-    pod_ip = status.pod_ip
-    if state == RUNNING and endpoint:
-        with contextlib.suppress(ValueError):
-            pod_ip = str(ipaddress.ip_address(endpoint))
+    pod_ip = (_ip(endpoint) or status.pod_ip) if state == RUNNING and endpoint else status.pod_ip
+    message = row.render(obs)
+    exit_code = getattr(obs, "exit_code", None)
+    if (
+        ready is status.ready
+        and state == status.state
+        and message == status.message
+        and pod_ip == status.pod_ip
+        and instance_id == status.instance_id
+        and endpoint == status.endpoint
+        and exit_code == status.exit_code
+        and status.start_time is not None
+    ):
+        return status
     return PodStatus(
         state=state,
         phase=_PHASE[state],
-        message=row.render(obs),
+        message=message,
         ready=ready,
         pod_ip=pod_ip,
         instance_id=instance_id,
         endpoint=endpoint,
-        exit_code=getattr(obs, "exit_code", None),
+        exit_code=exit_code,
         start_time=status.start_time or obs.at,
         deletion_timestamp=status.deletion_timestamp,
         pool=status.pool,
