@@ -156,7 +156,7 @@ def sqlite_batched(batches: int, size: int, repeats: int) -> float | None:
             ]
             start = time.perf_counter()
             for batch in items:
-                runner.observe_many(batch)  # type: ignore[attr-defined]
+                runner.observe_many(batch)
             took = time.perf_counter() - start
             store.close()
             return took

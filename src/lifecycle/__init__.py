@@ -4,6 +4,8 @@ controllers, emitting deduplicated, flip-only transition events after each succe
 The public face is curated here; everything else is private to the package.
 """
 
+from typing import TYPE_CHECKING, Any
+
 from ._core.errors import (
     Conflict,
     InvalidObservation,
@@ -20,6 +22,7 @@ from ._core.observation import Observation, Tick
 from ._core.refs import Condition, EventType, ObjectRef
 from ._core.table import ANY, SAME, Action, Row, Table, ignore
 from ._core.transition import Flip, Transition
+from .dispatch import Dispatcher
 from .emitters import Emitter, LogEmitter, MemoryEmitter
 from .links import Link
 from .machines import MachineRegistry, default_registry
@@ -27,12 +30,30 @@ from .projections import placed
 from .runner import Outcome, Result, RetryPolicy, Runner
 from .stores import MemoryStore, SQLiteStore, Store, open_store
 
+if TYPE_CHECKING:
+    from .aio import AsyncRunner, AsyncStore, ThreadedStore, open_async_store
+
+#: Imported on first use: asyncio costs a synchronous host (and the CLI) startup time.
+_ASYNC = ("AsyncRunner", "AsyncStore", "ThreadedStore", "open_async_store")
+
+
+def __getattr__(name: str) -> Any:
+    if name in _ASYNC:
+        from . import aio
+
+        return getattr(aio, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 __all__ = [
     "ANY",
     "SAME",
     "Action",
+    "AsyncRunner",
+    "AsyncStore",
     "Condition",
     "Conflict",
+    "Dispatcher",
     "Emitter",
     "EventType",
     "Flip",
@@ -57,6 +78,7 @@ __all__ = [
     "StoreError",
     "Table",
     "TableError",
+    "ThreadedStore",
     "Tick",
     "TraceError",
     "Transition",
@@ -65,6 +87,7 @@ __all__ = [
     "Verdict",
     "default_registry",
     "ignore",
+    "open_async_store",
     "open_store",
     "placed",
 ]

@@ -2,6 +2,10 @@
 
     lifecycle replay TRACE [--store URL] [--format table|jsonl] [--final-status]
     lifecycle machines [--format text|json]
+    lifecycle diagram MACHINE [--format mermaid|dot] [--stays]
+    lifecycle table MACHINE
+    lifecycle docs [--out DIR] [--check]
+    lifecycle db migrate|status|compact --store URL
 
 Exit codes: 0 ok, 2 bad input (``FILE:LINE: what is wrong`` on stderr), 1 anything else.
 """
@@ -9,11 +13,13 @@ Exit codes: 0 ok, 2 bad input (``FILE:LINE: what is wrong`` on stderr), 1 anythi
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import sys
+import time
 import types
 import typing
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TextIO
@@ -21,23 +27,26 @@ from typing import Any, TextIO
 import attrs
 import structlog
 
+from ._cli_db import STORE_HELP, add_db_commands
 from ._core.errors import LifecycleError, StoreError, TraceError
 from ._core.machine import Machine
 from ._core.refs import EventType
 from ._core.transition import Transition
 from .machines import MachineRegistry, default_registry
 from .runner import Result
-from .stores import MemoryStore, open_store
+from .stores import MemoryStore, open_store, redact_url
 from .stores.base import Store
 from .trace import TraceLine, check, read_trace, replay
 
 
 class _Collector:
+    """Counts delivered events (the summary line); holding them all would cost memory."""
+
     def __init__(self) -> None:
-        self.events: list[Transition] = []
+        self.count = 0
 
     def emit(self, transition: Transition) -> None:
-        self.events.append(transition)
+        self.count += 1
 
 
 def _show(state: str) -> str:
@@ -94,43 +103,172 @@ def _new_sqlite_file(url: str) -> bool:
     return bool(path) and not Path(path).exists()
 
 
+#: Seconds a replay runs before its progress bar appears (short replays never show one).
+PROGRESS_DELAY = 0.5
+#: A trace file this large (bytes) gets "reading"/"checking" notes on a terminal at once.
+PROGRESS_NOTE_BYTES = 1 << 20
+
+
+def _isatty(stream: object) -> bool:
+    isatty = getattr(stream, "isatty", None)
+    try:
+        return bool(isatty()) if callable(isatty) else False
+    except (OSError, ValueError):  # a closed or detached stream
+        return False
+
+
+class Progress:
+    """A one-line progress bar for long work, on a terminal only.
+
+    Nothing is ever written unless ``stream`` is a TTY. The bar appears once the work has
+    run ``delay`` seconds, is redrawn at most every ``interval`` seconds, and :meth:`clear`
+    erases it (before other output to the same terminal, and at the end).
+    """
+
+    def __init__(
+        self,
+        total: int,
+        stream: TextIO,
+        *,
+        label: str = "replaying",
+        delay: float | None = None,
+        interval: float = 0.1,
+        width: int = 28,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.total = total
+        self.stream = stream
+        self.enabled = _isatty(stream)
+        self.label = label
+        self.delay = PROGRESS_DELAY if delay is None else delay
+        self.interval = interval
+        self.width = width
+        self.clock = clock
+        self.started = clock()
+        self._first: tuple[float, int] | None = None  # (when, done) of the first update
+        self._drawn_at: float | None = None
+        self._shown = 0  # characters on the line now
+
+    def _write(self, text: str) -> None:
+        pad = " " * max(self._shown - len(text), 0)
+        self.stream.write("\r" + text + pad)
+        self.stream.flush()
+        self._shown = len(text)
+
+    def note(self, text: str) -> None:
+        """Show ``text`` on the bar's line right away (a phase with no count yet)."""
+        if self.enabled:
+            self._write(text)
+
+    def update(self, done: int) -> None:
+        if not self.enabled or self.total <= 0:
+            return
+        now = self.clock()
+        if self._first is None:
+            self._first = (now, done)  # the rate counts from here, not from reading the trace
+        if now - self.started < self.delay:
+            return
+        recent = self._drawn_at is not None and now - self._drawn_at < self.interval
+        if recent and self._shown and done < self.total:
+            return
+        self._drawn_at = now
+        done = min(max(done, 0), self.total)
+        filled = self.width * done // self.total
+        bar = "#" * filled + "." * (self.width - filled)
+        text = f"{self.label} [{bar}] {done}/{self.total} {100 * done // self.total:3d}%"
+        since, first = self._first
+        if done < self.total and done > first and now - since >= self.delay:
+            left = (now - since) * (self.total - done) / (done - first)
+            text += f"  {left:.0f}s left"
+        self._write(text)
+
+    def clear(self) -> None:
+        """Erase the line (if anything is on it); the next :meth:`update` draws it again."""
+        if self.enabled and self._shown:
+            self.stream.write("\r" + " " * self._shown + "\r")
+            self.stream.flush()
+            self._shown = 0
+
+
+def _trace_size(path: str) -> int:
+    try:
+        return Path(path).stat().st_size
+    except OSError:
+        return 0
+
+
 def cmd_replay(args: argparse.Namespace, out: TextIO) -> int:
+    progress = Progress(0, sys.stderr)
+    try:
+        return _replay(args, out, progress)
+    finally:
+        progress.clear()
+
+
+def _replay(args: argparse.Namespace, out: TextIO, progress: Progress) -> int:
     machines = default_registry()
+    big = _trace_size(args.trace) >= PROGRESS_NOTE_BYTES
+    if big:
+        progress.note(f"reading {args.trace} ...")
     trace: list[TraceLine] = read_trace(args.trace, machines)
+    progress.total = len(trace)
+    if big:
+        progress.note(f"read {len(trace)} lines ...")
     if _new_sqlite_file(args.store):
         # Refuse a bad trace before opening (and so creating) a new store file.
         check(trace, MemoryStore(), name=args.trace, machines=machines)
-    store = open_store(args.store)
+    # A memory store is fresh and gone when the command ends: instead of a dry run, replay
+    # once, hold the output back, and show it only if every line was accepted (ADR 0009).
+    throwaway = args.store in ("memory://", "memory")
+    store = MemoryStore(journal=False) if throwaway else open_store(args.store)
     collector = _Collector()
-    header = [f"replaying {args.trace} ({len(trace)} lines) into {args.store}\n"]
+    header = [f"replaying {args.trace} ({len(trace)} lines) into {redact_url(args.store)}\n"]
+    shared_terminal = _isatty(out) and not throwaway  # the bar and the output share a screen
+    done = [0]
+    held = io.StringIO()
+    sink: TextIO = held if throwaway else out
+
+    def write(text: str) -> None:
+        if shared_terminal:
+            progress.clear()
+        sink.write(text)
 
     def start() -> None:
         # The header is written once the dry run passed: a refused trace prints nothing.
         if header and args.format == "table":
-            out.write(header.pop())
+            write(header.pop())
 
     def show(_: TraceLine, result: Result | None) -> None:
         start()
-        if result is None:
-            return
-        for t in result.all_transitions():
-            if args.format == "table":
-                out.write(_table_line(t) + "\n")
-            else:
-                out.write(json.dumps(t.as_dict()) + "\n")
+        done[0] += 1
+        if result is not None:
+            for t in result.all_transitions():
+                if args.format == "table":
+                    write(_table_line(t) + "\n")
+                else:
+                    write(json.dumps(t.as_dict()) + "\n")
+        progress.update(done[0])
 
     try:
         results = replay(
-            trace, store, [collector], name=args.trace, machines=machines, on_result=show
+            trace,
+            store,
+            [collector],
+            name=args.trace,
+            machines=machines,
+            on_result=show,
+            dry_run=not throwaway,
         )
+        progress.clear()
         start()
+        if throwaway:
+            out.write(held.getvalue())
         if args.final_status:
             _final_statuses(store, machines, results, out)
         elif args.format == "table":
             failed = sum(1 for r in results if r.error is not None)
             out.write(
-                f"{len(results)} observations, {len(collector.events)} events, "
-                f"{failed} failed writes\n"
+                f"{len(results)} observations, {collector.count} events, {failed} failed writes\n"
             )
     finally:
         store.close()
@@ -206,6 +344,61 @@ def cmd_machines(args: argparse.Namespace, out: TextIO) -> int:
     return 0
 
 
+def cmd_diagram(args: argparse.Namespace, out: TextIO) -> int:
+    machine = default_registry()[args.machine]
+    try:
+        from ._diagram import diagram
+    except ImportError as e:
+        print(f"lifecycle: {e}", file=sys.stderr)
+        return 1
+    try:
+        out.write(diagram(machine, args.format, stays=args.stays))
+    except ImportError as e:  # DOT without the graphviz package
+        print(f"lifecycle: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def cmd_table(args: argparse.Namespace, out: TextIO) -> int:
+    from .docs import table_markdown
+
+    out.write(table_markdown(default_registry()[args.machine]))
+    return 0
+
+
+def cmd_docs(args: argparse.Namespace, out: TextIO) -> int:
+    try:
+        from .docs import run
+    except ImportError as e:  # pragma: no cover - the docs module itself needs nothing extra
+        print(f"lifecycle: {e}", file=sys.stderr)
+        return 1
+    try:
+        return run(args.out, args.check, out)
+    except ImportError as e:  # the diagrams need transitions
+        print(f"lifecycle: {e}", file=sys.stderr)
+        return 1
+
+
+def _add_docs_commands(sub: Any) -> None:
+    names = ", ".join(default_registry())
+    dp = sub.add_parser(
+        "diagram", help="draw a machine's table (Mermaid or DOT source, via transitions)"
+    )
+    dp.add_argument("machine", help=f"one of: {names}")
+    dp.add_argument("--format", choices=("mermaid", "dot"), default="mermaid")
+    dp.add_argument(
+        "--stays", action="store_true", help="also draw rows that keep the state (self-loops)"
+    )
+    dp.set_defaults(func=cmd_diagram)
+    tp = sub.add_parser("table", help="print a machine's transition table as Markdown")
+    tp.add_argument("machine", help=f"one of: {names}")
+    tp.set_defaults(func=cmd_table)
+    gp = sub.add_parser("docs", help="generate docs/machines/<machine>.md for every machine")
+    gp.add_argument("--out", default="docs/machines", help="folder (default docs/machines)")
+    gp.add_argument("--check", action="store_true", help="write nothing; exit 1 if a page is stale")
+    gp.set_defaults(func=cmd_docs)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="lifecycle", description="Replay provider traces and describe lifecycle machines."
@@ -213,7 +406,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     rp = sub.add_parser("replay", help="replay a JSON Lines trace and print the event timeline")
     rp.add_argument("trace", help="path to a .jsonl trace")
-    rp.add_argument("--store", default="memory://", help="memory:// (default) or sqlite:///PATH")
+    rp.add_argument("--store", default="memory://", help=f"{STORE_HELP} (default memory://)")
     rp.add_argument("--format", choices=("table", "jsonl"), default="table")
     rp.add_argument(
         "--final-status",
@@ -224,6 +417,8 @@ def build_parser() -> argparse.ArgumentParser:
     mp = sub.add_parser("machines", help="list machines, states, observations and reasons")
     mp.add_argument("--format", choices=("text", "json"), default="text")
     mp.set_defaults(func=cmd_machines)
+    _add_docs_commands(sub)
+    add_db_commands(sub)
     return parser
 
 

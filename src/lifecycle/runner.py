@@ -224,6 +224,26 @@ class Runner:
             actions=actions,
         )
 
+    def observe_many(self, items: Iterable[tuple[ObjectRef, Observation]]) -> list[Result]:
+        """Observe many objects at once: one :class:`Result` per item, in order.
+
+        The protocol of :meth:`observe`, per object, with the reads and the writes of all
+        objects grouped: on a store with ``load_many``/``commit_many`` (SQLite, PostgreSQL)
+        each attempt reads them in one query and commits them in one transaction, every object
+        with its own compare-and-set. A conflict retries that object alone (its machine's
+        budget); a store error or an exhausted budget fails it with :meth:`observe`'s fallback.
+        Committed events are delivered after the commit, then links are followed (as one batch
+        again). Several items for one object are applied in order, in successive rounds.
+
+        An observation a machine does not know raises before anything is read or written; an
+        observation its table refuses in the object's state is that item's failed result
+        (``error`` holds the :class:`~lifecycle.LifecycleError`), and the others proceed.
+        Other stores commit one object at a time, with the same results.
+        """
+        from ._batch import protocol, run
+
+        return run(protocol(self, list(items), refuse=False), self.store)
+
     def redeliver(self, limit: int = 1000) -> int:
         """Send events that were committed but not delivered (a crash, a failing emitter).
 

@@ -45,6 +45,11 @@ Field values come from the field types, the table's own strings (states, reasons
 constants its guards compare against: :func:`table_strings`) and per-field ``samples``
 (``{"Class.field": [...], "field": [...]}``, values or a strategy). :data:`SAMPLES` holds the
 shipped machines' samples, by machine name. Needs Hypothesis (a test dependency).
+
+A host that implements its own :class:`~lifecycle.stores.Store` checks it with
+:func:`check_store` (``check_store(lambda: MyStore(...))``): compare-and-set, the journal, the
+outbox and redelivery, and the optional batch and retention methods -- the conformance suite
+the shipped memory, SQLite and PostgreSQL stores pass.
 """
 
 from __future__ import annotations
@@ -72,6 +77,7 @@ from ._testing.doubles import (
     sqlite_factory,
 )
 from ._testing.stateful import stateful_test
+from ._testing.store import check_store
 from ._testing.strategies import (
     EPOCH,
     NODECLAIM_SAMPLES,
@@ -109,6 +115,7 @@ __all__ = [
     "check_machine",
     "check_rows",
     "check_scenario",
+    "check_store",
     "default_ref",
     "observation_sequences",
     "observations",

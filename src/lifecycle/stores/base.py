@@ -7,6 +7,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import attrs
 
+from .._core.errors import StoreError
 from .._core.machine import Machine
 from .._core.observation import Observation
 from .._core.refs import EventType, ObjectRef
@@ -31,6 +32,27 @@ class JournalEntry:
     version: int
     observation: Observation
     transitions: tuple[Transition, ...] = ()
+
+
+@attrs.frozen(slots=True)
+class Snapshot:
+    """An object's status at ``version``, standing in for journal entries ``1..version`` that
+    retention removed: the journal then holds ``version + 1 ..`` and folding starts here."""
+
+    version: int
+    status: Any
+
+
+@attrs.frozen(slots=True)
+class CommitItem:
+    """One object's write in a :meth:`BatchStore.commit_many`: the arguments of ``commit``."""
+
+    machine: Machine[Any]
+    ref: ObjectRef
+    expected: int
+    status: Any
+    observation: Observation
+    transitions: tuple[Transition, ...]
 
 
 @runtime_checkable
@@ -63,6 +85,91 @@ class Store(Protocol):
     def mark_delivered(self, ids: Iterable[str]) -> None: ...
 
     def close(self) -> None: ...
+
+
+@runtime_checkable
+class BatchStore(Protocol):
+    """Optional: reads and writes of many objects in one round trip / one transaction.
+
+    ``commit_many`` compares and sets each object on its own: the result holds, per item, the
+    new version or the :class:`~lifecycle.Conflict` (nothing written for that item) or
+    :class:`~lifecycle.StoreError` that refused it. It raises :class:`StoreError` only when
+    the batch as a whole failed, and then nothing of it was written. Items of one object are
+    applied in order (the second expects the version the first writes).
+    """
+
+    def load_many(self, items: Sequence[tuple[Machine[Any], ObjectRef]]) -> list[Record | None]: ...
+
+    def commit_many(self, items: Sequence[CommitItem]) -> list[int | StoreError]: ...
+
+
+@runtime_checkable
+class RetentionStore(Protocol):
+    """Optional: journal retention behind snapshots (see :func:`plan_compaction`)."""
+
+    def snapshot(self, machine: Machine[Any], ref: ObjectRef) -> Snapshot | None: ...
+
+    def compact(
+        self, machine: Machine[Any], *, keep: int = 0, refs: Iterable[ObjectRef] | None = None
+    ) -> int: ...
+
+
+def journal_start(store: Any, machine: Machine[Any], ref: ObjectRef) -> tuple[Any, int]:
+    """Where folding ``ref``'s journal starts: its snapshot's (status, version), or the
+    machine's initial status at version 0 (no snapshot, or a store without retention)."""
+    snapshot = getattr(store, "snapshot", None)
+    found = None if snapshot is None else snapshot(machine, ref)
+    if found is None:
+        return machine.initial(ref), 0
+    return found.status, found.version
+
+
+def fold_from(machine: Machine[Any], status: Any, observations: Iterable[Observation]) -> Any:
+    """``status`` with ``observations`` applied in order (``Machine.fold`` from a snapshot)."""
+    for obs in observations:
+        status = machine.apply(status, obs)
+    return status
+
+
+def plan_compaction(
+    machine: Machine[Any],
+    ref: ObjectRef,
+    start: tuple[Any, int],
+    entries: Sequence[JournalEntry],
+    current: Record,
+    keep: int,
+) -> Snapshot | None:
+    """The snapshot that lets a store drop all but the last ``keep`` journal entries.
+
+    ``start`` is the present snapshot (or initial status, 0), ``entries`` the journal after it
+    and ``current`` the stored record. ``None``: nothing to drop. Raises :class:`StoreError`
+    when the journal is not contiguous or does not fold to the stored status: compacting it
+    would bake a wrong snapshot, so the object is left as it is.
+    """
+    if keep < 0:
+        raise ValueError(f"keep must not be negative, got {keep}")
+    status, base = start
+    versions = [e.version for e in entries]
+    if versions != list(range(base + 1, current.version + 1)):
+        raise StoreError(
+            f"{ref.uid}: journal versions {versions[:3]}..{versions[-3:]} after snapshot v{base} "
+            f"do not lead to the stored v{current.version}; not compacted"
+        )
+    cutoff = current.version - keep
+    if cutoff <= base:
+        return None
+    for entry in entries:
+        if entry.version > cutoff:
+            break
+        status = machine.apply(status, entry.observation)
+    snapshot = Snapshot(cutoff, status)
+    rest = fold_from(machine, status, (e.observation for e in entries if e.version > cutoff))
+    if rest != current.status:
+        raise StoreError(
+            f"{ref.uid}: the journal does not fold to the stored status (v{current.version}); "
+            "not compacted"
+        )
+    return snapshot
 
 
 def transition_to_row(t: Transition) -> dict[str, Any]:

@@ -6,12 +6,16 @@ import threading
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
-from .._core.errors import Conflict
+import structlog
+
+from .._core.errors import Conflict, StoreError
 from .._core.machine import Machine
 from .._core.observation import Observation
 from .._core.refs import ObjectRef
 from .._core.transition import Transition
-from .base import JournalEntry, Record
+from .base import JournalEntry, Record, Snapshot, journal_start, plan_compaction
+
+_log = structlog.get_logger("lifecycle.stores")
 
 
 class MemoryStore:
@@ -25,6 +29,7 @@ class MemoryStore:
         self._records: dict[str, Record] = {}
         self._journals: dict[str, list[JournalEntry]] = {}
         self._outbox: dict[str, Transition] = {}
+        self._snapshots: dict[str, Snapshot] = {}
         self._keep_journal = journal
         self._lock = threading.Lock()
 
@@ -59,6 +64,38 @@ class MemoryStore:
 
     def records(self, machine: Machine[Any]) -> Iterator[Record]:
         return iter([r for r in self._records.values() if r.machine == machine.name])
+
+    def snapshot(self, machine: Machine[Any], ref: ObjectRef) -> Snapshot | None:
+        return self._snapshots.get(ref.uid)
+
+    def compact(
+        self, machine: Machine[Any], *, keep: int = 0, refs: Iterable[ObjectRef] | None = None
+    ) -> int:
+        """Drop all but the last ``keep`` journal entries of each object behind a snapshot
+        (see :func:`~lifecycle.stores.base.plan_compaction`); returns how many were dropped."""
+        if not self._keep_journal:
+            return 0
+        chosen = [r.ref for r in self.records(machine)] if refs is None else list(refs)
+        dropped = 0
+        with self._lock:
+            for ref in chosen:
+                current = self._records.get(ref.uid)
+                if current is None or current.machine != machine.name:
+                    continue
+                entries = self._journals.get(ref.uid, [])
+                start = journal_start(self, machine, ref)
+                try:
+                    snapshot = plan_compaction(machine, ref, start, entries, current, keep)
+                except StoreError as e:
+                    _log.warning("journal left uncompacted", uid=ref.uid, error=str(e))
+                    continue
+                if snapshot is None:
+                    continue
+                self._snapshots[ref.uid] = snapshot
+                kept = [e for e in entries if e.version > snapshot.version]
+                dropped += len(entries) - len(kept)
+                self._journals[ref.uid] = kept
+        return dropped
 
     def claim_undelivered(self, limit: int = 1000) -> list[Transition]:
         with self._lock:

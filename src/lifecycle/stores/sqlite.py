@@ -18,14 +18,29 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
+import attrs
+import structlog
+
 from .._core.errors import Conflict, StoreError
 from .._core.machine import Machine
 from .._core.observation import Observation
 from .._core.refs import ObjectRef
 from .._core.transition import Transition
-from .base import JournalEntry, Record, transition_from_row, transition_to_row
+from .base import (
+    CommitItem,
+    JournalEntry,
+    Record,
+    Snapshot,
+    journal_start,
+    plan_compaction,
+    transition_from_row,
+    transition_to_row,
+)
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+_CHUNK = 500  # uids per IN (...) query: well under SQLite's variable limit
+_dumps = json.JSONEncoder(separators=(",", ":")).encode  # compact, and built once
+_log = structlog.get_logger("lifecycle.stores")
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS lifecycle_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -59,6 +74,11 @@ CREATE TABLE IF NOT EXISTS outbox (
     claimed_until REAL
 );
 CREATE INDEX IF NOT EXISTS outbox_order ON outbox (uid, version, n);
+CREATE TABLE IF NOT EXISTS snapshots (
+    uid TEXT PRIMARY KEY,
+    version INTEGER NOT NULL,
+    status TEXT NOT NULL
+) WITHOUT ROWID;
 """
 
 Synchronous = Literal["OFF", "NORMAL", "FULL", "EXTRA"]
@@ -87,6 +107,7 @@ class SQLiteStore:
             raise ValueError(f"synchronous must be OFF, NORMAL, FULL or EXTRA, not {synchronous!r}")
         self.path = str(path)
         self.owner = uuid.uuid4().hex
+        self._synchronous = synchronous
         self._lease = lease_seconds
         self._clock = clock
         self._keep_journal = journal
@@ -99,8 +120,9 @@ class SQLiteStore:
             self._db.execute(f"PRAGMA synchronous={synchronous}")
             self._db.executescript(_SCHEMA)
             self._db.execute(
-                "INSERT OR IGNORE INTO lifecycle_meta VALUES ('schema_version', ?)",
-                (str(SCHEMA_VERSION),),
+                "INSERT INTO lifecycle_meta VALUES ('schema_version', ?) ON CONFLICT (key) "
+                "DO UPDATE SET value = excluded.value WHERE CAST(value AS INTEGER) < ?",
+                (str(SCHEMA_VERSION), SCHEMA_VERSION),
             )
         except sqlite3.Error as e:
             hint = ""
@@ -147,66 +169,192 @@ class SQLiteStore:
         observation: Observation,
         transitions: Sequence[Transition],
     ) -> int:
-        try:
-            status_json = json.dumps(machine.dump_status(status), separators=(",", ":"))
-            fields_json = json.dumps(machine.dump_observation(observation), separators=(",", ":"))
-            events = [transition_to_row(t) for t in transitions]
-        except (TypeError, ValueError) as e:
-            raise StoreError(f"cannot serialise the status of {ref}: {e}") from e
-        version = expected + 1
+        row = self._encode(machine, ref, expected, status, observation, transitions)
         lease_until = self._clock() + self._lease
         with self._lock:
             try:
                 with self._transaction() as db:
-                    if expected == 0:
-                        try:
-                            db.execute(
-                                "INSERT INTO objects VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                                (
-                                    ref.uid,
-                                    machine.name,
-                                    ref.kind,
-                                    ref.namespace,
-                                    ref.name,
-                                    status.state,
-                                    version,
-                                    status_json,
-                                ),
-                            )
-                        except sqlite3.IntegrityError:
-                            raise self._conflict(ref, expected) from None
-                    else:
-                        cur = db.execute(
-                            "UPDATE objects SET state = ?, version = ?, status = ? "
-                            "WHERE uid = ? AND version = ?",
-                            (status.state, version, status_json, ref.uid, expected),
-                        )
-                        if cur.rowcount != 1:
-                            raise self._conflict(ref, expected)
-                    if self._keep_journal:
-                        db.execute(
-                            "INSERT INTO journal VALUES (?, ?, ?, ?, ?, ?)",
-                            (
-                                ref.uid,
-                                version,
-                                observation.at.isoformat(),
-                                observation.name(),
-                                fields_json,
-                                json.dumps(events),
-                            ),
-                        )
-                    db.executemany(
-                        "INSERT INTO outbox VALUES (?, ?, ?, ?, ?, ?, ?)",
-                        [
-                            (t.id, ref.uid, t.version, t.n, json.dumps(e), self.owner, lease_until)
-                            for t, e in zip(transitions, events, strict=True)
-                        ],
-                    )
+                    self._write(db, row, lease_until)
             except Conflict:
                 raise
             except sqlite3.Error as e:
-                raise self._fail(f"commit of {ref.uid} v{version}", e) from e
-        return version
+                raise self._fail(f"commit of {ref.uid} v{expected + 1}", e) from e
+        return expected + 1
+
+    def _encode(
+        self,
+        machine: Machine[Any],
+        ref: ObjectRef,
+        expected: int,
+        status: Any,
+        observation: Observation,
+        transitions: Sequence[Transition],
+    ) -> _Row:
+        try:
+            status_json = _dumps(machine.dump_status(status))
+            fields_json = _dumps(machine.dump_observation(observation))
+            events = [_dumps(transition_to_row(t)) for t in transitions]
+        except (TypeError, ValueError) as e:
+            raise StoreError(f"cannot serialise the status of {ref}: {e}") from e
+        return _Row(
+            machine.name,
+            ref,
+            expected,
+            status.state,
+            status_json,
+            observation,
+            fields_json,
+            tuple(transitions),
+            events,
+        )
+
+    def _write(self, db: sqlite3.Connection, row: _Row, lease_until: float) -> None:
+        """The compare-and-set write of one object, inside the caller's transaction."""
+        self._cas(db, row)
+        if self._keep_journal:
+            db.execute("INSERT INTO journal VALUES (?, ?, ?, ?, ?, ?)", self._journal_row(row))
+        if row.transitions:
+            db.executemany(
+                "INSERT INTO outbox VALUES (?, ?, ?, ?, ?, ?, ?)",
+                self._outbox_rows(row, lease_until),
+            )
+
+    def _journal_row(self, row: _Row) -> tuple[Any, ...]:
+        obs = row.observation
+        events = "[" + ",".join(row.events) + "]"
+        return (row.ref.uid, row.expected + 1, obs.at.isoformat(), obs.name(), row.fields, events)
+
+    def _outbox_rows(self, row: _Row, lease_until: float) -> list[tuple[Any, ...]]:
+        uid = row.ref.uid
+        return [
+            (t.id, uid, t.version, t.n, e, self.owner, lease_until)
+            for t, e in zip(row.transitions, row.events, strict=True)
+        ]
+
+    def _cas(self, db: sqlite3.Connection, row: _Row) -> None:
+        """Compare and set the object's row (raises :class:`Conflict`)."""
+        ref, expected = row.ref, row.expected
+        version = expected + 1
+        if expected == 0:
+            try:
+                db.execute(
+                    "INSERT INTO objects VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                    (
+                        ref.uid,
+                        row.machine,
+                        ref.kind,
+                        ref.namespace,
+                        ref.name,
+                        row.state,
+                        version,
+                        row.status,
+                    ),
+                )
+            except sqlite3.IntegrityError:
+                raise self._conflict(ref, expected) from None
+        else:
+            cur = db.execute(
+                "UPDATE objects SET state = ?, version = ?, status = ? "
+                "WHERE uid = ? AND version = ?",
+                (row.state, version, row.status, ref.uid, expected),
+            )
+            if cur.rowcount != 1:
+                raise self._conflict(ref, expected)
+
+    # -- batches (BatchStore) -----------------------------------------------------------
+    def load_many(self, items: Sequence[tuple[Machine[Any], ObjectRef]]) -> list[Record | None]:
+        """Each object's record (or ``None``), read in one consistent snapshot."""
+        uids = list(dict.fromkeys(ref.uid for _, ref in items))
+        found: dict[str, tuple[int, str]] = {}
+        with self._lock:
+            try:
+                for start in range(0, len(uids), _CHUNK):
+                    chunk = uids[start : start + _CHUNK]
+                    marks = ",".join("?" * len(chunk))
+                    for uid, version, status in self._db.execute(
+                        f"SELECT uid, version, status FROM objects WHERE uid IN ({marks})", chunk
+                    ):
+                        found[uid] = (version, status)
+            except sqlite3.Error as e:
+                raise self._fail(f"load of {len(uids)} objects", e) from e
+        out: list[Record | None] = []
+        for machine, ref in items:
+            row = found.get(ref.uid)
+            if row is None:
+                out.append(None)
+                continue
+            with self._decoding(f"status of {ref.uid}"):
+                status = machine.load_status(json.loads(row[1]))
+            out.append(Record(ref, machine.name, status, row[0]))
+        return out
+
+    def commit_many(self, items: Sequence[CommitItem]) -> list[int | StoreError]:
+        """Commit each item with its own compare-and-set, all in one transaction.
+
+        A conflicting item is reported (and writes nothing); the others commit. If the
+        transaction itself fails on an item's row (a stray journal or outbox row), it is
+        rolled back and the items are committed one by one, so only that item is refused.
+        """
+        rows: list[_Row | StoreError] = []
+        for item in items:
+            try:
+                rows.append(
+                    self._encode(
+                        item.machine,
+                        item.ref,
+                        item.expected,
+                        item.status,
+                        item.observation,
+                        item.transitions,
+                    )
+                )
+            except StoreError as e:
+                rows.append(e)
+        lease_until = self._clock() + self._lease
+        out: list[int | StoreError] = []
+        with self._lock:
+            try:
+                with self._transaction() as db:
+                    journal: list[tuple[Any, ...]] = []
+                    outbox: list[tuple[Any, ...]] = []
+                    for row in rows:
+                        if isinstance(row, StoreError):
+                            out.append(row)
+                            continue
+                        try:
+                            self._cas(db, row)
+                        except Conflict as e:
+                            out.append(e)
+                            continue
+                        out.append(row.expected + 1)
+                        journal.append(self._journal_row(row))
+                        outbox.extend(self._outbox_rows(row, lease_until))
+                    # the object rows are set one by one (each its own CAS); the journal
+                    # entries and the outbox rows of those that passed go in two statements
+                    if self._keep_journal and journal:
+                        db.executemany("INSERT INTO journal VALUES (?, ?, ?, ?, ?, ?)", journal)
+                    if outbox:
+                        db.executemany("INSERT INTO outbox VALUES (?, ?, ?, ?, ?, ?, ?)", outbox)
+                return out
+            except sqlite3.IntegrityError:
+                pass  # a stray row: find the item it belongs to, one commit at a time
+            except sqlite3.Error as e:
+                raise self._fail(f"commit of {len(items)} objects", e) from e
+        out = []
+        for row in rows:
+            if isinstance(row, StoreError):
+                out.append(row)
+                continue
+            try:
+                with self._lock, self._transaction() as db:
+                    self._write(db, row, lease_until)
+            except StoreError as e:
+                out.append(e)
+            except sqlite3.Error as e:
+                out.append(self._fail(f"commit of {row.ref.uid} v{row.expected + 1}", e))
+            else:
+                out.append(row.expected + 1)
+        return out
 
     def _conflict(self, ref: ObjectRef, expected: int) -> Conflict:
         row = self._db.execute("SELECT version FROM objects WHERE uid = ?", (ref.uid,)).fetchone()
@@ -248,6 +396,61 @@ class SQLiteStore:
                 loaded = machine.load_status(json.loads(status))
             yield Record(ref, machine.name, loaded, version)
 
+    # -- retention (RetentionStore) -----------------------------------------------------
+    def snapshot(self, machine: Machine[Any], ref: ObjectRef) -> Snapshot | None:
+        with self._lock:
+            try:
+                row = self._db.execute(
+                    "SELECT version, status FROM snapshots WHERE uid = ?", (ref.uid,)
+                ).fetchone()
+            except sqlite3.Error as e:
+                raise self._fail(f"snapshot of {ref.uid}", e) from e
+        if row is None:
+            return None
+        with self._decoding(f"snapshot of {ref.uid}"):
+            return Snapshot(row[0], machine.load_status(json.loads(row[1])))
+
+    def compact(
+        self, machine: Machine[Any], *, keep: int = 0, refs: Iterable[ObjectRef] | None = None
+    ) -> int:
+        """Drop all but the last ``keep`` journal entries of each object behind a snapshot,
+        one transaction per object; an object whose journal does not fold to its status is
+        left as it is (and logged). Returns how many entries were dropped."""
+        if not self._keep_journal:
+            return 0
+        chosen = [r.ref for r in self.records(machine)] if refs is None else list(refs)
+        dropped = 0
+        for ref in chosen:
+            with self._lock:
+                try:
+                    with self._transaction():
+                        dropped += self._compact_one(machine, ref, keep)
+                except StoreError as e:
+                    _log.warning("journal left uncompacted", uid=ref.uid, error=str(e))
+                except sqlite3.Error as e:
+                    raise self._fail(f"compaction of {ref.uid}", e) from e
+        return dropped
+
+    def _compact_one(self, machine: Machine[Any], ref: ObjectRef, keep: int) -> int:
+        current = self.load(machine, ref)
+        if current is None:
+            return 0
+        entries = self.journal(machine, ref)
+        start = journal_start(self, machine, ref)
+        snapshot = plan_compaction(machine, ref, start, entries, current, keep)
+        if snapshot is None:
+            return 0
+        status_json = _dumps(machine.dump_status(snapshot.status))
+        self._db.execute(
+            "INSERT INTO snapshots VALUES (?, ?, ?) ON CONFLICT (uid) "
+            "DO UPDATE SET version = excluded.version, status = excluded.status",
+            (ref.uid, snapshot.version, status_json),
+        )
+        cur = self._db.execute(
+            "DELETE FROM journal WHERE uid = ? AND version <= ?", (ref.uid, snapshot.version)
+        )
+        return cur.rowcount
+
     def claim_undelivered(self, limit: int = 1000) -> list[Transition]:
         """Lease up to ``limit`` undelivered events: this store's own, and expired leases."""
         now = self._clock()
@@ -269,10 +472,21 @@ class SQLiteStore:
         return found
 
     def mark_delivered(self, ids: Iterable[str]) -> None:
+        """Delete delivered rows. The mark need not be durable (lost in a crash, an event is
+        delivered again under its id), so it is committed with ``synchronous=NORMAL``."""
+        done = [(i,) for i in ids]
+        if not done:
+            return
         with self._lock:
             try:
-                with self._transaction() as db:
-                    db.executemany("DELETE FROM outbox WHERE id = ?", [(i,) for i in ids])
+                if self._synchronous in ("FULL", "EXTRA"):
+                    self._db.execute("PRAGMA synchronous=NORMAL")
+                try:
+                    with self._transaction() as db:
+                        db.executemany("DELETE FROM outbox WHERE id = ?", done)
+                finally:
+                    if self._synchronous in ("FULL", "EXTRA"):
+                        self._db.execute(f"PRAGMA synchronous={self._synchronous}")
             except sqlite3.Error as e:
                 raise self._fail("outbox mark", e) from e
 
@@ -284,6 +498,21 @@ class SQLiteStore:
     def close(self) -> None:
         with self._lock:
             self._db.close()
+
+
+@attrs.frozen(slots=True)
+class _Row:
+    """One commit, serialised: what :meth:`SQLiteStore._write` inserts."""
+
+    machine: str
+    ref: ObjectRef
+    expected: int
+    state: str
+    status: str
+    observation: Observation
+    fields: str
+    transitions: tuple[Transition, ...]
+    events: list[str]
 
 
 class _Tx:

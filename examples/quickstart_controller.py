@@ -1,0 +1,32 @@
+"""Quick-start, controller author: the runner inside your host loop (here on the fake provider)."""
+
+from datetime import UTC, datetime, timedelta
+
+from lifecycle import MemoryEmitter, ObjectRef, Runner, SQLiteStore
+from lifecycle.adapters import FakeProvider
+from lifecycle.machines.pod import CreateRequested, DeletionRequested, TerminateSucceeded
+
+
+def main(db: str = "controller.db") -> list[str]:
+    provider = FakeProvider(boot_ticks=1)  # stands in for Modal or EC2
+    events = MemoryEmitter()  # in production: LogEmitter(), KubernetesEmitter.for_api()
+    runner = Runner(SQLiteStore(db), [events])
+    runner.redeliver()  # on start-up: send what a crash left in the outbox
+    pod, claim = ObjectRef("Pod", "ml", "trainer-0", uid="7d1e0c52"), "ml-trainer-0"
+    now = datetime(2026, 11, 30, 10, 0, tzinfo=UTC)
+    runner.observe(pod, CreateRequested(at=now, pool="gpu", provider="fake"))
+    created = provider.provision(claim, now)  # ProvisionSucceeded(reserved=True, ...)
+    runner.observe(pod, created)
+    for _ in range(3):  # your reconcile loop: poll the provider, observe, repeat
+        now += timedelta(seconds=15)
+        runner.observe(pod, provider.observe(claim, now))
+    runner.observe(pod, DeletionRequested(at=now))
+    provider.terminate(created.instance_id)
+    runner.observe(pod, TerminateSucceeded(at=now))
+    lines = [f"{t.ref.kind}/{t.ref.name}: {t.source or '-'} -> {t.target}" for t in events.events]
+    print("\n".join(lines))  # one event per flip; the repeated poll added none
+    return lines
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Quick-start, operator: record what a controller saw, then replay it anywhere, as often as needed.
+set -euo pipefail
+cd "$(dirname "$0")/.."                    # the repository root
+out="${1:-$(mktemp -d)}"                   # where the recording and the replay store go
+
+# 1. A controller records every observation as it runs (live: drop --fake, have a Modal token).
+python examples/modal_controller.py --fake --pods 2 --record "$out/saw.jsonl"
+
+# 2. Replay it: the same events, in order, with no provider and no cluster.
+lifecycle replay "$out/saw.jsonl"
+
+# 3. Into SQLite, keeping each object's final status (JSON Lines) for a closer look.
+lifecycle replay "$out/saw.jsonl" --store "sqlite:///$out/saw.db" --format jsonl --final-status \
+  | grep '"final": true' > "$out/final.jsonl"
+
+# 4. A bundled trace with injected write faults: a conflict retried, a failed write's fallback.
+lifecycle replay examples/traces/faults.jsonl

@@ -1,0 +1,290 @@
+"""The runner for asyncio hosts (kopf operators, aiohttp services): same protocol, same
+guarantees, awaited.
+
+:class:`AsyncRunner` runs the very implementation ``Runner.observe_many`` runs (the sans-I/O
+protocol in ``lifecycle._batch``), with each store operation awaited: on an
+:class:`AsyncStore` such as :class:`~lifecycle.stores.postgres_async.AsyncPostgresStore`
+(psycopg's asyncio API), or on any synchronous store through :class:`ThreadedStore`, which
+runs its calls on a worker thread so SQLite's disk waits never block the event loop.
+Emitters are called as in the synchronous runner; one whose ``emit`` returns an awaitable is
+not supported -- hand events to an ``asyncio.Queue`` from ``emit`` instead.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import functools
+import inspect
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, Protocol, TypeVar, runtime_checkable
+
+from ._batch import Commit, Load, Mark, Pause, Request, protocol
+from ._core.errors import StoreError
+from ._core.machine import Machine
+from ._core.observation import Observation
+from ._core.refs import ObjectRef
+from ._core.transition import Transition
+from .emitters.base import Emitter
+from .links import Link
+from .machines import MachineRegistry
+from .runner import Result, RetryPolicy, Runner
+from .stores.base import CommitItem, JournalEntry, Record, Store
+from .stores.memory import MemoryStore
+
+__all__ = ["AsyncRunner", "AsyncStore", "ThreadedStore", "open_async_store"]
+
+T = TypeVar("T")
+
+
+@runtime_checkable
+class AsyncStore(Protocol):
+    """The :class:`~lifecycle.stores.Store` protocol, awaited. Optional, as for ``Store``:
+    ``load_many`` and ``commit_many`` (batches), ``snapshot`` (retention)."""
+
+    async def load(self, machine: Machine[Any], ref: ObjectRef) -> Record | None: ...
+
+    async def commit(
+        self,
+        machine: Machine[Any],
+        ref: ObjectRef,
+        expected: int,
+        status: Any,
+        observation: Observation,
+        transitions: Sequence[Transition],
+    ) -> int: ...
+
+    async def journal(self, machine: Machine[Any], ref: ObjectRef) -> list[JournalEntry]: ...
+
+    async def records(self, machine: Machine[Any]) -> list[Record]: ...
+
+    async def claim_undelivered(self, limit: int = 1000) -> list[Transition]: ...
+
+    async def mark_delivered(self, ids: Iterable[str]) -> None: ...
+
+    async def close(self) -> None: ...
+
+
+class ThreadedStore:
+    """A synchronous store behind the :class:`AsyncStore` protocol: each call runs on one
+    worker thread (in order), so the event loop never waits on the disk or a lock.
+
+    A :class:`~lifecycle.MemoryStore` never blocks, so it is called inline (``inline=True``
+    forces that for any store)."""
+
+    def __init__(self, store: Store, *, inline: bool | None = None) -> None:
+        self.store = store
+        self._inline = isinstance(store, MemoryStore) if inline is None else inline
+        self._pool: concurrent.futures.ThreadPoolExecutor | None = None
+        if not self._inline:
+            self._pool = concurrent.futures.ThreadPoolExecutor(
+                max_workers=1, thread_name_prefix="lifecycle-store"
+            )
+
+    async def _call(self, fn: Callable[..., T], *args: Any) -> T:
+        if self._pool is None:
+            return fn(*args)
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._pool, functools.partial(fn, *args))
+
+    async def load(self, machine: Machine[Any], ref: ObjectRef) -> Record | None:
+        return await self._call(self.store.load, machine, ref)
+
+    async def commit(
+        self,
+        machine: Machine[Any],
+        ref: ObjectRef,
+        expected: int,
+        status: Any,
+        observation: Observation,
+        transitions: Sequence[Transition],
+    ) -> int:
+        return await self._call(
+            self.store.commit, machine, ref, expected, status, observation, transitions
+        )
+
+    async def load_many(
+        self, items: Sequence[tuple[Machine[Any], ObjectRef]]
+    ) -> list[Record | None]:
+        load_many = getattr(self.store, "load_many", None)
+        if load_many is None:
+            return await self._call(lambda: [self.store.load(m, r) for m, r in items])
+        found: list[Record | None] = await self._call(load_many, items)
+        return found
+
+    async def commit_many(self, items: Sequence[CommitItem]) -> list[int | StoreError]:
+        from ._batch import answer
+
+        found: list[int | StoreError] = await self._call(answer, self.store, Commit(tuple(items)))
+        return found
+
+    async def journal(self, machine: Machine[Any], ref: ObjectRef) -> list[JournalEntry]:
+        return await self._call(self.store.journal, machine, ref)
+
+    async def records(self, machine: Machine[Any]) -> list[Record]:
+        return await self._call(lambda: list(self.store.records(machine)))
+
+    async def snapshot(self, machine: Machine[Any], ref: ObjectRef) -> Any:
+        snapshot = getattr(self.store, "snapshot", None)
+        return None if snapshot is None else await self._call(snapshot, machine, ref)
+
+    async def claim_undelivered(self, limit: int = 1000) -> list[Transition]:
+        return await self._call(self.store.claim_undelivered, limit)
+
+    async def mark_delivered(self, ids: Iterable[str]) -> None:
+        await self._call(self.store.mark_delivered, list(ids))
+
+    async def close(self) -> None:
+        await self._call(self.store.close)
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+
+
+def as_async(store: AsyncStore | Store | None) -> AsyncStore:
+    """``store`` as an :class:`AsyncStore` (a synchronous one goes behind a thread)."""
+    if store is None:
+        return ThreadedStore(MemoryStore())
+    if inspect.iscoroutinefunction(getattr(store, "commit", None)):
+        return store  # type: ignore[return-value]
+    return ThreadedStore(store)  # type: ignore[arg-type]
+
+
+async def answer(store: AsyncStore, request: Request) -> Any:
+    """Run one protocol request against an :class:`AsyncStore`."""
+    if isinstance(request, Load):
+        load_many = getattr(store, "load_many", None)
+        if load_many is not None and len(request.items) > 1:
+            return await load_many(request.items)
+        return [await store.load(m, r) for m, r in request.items]
+    if isinstance(request, Commit):
+        commit_many = getattr(store, "commit_many", None)
+        if commit_many is not None and len(request.items) > 1:
+            return await commit_many(request.items)
+        out: list[int | StoreError] = []
+        for c in request.items:
+            try:
+                out.append(
+                    await store.commit(
+                        c.machine, c.ref, c.expected, c.status, c.observation, c.transitions
+                    )
+                )
+            except StoreError as e:
+                out.append(e)
+        return out
+    if isinstance(request, Mark):
+        await store.mark_delivered(request.ids)
+        return None
+    if request.seconds:
+        await _pause(request)
+    return None
+
+
+async def _pause(request: Pause) -> None:
+    if request.policy.sleep is time.sleep:
+        await asyncio.sleep(request.seconds)
+    else:  # a test's (or host's) own sleep hook: honour it, as the sync runner does
+        request.policy.sleep(request.seconds)
+
+
+class AsyncRunner:
+    """:class:`~lifecycle.Runner` for asyncio: ``await runner.observe(ref, obs)``.
+
+    Takes the runner's arguments; ``store`` is an :class:`AsyncStore` or a synchronous
+    store (run on a worker thread, see :class:`ThreadedStore`). Per-machine policies, action
+    events, fallbacks and links behave exactly as in the synchronous runner -- the two run one
+    implementation of the protocol.
+    """
+
+    def __init__(
+        self,
+        store: AsyncStore | Store | None = None,
+        emitters: Sequence[Emitter] = (),
+        *,
+        machines: MachineRegistry | None = None,
+        links: Iterable[Link] | None = None,
+        policy: RetryPolicy | None = None,
+        logger: Any = None,
+        policies: Mapping[str, RetryPolicy] | None = None,
+    ) -> None:
+        self.store: AsyncStore = as_async(store)
+        #: The synchronous runner's configuration and pure helpers (its own store is unused).
+        self.core = Runner(
+            MemoryStore(journal=False),
+            emitters,
+            machines=machines,
+            links=links,
+            policy=policy,
+            logger=logger,
+            policies=policies,
+        )
+
+    @property
+    def emitters(self) -> tuple[Emitter, ...]:
+        return self.core.emitters
+
+    @property
+    def machines(self) -> MachineRegistry:
+        return self.core.machines
+
+    @property
+    def policy(self) -> RetryPolicy:
+        return self.core.policy
+
+    def policy_for(self, machine: Machine[Any]) -> RetryPolicy:
+        return self.core.policy_for(machine)
+
+    async def observe(self, ref: ObjectRef, observation: Observation) -> Result:
+        """:meth:`Runner.observe`, awaited: a refused observation raises, the store untouched."""
+        results = await self._drive(protocol(self.core, [(ref, observation)], refuse=True))
+        return results[0]
+
+    async def observe_many(self, items: Iterable[tuple[ObjectRef, Observation]]) -> list[Result]:
+        """:meth:`Runner.observe_many`, awaited."""
+        return await self._drive(protocol(self.core, list(items), refuse=False))
+
+    async def redeliver(self, limit: int = 1000) -> int:
+        """Send committed but undelivered events again, under their ids (see
+        :meth:`Runner.redeliver`)."""
+        pending = await self.store.claim_undelivered(limit)
+        delivered = [t.id for t in pending if self.core._send((t,))]
+        if delivered:
+            try:
+                await self.store.mark_delivered(delivered)
+            except StoreError as e:
+                self.core._log.warning(
+                    "could not mark events delivered; they will repeat", error=str(e)
+                )
+        return len(delivered)
+
+    async def close(self) -> None:
+        await self.store.close()
+
+    async def _drive(self, gen: Any) -> list[Result]:
+        reply: Any = None
+        error: StoreError | None = None
+        while True:
+            try:
+                request = gen.send(reply) if error is None else gen.throw(error)
+            except StopIteration as stop:
+                done: list[Result] = stop.value
+                return done
+            reply, error = None, None
+            try:
+                reply = await answer(self.store, request)
+            except StoreError as e:
+                error = e
+
+
+async def open_async_store(url: str, **options: Any) -> AsyncStore:
+    """The :class:`AsyncStore` a URL names: ``memory://``, ``sqlite:///PATH`` (on a worker
+    thread) or ``postgresql://...`` (psycopg's asyncio pool)."""
+    if url.startswith(("postgresql://", "postgres://")):
+        from .stores.postgres_async import AsyncPostgresStore
+
+        return await AsyncPostgresStore.open(url, **options)
+    from .stores import open_store
+
+    loop = asyncio.get_running_loop()
+    store = await loop.run_in_executor(None, functools.partial(open_store, url, **options))
+    return ThreadedStore(store)
