@@ -102,16 +102,17 @@ POD_TO_NODECLAIM = Link("pod", "nodeclaim", _pod_to_claim, claim_ref)
 
 
 # -- Job -> Workflow -> Certification / WorkloadRun --------------------------------------------
-def _job_report(s: job.JobStatus) -> tuple[object, ...]:
-    return (
-        s.state,
-        s.reason,
-        s.hardware_failed,
-        s.validation_failed,
-        s.awaiting_validation,
-        s.workload_start_time,
-        s.workload_exists,
-    )
+def _job_report(s: job.JobStatus) -> dict[str, Any]:
+    """What the Workflow reads of a Job (the fields of its ``JobObserved``)."""
+    return {
+        "state": s.state,
+        "reason": s.reason,
+        "hardware_failed": s.hardware_failed,
+        "validation_failed": s.validation_failed,
+        "awaiting_validation": s.awaiting_validation,
+        "workload_start_time": s.workload_start_time,
+        "workload_exists": s.workload_exists,
+    }
 
 
 def _job_to_workflow(
@@ -119,21 +120,10 @@ def _job_to_workflow(
 ) -> Observation | None:
     if not after.workflow_uid or after.state == NEW:
         return None
-    if _job_report(before) == _job_report(after):
+    report = _job_report(after)
+    if _job_report(before) == report:
         return None  # nothing the Workflow reads has changed
-    return workflow.JobObserved(
-        at=at,
-        job=ref.name,
-        job_uid=ref.uid,
-        group=after.group,
-        state=after.state,
-        reason=after.reason,
-        hardware_failed=after.hardware_failed,
-        validation_failed=after.validation_failed,
-        awaiting_validation=after.awaiting_validation,
-        workload_start_time=after.workload_start_time,
-        workload_exists=after.workload_exists,
-    )
+    return workflow.JobObserved(at=at, job=ref.name, job_uid=ref.uid, group=after.group, **report)
 
 
 def workflow_ref(job_ref: ObjectRef, status: job.JobStatus) -> ObjectRef:

@@ -8,7 +8,7 @@ from typing import Any, ClassVar, Generic, Protocol, TypeVar
 import attrs
 
 from . import serde
-from .errors import InvalidObservation, InvalidTransition, UnknownObservation
+from .errors import InvalidObservation, InvalidTransition, TableError, UnknownObservation
 from .observation import Observation
 from .refs import Condition, EventType, ObjectRef
 from .table import SAME, Row, Step, Table, render
@@ -166,6 +166,7 @@ class Machine(Generic[S]):
         # Entering a state is an event whose type depends on the state alone unless a
         # subclass decides otherwise; then flips can be memoised by their content.
         self._type_by_state = type(self).event_type is Machine.event_type
+        self._warning_states = self._declared_warnings() if self._type_by_state else None
         self._flip_memo: dict[tuple[str, str, str, str], tuple[Flip, ...]] = {}
         self._memoise_flips = not self.verdicts and self._type_by_state
 
@@ -289,9 +290,32 @@ class Machine(Generic[S]):
         cause = flip.message or flip.reason
         return f"{cause}; recording the {ref.kind} {what} status also failed: {error}"
 
+    def _declared_warnings(self) -> frozenset[str]:
+        """The states whose entry the table declares a Warning: the table is the source of
+        event types. A state entered by rows of both types needs an ``event_type`` override
+        (the Pod's Terminated is one), and a ``warning_states`` that disagrees is an error."""
+        declared: dict[str, EventType] = {}
+        for row in self.table.rows:
+            if row.ignore or row.event is None or row.target == SAME:
+                continue
+            seen = declared.setdefault(row.target, row.event)
+            if seen is not row.event:
+                raise TableError(
+                    f"{self.name} table: state {row.target!r} is entered as {seen.value} and as "
+                    f"{row.event.value}; override event_type to decide from the status"
+                )
+        warnings = frozenset(s for s, kind in declared.items() if kind is EventType.WARNING)
+        if self.warning_states and self.warning_states != warnings:
+            raise TableError(
+                f"{self.name}: warning_states {sorted(self.warning_states)} disagrees with the "
+                f"table, which enters {sorted(warnings)} with a Warning"
+            )
+        return warnings
+
     def event_type(self, status: S) -> EventType:
-        """The type of the event for entering ``status``'s state."""
-        return EventType.WARNING if status.state in self.warning_states else EventType.NORMAL
+        """The type of the event for entering ``status``'s state, as the table declares it."""
+        warnings = self._warning_states or self.warning_states
+        return EventType.WARNING if status.state in warnings else EventType.NORMAL
 
     def flips(self, before: S, after: S) -> tuple[Flip, ...]:
         """What changed that people should hear about: the exclusive state, or a verdict."""

@@ -23,7 +23,7 @@ from __future__ import annotations
 import importlib
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -58,6 +58,7 @@ from ._aws_mapping import (
     state_of,
     status_checks_ok,
 )
+from .base import Clock, RecordingMixin, utc_now
 from .recording import Recorder
 
 if TYPE_CHECKING:
@@ -86,12 +87,7 @@ NOT_FOUND = "InvalidInstanceID.NotFound"
 MALFORMED = "InvalidInstanceID.Malformed"
 DEFAULT_NOT_FOUND_GRACE = 300.0
 
-Clock = Callable[[], datetime]
 _log = structlog.get_logger("lifecycle.adapters.aws")
-
-
-def _utc_now() -> datetime:
-    return datetime.now(UTC)
 
 
 # -- requests and placements -------------------------------------------------------------------
@@ -171,7 +167,7 @@ class Placement:
 
 
 # -- the adapter ------------------------------------------------------------------------------
-class AwsAdapter:
+class AwsAdapter(RecordingMixin):
     """Provision, observe and terminate EC2 instances, returning Pod observations.
 
     ``client_factory(region)`` makes the EC2 client of a region (default: a ``boto3`` client
@@ -186,7 +182,7 @@ class AwsAdapter:
         session: Any = None,
         endpoint_url: str | None = None,
         recorder: Recorder | None = None,
-        clock: Clock = _utc_now,
+        clock: Clock = utc_now,
         monotonic: Callable[[], float] = time.monotonic,
         not_found_grace: float = DEFAULT_NOT_FOUND_GRACE,
         page_size: int = 1000,
@@ -232,11 +228,6 @@ class AwsAdapter:
             ),
         )
         return client
-
-    def _emit(self, ref: ObjectRef, obs: Observation) -> Observation:
-        if self.recorder is not None:
-            self.recorder.record(ref, obs)
-        return obs
 
     # -- calls --------------------------------------------------------------------------------
     def _describe(self, client: EC2Client, filters: list[FilterTypeDef]) -> list[Mapping[str, Any]]:
@@ -338,9 +329,7 @@ class AwsAdapter:
         for region, group in regions.items():
             out.update(self._observe_region(region, group, at))
         self._forget_stale_missing()
-        for ref, obs in out.items():
-            self._emit(ref, obs)
-        return out
+        return self._emit_all(out)
 
     def _observe_region(
         self, region: str, pods: Mapping[ObjectRef, Placement], at: datetime

@@ -1,5 +1,6 @@
 """What every provider adapter shares: the provider-neutral instance state, exit-code
-classification, the provider error, and the mapping from an instance state to a Pod observation.
+classification, the provider error, the mapping from an instance state to a Pod observation,
+and the plumbing of a live adapter (its clock, and handing what it returns to a recorder).
 
 Layering follows the domain (``shared/domain/pod-nodeclaim.md``): provider vocabulary ->
 :class:`InstanceState` (each adapter's own mapping) -> a Pod observation (here, once for all).
@@ -8,14 +9,21 @@ Layering follows the domain (``shared/domain/pod-nodeclaim.md``): provider vocab
 from __future__ import annotations
 
 import enum
-from datetime import datetime
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 
+from .._core.observation import Observation
+from .._core.refs import ObjectRef
 from ..machines.pod import (
     InstanceFailed,
     InstancePending,
     InstanceRunning,
     InstanceTerminated,
 )
+
+if TYPE_CHECKING:
+    from .recording import Recorder
 
 __all__ = [
     "GONE_EXIT_CODES",
@@ -81,3 +89,26 @@ def state_observation(
     if state is InstanceState.FAILED:
         return InstanceFailed(at=at, instance_id=instance_id, exit_code=exit_code, detail=detail)
     return InstanceTerminated(at=at, instance_id=instance_id, exit_code=exit_code, detail=detail)
+
+
+Clock = Callable[[], datetime]
+
+
+def utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+class RecordingMixin:
+    """Mixin for a live adapter: every observation it returns is also handed to ``recorder``."""
+
+    recorder: Recorder | None
+
+    def _emit(self, ref: ObjectRef, obs: Observation) -> Observation:
+        if self.recorder is not None:
+            self.recorder.record(ref, obs)
+        return obs
+
+    def _emit_all(self, out: dict[ObjectRef, Observation]) -> dict[ObjectRef, Observation]:
+        for ref, obs in out.items():
+            self._emit(ref, obs)
+        return out

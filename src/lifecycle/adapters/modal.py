@@ -28,9 +28,9 @@ import asyncio
 import contextlib
 import importlib
 import threading
-from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from collections.abc import Awaitable, Coroutine, Mapping
 from concurrent.futures import Future
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any, TypeVar
 
 import attrs
@@ -60,6 +60,7 @@ from ._modal_mapping import (
     probe_plan,
     sandbox_observation,
 )
+from .base import Clock, RecordingMixin, utc_now
 from .recording import Recorder, redact
 
 __all__ = [
@@ -83,12 +84,7 @@ DEFAULT_CALL_TIMEOUT = 10.0
 DEFAULT_PROVISION_TIMEOUT = 90.0
 
 T = TypeVar("T")
-Clock = Callable[[], datetime]
 _log = structlog.get_logger("lifecycle.adapters.modal")
-
-
-def _utc_now() -> datetime:
-    return datetime.now(UTC)
 
 
 def _text(e: BaseException) -> str:
@@ -122,7 +118,7 @@ def _is_failed_precondition(e: BaseException) -> bool:
     return getattr(status, "name", None) == "FAILED_PRECONDITION"
 
 
-class AsyncModalAdapter:
+class AsyncModalAdapter(RecordingMixin):
     """Provision, observe and terminate Modal sandboxes, returning Pod observations.
 
     ``sdk`` is the ``modal`` module (imported on first use when not given) or a fake of it.
@@ -136,7 +132,7 @@ class AsyncModalAdapter:
         *,
         sdk: Any = None,
         recorder: Recorder | None = None,
-        clock: Clock = _utc_now,
+        clock: Clock = utc_now,
         call_timeout: float = DEFAULT_CALL_TIMEOUT,
         provision_timeout: float = DEFAULT_PROVISION_TIMEOUT,
         readiness_budget: int = READINESS_BUDGET_SECONDS,
@@ -187,11 +183,6 @@ class AsyncModalAdapter:
             return [sb async for sb in self.sdk.Sandbox.list.aio(app_id=app.app_id, tags=tags)]
 
         return await self._call(collect(), "Sandbox.list")
-
-    def _emit(self, ref: ObjectRef, obs: Observation) -> Observation:
-        if self.recorder is not None:
-            self.recorder.record(ref, obs)
-        return obs
 
     def _is(self, e: BaseException, name: str) -> bool:
         cls = getattr(self.sdk.exception, name, None)
@@ -362,11 +353,6 @@ class AsyncModalAdapter:
         out.update(results)
         self.latch.prune(keep)
         return self._emit_all(out)
-
-    def _emit_all(self, out: dict[ObjectRef, Observation]) -> dict[ObjectRef, Observation]:
-        for ref, obs in out.items():
-            self._emit(ref, obs)
-        return out
 
     async def _observe_pod(
         self,

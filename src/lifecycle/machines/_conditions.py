@@ -24,8 +24,8 @@ import attrs
 from .._core.errors import InvalidObservation
 from .._core.machine import Machine
 from .._core.observation import Observation
-from .._core.refs import Condition, set_condition
-from .._core.table import SAME, Row
+from .._core.refs import Condition, EventType, ObjectRef, set_condition
+from .._core.table import ANY, SAME, Action, Row, ignore
 
 NEW = ""
 IN_PROGRESS = "InProgress"
@@ -161,6 +161,11 @@ class ConditionMachine(Machine[CS]):
 
     warning_states: ClassVar[frozenset[str]] = frozenset({FAILED})
 
+    def initial(self, ref: ObjectRef) -> CS:
+        """A fresh status named after ``ref``, with no condition yet."""
+        result: CS = self.status_type(name=ref.name)
+        return result
+
     def apply(self, status: CS, obs: Observation) -> CS:
         clock = status.clock
         if obs.is_tick and clock is not None and obs.at < clock:
@@ -201,13 +206,28 @@ def exclusive(
     return attrs.evolve(status, conditions=conditions, **changes)
 
 
-def restamp(status: Any, generation: int, at: datetime) -> Any:
-    """A newer ``metadata.generation``: stamp it on every exclusive condition (status-only)."""
-    conditions = tuple(
-        attrs.evolve(c, observed_generation=generation) if c.type in EXCLUSIVE else c
-        for c in status.conditions
-    )
-    return attrs.evolve(status, generation=generation, conditions=conditions)
+class HasConditions(Protocol):
+    @property
+    def conditions(self) -> tuple[Condition, ...]: ...
+
+
+HC = TypeVar("HC", bound=HasConditions)
+
+
+def with_condition(
+    status: HC,
+    type_: str,
+    value: str,
+    reason: str,
+    message: str,
+    at: datetime,
+    generation: int | None,
+    **changes: Any,
+) -> HC:
+    """A condition outside the exclusive set (a verdict such as ``ValidationFailed``) set on
+    ``status`` with :func:`upsert`; ``changes`` ride along."""
+    conditions = upsert(status.conditions, type_, value, reason, message, at, generation)
+    return attrs.evolve(status, conditions=conditions, **changes)  # type: ignore[misc]
 
 
 def positive(_: object, attribute: attrs.Attribute[Any], value: int) -> None:
@@ -221,6 +241,43 @@ class SpecUpdated(Observation):
     conditions, status-only (an observedGeneration bump never emits)."""
 
     generation: int = attrs.field(validator=positive)
+
+
+def stale_generation(status: Any, obs: SpecUpdated) -> bool:
+    """Guard: the observed generation is not newer than the stamped one."""
+    return bool(obs.generation <= status.generation)
+
+
+def stamp_generation(status: Any, obs: SpecUpdated, row: Row) -> Any:
+    """Effect: a newer ``metadata.generation``, stamped on every exclusive condition
+    (status-only)."""
+    conditions = tuple(
+        attrs.evolve(c, observed_generation=obs.generation) if c.type in EXCLUSIVE else c
+        for c in status.conditions
+    )
+    return attrs.evolve(status, generation=obs.generation, conditions=conditions)
+
+
+#: The rows of :class:`SpecUpdated` on a live status; a machine using them registers the guard
+#: ``stale_generation`` (:func:`stale_generation`) and the effect ``generation``
+#: (:func:`stamp_generation`).
+SPEC_UPDATED_ROWS: tuple[Row, ...] = (
+    ignore(LIVE, SpecUpdated, "not newer than the stamped generation", guard="stale_generation"),
+    Row(LIVE, SpecUpdated, SAME, effect="generation", note="observedGeneration only: no event"),
+)
+
+
+def action_row(
+    obs: type[Observation],
+    reason: str,
+    kind: EventType,
+    message: str,
+    *,
+    source: str | tuple[str, ...] = ANY,
+    note: str = "informational",
+) -> Row:
+    """A row that only sends an action event (no status change; it may repeat)."""
+    return Row(source, obs, SAME, ignore=True, note=note, action=Action(reason, kind, message))
 
 
 def not_negative(_: object, attribute: attrs.Attribute[Any], value: float | None) -> None:

@@ -28,24 +28,27 @@ import attrs
 
 from .._core.errors import InvalidObservation
 from .._core.observation import Observation, Tick
-from .._core.refs import Condition, EventType, ObjectRef
-from .._core.table import ANY, SAME, Action, Effect, Guard, Row, Table, ignore
+from .._core.refs import Condition, EventType
+from .._core.table import SAME, Action, Effect, Guard, Row, Table, ignore
 from ._conditions import (
     FAILED,
     IN_PROGRESS,
     LIVE,
     NEW,
+    SPEC_UPDATED_ROWS,
     STATES,
     SUCCEEDED,
     TERMINAL,
     Conditioned,
     ConditionMachine,
+    action_row,
     exclusive,
     go_duration,
     not_negative,
     positive,
-    restamp,
     seconds,
+    stale_generation,
+    stamp_generation,
 )
 from ._conditions import (
     SpecUpdated as SpecUpdated,  # re-exported: part of this vocabulary
@@ -298,10 +301,6 @@ def started(status: CertificationStatus, obs: WorkflowCreated) -> bool:
     return status.category(obs.category).state != PENDING
 
 
-def stale_generation(status: CertificationStatus, obs: SpecUpdated) -> bool:
-    return obs.generation <= status.generation
-
-
 GUARDS: dict[str, Guard] = {
     "within_window": within_window,
     "waiting": waiting,
@@ -353,11 +352,6 @@ def submitted(status: CertificationStatus, obs: Submitted, row: Row) -> Certific
     )
 
 
-def generation(status: CertificationStatus, obs: SpecUpdated, row: Row) -> CertificationStatus:
-    result: CertificationStatus = restamp(status, obs.generation, obs.at)
-    return result
-
-
 def enter(status: CertificationStatus, obs: Observation, row: Row) -> CertificationStatus:
     return _enter(status, obs, row)
 
@@ -381,7 +375,7 @@ def rejected(
 
 EFFECTS: dict[str, Effect] = {
     "submitted": submitted,
-    "generation": generation,
+    "generation": stamp_generation,
     "enter": enter,
     "created": created,
     "report": reported,
@@ -403,8 +397,7 @@ def _finishing(obs: type[Observation]) -> tuple[Row, ...]:
 
 ROWS: tuple[Row, ...] = (
     Row(NEW, Submitted, SAME, effect="submitted", note="the categories; no condition yet"),
-    ignore(LIVE, SpecUpdated, "not newer than the stamped generation", guard="stale_generation"),
-    Row(LIVE, SpecUpdated, SAME, effect="generation", note="observedGeneration only: no event"),
+    *SPEC_UPDATED_ROWS,
     Row(NEW, CategoryNotFound, F, CATEGORY_NOT_FOUND, W, MSG_CATEGORY_NOT_FOUND, None, "enter"),
     # Waiting for nodes: Normal on the first pass only; the countdown changes each pass
     Row(LIVE, NoSchedulableNodes, IP, WAITING_FOR_NODES, N, MSG_WAITING, "within_window", "enter"),
@@ -452,14 +445,7 @@ ROWS: tuple[Row, ...] = (
     ),
     Row(LIVE, WorkflowNameCollision, F, WORKFLOW_NAME_COLLISION, W, "{error}", None, "enter"),
     Row(LIVE, BuildFailed, F, WORKFLOW_VALIDATION_FAILED, W, "{error}", None, "enter"),
-    Row(
-        ANY,
-        NICResourcesDetected,
-        SAME,
-        ignore=True,
-        note="informational",
-        action=Action(NIC_RESOURCE_DETECTION, N, MSG_NIC),
-    ),
+    action_row(NICResourcesDetected, NIC_RESOURCE_DETECTION, N, MSG_NIC),
     # Terminal: absorbing (Failed has the recovery row above)
     ignore((IP, *TERMINAL), Submitted, STOP),
     ignore((IP, *TERMINAL), CategoryNotFound, STOP),
@@ -498,9 +484,6 @@ class CertificationMachine(ConditionMachine[CertificationStatus]):
     status_type: ClassVar[type[Any]] = CertificationStatus
     table: ClassVar[Table] = TABLE
     controller: ClassVar[str] = CERTIFICATION_CONTROLLER
-
-    def initial(self, ref: ObjectRef) -> CertificationStatus:
-        return CertificationStatus(name=ref.name)
 
     def context(self, status: CertificationStatus, obs: Observation) -> Mapping[str, Any]:
         return context(status, obs)

@@ -27,25 +27,28 @@ import attrs
 
 from .._core.machine import Verdict
 from .._core.observation import Observation
-from .._core.refs import Condition, EventType, ObjectRef
-from .._core.table import ANY, SAME, Action, Effect, Guard, Row, Table, ignore
+from .._core.refs import Condition, EventType
+from .._core.table import SAME, Effect, Guard, Row, Table, ignore
 from .._core.transition import Flip
 from ._conditions import (
     FAILED,
     IN_PROGRESS,
     LIVE,
     NEW,
+    SPEC_UPDATED_ROWS,
     STATES,
     SUCCEEDED,
     TERMINAL,
     TRUE,
     ConditionMachine,
+    action_row,
     exclusive,
     go_duration,
     go_list,
-    restamp,
     seconds,
-    upsert,
+    stale_generation,
+    stamp_generation,
+    with_condition,
 )
 from ._job_records import *  # noqa: F403 (the records are this module's vocabulary)
 from ._thresholds import (
@@ -59,13 +62,19 @@ from ._thresholds import (
 
 def _validated(status: JobStatus, at: datetime, decided: Decision) -> JobStatus:
     value, reason, message = decided
-    conditions = upsert(
-        status.conditions, VALIDATION_FAILED, value, reason, message, at, status.generation
-    )
     failed_nodes = status.failed_nodes
     if value == TRUE and not failed_nodes:
         failed_nodes = tuple(FailedNode(n, THRESHOLD_VIOLATION) for n in status.nodes)
-    return attrs.evolve(status, conditions=conditions, failed_nodes=failed_nodes)
+    return with_condition(
+        status,
+        VALIDATION_FAILED,
+        value,
+        reason,
+        message,
+        at,
+        status.generation,
+        failed_nodes=failed_nodes,
+    )
 
 
 def _validate(status: JobStatus, at: datetime) -> JobStatus:
@@ -90,10 +99,6 @@ def has_message(status: JobStatus, obs: WorkloadFailed | WorkloadSucceeded) -> b
 
 def unsupported(status: JobStatus, obs: BuildFailed) -> bool:
     return obs.unsupported
-
-
-def stale_generation(status: JobStatus, obs: SpecUpdated) -> bool:
-    return obs.generation <= status.generation
 
 
 def stalled_at_startup(status: JobStatus, obs: Observation) -> bool:
@@ -177,11 +182,6 @@ def submitted(status: JobStatus, obs: Submitted, row: Row) -> JobStatus:
     )
 
 
-def generation(status: JobStatus, obs: SpecUpdated, row: Row) -> JobStatus:
-    result: JobStatus = restamp(status, obs.generation, obs.at)
-    return result
-
-
 def created(status: JobStatus, obs: Observation, row: Row) -> JobStatus:
     return _enter(status, obs, row, workload_exists=True)
 
@@ -256,21 +256,21 @@ def hardware_failed(status: JobStatus, obs: HardwareFault, row: Row) -> JobStatu
     failed = (*status.failed_nodes, FailedNode(obs.node, obs.reason))
     seeds = (THRESHOLD_VIOLATION, WORKLOAD_FAILURE)
     nodes = list(dict.fromkeys(f.node for f in failed if f.reason not in seeds))
-    conditions = upsert(
-        status.conditions,
+    return with_condition(
+        status,
         HARDWARE_FAILED,
         TRUE,
         HARDWARE_FAILURE_DETECTED,
         MSG_HARDWARE.format(go_list(nodes)),
         obs.at,
         status.generation,
+        failed_nodes=failed,
     )
-    return attrs.evolve(status, conditions=conditions, failed_nodes=failed)
 
 
 EFFECTS: dict[str, Effect] = {
     "submitted": submitted,
-    "generation": generation,
+    "generation": stamp_generation,
     "created": created,
     "enter": enter,
     "running": running,
@@ -292,21 +292,19 @@ RESTARTING = (WORKLOAD_RESTARTING, None, MSG_RESTARTING)
 ROWS: tuple[Row, ...] = (
     Row(NEW, Submitted, SAME, effect="submitted", note="the spec; no condition yet"),
     ignore((IP, *TERMINAL), Submitted, "the Job exists; its spec was read already"),
-    ignore(LIVE, SpecUpdated, "not newer than the stamped generation", guard="stale_generation"),
-    Row(LIVE, SpecUpdated, SAME, effect="generation", note="observedGeneration only: no event"),
+    *SPEC_UPDATED_ROWS,
     # Creation
     Row(NEW, WorkloadCreated, IP, WORKLOAD_CREATED, N, MSG_CREATED, None, "created"),
     Row(IP, WorkloadCreated, SAME, WORKLOAD_CREATED, None, MSG_CREATED, "restarting", "created"),
     ignore(IP, WorkloadCreated, "the workload exists already"),
     Row(LIVE, BuildFailed, F, WORKLOAD_CREATION_ERROR, W, MSG_UNSUPPORTED, "unsupported", "enter"),
     Row(LIVE, BuildFailed, F, WORKLOAD_CREATION_ERROR, W, MSG_BUILD_FAILED, None, "enter"),
-    Row(
-        ANY,
+    action_row(
         CreateRejected,
-        SAME,
-        ignore=True,
+        WORKLOAD_CREATION_ERROR,
+        W,
+        MSG_CREATE_REJECTED,
         note="no write: the error is returned and the reconcile backs off",
-        action=Action(WORKLOAD_CREATION_ERROR, W, MSG_CREATE_REJECTED),
     ),
     # The workload, polled
     Row(IP, WorkloadPending, SAME, WORKLOAD_PENDING, None, MSG_PENDING, None, "enter"),
@@ -343,13 +341,12 @@ ROWS: tuple[Row, ...] = (
     ignore(TERMINAL, MeasurementsReported, "no verdict is pending"),
     Row(S, Tick, SAME, guard="measurement_timed_out", effect="measurement_timeout"),
     ignore(TERMINAL, Tick, "no timer runs for a decided Job"),
-    Row(
-        ANY,
+    action_row(
         MeasurementCreateFailed,
-        SAME,
-        ignore=True,
+        MEASUREMENT_CREATION_ERROR,
+        W,
+        MSG_MEASUREMENT_ERROR,
         note="non-fatal; repeats on each failing pass",
-        action=Action(MEASUREMENT_CREATION_ERROR, W, MSG_MEASUREMENT_ERROR),
     ),
     # The stop guard
     *(
@@ -400,9 +397,6 @@ class JobMachine(ConditionMachine[JobStatus]):
         Verdict(HARDWARE_FAILED, _hardware),
         Verdict(VALIDATION_FAILED, _validation, on_absent_to_false=EventType.NORMAL),
     )
-
-    def initial(self, ref: ObjectRef) -> JobStatus:
-        return JobStatus(name=ref.name)
 
     def context(self, status: JobStatus, obs: Observation) -> Mapping[str, Any]:
         return context(status)

@@ -279,50 +279,30 @@ PHASED = (PROVISIONING, BOUND, TERMINATING, TERMINATED)
 MSG_GONE_NOW = "pod is gone: claim deleted now, no grace (a phase was set)"
 MSG_ORPHAN = "pod never appeared: orphan claim deleted"
 
+
+def _adopts_row(state: str, note: str = "") -> Row:
+    """An adopted claim enters the phase it was stored in (guard ``adopts_<phase>``); the
+    message's ``{phase}`` is the observation's, as stored."""
+    return Row(
+        NEW,
+        ClaimAdopted,
+        state,
+        state,
+        N,
+        "adopted in phase {phase}",
+        guard=f"adopts_{state.lower()}",
+        effect="adopted",
+        note=note,
+    )
+
+
 ROWS: tuple[Row, ...] = (
     Row(NEW, ClaimCreated, SAME, effect="created", note="finalizer added; no phase yet"),
     ignore(PHASED, ClaimCreated, "the claim exists already"),
-    Row(
-        NEW,
-        ClaimAdopted,
-        PROVISIONING,
-        PROVISIONING,
-        N,
-        "adopted in phase {phase}",
-        guard="adopts_provisioning",
-        effect="adopted",
-    ),
-    Row(
-        NEW,
-        ClaimAdopted,
-        BOUND,
-        BOUND,
-        N,
-        "adopted in phase {phase}",
-        guard="adopts_bound",
-        effect="adopted",
-        note="a legacy Initializing phase is read as Bound",
-    ),
-    Row(
-        NEW,
-        ClaimAdopted,
-        TERMINATING,
-        TERMINATING,
-        N,
-        "adopted in phase {phase}",
-        guard="adopts_terminating",
-        effect="adopted",
-    ),
-    Row(
-        NEW,
-        ClaimAdopted,
-        TERMINATED,
-        TERMINATED,
-        N,
-        "adopted in phase {phase}",
-        guard="adopts_terminated",
-        effect="adopted",
-    ),
+    _adopts_row(PROVISIONING),
+    _adopts_row(BOUND, note="a legacy Initializing phase is read as Bound"),
+    _adopts_row(TERMINATING),
+    _adopts_row(TERMINATED),
     Row(NEW, ClaimAdopted, SAME, effect="adopted", note="adopted before any phase was set"),
     ignore(PHASED, ClaimAdopted, "the claim is known already"),
     # The Pod, as committed. A UID mismatch is an absent pod.

@@ -25,7 +25,7 @@ import attrs
 from .._core.errors import InvalidObservation
 from .._core.observation import Observation
 from .._core.refs import EventType, ObjectRef
-from .._core.table import ANY, SAME, Action, Effect, Guard, Row, Table, ignore
+from .._core.table import SAME, Effect, Guard, Row, Table, ignore
 from .._core.transition import Flip
 from . import _groups
 from ._conditions import (
@@ -33,14 +33,17 @@ from ._conditions import (
     IN_PROGRESS,
     LIVE,
     NEW,
+    SPEC_UPDATED_ROWS,
     STATES,
     SUCCEEDED,
     TERMINAL,
     TRUE,
     ConditionMachine,
+    action_row,
     exclusive,
-    restamp,
-    upsert,
+    stale_generation,
+    stamp_generation,
+    with_condition,
 )
 from ._groups import Plan, running
 from ._workflow_records import *  # noqa: F403 (the records are this module's vocabulary)
@@ -113,10 +116,6 @@ def group_busy(status: WorkflowStatus, obs: JobLaunched) -> bool:
     return obs.group < len(status.groups) and status.groups[obs.group].state != PENDING
 
 
-def stale_generation(status: WorkflowStatus, obs: SpecUpdated) -> bool:
-    return obs.generation <= status.generation
-
-
 def dependency_collision(status: WorkflowStatus, obs: DependencyCreateFailed) -> bool:
     return obs.collision == "dependency"
 
@@ -167,11 +166,6 @@ def submitted(status: WorkflowStatus, obs: Submitted, row: Row) -> WorkflowStatu
         checkpoint=obs.checkpoint,
         generation=obs.generation,
     )
-
-
-def generation(status: WorkflowStatus, obs: SpecUpdated, row: Row) -> WorkflowStatus:
-    result: WorkflowStatus = restamp(status, obs.generation, obs.at)
-    return result
 
 
 def enter(status: WorkflowStatus, obs: Observation, row: Row) -> WorkflowStatus:
@@ -228,8 +222,8 @@ def advance(status: WorkflowStatus, obs: Observation, row: Row) -> WorkflowStatu
         validation_failures=p.validation,
     )
     if p.outcome == FAILED and p.validation:
-        conditions = upsert(
-            result.conditions,
+        result = with_condition(
+            result,
             VALIDATION_FAILED,
             TRUE,
             JOB_VALIDATION_FAILED,
@@ -237,13 +231,12 @@ def advance(status: WorkflowStatus, obs: Observation, row: Row) -> WorkflowStatu
             obs.at,
             result.generation,
         )
-        result = attrs.evolve(result, conditions=conditions)
     return result
 
 
 EFFECTS: dict[str, Effect] = {
     "submitted": submitted,
-    "generation": generation,
+    "generation": stamp_generation,
     "enter": enter,
     "partitioned": partitioned,
     "launched": launched,
@@ -288,16 +281,9 @@ def _outcome_rows(obs: type[Observation]) -> tuple[Row, ...]:
     )
 
 
-def _action(obs: type[Observation], reason: str, kind: EventType, message: str) -> Row:
-    return Row(
-        ANY, obs, SAME, ignore=True, note="informational", action=Action(reason, kind, message)
-    )
-
-
 ROWS: tuple[Row, ...] = (
     Row(NEW, Submitted, SAME, effect="submitted", note="the spec; no condition yet"),
-    ignore(LIVE, SpecUpdated, "not newer than the stamped generation", guard="stale_generation"),
-    Row(LIVE, SpecUpdated, SAME, effect="generation", note="observedGeneration only: no event"),
+    *SPEC_UPDATED_ROWS,
     # Discovery and partitioning (the first pass)
     Row(NEW, OverridesFailed, F, OVERRIDE_ERROR, W, MSG_OVERRIDE, None, "enter"),
     Row(NEW, CheckpointPVCMissing, F, CHECKPOINT_PVC_MISSING, W, MSG_PVC, None, "enter"),
@@ -332,12 +318,12 @@ ROWS: tuple[Row, ...] = (
     *_outcome_rows(Tick),
     ignore(NEW, Tick, "no timer before partitioning"),
     # Informational action events: no status, may repeat
-    _action(CordonedNodesExcluded, CORDONED_NODES_EXCLUDED, W, MSG_CORDONED),
-    _action(HeterogeneousGPUFiltered, HETEROGENEOUS_GPU, W, MSG_HETEROGENEOUS_GPU),
-    _action(InsufficientGPUCapacity, INSUFFICIENT_GPU_CAPACITY, W, MSG_INSUFFICIENT_GPU),
-    _action(OverrideApplied, OVERRIDE_APPLIED, N, "{detail}"),
-    _action(OverrideNoOp, OVERRIDE_NO_OP, W, "{detail}"),
-    _action(NoOverridesMatched, NO_OVERRIDES_MATCHED, N, "{detail}"),
+    action_row(CordonedNodesExcluded, CORDONED_NODES_EXCLUDED, W, MSG_CORDONED),
+    action_row(HeterogeneousGPUFiltered, HETEROGENEOUS_GPU, W, MSG_HETEROGENEOUS_GPU),
+    action_row(InsufficientGPUCapacity, INSUFFICIENT_GPU_CAPACITY, W, MSG_INSUFFICIENT_GPU),
+    action_row(OverrideApplied, OVERRIDE_APPLIED, N, "{detail}"),
+    action_row(OverrideNoOp, OVERRIDE_NO_OP, W, "{detail}"),
+    action_row(NoOverridesMatched, NO_OVERRIDES_MATCHED, N, "{detail}"),
     # Terminal: absorbing; discovery observations come only before partitioning
     *(
         ignore((IP, *TERMINAL), o, STOP)
@@ -376,9 +362,6 @@ class WorkflowMachine(ConditionMachine[WorkflowStatus]):
     status_type: ClassVar[type[Any]] = WorkflowStatus
     table: ClassVar[Table] = TABLE
     controller: ClassVar[str] = WORKFLOW_CONTROLLER
-
-    def initial(self, ref: ObjectRef) -> WorkflowStatus:
-        return WorkflowStatus(name=ref.name)
 
     def context(self, status: WorkflowStatus, obs: Observation) -> Mapping[str, Any]:
         return context(status)

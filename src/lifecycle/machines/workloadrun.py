@@ -25,7 +25,7 @@ import attrs
 
 from .._core.observation import Observation
 from .._core.refs import Condition, EventType, ObjectRef
-from .._core.table import ANY, SAME, Action, Effect, Guard, Row, Table, ignore
+from .._core.table import SAME, Effect, Guard, Row, Table, ignore
 from .._core.transition import Flip
 from ._conditions import (
     FAILED,
@@ -38,8 +38,9 @@ from ._conditions import (
     TRUE,
     Conditioned,
     ConditionMachine,
+    action_row,
     exclusive,
-    upsert,
+    with_condition,
 )
 
 WORKLOADRUN_CONTROLLER = "workloadrun-controller"
@@ -207,8 +208,8 @@ def finished(status: WorkloadRunStatus, obs: WorkflowObserved, row: Row) -> Work
     """The terminal mirror, with the Workflow's ValidationFailed copied first."""
     status = _mirrored(status, obs)
     if obs.validation_failed:
-        conditions = upsert(
-            status.conditions,
+        status = with_condition(
+            status,
             VALIDATION_FAILED,
             TRUE,
             THRESHOLD_VIOLATION,
@@ -216,7 +217,6 @@ def finished(status: WorkloadRunStatus, obs: WorkflowObserved, row: Row) -> Work
             obs.at,
             None,
         )
-        status = attrs.evolve(status, conditions=conditions)
     return _enter(status, obs, row)
 
 
@@ -236,13 +236,13 @@ ROWS: tuple[Row, ...] = (
     Row(NEW, WorkflowCreated, IN_PROGRESS, WORKFLOW_CREATED, N, MSG_CREATED, effect="created"),
     ignore((IN_PROGRESS, *TERMINAL), WorkflowCreated, "the run has its Workflow"),
     ignore(NEW, WorkflowCreateFailed, "AlreadyExists: requeue", guard="already_exists"),
-    Row(
-        NEW,
+    action_row(
         WorkflowCreateFailed,
-        SAME,
-        ignore=True,
+        WORKFLOW_CREATION_ERROR,
+        W,
+        MSG_CREATE_FAILED,
+        source=NEW,
         note="no write; the error is returned",
-        action=Action(WORKFLOW_CREATION_ERROR, W, MSG_CREATE_FAILED),
     ),
     ignore((IN_PROGRESS, *TERMINAL), WorkflowCreateFailed, "the run has its Workflow"),
     ignore(IN_PROGRESS, WorkflowObserved, "not the run's Workflow", guard="other_workflow"),
@@ -280,13 +280,12 @@ ROWS: tuple[Row, ...] = (
     ignore(NEW, WorkflowObserved, "no workflowRef yet"),
     Row(IN_PROGRESS, WorkflowGone, FAILED, WORKFLOW_DELETED, W, MSG_DELETED, effect="enter"),
     ignore(NEW, WorkflowGone, "no workflowRef yet"),
-    Row(
-        ANY,
+    action_row(
         LogProfileNotFound,
-        SAME,
-        ignore=True,
+        LOG_PROFILE_NOT_FOUND,
+        W,
+        MSG_LOG_PROFILE,
         note="a measurement tier's action Warning",
-        action=Action(LOG_PROFILE_NOT_FOUND, W, MSG_LOG_PROFILE),
     ),
     *(ignore(TERMINAL, o, STOP) for o in (WorkflowObserved, WorkflowGone)),
 )
@@ -311,9 +310,6 @@ class WorkloadRunMachine(ConditionMachine[WorkloadRunStatus]):
     table: ClassVar[Table] = TABLE
     controller: ClassVar[str] = WORKLOADRUN_CONTROLLER
     write_attempts: ClassVar[int | None] = 1
-
-    def initial(self, ref: ObjectRef) -> WorkloadRunStatus:
-        return WorkloadRunStatus(name=ref.name)
 
     def context(self, status: WorkloadRunStatus, obs: Observation) -> Mapping[str, Any]:
         return {"name": status.name}

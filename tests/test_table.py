@@ -1,0 +1,151 @@
+"""The kernel's table: every way a malformed table is refused, dispatch order, and the table
+as the single source of event types."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import attrs
+import pytest
+
+from lifecycle import (
+    ANY,
+    SAME,
+    EventType,
+    InvalidTransition,
+    Machine,
+    ObjectRef,
+    Observation,
+    Row,
+    Table,
+    TableError,
+    ignore,
+)
+
+from .conftest import t
+
+N, W = EventType.NORMAL, EventType.WARNING
+
+
+@attrs.frozen(slots=True, kw_only=True)
+class Go(Observation):
+    why: str = ""
+
+
+@attrs.frozen(slots=True, kw_only=True)
+class Stop(Observation):
+    pass
+
+
+@attrs.frozen(slots=True, kw_only=True)
+class Stray(Observation):
+    pass
+
+
+@attrs.frozen(slots=True)
+class Status:
+    state: str = "A"
+    reason: str = ""
+    message: str = ""
+
+
+def table(*rows: Row, **overrides: Any) -> Table:
+    spec: dict[str, Any] = {
+        "states": ("A", "B", "End"),
+        "initial": "A",
+        "terminal": ("End",),
+        "observations": (Go, Stop),
+        "rows": rows,
+        "guards": {"never": lambda s, o: False},
+        "effects": {},
+    }
+    spec.update(overrides)
+    return Table("t", **spec)
+
+
+@pytest.mark.parametrize(
+    ("rows", "overrides", "problem"),
+    [
+        ((), {"initial": "Z"}, "initial state 'Z' is not declared"),
+        ((), {"terminal": ("Z",)}, "terminal states ['Z'] are not declared"),
+        ((Row("A", Stray, "B", "B", N),), {}, "observation is not in the vocabulary"),
+        ((Row("Z", Go, "B", "B", N),), {}, "unknown source state 'Z'"),
+        ((Row("A", Go, "Z", "Z", N),), {}, "unknown target state 'Z'"),
+        ((Row("A", Go, "B", ignore=True),), {}, "an ignore row cannot change state"),
+        ((Row("A", Go, "B", "B", N, guard="maybe"),), {}, "unknown guard 'maybe'"),
+        ((Row("A", Go, "B", "B", N, effect="poof"),), {}, "unknown effect 'poof'"),
+        ((Row("A", Go, "B", "B"),), {}, "a state-changing row must declare its event type"),
+        ((Row("A", Go, "B", "B", N, "{nope}"),), {}, "message names unknown fields ['nope']"),
+        ((Row("A", Go, "B", "B", N, guard="never"),), {}, "every row is guarded"),
+        ((Row("End", Go, "A", "A", N),), {}, "terminal state 'End' has a row leaving it"),
+        ((Row("A", Go, "B", "B", N, recovery=True),), {}, "must leave a terminal state"),
+        ((Row("End", Go, SAME, recovery=True),), {}, "a recovery row must change state"),
+    ],
+)
+def test_malformed_tables_are_refused(rows: tuple[Row, ...], overrides: Any, problem: str) -> None:
+    with pytest.raises(TableError, match=problem.replace("[", r"\[").replace("]", r"\]")):
+        table(*rows, **overrides)
+
+
+def test_specific_rows_win_over_wildcards_and_guards_run_in_order() -> None:
+    t_ = table(
+        Row("A", Go, "B", "B", N, guard="never"),
+        Row("A", Go, "End", "End", W),
+        Row(ANY, Go, SAME, message="noted"),
+        ignore("End", Stop, "terminal"),
+    )
+    steps = t_.dispatch[("A", Go)]
+    assert [s.row.target for s in steps] == ["B", "End"]  # the unguarded row ends the list
+    assert [s.row.message for s in t_.dispatch[("B", Go)]] == ["noted"]  # the wildcard
+    assert not t_.accepts("A", Stop)
+    assert t_.accepts("End", Stop)
+
+
+def _machine(rows: tuple[Row, ...], warnings: frozenset[str] = frozenset()) -> Machine[Any]:
+    built = table(*rows)
+
+    class M(Machine[Status]):
+        name: ClassVar[str] = "t"
+        kind: ClassVar[str] = "T"
+        status_type: ClassVar[type[Any]] = Status
+        table: ClassVar[Table] = built
+        warning_states: ClassVar[frozenset[str]] = warnings
+
+        def initial(self, ref: ObjectRef) -> Status:
+            return Status()
+
+    return M()
+
+
+def test_event_types_come_from_the_table() -> None:
+    m = _machine((Row("A", Go, "B", "B", N, "went: {why}"), Row("B", Stop, "End", "End", W)))
+    b = m.apply(Status(), Go(at=t(), why="asked"))
+    assert (b.state, b.reason, b.message) == ("B", "B", "went: asked")
+    end = m.apply(b, Stop(at=t()))
+    assert [f.type for f in m.flips(Status(), b)] == [N]
+    assert [f.type for f in m.flips(b, end)] == [W]
+
+
+def test_a_state_entered_with_both_types_needs_an_override() -> None:
+    with pytest.raises(TableError, match="entered as Normal and as Warning"):
+        _machine((Row("A", Go, "End", "End", N), Row("B", Go, "End", "End", W)))
+
+
+def test_declared_warning_states_must_agree_with_the_table() -> None:
+    with pytest.raises(TableError, match="disagrees with the table"):
+        _machine((Row("A", Go, "End", "End", W),), warnings=frozenset({"B"}))
+
+
+def test_a_pair_without_a_row_is_a_clear_error() -> None:
+    m = _machine((Row("A", Go, "B", "B", N),))
+    with pytest.raises(InvalidTransition, match="Stop is not accepted in state A"):
+        m.apply(Status(), Stop(at=t()))
+
+
+def test_message_only_changes_and_repeats_emit_nothing() -> None:
+    m = _machine((Row(("A", "B"), Go, "B", "B", N, "went: {why}"),))
+    b = m.apply(Status(), Go(at=t(), why="one"))
+    again = m.apply(b, Go(at=t(1), why="two"))
+    assert again.message == "went: two"
+    assert m.flips(b, again) == ()
+    assert m.flips(again, again) == ()
