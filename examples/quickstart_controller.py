@@ -10,8 +10,8 @@ from lifecycle.machines.pod import CreateRequested, DeletionRequested, Terminate
 def main(db: str = "controller.db") -> list[str]:
     provider = FakeProvider(boot_ticks=1)  # stands in for Modal or EC2
     events = MemoryEmitter()  # in production: LogEmitter(), KubernetesEmitter.for_api()
-    runner = Runner(SQLiteStore(db), [events])
-    runner.redeliver()  # on start-up: send what a crash left in the outbox
+    runner = Runner(SQLiteStore(db, owner="controller-0"), [events])  # a stable replica name
+    runner.redeliver()  # on start-up, and then now and again: what a crash left in the outbox
     pod, claim = ObjectRef("Pod", "ml", "trainer-0", uid="7d1e0c52"), "ml-trainer-0"
     now = datetime(2026, 11, 30, 10, 0, tzinfo=UTC)
     runner.observe(pod, CreateRequested(at=now, pool="gpu", provider="fake"))

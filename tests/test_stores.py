@@ -32,6 +32,7 @@ from lifecycle._core.transition import stamp
 from lifecycle.links import claim_ref
 from lifecycle.machines import NODECLAIM, POD, pod
 from lifecycle.machines import nodeclaim as nc
+from lifecycle.testing import FailingEmitter
 
 from . import _store_workers as workers
 from .conftest import pod_ref, t
@@ -458,3 +459,28 @@ def test_redelivery_after_an_emitter_failure_in_another_store_waits_for_the_leas
     journal = b.journal(POD, REF)
     assert emitter.events == list(journal[0].transitions)
     b.close()
+
+
+def test_a_restarted_writer_with_the_same_owner_takes_back_its_leased_events(
+    tmp_path: Path,
+) -> None:
+    """Crash after commit, before delivery: the same replica, restarted, redelivers at once;
+    a stranger waits out the lease."""
+    path = tmp_path / "owned.db"
+    first = SQLiteStore(path, owner="controller-0")
+    Runner(first, [FailingEmitter(failures=10)], links=()).observe(
+        REF, pod.CreateRequested(at=t(0))
+    )
+    first.close()
+    stranger, emitter = SQLiteStore(path), MemoryEmitter()
+    assert Runner(stranger, [emitter], links=()).redeliver() == 0  # leased to controller-0
+    stranger.close()
+    again = SQLiteStore(path, owner="controller-0")
+    assert Runner(again, [emitter], links=()).redeliver() == 1
+    assert emitter.ids() == [f"{REF.uid}:1:0"]
+    again.close()
+
+
+def test_an_empty_owner_name_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="owner must be a non-empty name"):
+        SQLiteStore(tmp_path / "x.db", owner="")

@@ -247,7 +247,10 @@ class Runner:
     def redeliver(self, limit: int = 1000) -> int:
         """Send events that were committed but not delivered (a crash, a failing emitter).
 
-        Returns how many were delivered. Each keeps the id it was committed under.
+        Returns how many were delivered. Each keeps the id it was committed under. Events
+        another writer committed are leased to it for the store's lease (30 s by default): a
+        store opened with the same ``owner`` takes its own back at once, any other finds them
+        once the lease has run out — so call this periodically, not only at start-up.
         """
         pending = self.store.claim_undelivered(limit)
         if not pending:

@@ -90,7 +90,10 @@ class SQLiteStore:
     ``synchronous`` is SQLite's durability setting; the default ``FULL`` makes every commit
     survive power loss, ``NORMAL`` (still safe against a process crash in WAL mode) is faster.
     ``lease_seconds`` is how long a committing process owns delivery of its fresh events
-    before another process's :meth:`claim_undelivered` may take them over.
+    before another process's :meth:`claim_undelivered` may take them over. ``owner`` names
+    this writer: give each replica a stable name (its pod name) and a restarted replica takes
+    back the events it leased before a crash at once; the default, a fresh random id, waits
+    out the lease (``Runner.redeliver`` then finds them on a later call).
     """
 
     def __init__(
@@ -102,11 +105,14 @@ class SQLiteStore:
         busy_timeout: float = 10.0,
         journal: bool = True,
         clock: Callable[[], float] = time.time,
+        owner: str | None = None,
     ) -> None:
         if synchronous not in ("OFF", "NORMAL", "FULL", "EXTRA"):
             raise ValueError(f"synchronous must be OFF, NORMAL, FULL or EXTRA, not {synchronous!r}")
+        if owner is not None and not owner:
+            raise ValueError("owner must be a non-empty name (or None for a random one)")
         self.path = str(path)
-        self.owner = uuid.uuid4().hex
+        self.owner = owner if owner is not None else uuid.uuid4().hex
         self._synchronous = synchronous
         self._lease = lease_seconds
         self._clock = clock
