@@ -27,6 +27,7 @@ from lifecycle import (
     Transition,
     UnknownObservation,
 )
+from lifecycle.links import claim_ref
 from lifecycle.machines import nodeclaim as nc
 from lifecycle.machines import pod
 from lifecycle.stores.base import JournalEntry, Record
@@ -512,3 +513,24 @@ def test_two_different_lost_warnings_at_one_version_have_distinct_fallback_ids()
         f"{REF.uid}:1:f0-ProvisionFailedStatusUpdateFailed",
         f"{REF.uid}:1:f0-FailedStatusUpdateFailed",
     }
+
+
+def test_resync_brings_a_cascade_target_back_in_step_after_its_write_failed() -> None:
+    store = FaultyStore(MemoryStore())
+    emitter = MemoryEmitter()
+    runner = Runner(store, [emitter], policy=RetryPolicy(backoff=0.0))
+    claim = claim_ref(REF)
+    runner.observe(REF, pod.CreateRequested(at=t(0)))
+    store.inject(claim.uid, "write-error")  # the claim's commit is lost (a crash would be alike)
+    result = runner.observe(REF, pod.ProvisionSucceeded(at=t(1), reserved=True, instance_id="i"))
+    assert result.committed
+    assert [r.outcome for r in result.cascade] == [Outcome.FAILED]
+    assert store.load(nc.NODECLAIM, claim).status.state == nc.PROVISIONING  # behind the pod
+    (resynced,) = runner.resync(REF, t(2))
+    assert resynced.committed
+    assert store.load(nc.NODECLAIM, claim).status.state == nc.BOUND
+    assert [e.target for e in emitter.for_uid(claim.uid)] == [nc.PROVISIONING, nc.BOUND]
+    # in step now: feeding it again changes nothing and emits nothing
+    (again,) = runner.resync(REF, t(3))
+    assert again.outcome is Outcome.UNCHANGED
+    assert runner.resync(pod_ref(uid="never-seen"), t(4)) == ()

@@ -28,7 +28,7 @@ from .links import Link
 from .machines import MachineRegistry, default_registry
 from .projections import placed
 from .runner import Outcome, Result, RetryPolicy, Runner
-from .stores import MemoryStore, SQLiteStore, Store, open_store
+from .stores import JournalEntry, MemoryStore, Record, SQLiteStore, Store, open_store
 
 if TYPE_CHECKING:
     from .aio import AsyncRunner, AsyncStore, ThreadedStore, open_async_store
@@ -59,6 +59,7 @@ __all__ = [
     "Flip",
     "InvalidObservation",
     "InvalidTransition",
+    "JournalEntry",
     "LifecycleError",
     "Link",
     "LogEmitter",
@@ -69,6 +70,7 @@ __all__ = [
     "ObjectRef",
     "Observation",
     "Outcome",
+    "Record",
     "Result",
     "RetryPolicy",
     "Row",

@@ -24,6 +24,7 @@ import enum
 import random
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from datetime import datetime
 from typing import Any
 
 import attrs
@@ -31,7 +32,7 @@ import structlog
 
 from ._core.errors import Conflict, LifecycleError, StoreError, UnknownObservation
 from ._core.machine import Machine
-from ._core.observation import Observation
+from ._core.observation import Observation, Tick
 from ._core.refs import EventType, ObjectRef
 from ._core.transition import Flip, Transition, stamp
 from .emitters.base import Emitter
@@ -256,6 +257,21 @@ class Runner:
         if not pending:
             return 0
         return self._deliver(pending)
+
+    def resync(self, ref: ObjectRef, at: datetime) -> tuple[Result, ...]:
+        """Feed ``ref``'s committed status to the machines linked to it again, as of ``at``.
+
+        A cascade (a Pod's NodeClaim) is its own commit after the source's: a crash, or a
+        failed write of the target, between the two leaves the target behind until the source
+        changes again. Link observations carry the whole committed source status, so feeding
+        them again is safe: a target that is already in step changes nothing. Hosts call this
+        on start-up for the objects they track, and after a cascade result that failed.
+        """
+        machine = self.machines.for_kind(ref.kind)
+        record = self.store.load(machine, ref)
+        if record is None:
+            return ()
+        return self._follow(machine, ref, machine.initial(ref), record.status, Tick(at=at))
 
     # -- internals --------------------------------------------------------------------------
     def _send(self, transitions: Sequence[Transition]) -> bool:

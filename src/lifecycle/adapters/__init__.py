@@ -1,7 +1,8 @@
 """Provider adapters: provider SDK calls in, Pod observations out.
 
-Only the fake ships now (:mod:`lifecycle.adapters.fake`); Modal and AWS adapters import their
-SDKs lazily (the ``modal`` and ``aws`` extras) and reuse :mod:`lifecycle.adapters.base`.
+The fake (:mod:`lifecycle.adapters.fake`) is exported here; the Modal
+(:mod:`lifecycle.adapters.modal`) and AWS EC2 (:mod:`lifecycle.adapters.aws`) adapters import
+their SDKs lazily (the ``modal`` and ``aws`` extras), so import them by module.
 """
 
 from .base import (
