@@ -630,3 +630,28 @@ def test_offline_check_refuses_bad_input(
     assert out == ""
     assert problem in err
     assert err.startswith(str(tmp_path))
+
+
+def test_offline_check_refuses_a_completeness_marker_that_is_not_a_boolean(tmp_path: Any) -> None:
+    """``complete: "false"`` is a string: it must not read as a complete manifest."""
+    quoted = MANIFEST_YAML.replace("complete: true", 'complete: "false"')
+    assert quoted != MANIFEST_YAML
+    code, out, err = _offline(tmp_path, quoted, TARGET_YAML)
+    assert (code, out) == (2, "")
+    assert "compat.complete: expected bool" in err
+
+
+def test_restore_check_is_a_lifecycle_subcommand(tmp_path: Any) -> None:
+    """The operator reaches the offline check as ``lifecycle restore check``."""
+    import io
+
+    from lifecycle.cli import main
+
+    m, t = tmp_path / "manifest.yaml", tmp_path / "target.yaml"
+    m.write_text(MANIFEST_YAML)
+    t.write_text(TARGET_YAML.replace("amd64", "arm64"))
+    out = io.StringIO()
+    assert main(["restore", "check", str(m), str(t)], out=out) == 1
+    assert out.getvalue().startswith("verdict: incompatible code=CpuArchMismatch")
+    out = io.StringIO()
+    assert main(["restore", "check", str(m), str(t), "--on-unknown", "warn"], out=out) == 1

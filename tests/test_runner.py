@@ -525,10 +525,14 @@ def test_resync_brings_a_cascade_target_back_in_step_after_its_write_failed() ->
     result = runner.observe(REF, pod.ProvisionSucceeded(at=t(1), reserved=True, instance_id="i"))
     assert result.committed
     assert [r.outcome for r in result.cascade] == [Outcome.FAILED]
-    assert store.load(nc.NODECLAIM, claim).status.state == nc.PROVISIONING  # behind the pod
+    behind = store.load(nc.NODECLAIM, claim)
+    assert behind is not None
+    assert behind.status.state == nc.PROVISIONING  # behind the pod
     (resynced,) = runner.resync(REF, t(2))
     assert resynced.committed
-    assert store.load(nc.NODECLAIM, claim).status.state == nc.BOUND
+    caught_up = store.load(nc.NODECLAIM, claim)
+    assert caught_up is not None
+    assert caught_up.status.state == nc.BOUND
     assert [e.target for e in emitter.for_uid(claim.uid)] == [nc.PROVISIONING, nc.BOUND]
     # in step now: feeding it again changes nothing and emits nothing
     (again,) = runner.resync(REF, t(3))

@@ -419,7 +419,24 @@ def build_parser() -> argparse.ArgumentParser:
     mp.set_defaults(func=cmd_machines)
     _add_docs_commands(sub)
     add_db_commands(sub)
+    restore = sub.add_parser("restore", help="offline tools of the Restore compatibility gate")
+    restore_sub = restore.add_subparsers(dest="restore_command", required=True)
+    check = restore_sub.add_parser(
+        "check",
+        add_help=False,
+        help="check a snapshot manifest against a target's facts "
+        "(exit 0 compatible, 1 incompatible, 3 unknown, 2 bad input)",
+    )
+    check.add_argument("rest", nargs=argparse.REMAINDER)
+    check.set_defaults(func=cmd_restore_check)
     return parser
+
+
+def cmd_restore_check(args: argparse.Namespace, out: TextIO) -> int:
+    """``lifecycle restore check MANIFEST TARGET [...]``: the gate's verdict, offline."""
+    from .machines import _restore_offline
+
+    return _restore_offline.main(args.rest, out=out)
 
 
 @contextmanager
@@ -440,8 +457,11 @@ def _logs_to_stderr() -> Iterator[None]:
 def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
     """Run the CLI; ``out`` receives normal output (stdout by default), errors go to stderr."""
     parser = build_parser()
-    args = parser.parse_args(argv)
+    words = list(sys.argv[1:] if argv is None else argv)
     stream = out if out is not None else sys.stdout
+    if words[:2] == ["restore", "check"]:  # its own parser, so its own --help too
+        return cmd_restore_check(argparse.Namespace(rest=words[2:]), stream)
+    args = parser.parse_args(words)
     try:
         with _logs_to_stderr():
             code: int = args.func(args, stream)

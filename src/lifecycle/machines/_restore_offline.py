@@ -95,7 +95,7 @@ def manifest_from_yaml(data: Any) -> Manifest:
         )
     return Manifest(
         schema_version=None if compat is None else _get(compat, "schemaVersion", int, "compat."),
-        complete=True if compat is None else bool(compat.get("complete", False)),
+        complete=True if compat is None else bool(_get(compat, "complete", bool, "compat.")),
         facts=facts,
         cpu_arch=_scalar(host, "cpuArch", "host."),
         kernel_version=_scalar(host, "kernelVersion", "host."),
