@@ -301,7 +301,9 @@ def test_a_spot_reclaim_is_reported_as_a_preemption(stubs: Stubs) -> None:
     preempted, stopped_ = out[A], out[B]
     assert isinstance(preempted, InstanceTerminated)
     assert preempted.detail.startswith("preempted: spot instance reclaimed")
+    assert preempted.preempted  # the Pod machine tells it apart (its own message)
     assert isinstance(stopped_, InstanceTerminated)
+    assert not stopped_.preempted
     assert (
         stopped_.detail == "state stopped: Client.UserInitiatedShutdown (User initiated shutdown)"
     )

@@ -425,6 +425,13 @@ for obs_name, obs, state, message, code in (
         MSG_TERMINATED,
         137,
     ),
+    (
+        "preempted",
+        InstanceTerminated(at=AT, instance_id="i-1", exit_code=None, preempted=True),
+        TERMINATED,
+        pod.MSG_PREEMPTED,
+        None,
+    ),
 ):
     for name, before in UNTRACKED.items():
         case(

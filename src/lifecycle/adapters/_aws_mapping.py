@@ -193,9 +193,12 @@ def ec2_observation(
     if state in ("stopping", "stopped", "shutting-down", "terminated"):
         code = str((instance.get("StateReason") or {}).get("Code", ""))
         detail = _why(instance, state)
-        if code in SPOT_RECLAIM_CODES:
+        preempted = code in SPOT_RECLAIM_CODES
+        if preempted:
             detail = f"preempted: spot instance reclaimed ({detail})"
-        return state_observation(InstanceState.TERMINATED, at, instance_id=iid, detail=detail)
+        return state_observation(
+            InstanceState.TERMINATED, at, instance_id=iid, detail=detail, preempted=preempted
+        )
     return state_observation(InstanceState.PENDING, at, instance_id=iid, endpoint=endpoint)
 
 

@@ -14,7 +14,8 @@ ADR 0021:
   fails to list, a status read that fails, and an ``InvalidInstanceID.NotFound`` within the
   grace after it was first seen make the observation :class:`InstanceUnknown` - never absent.
   A spot reclaim is reported as a preemption (``InstanceTerminated`` whose detail starts with
-  ``preempted:``), not as an ordinary stop.
+  ``preempted:`` and ``preempted=True``, which the Pod machine reports in its own words), not as
+  an ordinary stop.
 - Terminate is idempotent (``InvalidInstanceID.NotFound``/``Malformed`` are success).
 """
 

@@ -75,6 +75,7 @@ def state_observation(
     readiness_confirmed: bool = True,
     exit_code: int | None = None,
     detail: str = "",
+    preempted: bool = False,
 ) -> InstanceObservation:
     """The Pod observation for an instance a successful List found in ``state``."""
     if state is InstanceState.PENDING:
@@ -88,7 +89,9 @@ def state_observation(
         )
     if state is InstanceState.FAILED:
         return InstanceFailed(at=at, instance_id=instance_id, exit_code=exit_code, detail=detail)
-    return InstanceTerminated(at=at, instance_id=instance_id, exit_code=exit_code, detail=detail)
+    return InstanceTerminated(
+        at=at, instance_id=instance_id, exit_code=exit_code, detail=detail, preempted=preempted
+    )
 
 
 Clock = Callable[[], datetime]

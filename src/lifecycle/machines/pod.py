@@ -45,6 +45,7 @@ MSG_RUNNING = "external instance is running"
 MSG_FAILED = "external instance entered a failed state"
 MSG_GONE = "external instance is gone"
 MSG_TERMINATED = "external instance terminated"
+MSG_PREEMPTED = "external instance was preempted: the provider reclaimed its capacity"
 MSG_AWAITING_READINESS = "external instance is running; readiness not yet confirmed"
 
 LIVE = (NEW, PROVISIONING, CONFIG_ERROR, INITIALIZING, RUNNING)
@@ -150,11 +151,13 @@ class InstanceFailed(Observation):
 
 @attrs.frozen(slots=True, kw_only=True)
 class InstanceTerminated(Observation):
-    """A poll found the instance stopped or terminated (exit 0, 124 timeout, 137 killed)."""
+    """A poll found the instance stopped or terminated (exit 0, 124 timeout, 137 killed).
+    ``preempted`` says the provider took the capacity back (an EC2 spot reclaim)."""
 
     instance_id: str = ""
     exit_code: int | None = None
     detail: str = ""
+    preempted: bool = False
 
 
 @attrs.frozen(slots=True, kw_only=True)
@@ -218,7 +221,12 @@ def readiness_confirmed(status: PodStatus, obs: InstanceRunning) -> bool:
     return obs.readiness_confirmed
 
 
+def preempted(status: PodStatus, obs: InstanceTerminated) -> bool:
+    return obs.preempted
+
+
 GUARDS: dict[str, Guard] = {
+    "preempted": preempted,
     "reserved": reserved,
     "tracked": tracked,
     "readiness_confirmed": readiness_confirmed,
@@ -457,6 +465,17 @@ ROWS: tuple[Row, ...] = (
         note="running, probe not yet passed: never Ready",
     ),
     Row(LIVE, InstanceFailed, FAILED, FAILED, W, MSG_FAILED, effect="poll"),
+    Row(
+        LIVE,
+        InstanceTerminated,
+        TERMINATED,
+        TERMINATED,
+        W,
+        MSG_PREEMPTED,
+        guard="preempted",
+        effect="poll",
+        note="a spot reclaim: people must tell it from an ordinary stop",
+    ),
     Row(LIVE, InstanceTerminated, TERMINATED, TERMINATED, W, MSG_TERMINATED, effect="poll"),
     Row(
         PROVISIONING,
