@@ -13,6 +13,7 @@ Exit codes: 0 ok, 2 bad input (``FILE:LINE: what is wrong`` on stderr), 1 anythi
 from __future__ import annotations
 
 import argparse
+import gc
 import io
 import json
 import sys
@@ -197,10 +198,27 @@ def _trace_size(path: str) -> int:
         return 0
 
 
+@contextmanager
+def _no_cyclic_gc() -> Iterator[None]:
+    """A replay allocates millions of small acyclic records that live until it ends; the
+    cyclic collector would re-scan them again and again (~30 % of a 1M-line replay). Freeze
+    what exists, pause the collector for the replay, and restore both afterwards."""
+    was_enabled = gc.isenabled()
+    gc.freeze()
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
+        if was_enabled:
+            gc.enable()
+
+
 def cmd_replay(args: argparse.Namespace, out: TextIO) -> int:
     progress = Progress(0, sys.stderr)
     try:
-        return _replay(args, out, progress)
+        with _no_cyclic_gc():
+            return _replay(args, out, progress)
     finally:
         progress.clear()
 
