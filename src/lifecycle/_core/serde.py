@@ -33,6 +33,15 @@ def parse_time(value: object) -> datetime:
     return _parse_time(value)
 
 
+def _time_or_none(value: str) -> datetime | None:
+    """``parse_time`` for the fast path: ``None`` instead of an error (the full check then
+    says what is wrong)."""
+    try:
+        return _parse_time(value)
+    except ValueError:
+        return None
+
+
 @functools.lru_cache(maxsize=4096)
 def _parse_time(value: str) -> datetime:
     """Traces repeat timestamps (one poll stamps many objects): parse each string once."""
@@ -209,9 +218,12 @@ def strict_structure(cls: type[T], data: Mapping[str, Any], where: str = "") -> 
                 raise InvalidObservation(f"{label}: missing required field {name!r}")
             continue
         value = data[name]
-        kwargs[name] = (
-            value if fast is not None and fast(value) else _check(value, tp, f"{label}.{name}")
-        )
+        if fast is not None and fast(value):
+            kwargs[name] = value
+        elif tp is datetime and type(value) is str and (parsed := _time_or_none(value)):
+            kwargs[name] = parsed
+        else:
+            kwargs[name] = _check(value, tp, f"{label}.{name}")
     try:
         return cls(**kwargs)
     except (TypeError, ValueError) as e:
