@@ -3,7 +3,7 @@ as the single source of event types."""
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Any, ClassVar, NamedTuple
 
 import attrs
 import pytest
@@ -14,9 +14,12 @@ from lifecycle import (
     EventType,
     InvalidTransition,
     Machine,
+    MachineRegistry,
     ObjectRef,
     Observation,
     Row,
+    Runner,
+    SQLiteStore,
     Table,
     TableError,
     ignore,
@@ -149,3 +152,42 @@ def test_message_only_changes_and_repeats_emit_nothing() -> None:
     assert again.message == "went: two"
     assert m.flips(b, again) == ()
     assert m.flips(again, again) == ()
+
+
+class TupleStatus(NamedTuple):
+    state: str = "A"
+    reason: str = ""
+    message: str = ""
+    note: str = "kept"
+
+
+def test_namedtuple_status_records_work_end_to_end(tmp_path: Any) -> None:
+    """The fast record kind (ADR 0015): the generated default effect, flips, a durable store
+    and the journal fold all work on a NamedTuple status, and untouched fields are kept."""
+    built = table(Row("A", Go, "B", "B", N, "went: {why}"), Row("B", Stop, "End", "End", W))
+
+    class M(Machine[TupleStatus]):
+        name: ClassVar[str] = "t"
+        kind: ClassVar[str] = "T"
+        status_type: ClassVar[type[Any]] = TupleStatus
+        table: ClassVar[Table] = built
+
+        def initial(self, ref: ObjectRef) -> TupleStatus:
+            return TupleStatus()
+
+    m = M()
+    b = m.apply(TupleStatus(note="mine"), Go(at=t(), why="asked"))
+    assert b == TupleStatus("B", "B", "went: asked", "mine")
+    assert type(b) is TupleStatus
+    store = SQLiteStore(tmp_path / "t.db")
+    runner = Runner(store, [], machines=MachineRegistry([m]), links=())
+    ref = ObjectRef("T", "ns", "x", "x1")
+    runner.observe(ref, Go(at=t(), why="asked"))
+    result = runner.observe(ref, Stop(at=t(1)))
+    assert [tr.type for tr in result.transitions] == [W]
+    record = store.load(m, ref)
+    assert record is not None
+    assert record.status == TupleStatus("End", "End", "", "kept")
+    assert type(record.status) is TupleStatus
+    assert m.fold(ref, [e.observation for e in store.journal(m, ref)]) == record.status
+    store.close()
