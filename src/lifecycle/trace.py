@@ -115,9 +115,8 @@ def parse_line(text: str, machines: MachineRegistry, line: int = 0) -> TraceLine
         raise ValueError(f"malformed JSON: {e.msg} (column {e.colno})") from None
     if not isinstance(data, dict):
         raise ValueError("a trace line must be a JSON object")
-    unknown = sorted(set(data) - _KEYS)
-    if unknown:
-        raise ValueError(f"unknown key(s) {', '.join(unknown)}")
+    if not _KEYS.issuperset(data):
+        raise ValueError(f"unknown key(s) {', '.join(sorted(set(data) - _KEYS))}")
     for key in ("at", "machine", "object"):
         if key not in data:
             raise ValueError(f'missing "{key}"')
@@ -144,7 +143,7 @@ def parse_line(text: str, machines: MachineRegistry, line: int = 0) -> TraceLine
     fields = data.get("with", {})
     if not isinstance(fields, dict):
         raise ValueError('"with" must be an object')
-    observation = machine.observation(data["observe"], data["at"], fields)
+    observation = machine.observation(data["observe"], at, fields)
     return ObservationLine(line, machine, ref, observation)
 
 

@@ -222,6 +222,8 @@ def strict_structure(cls: type[T], data: Mapping[str, Any], where: str = "") -> 
             kwargs[name] = value
         elif tp is datetime and type(value) is str and (parsed := _time_or_none(value)):
             kwargs[name] = parsed
+        elif tp is datetime and type(value) is datetime and value.tzinfo is not None:
+            kwargs[name] = value
         else:
             kwargs[name] = _check(value, tp, f"{label}.{name}")
     try:
