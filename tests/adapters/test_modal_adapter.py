@@ -149,6 +149,25 @@ def test_provision_that_cannot_look_for_the_claim_errs_and_creates_nothing(
     assert fake_modal.count("Sandbox.create") == 0
 
 
+@pytest.mark.parametrize("probe", [False, True])
+def test_provision_that_cannot_read_the_adopted_sandbox_tags_errs(
+    fake_modal: FakeModal, modal_adapter: ModalAdapter, probe: bool
+) -> None:
+    # Domain §4: tag errors fail Provision. Never a ProvisionSucceeded built on unread tags
+    # (upstream bug: "no probe tag, so ready"); unattributable, so the next attempt re-adopts.
+    sid = seed(fake_modal, A, probe=probe)
+    fake_modal.fail("Sandbox.get_tags", exception.ServiceError("tags down"), sandbox_id=sid)
+    obs = modal_adapter.provision(A, SandboxSpec(image="x"))
+    assert isinstance(obs, ProvisionErrored)
+    assert "tags down" in obs.error
+    assert sid in obs.error
+    assert fake_modal.count("Sandbox.create") == 0  # never risk a duplicate
+    assert fake_modal.count("Sandbox.poll", sid) == 0  # nothing observed on unread tags
+    again = modal_adapter.provision(A, SandboxSpec(image="x"))  # the retry re-runs the lookup
+    assert again == ProvisionSucceeded(at=again.at, reserved=not probe, instance_id=sid)
+    assert fake_modal.count("Sandbox.create") == 0
+
+
 @pytest.mark.parametrize(
     ("error", "kind"),
     [

@@ -230,7 +230,8 @@ class AsyncModalAdapter(RecordingMixin):
     async def provision(self, ref: ObjectRef, spec: SandboxSpec) -> Observation:
         """Find the claim's sandbox (adopt it) or create one. ``ProvisionSucceeded`` (a fresh
         sandbox is unreserved; an adopted one is reserved when it is running and ready),
-        ``ProvisionRejected`` (auth, quota, capacity, unsupported) or ``ProvisionErrored``."""
+        ``ProvisionRejected`` (auth, quota, capacity, unsupported) or ``ProvisionErrored``
+        (among others: the lookup failed, or the found sandbox's tags were unreadable)."""
         at = self.clock()
         claim = claim_name(ref.namespace, ref.name)
         try:
@@ -250,11 +251,16 @@ class AsyncModalAdapter(RecordingMixin):
         )
 
     async def _adopt(self, sandbox: Any, at: datetime) -> Observation:
+        """Adopt the claim's sandbox. Unreadable tags fail Provision (domain §4): without them
+        the probe tag is unknown, so nothing about readiness may be built on them; the error is
+        unattributable, the pod keeps provisioning and the next attempt repeats the lookup."""
         sid = sandbox.object_id
         try:
             tags = await self._call(sandbox.get_tags.aio(), "Sandbox.get_tags")
-        except Exception:
-            return ProvisionSucceeded(at=at, reserved=False, instance_id=sid)
+        except Exception as e:
+            return ProvisionErrored(
+                at=at, error=f"adopting sandbox {sid}: tags unreadable: {_text(e)}"
+            )
         obs = await self._poll(sandbox, tags, at)
         running = isinstance(obs, InstanceRunning) and obs.readiness_confirmed
         return ProvisionSucceeded(at=at, reserved=running, instance_id=sid)
