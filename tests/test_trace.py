@@ -355,3 +355,44 @@ def test_a_recorded_trace_parses_back_to_the_same_observations(tmp_path: Path) -
     recorder.write(stream)
     assert stream.getvalue() == recorder.text()
     assert len(stream.getvalue().splitlines()) == 6
+
+
+def test_the_kernel_recorder_redacts_secrets_even_nested_ones() -> None:
+    """Recorded traces never contain credentials or tokens (issue 4), whichever recorder."""
+    from lifecycle.machines import pod
+    from lifecycle.trace import TraceRecorder
+
+    recorder = TraceRecorder()
+    ref = ObjectRef("Pod", "ml", "trainer-0", "pod-a")
+    leaked = "403 from https://bucket/x?X-Amz-Signature=abc123 key AKIAABCDEFGHIJKLMNOP"
+    recorder.record(ref, pod.ProvisionErrored(at=t(0), error=leaked))
+    text = recorder.text()
+    assert "AKIAABCDEFGHIJKLMNOP" not in text
+    assert "abc123" not in text
+    assert "<redacted>" in text
+
+
+def test_redaction_reaches_into_nested_values() -> None:
+    import attrs as attrs_
+
+    from lifecycle import Observation
+    from lifecycle._core.redact import redact_observation
+
+    @attrs_.frozen(slots=True, kw_only=True)
+    class Seen(Observation):
+        notes: tuple[str, ...] = ()
+        facts: dict[str, str] = attrs_.field(factory=dict)
+        code: int = 0
+
+    obs = Seen(
+        at=t(0),
+        notes=("Bearer abcdefghijkl", "fine"),
+        facts={"auth": "token=zzzzzzzz", "arch": "amd64"},
+        code=7,
+    )
+    cleaned = redact_observation(obs)
+    assert cleaned.notes == ("Bearer <redacted>", "fine")
+    assert cleaned.facts == {"auth": "token=<redacted>", "arch": "amd64"}
+    assert cleaned.code == 7
+    clean = Seen(at=t(0), notes=("fine",))
+    assert redact_observation(clean) is clean  # nothing to scrub: the same object

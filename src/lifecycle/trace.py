@@ -33,6 +33,7 @@ import structlog
 from ._core.errors import LifecycleError, TraceError
 from ._core.machine import Machine
 from ._core.observation import Observation
+from ._core.redact import redact_observation
 from ._core.refs import ObjectRef
 from ._core.serde import parse_time
 from .emitters.base import Emitter
@@ -362,7 +363,8 @@ class TraceRecorder:
 
     Call :meth:`record` with each observation as it is fed to the runner (the fake adapter's
     :class:`~lifecycle.adapters.fake.FakeNode` does this for you). Linked objects (a Pod's
-    NodeClaim) need no lines of their own: replay derives them again.
+    NodeClaim) need no lines of their own: replay derives them again. Strings in observations
+    are redacted (:func:`lifecycle.adapters.recording.redact`): a trace never holds a secret.
     """
 
     def __init__(self, machines: MachineRegistry | None = None) -> None:
@@ -370,8 +372,9 @@ class TraceRecorder:
         self.lines: list[dict[str, Any]] = []
 
     def record(self, ref: ObjectRef, observation: Observation) -> None:
+        """Keep ``observation`` as a line, with credentials and tokens redacted."""
         machine = self.machines.for_kind(ref.kind)
-        self.lines.append(observation_line(machine, ref, observation))
+        self.lines.append(observation_line(machine, ref, redact_observation(observation)))
 
     def fault(self, ref: ObjectRef, at: datetime, fault: str, times: int = 1) -> None:
         self.lines.append(fault_line(self.machines.for_kind(ref.kind), ref, at, fault, times))

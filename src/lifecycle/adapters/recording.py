@@ -19,15 +19,15 @@ Record with either, then ``lifecycle replay saw.jsonl``.
 from __future__ import annotations
 
 import json
-import re
 import threading
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Protocol, TextIO
+from typing import Protocol, TextIO
 
 import attrs
 
 from .._core.observation import Observation
+from .._core.redact import REDACTED, redact, redact_observation
 from .._core.refs import ObjectRef
 from ..machines import MachineRegistry, default_registry
 from ..trace import observation_line
@@ -40,46 +40,6 @@ __all__ = [
     "redact",
     "redact_observation",
 ]
-
-REDACTED = "<redacted>"
-
-_PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
-    # AWS access key ids (long-term AKIA, temporary ASIA, and the other documented prefixes).
-    (re.compile(r"\b(?:AKIA|ASIA|AIDA|AROA|AGPA|ANPA|ANVA|AIPA)[A-Z0-9]{12,}\b"), REDACTED),
-    # Modal token ids and secrets (ak-..., as-...), and connect/bearer tokens.
-    (re.compile(r"\b(?:ak|as)-[A-Za-z0-9]{8,}\b"), REDACTED),
-    (re.compile(r"(?i)\b(bearer|basic)\s+[A-Za-z0-9._~+/=-]{8,}"), rf"\1 {REDACTED}"),
-    # key=value / key: value pairs whose key names a secret (headers, query strings, JSON).
-    (
-        re.compile(
-            r"(?i)((?:x-amz-)?(?:security[-_]?token|session[-_]?token|secret(?:[-_]?access)?"
-            r"(?:[-_]?key)?|access[-_]?token|token[-_]?secret|token|password|passwd|signature"
-            r"|credential|authorization|api[-_]?key)[\"']?\s*[:=]\s*[\"']?)([^\s&\"',;}]+)"
-        ),
-        rf"\1{REDACTED}",
-    ),
-    # Any remaining query-string values of URLs (presigned URLs, connect links).
-    (re.compile(r"([?&][A-Za-z0-9._~-]+=)[^&\s\"']+"), rf"\1{REDACTED}"),
-)
-
-
-def redact(text: str) -> str:
-    """``text`` with credentials and tokens replaced by ``<redacted>``."""
-    for pattern, replacement in _PATTERNS:
-        text = pattern.sub(replacement, text)
-    return text
-
-
-def redact_observation(observation: Observation) -> Observation:
-    """The same observation with every string field passed through :func:`redact`."""
-    changes: dict[str, Any] = {}
-    for field in attrs.fields(type(observation)):
-        value = getattr(observation, field.name)
-        if isinstance(value, str):
-            clean = redact(value)
-            if clean != value:
-                changes[field.name] = clean
-    return attrs.evolve(observation, **changes) if changes else observation
 
 
 class Recorder(Protocol):
