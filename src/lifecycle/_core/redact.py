@@ -65,10 +65,10 @@ def _scrub(value: Any) -> Any:
     return value
 
 
-O = TypeVar("O", bound=Observation)
+ObsT = TypeVar("ObsT", bound=Observation)
 
 
-def redact_observation(observation: O) -> O:
+def redact_observation(observation: ObsT) -> ObsT:
     """The same observation with every string in it (nested ones too) redacted."""
-    cleaned: O = _scrub(observation)
+    cleaned: ObsT = _scrub(observation)
     return cleaned
