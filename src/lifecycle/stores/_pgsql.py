@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import re
 import urllib.parse
+import uuid
 from collections.abc import Sequence
 from typing import Any, Literal
 
@@ -491,3 +492,57 @@ def configure_sql(synchronous_commit: SynchronousCommit | None) -> list[str]:
             raise ValueError(f"synchronous_commit {synchronous_commit!r} is not a valid setting")
         out.append(f"SET synchronous_commit = {synchronous_commit}")
     return out
+
+
+class PgSettings:
+    """What the sync and async PostgreSQL stores set up alike, from the same arguments."""
+
+    target: Target
+    url: str
+    owner: str
+    _lease: float
+    _timeout: float
+    _connect_timeout: float
+    _keep_journal: bool
+    _sql: Statements
+
+    def _settle(
+        self,
+        url: str,
+        schema: str | None,
+        pool_size: int,
+        timeout: float,
+        connect_timeout: float,
+        lease_seconds: float,
+        journal: bool,
+        synchronous_commit: SynchronousCommit | None,
+        owner: str | None,
+    ) -> list[str]:
+        """Check and keep the settings; returns the statements each new connection runs."""
+        if pool_size < 1:
+            raise ValueError(f"pool_size must be at least 1, got {pool_size}")
+        self.target = parse_url(url, schema)
+        self.url = redact_url(url)
+        self.owner = owner if owner is not None else uuid.uuid4().hex
+        self._lease = float(lease_seconds)
+        self._timeout = timeout
+        self._connect_timeout = connect_timeout
+        self._keep_journal = journal
+        self._sql = Statements(self.target.schema, journal=journal)
+        return configure_sql(synchronous_commit)
+
+    def _pool_options(self, pool_size: int, name: str) -> dict[str, Any]:
+        """The connection-pool arguments both drivers use (``name`` tells them apart)."""
+        return {
+            "kwargs": {
+                "autocommit": True,
+                "connect_timeout": max(2, round(self._connect_timeout)),
+                "application_name": "lifecycle",
+            },
+            "min_size": 1,
+            "max_size": pool_size,
+            "timeout": self._timeout,
+            "open": False,
+            "reconnect_timeout": max(self._timeout, 5.0),
+            "name": f"{name}-{self.target.host}",
+        }

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import select
-import uuid
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
@@ -29,7 +28,6 @@ from . import _pgsql as sql
 from ._pgsql import (
     ConnectionPool,
     PoolTimeout,
-    Statements,
     SynchronousCommit,
     Target,
     pg_errors,
@@ -123,7 +121,7 @@ def _check_idle(conn: psycopg.Connection[Any]) -> None:
         conn.execute("")
 
 
-class PostgresStore:
+class PostgresStore(sql.PgSettings):
     """A :class:`~lifecycle.stores.Store` (and ``BatchStore``, ``RetentionStore``) on
     PostgreSQL, over a psycopg connection pool.
 
@@ -150,17 +148,10 @@ class PostgresStore:
         synchronous_commit: SynchronousCommit | None = None,
         owner: str | None = None,
     ) -> None:
-        if pool_size < 1:
-            raise ValueError(f"pool_size must be at least 1, got {pool_size}")
-        self.target = sql.parse_url(url, schema)
-        self.url = sql.redact_url(url)
-        self.owner = owner if owner is not None else uuid.uuid4().hex
-        self._lease = float(lease_seconds)
-        self._timeout = timeout
-        self._connect_timeout = connect_timeout
-        self._keep_journal = journal
-        self._sql = Statements(self.target.schema, journal=journal)
-        settings = sql.configure_sql(synchronous_commit)
+        settings = self._settle(
+            url, schema, pool_size, timeout, connect_timeout, lease_seconds, journal,
+            synchronous_commit, owner,
+        )  # fmt: skip
         conn = _connect(self.target, connect_timeout)
         try:
             if migrate:
@@ -182,19 +173,9 @@ class PostgresStore:
 
         self._pool: ConnectionPool[psycopg.Connection[Any]] = ConnectionPool(
             self.target.conninfo,
-            kwargs={
-                "autocommit": True,
-                "connect_timeout": max(2, round(connect_timeout)),
-                "application_name": "lifecycle",
-            },
-            min_size=1,
-            max_size=pool_size,
-            timeout=timeout,
-            open=False,
             configure=configure,
             check=_check_idle,
-            reconnect_timeout=max(timeout, 5.0),
-            name=f"lifecycle-{self.target.host}",
+            **self._pool_options(pool_size, "lifecycle"),
         )
         self._pool.open(wait=False)
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import select
-import uuid
 from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
 from typing import Any
 
@@ -23,7 +22,6 @@ from . import _pgsql as sql
 from ._pgsql import (
     AsyncConnectionPool,
     PoolTimeout,
-    Statements,
     SynchronousCommit,
     pg_errors,
     psycopg,
@@ -51,7 +49,7 @@ async def _check_idle(conn: AsyncConn) -> None:
         await conn.execute("")
 
 
-class AsyncPostgresStore:
+class AsyncPostgresStore(sql.PgSettings):
     """An :class:`~lifecycle.aio.AsyncStore` on PostgreSQL. Construct with :meth:`open`."""
 
     def __init__(
@@ -67,18 +65,11 @@ class AsyncPostgresStore:
         synchronous_commit: SynchronousCommit | None = None,
         owner: str | None = None,
     ) -> None:
-        if pool_size < 1:
-            raise ValueError(f"pool_size must be at least 1, got {pool_size}")
-        self.target = sql.parse_url(url, schema)
-        self.url = sql.redact_url(url)
-        self.owner = owner if owner is not None else uuid.uuid4().hex
+        settings = self._settle(
+            url, schema, pool_size, timeout, connect_timeout, lease_seconds, journal,
+            synchronous_commit, owner,
+        )  # fmt: skip
         self._raw_url = url
-        self._lease = float(lease_seconds)
-        self._timeout = timeout
-        self._connect_timeout = connect_timeout
-        self._keep_journal = journal
-        self._sql = Statements(self.target.schema, journal=journal)
-        settings = sql.configure_sql(synchronous_commit)
 
         async def configure(c: AsyncConn) -> None:
             for stmt in settings:
@@ -86,19 +77,9 @@ class AsyncPostgresStore:
 
         self._pool: AsyncConnectionPool[AsyncConn] = AsyncConnectionPool(
             self.target.conninfo,
-            kwargs={
-                "autocommit": True,
-                "connect_timeout": max(2, round(connect_timeout)),
-                "application_name": "lifecycle",
-            },
-            min_size=1,
-            max_size=pool_size,
-            timeout=timeout,
-            open=False,
             configure=configure,
             check=_check_idle,
-            reconnect_timeout=max(timeout, 5.0),
-            name=f"lifecycle-async-{self.target.host}",
+            **self._pool_options(pool_size, "lifecycle-async"),
         )
 
     @classmethod
