@@ -31,7 +31,7 @@ import structlog
 from ._cli_db import STORE_HELP, add_db_commands
 from ._core.errors import LifecycleError, StoreError, TraceError
 from ._core.machine import Machine
-from ._core.refs import EventType
+from ._core.refs import EventType, ObjectRef
 from ._core.transition import Transition
 from .machines import MachineRegistry, default_registry
 from .runner import Result
@@ -67,18 +67,16 @@ def _table_line(t: Transition) -> str:
     )
 
 
+def _note_objects(result: Result, seen: dict[str, ObjectRef]) -> None:
+    """Every object a result touched (its cascade too), in first-seen order."""
+    seen.setdefault(result.ref.uid, result.ref)
+    for sub in result.cascade:
+        _note_objects(sub, seen)
+
+
 def _final_statuses(
-    store: Store, machines: MachineRegistry, results: list[Result], out: TextIO
+    store: Store, machines: MachineRegistry, seen: dict[str, ObjectRef], out: TextIO
 ) -> None:
-    seen: dict[str, Any] = {}
-
-    def visit(result: Result) -> None:
-        seen.setdefault(result.ref.uid, result.ref)
-        for sub in result.cascade:
-            visit(sub)
-
-    for r in results:
-        visit(r)
     for ref in seen.values():
         machine = machines.for_kind(ref.kind)
         record = store.load(machine, ref)
@@ -243,6 +241,8 @@ def _replay(args: argparse.Namespace, out: TextIO, progress: Progress) -> int:
     header = [f"replaying {args.trace} ({len(trace)} lines) into {redact_url(args.store)}\n"]
     shared_terminal = _isatty(out) and not throwaway  # the bar and the output share a screen
     done = [0]
+    observed, failed = [0], [0]  # observation lines, and their writes that failed
+    seen: dict[str, ObjectRef] = {}
     held = io.StringIO()
     sink: TextIO = held if throwaway else out
 
@@ -260,6 +260,10 @@ def _replay(args: argparse.Namespace, out: TextIO, progress: Progress) -> int:
         start()
         done[0] += 1
         if result is not None:
+            observed[0] += 1
+            failed[0] += result.error is not None
+            if args.final_status:
+                _note_objects(result, seen)
             for t in result.all_transitions():
                 if args.format == "table":
                     write(_table_line(t) + "\n")
@@ -268,7 +272,7 @@ def _replay(args: argparse.Namespace, out: TextIO, progress: Progress) -> int:
         progress.update(done[0])
 
     try:
-        results = replay(
+        replay(
             trace,
             store,
             [collector],
@@ -276,17 +280,17 @@ def _replay(args: argparse.Namespace, out: TextIO, progress: Progress) -> int:
             machines=machines,
             on_result=show,
             dry_run=not throwaway,
+            keep_results=False,
         )
         progress.clear()
         start()
         if throwaway:
             out.write(held.getvalue())
         if args.final_status:
-            _final_statuses(store, machines, results, out)
+            _final_statuses(store, machines, seen, out)
         elif args.format == "table":
-            failed = sum(1 for r in results if r.error is not None)
             out.write(
-                f"{len(results)} observations, {collector.count} events, {failed} failed writes\n"
+                f"{observed[0]} observations, {collector.count} events, {failed[0]} failed writes\n"
             )
     finally:
         store.close()

@@ -275,13 +275,16 @@ def replay(
     machines: MachineRegistry | None = None,
     on_result: Callable[[TraceLine, Result | None], None] | None = None,
     dry_run: bool = True,
+    keep_results: bool = True,
 ) -> list[Result]:
     """Replay a parsed trace into ``store``, delivering events to ``emitters``.
 
     A dry run (:func:`check`) first folds the whole trace over a read-through overlay of
     ``store``: a line the machines refuse raises :class:`TraceError` before anything is
     written. A caller whose store is fresh and thrown away afterwards (``memory://``) may
-    pass ``dry_run=False`` and hold back what it shows until the replay returns.
+    pass ``dry_run=False`` and hold back what it shows until the replay returns. A caller
+    that reads each result in ``on_result`` may pass ``keep_results=False``: nothing is kept
+    (a long replay then does not hold one :class:`Result` per line) and ``[]`` is returned.
     Retries do not sleep during replay.
     """
     machines = machines if machines is not None else default_registry()
@@ -295,7 +298,8 @@ def replay(
         if on_result is not None:
             on_result(record, result)
         if result is not None:
-            results.append(result)
+            if keep_results:
+                results.append(result)
     return results
 
 
