@@ -297,9 +297,8 @@ def replay(
     for record, result in _run(trace, runner, real, name):
         if on_result is not None:
             on_result(record, result)
-        if result is not None:
-            if keep_results:
-                results.append(result)
+        if result is not None and keep_results:
+            results.append(result)
     return results
 
 
