@@ -435,3 +435,24 @@ def test_module_entry_point_refuses_bad_input(tmp_path: Path) -> None:
     assert done.stdout == ""
     assert done.stderr.startswith(f"{path}:3: ")
     assert "unknown observation 'InstanceExploded'" in done.stderr
+
+
+def test_replay_leaves_a_hosts_frozen_heap_frozen(tmp_path: Path) -> None:
+    """The CLI pauses the cyclic collector for a replay; a host that froze its own heap
+    (``gc.freeze``) keeps it frozen, and the collector's state is restored."""
+    import gc
+    import io as io_
+
+    trace = tmp_path / "t.jsonl"
+    trace.write_text(
+        '{"at": "2026-11-30T10:00:00Z", "machine": "pod", "object": {"namespace": "ml", '
+        '"name": "a", "uid": "a"}, "observe": "CreateRequested"}\n'
+    )
+    gc.freeze()
+    try:
+        frozen = gc.get_freeze_count()
+        assert main(["replay", str(trace)], out=io_.StringIO()) == 0
+        assert gc.get_freeze_count() > frozen // 2  # not unfrozen (objects may be freed)
+        assert gc.isenabled()
+    finally:
+        gc.unfreeze()

@@ -191,3 +191,65 @@ def test_namedtuple_status_records_work_end_to_end(tmp_path: Any) -> None:
     assert type(record.status) is TupleStatus
     assert m.fold(ref, [e.observation for e in store.journal(m, ref)]) == record.status
     store.close()
+
+
+@attrs.frozen(slots=True)
+class SubStatus(Status):
+    extra: int = 0
+
+
+@attrs.define(frozen=True, init=False)
+class HandInit:
+    state: str
+    reason: str
+    message: str
+
+    def __init__(self, message: str = "", reason: str = "", state: str = "A") -> None:
+        self.__attrs_init__(state, reason, message)
+
+
+@pytest.mark.parametrize(
+    ("before", "expected"),
+    [
+        (SubStatus(extra=42), SubStatus("B", "B", "went: x", 42)),  # the subclass is kept
+        (HandInit(), HandInit(state="B", reason="B", message="went: x")),  # by keyword
+    ],
+)
+def test_the_compiled_default_effect_matches_machine_enter(before: Any, expected: Any) -> None:
+    m = _machine((Row("A", Go, "B", "B", N, "went: {why}"),))
+    row = m.select(before, Go(at=t(), why="x"))
+    after = m.apply(before, Go(at=t(), why="x"))
+    assert after == expected
+    assert type(after) is type(expected)
+    assert m.enter(before, Go(at=t(), why="x"), row) == after
+
+
+def test_an_overridden_enter_renders_with_the_machine_context() -> None:
+    built = Table(
+        "t",
+        states=("A", "B", "End"),
+        initial="A",
+        terminal=("End",),
+        observations=(Go, Stop),
+        rows=(Row("A", Go, "B", "B", N, "went for {who}"),),
+        guards={},
+        effects={},
+        context=("who",),
+    )
+
+    class M(Machine[Status]):
+        name: ClassVar[str] = "t"
+        kind: ClassVar[str] = "T"
+        status_type: ClassVar[type[Any]] = Status
+        table: ClassVar[Table] = built
+
+        def initial(self, ref: ObjectRef) -> Status:
+            return Status()
+
+        def context(self, status: Status, obs: Observation) -> dict[str, Any]:
+            return {"who": "alice"}
+
+        def enter(self, status: Status, obs: Observation, row: Row) -> Status:
+            return super().enter(status, obs, row)
+
+    assert M().apply(Status(), Go(at=t())).message == "went for alice"

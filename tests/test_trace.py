@@ -396,3 +396,31 @@ def test_redaction_reaches_into_nested_values() -> None:
     assert cleaned.code == 7
     clean = Seen(at=t(0), notes=("fine",))
     assert redact_observation(clean) is clean  # nothing to scrub: the same object
+
+
+def test_redaction_keeps_container_types_and_private_fields() -> None:
+    import collections
+    import types
+    from typing import NamedTuple
+
+    import attrs as attrs_
+
+    from lifecycle import Observation
+    from lifecycle._core.redact import _scrub, redact_observation
+
+    class Pair(NamedTuple):
+        key: str
+        value: str
+
+    @attrs_.frozen(slots=True, kw_only=True)
+    class Private(Observation):
+        _detail: str = ""
+
+    assert _scrub(Pair("k", "token=zzzzzzzz")) == Pair("k", "token=<redacted>")
+    assert type(_scrub(Pair("k", "token=zzzzzzzz"))) is Pair
+    assert _scrub(frozenset({"token=zzzzzzzz"})) == frozenset({"token=<redacted>"})
+    ordered = _scrub(collections.OrderedDict(a="token=zzzzzzzz"))
+    assert (type(ordered), ordered) == (collections.OrderedDict, {"a": "token=<redacted>"})
+    assert _scrub(types.MappingProxyType({"a": "token=zzzzzzzz"})) == {"a": "token=<redacted>"}
+    private = redact_observation(Private(at=t(0), detail="token=zzzzzzzz"))
+    assert private._detail == "token=<redacted>"

@@ -202,12 +202,15 @@ def _no_cyclic_gc() -> Iterator[None]:
     cyclic collector would re-scan them again and again (~30 % of a 1M-line replay). Freeze
     what exists, pause the collector for the replay, and restore both afterwards."""
     was_enabled = gc.isenabled()
-    gc.freeze()
+    freeze = gc.get_freeze_count() == 0  # a host that froze its own heap keeps it frozen
+    if freeze:
+        gc.freeze()
     gc.disable()
     try:
         yield
     finally:
-        gc.unfreeze()
+        if freeze:
+            gc.unfreeze()
         if was_enabled:
             gc.enable()
 

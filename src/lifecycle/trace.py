@@ -282,7 +282,8 @@ def replay(
     A dry run (:func:`check`) first folds the whole trace over a read-through overlay of
     ``store``: a line the machines refuse raises :class:`TraceError` before anything is
     written. A caller whose store is fresh and thrown away afterwards (``memory://``) may
-    pass ``dry_run=False`` and hold back what it shows until the replay returns. A caller
+    pass ``dry_run=False`` and hold back what it shows until the replay returns — emitters
+    then receive events as lines are replayed, before a later line may be refused. A caller
     that reads each result in ``on_result`` may pass ``keep_results=False``: nothing is kept
     (a long replay then does not hold one :class:`Result` per line) and ``[]`` is returned.
     Retries do not sleep during replay.

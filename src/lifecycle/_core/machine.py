@@ -83,23 +83,26 @@ def _enter_step(
     def render(status: Any, obs: Any) -> str:
         return row.render(obs, machine.context(status, obs))
 
+    def generic(status: Any, obs: Any) -> Any:
+        return replace(
+            status,
+            state=status.state if row.target == SAME else row.target,
+            reason=row.reason or status.reason,
+            message=render(status, obs),
+        )
+
     record_tuple = is_record_tuple(status_type)
     if record_tuple:
         fields: list[str] = list(status_type._fields)
-    elif attrs.has(status_type) and not any(f.kw_only for f in attrs.fields(status_type)):
+    elif (
+        attrs.has(status_type)
+        and not hasattr(status_type, "__attrs_init__")  # a hand-written __init__: by keyword
+        and not any(f.kw_only for f in attrs.fields(status_type))
+    ):
         fields = [f.name for f in attrs.fields(status_type) if f.init]
     else:
         fields = []
     if not {"state", "reason", "message"} <= set(fields):
-
-        def generic(status: Any, obs: Any) -> Any:
-            return replace(
-                status,
-                state=status.state if row.target == SAME else row.target,
-                reason=row.reason or status.reason,
-                message=render(status, obs),
-            )
-
         return generic
     values = {
         "state": "s.state" if row.target == SAME else "TARGET",
@@ -114,11 +117,19 @@ def _enter_step(
         "cls": status_type,
         "new": tuple.__new__,
         "render": render,
+        "generic": generic,
         "TARGET": row.target,
         "REASON": row.reason,
         "MESSAGE": row.message,
     }
-    exec(f"def enter(s, o):\n    return {call}\n", namespace)  # like attrs' own __init__
+    # A status of a subclass keeps its class (and its own fields): the generic path.
+    source = (
+        "def enter(s, o):\n"
+        "    if s.__class__ is not cls:\n"
+        "        return generic(s, o)\n"
+        f"    return {call}\n"
+    )
+    exec(source, namespace)  # like attrs' own __init__
     enter: Callable[[Any, Any], Any] = namespace["enter"]
     return enter
 
@@ -168,6 +179,8 @@ class Machine(Generic[S]):
         self._type_by_state = type(self).event_type is Machine.event_type
         self._warning_states = self._declared_warnings() if self._type_by_state else None
         self._flip_memo: dict[tuple[str, str, str, str], tuple[Flip, ...]] = {}
+        # ``verdicts``, ``event_type`` and ``controller`` are declared on the class, so what
+        # a flip is depends only on (from, to, reason, message) when no verdict is declared.
         self._memoise_flips = not self.verdicts and self._type_by_state
 
     def _compile(self, steps: tuple[Step, ...]) -> Callable[[Any, Any], Any]:
@@ -255,7 +268,7 @@ class Machine(Generic[S]):
             status,
             state=target,
             reason=row.reason or status.reason,
-            message=row.render(obs),
+            message=row.render(obs, self.context(status, obs)),
         )
         return result
 
@@ -295,7 +308,8 @@ class Machine(Generic[S]):
         event types. A state entered by rows of both types needs an ``event_type`` override
         (the Pod's Terminated is one), and a ``warning_states`` that disagrees is an error."""
         declared: dict[str, EventType] = {}
-        for row in self.table.rows:
+        reachable = {id(st.row): st.row for steps in self._dispatch.values() for st in steps}
+        for row in reachable.values():
             if row.ignore or row.event is None or row.target == SAME:
                 continue
             seen = declared.setdefault(row.target, row.event)

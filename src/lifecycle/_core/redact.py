@@ -5,6 +5,7 @@ never holds a secret."""
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from typing import Any, TypeVar
 
 import attrs
@@ -41,17 +42,28 @@ def redact(text: str) -> str:
 
 
 def _scrub(value: Any) -> Any:
-    """``value`` with every string inside it redacted: strings, tuples and lists, dict keys
-    and values, and nested attrs records."""
+    """``value`` with every string inside it redacted: strings; tuples (NamedTuples too),
+    lists, sets and frozensets; mapping keys and values; nested attrs records. What has
+    nothing to redact comes back as the same object."""
     if isinstance(value, str):
         return redact(value)
-    if isinstance(value, tuple | list):
+    if isinstance(value, tuple | list | set | frozenset):
         cleaned = [_scrub(v) for v in value]
         if all(a is b for a, b in zip(cleaned, value, strict=True)):
             return value
-        return type(value)(cleaned)
-    if isinstance(value, dict):
-        return {_scrub(k): _scrub(v) for k, v in value.items()}
+        kind: Any = type(value)
+        if hasattr(value, "_fields"):  # a NamedTuple
+            return kind._make(cleaned)
+        return kind(cleaned)
+    if isinstance(value, Mapping):
+        pairs = [(_scrub(k), _scrub(v)) for k, v in value.items()]
+        if all(a is k and b is v for (a, b), (k, v) in zip(pairs, value.items(), strict=True)):
+            return value
+        mapping: Any = type(value)
+        try:
+            return mapping(pairs)
+        except TypeError:  # a mapping type that cannot be built from pairs (a proxy)
+            return dict(pairs)
     if attrs.has(type(value)):
         changes = {}
         for field in attrs.fields(type(value)):
@@ -59,8 +71,8 @@ def _scrub(value: Any) -> Any:
                 continue
             old = getattr(value, field.name)
             new = _scrub(old)
-            if new is not old and new != old:
-                changes[field.name] = new
+            if new is not old:
+                changes[field.alias] = new
         return attrs.evolve(value, **changes) if changes else value
     return value
 

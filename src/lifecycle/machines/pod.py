@@ -191,6 +191,7 @@ def poll(status: PodStatus, obs: Any, row: Row) -> PodStatus:
     if (
         ready is status.ready
         and state == status.state
+        and status.phase == _PHASE[state]
         and message == status.message
         and pod_ip == status.pod_ip
         and instance_id == status.instance_id
