@@ -538,3 +538,20 @@ def test_resync_brings_a_cascade_target_back_in_step_after_its_write_failed() ->
     (again,) = runner.resync(REF, t(3))
     assert again.outcome is Outcome.UNCHANGED
     assert runner.resync(pod_ref(uid="never-seen"), t(4)) == ()
+
+
+def test_a_machine_that_overrides_actions_gets_them_sent() -> None:
+    """Action events may come from an ``actions`` override, not only from table rows."""
+    from lifecycle import Flip, MachineRegistry
+
+    class NoisyPod(pod.PodMachine):
+        def actions(self, status: Any, obs: Observation) -> tuple[Flip, ...]:
+            return (Flip(status.state, status.state, "Polled", EventType.NORMAL, "saw it"),)
+
+    noisy = NoisyPod()
+    assert noisy.has_actions
+    emitter = MemoryEmitter()
+    runner = Runner(MemoryStore(), [emitter], machines=MachineRegistry([noisy]), links=())
+    result = runner.observe(REF, pod.CreateRequested(at=t(0)))
+    assert [a.reason for a in result.actions] == ["Polled"]
+    assert emitter.reasons() == ["Polled", "Provisioning"]

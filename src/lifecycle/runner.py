@@ -155,7 +155,7 @@ class Runner:
         Raises a :class:`~lifecycle.LifecycleError` for input the machine refuses (unknown
         observation, no row in the table); the store is then untouched.
         """
-        machine = self.machines.for_kind(ref.kind)
+        machine = self.machine_for(ref)
         if observation.__class__ not in machine.accepted:
             raise UnknownObservation(
                 f"{machine.name}: {observation.__class__.__name__} is not one of its "

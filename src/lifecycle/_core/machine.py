@@ -165,8 +165,9 @@ class Machine(Generic[S]):
         self._vocabulary = {o.name(): o for o in self.table.observations}
         self._dispatch = self.table.dispatch
         self._has_actions = any(r.action is not None for r in self.table.rows)
-        #: Whether any row carries an action event (the runner skips the lookup otherwise).
-        self.has_actions = self._has_actions
+        #: Whether this machine can send action events (a row declares one, or a subclass
+        #: overrides ``actions``); the runner skips the lookup otherwise.
+        self.has_actions = self._has_actions or type(self).actions is not Machine.actions
         #: The observation types this machine accepts, for an O(1) membership check.
         self.accepted = frozenset(self.table.observations)
         # The hot path: one callable per (state, observation type), compiled once here so
