@@ -128,14 +128,29 @@ def test_replay_on_a_terminal_draws_the_bar_on_stderr_and_erases_it(
 
 
 def test_a_big_trace_gets_notes_while_it_is_read_and_checked(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     monkeypatch.setattr(cli, "PROGRESS_NOTE_BYTES", 0)
-    code, _, err = replay(monkeypatch, FakeTTY())
+    code, _, err = replay(monkeypatch, FakeTTY(), "--store", f"sqlite:///{tmp_path / 'r.db'}")
     assert code == 0
     assert f"\rreading {DEMO} ..." in err
     assert "\rread 10 lines ..." in err
     assert err.endswith("\r")
+
+
+def test_a_streamed_replay_has_no_reading_phase_but_counts_its_lines_for_the_bar(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    trace = tmp_path / "t.jsonl"
+    trace.write_text("# a comment\n\n" + DEMO.read_text(), encoding="utf-8")
+    monkeypatch.setattr(cli, "PROGRESS_NOTE_BYTES", 0)
+    monkeypatch.setattr(cli, "PROGRESS_DELAY", 0.0)
+    stderr = FakeTTY()
+    monkeypatch.setattr(sys, "stderr", stderr)
+    assert main(["replay", str(trace)], out=io.StringIO()) == 0
+    err = stderr.getvalue()
+    assert "reading" not in err
+    assert "] 10/10 100%" in err  # comments and blank lines are not counted
 
 
 def test_a_refused_trace_leaves_no_bar_before_its_error(
@@ -147,8 +162,27 @@ def test_a_refused_trace_leaves_no_bar_before_its_error(
     stderr = FakeTTY()
     monkeypatch.setattr(sys, "stderr", stderr)
     out = io.StringIO()
-    assert main(["replay", str(bad)], out=out) == 2
+    db = f"sqlite:///{tmp_path / 'r.db'}"
+    assert main(["replay", str(bad), "--store", db], out=out) == 2
     err = stderr.getvalue()
     note, _, message = err.rpartition("\r")
     assert note.startswith(f"\rreading {bad} ...")
     assert message.lstrip(" ").startswith(f"{bad}:")  # the error starts on a clean line
+
+
+def test_a_streamed_replay_refused_halfway_erases_its_bar_and_prints_nothing(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(DEMO.read_text() + "{not json\n", encoding="utf-8")
+    monkeypatch.setattr(cli, "PROGRESS_DELAY", 0.0)
+    stderr = FakeTTY()
+    monkeypatch.setattr(sys, "stderr", stderr)
+    out = io.StringIO()
+    assert main(["replay", str(bad)], out=out) == 2
+    assert out.getvalue() == ""  # the lines before the bad one showed nothing
+    err = stderr.getvalue()
+    bar, _, message = err.rpartition("\r")
+    assert "replaying [" in bar  # the bar was drawn while the good lines were replayed
+    n = len(DEMO.read_text().splitlines()) + 1
+    assert message.lstrip(" ").startswith(f"{bad}:{n}: malformed JSON")

@@ -14,18 +14,18 @@ from __future__ import annotations
 
 import argparse
 import gc
-import io
 import json
 import sys
 import time
 import types
 import typing
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TextIO
 
 import attrs
+import orjson
 import structlog
 
 from ._cli_db import STORE_HELP, add_db_commands
@@ -37,7 +37,7 @@ from .machines import MachineRegistry, default_registry
 from .runner import Result
 from .stores import MemoryStore, open_store, redact_url
 from .stores.base import Store
-from .trace import TraceLine, check, read_trace, replay
+from .trace import TraceLine, check, read_trace, replay, stream_trace
 
 
 class _Collector:
@@ -224,55 +224,74 @@ def cmd_replay(args: argparse.Namespace, out: TextIO) -> int:
         progress.clear()
 
 
+def _count_records(path: str) -> int:
+    """Lines in ``path`` that are neither blank nor comments (for the progress bar of a
+    streamed replay); 0 if it cannot be read (the replay then says why)."""
+    try:
+        with open(path, "rb") as f:
+            return sum(1 for line in f if line.strip() and not line.lstrip().startswith(b"#"))
+    except OSError:
+        return 0
+
+
 def _replay(args: argparse.Namespace, out: TextIO, progress: Progress) -> int:
     machines = default_registry()
-    big = _trace_size(args.trace) >= PROGRESS_NOTE_BYTES
-    if big:
-        progress.note(f"reading {args.trace} ...")
-    trace: list[TraceLine] = read_trace(args.trace, machines)
-    progress.total = len(trace)
-    if big:
-        progress.note(f"read {len(trace)} lines ...")
-    if _new_sqlite_file(args.store):
-        # Refuse a bad trace before opening (and so creating) a new store file.
-        check(trace, MemoryStore(), name=args.trace, machines=machines)
     # A memory store is fresh and gone when the command ends: instead of a dry run, replay
-    # once, hold the output back, and show it only if every line was accepted (ADR 0009).
+    # once as the file is read, hold the output back, and show it only if every line was
+    # accepted (ADR 0009). Any other store gets the whole trace checked before it is touched.
     throwaway = args.store in ("memory://", "memory")
+    big = _trace_size(args.trace) >= PROGRESS_NOTE_BYTES
+    trace: Iterable[TraceLine]
+    if throwaway:
+        trace = stream_trace(args.trace, machines)
+        progress.total = _count_records(args.trace) if progress.enabled else 0
+    else:
+        if big:
+            progress.note(f"reading {args.trace} ...")
+        trace = read_trace(args.trace, machines)
+        progress.total = len(trace)
+        if big:
+            progress.note(f"read {len(trace)} lines ...")
+        if _new_sqlite_file(args.store):
+            # Refuse a bad trace before opening (and so creating) a new store file.
+            check(trace, MemoryStore(), name=args.trace, machines=machines)
     store = MemoryStore(journal=False) if throwaway else open_store(args.store)
     collector = _Collector()
-    header = [f"replaying {args.trace} ({len(trace)} lines) into {redact_url(args.store)}\n"]
+    table = args.format == "table"
     shared_terminal = _isatty(out) and not throwaway  # the bar and the output share a screen
-    done = [0]
-    observed, failed = [0], [0]  # observation lines, and their writes that failed
+    done = 0
+    observed = failed = 0  # observation lines, and their writes that failed
     seen: dict[str, ObjectRef] = {}
-    held = io.StringIO()
-    sink: TextIO = held if throwaway else out
+    held: list[str] = []  # the output of a throwaway replay, until every line was accepted
+    write: Callable[[str], object] = held.append if throwaway else out.write
+    if shared_terminal:
 
-    def write(text: str) -> None:
-        if shared_terminal:
+        def write(text: str) -> None:
             progress.clear()
-        sink.write(text)
+            out.write(text)
 
-    def start() -> None:
-        # The header is written once the dry run passed: a refused trace prints nothing.
-        if header and args.format == "table":
-            write(header.pop())
+    def header(lines: int) -> str:
+        return f"replaying {args.trace} ({lines} lines) into {redact_url(args.store)}\n"
+
+    # A checked replay writes the header once the dry run passed (a refused trace prints
+    # nothing); a throwaway one, in front of the held output.
+    pending_header = [header(progress.total)] if table and not throwaway else []
 
     def show(_: TraceLine, result: Result | None) -> None:
-        start()
-        done[0] += 1
+        nonlocal done, observed, failed
+        if pending_header:
+            write(pending_header.pop())
+        done += 1
         if result is not None:
-            observed[0] += 1
-            failed[0] += result.error is not None
+            observed += 1
+            if result.error is not None:
+                failed += 1
             if args.final_status:
                 _note_objects(result, seen)
-            for t in result.all_transitions():
-                if args.format == "table":
-                    write(_table_line(t) + "\n")
-                else:
-                    write(json.dumps(t.as_dict()) + "\n")
-        progress.update(done[0])
+            if result.transitions or result.cascade or result.fallback or result.actions:
+                for t in result.all_transitions():
+                    write(_table_line(t) + "\n" if table else _jsonl_line(t))
+        progress.update(done)
 
     try:
         replay(
@@ -286,18 +305,24 @@ def _replay(args: argparse.Namespace, out: TextIO, progress: Progress) -> int:
             keep_results=False,
         )
         progress.clear()
-        start()
+        if pending_header:
+            write(pending_header.pop())
         if throwaway:
-            out.write(held.getvalue())
+            if table:
+                out.write(header(done))
+            out.write("".join(held))
         if args.final_status:
             _final_statuses(store, machines, seen, out)
-        elif args.format == "table":
-            out.write(
-                f"{observed[0]} observations, {collector.count} events, {failed[0]} failed writes\n"
-            )
+        elif table:
+            events = collector.count
+            out.write(f"{observed} observations, {events} events, {failed} failed writes\n")
     finally:
         store.close()
     return 0
+
+
+def _jsonl_line(t: Transition) -> str:
+    return orjson.dumps(t.as_dict(), option=orjson.OPT_APPEND_NEWLINE).decode()
 
 
 def _type_name(tp: Any) -> str:

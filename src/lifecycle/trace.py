@@ -20,7 +20,6 @@ runner), so an operator can save what a controller saw and replay it later.
 
 from __future__ import annotations
 
-import contextlib
 import json
 from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime
@@ -28,6 +27,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 import attrs
+import orjson
 import structlog
 
 from ._core.errors import LifecycleError, TraceError
@@ -72,12 +72,14 @@ _REFS: dict[tuple[str, object, object, object], ObjectRef] = {}
 
 def _ref(machine: Machine[Any], obj: object) -> ObjectRef:
     """The line's object, checked; the same ObjectRef instance for every line naming it."""
-    if isinstance(obj, dict) and len(obj) == 3:
+    if type(obj) is dict and len(obj) == 3:
         key = (machine.kind, obj.get("namespace"), obj.get("name"), obj.get("uid"))
-        with contextlib.suppress(TypeError):  # an unhashable value: the full check says why
+        try:
             cached = _REFS.get(key)
-            if cached is not None:
-                return cached
+        except TypeError:  # an unhashable value: the full check says why
+            cached = None
+        if cached is not None:
+            return cached
     ref = _check_ref(machine, obj)
     if len(_REFS) >= 100_000:
         _REFS.clear()
@@ -111,8 +113,8 @@ def parse_line(text: str, machines: MachineRegistry, line: int = 0) -> TraceLine
     if not stripped or stripped.startswith("#"):
         return None
     try:
-        data = json.loads(stripped)
-    except json.JSONDecodeError as e:
+        data = orjson.loads(stripped)
+    except orjson.JSONDecodeError as e:
         raise ValueError(f"malformed JSON: {e.msg} (column {e.colno})") from None
     if not isinstance(data, dict):
         raise ValueError("a trace line must be a JSON object")
@@ -150,13 +152,24 @@ def parse_line(text: str, machines: MachineRegistry, line: int = 0) -> TraceLine
 
 def read_trace(path: str | Path, machines: MachineRegistry | None = None) -> list[TraceLine]:
     """Parse and validate a whole trace; the first bad line raises :class:`TraceError`."""
+    return list(stream_trace(path, machines))
+
+
+def stream_trace(path: str | Path, machines: MachineRegistry | None = None) -> Iterator[TraceLine]:
+    """:func:`read_trace` one record at a time, reading the file as it goes: a long trace is
+    never held whole. Lines end at ``\n`` (``\r\n`` and ``\r`` too); a bad line raises
+    :class:`TraceError` when the iteration reaches it, so what came before it was yielded."""
     machines = machines if machines is not None else default_registry()
     name = str(path)
     try:
-        text = Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e:
+        f = open(path, encoding="utf-8")  # noqa: SIM115 (closed below, also on early exit)
+    except OSError as e:
         raise TraceError(name, 0, f"cannot read trace: {e}") from None
-    return parse_lines(text.splitlines(), name, machines)
+    with f:
+        try:
+            yield from iter_trace(f, name, machines)
+        except (OSError, UnicodeDecodeError) as e:
+            raise TraceError(name, 0, f"cannot read trace: {e}") from None
 
 
 def parse_lines(lines: Iterable[str], name: str, machines: MachineRegistry) -> list[TraceLine]:
@@ -165,7 +178,11 @@ def parse_lines(lines: Iterable[str], name: str, machines: MachineRegistry) -> l
     Beyond each line on its own: time must not go backwards for an object, and one uid must
     name one object throughout (including objects the links derive, e.g. a Pod's NodeClaim).
     """
-    out: list[TraceLine] = []
+    return list(iter_trace(lines, name, machines))
+
+
+def iter_trace(lines: Iterable[str], name: str, machines: MachineRegistry) -> Iterator[TraceLine]:
+    """:func:`parse_lines`, one record at a time (blank and comment lines yield nothing)."""
     last_at: dict[str, datetime] = {}
     owners: dict[str, tuple[ObjectRef, str, bool]] = {}  # uid -> (ref, where, explicit)
     links = default_links()
@@ -178,25 +195,15 @@ def parse_lines(lines: Iterable[str], name: str, machines: MachineRegistry) -> l
             continue
         ref = record.ref
         known = owners.get(ref.uid)
-        if known is not None and known[0] != ref:
+        if known is None:
+            _claim_uids(record, number, owners, links, name)
+        elif known[0] != ref:
             raise TraceError(
                 name,
                 number,
                 f"uid {ref.uid!r} names {ref} here, but {known[1]} it names {_full(known[0])}; "
                 "one uid must name one object",
             )
-        for link, target in () if known is not None else _linked(record.machine, ref, links):
-            derived = owners.get(target.uid)
-            if derived is not None and derived[0] != target and derived[2]:
-                raise TraceError(
-                    name,
-                    number,
-                    f"uid {target.uid!r} is the {link.target} of {ref} ({_full(target)}), "
-                    f"but {derived[1]} it names {_full(derived[0])}; one uid must name one object",
-                )
-            owners.setdefault(target.uid, (target, f"as the {link.target} of line {number}", False))
-        if known is None:
-            owners[ref.uid] = (ref, f"on line {number}", True)
         at = record.at if isinstance(record, FaultLine) else record.observation.at
         previous = last_at.get(ref.uid)
         if previous is not None and at < previous:
@@ -206,8 +213,29 @@ def parse_lines(lines: Iterable[str], name: str, machines: MachineRegistry) -> l
                 f"time goes backwards for {ref}: {at.isoformat()} is before {previous.isoformat()}",
             )
         last_at[ref.uid] = at
-        out.append(record)
-    return out
+        yield record
+
+
+def _claim_uids(
+    record: TraceLine,
+    number: int,
+    owners: dict[str, tuple[ObjectRef, str, bool]],
+    links: Iterable[Link],
+    name: str,
+) -> None:
+    """The first line naming an object: its uid, and those of objects links derive from it."""
+    ref = record.ref
+    for link, target in _linked(record.machine, ref, links):
+        derived = owners.get(target.uid)
+        if derived is not None and derived[0] != target and derived[2]:
+            raise TraceError(
+                name,
+                number,
+                f"uid {target.uid!r} is the {link.target} of {ref} ({_full(target)}), "
+                f"but {derived[1]} it names {_full(derived[0])}; one uid must name one object",
+            )
+        owners.setdefault(target.uid, (target, f"as the {link.target} of line {number}", False))
+    owners[ref.uid] = (ref, f"on line {number}", True)
 
 
 def _linked(
@@ -250,7 +278,7 @@ _SILENT = structlog.wrap_logger(structlog.ReturnLogger(), processors=[])
 
 
 def check(
-    trace: list[TraceLine],
+    trace: Iterable[TraceLine],
     store: Store,
     *,
     name: str = "<trace>",
@@ -267,7 +295,7 @@ def check(
 
 
 def replay(
-    trace: list[TraceLine],
+    trace: Iterable[TraceLine],
     store: Store,
     emitters: Iterable[Emitter] = (),
     *,

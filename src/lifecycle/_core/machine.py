@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
+from datetime import datetime
 from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
 import attrs
@@ -27,6 +28,7 @@ class Status(Protocol):
 
 
 S = TypeVar("S", bound=Status)
+R = TypeVar("R")
 
 
 @attrs.frozen(slots=True)
@@ -134,11 +136,36 @@ def _enter_step(
     return enter
 
 
-def replace(status: Any, **changes: Any) -> Any:
-    """A copy of a status record with ``changes``: attrs classes and NamedTuples alike."""
+def replace(status: R, **changes: Any) -> R:
+    """A copy of a status record with ``changes``: attrs classes and NamedTuples alike.
+
+    For attrs classes this is ``attrs.evolve`` (the changes are init names, the class's own
+    ``__init__`` runs, validators included) compiled once per class to one call."""
     if isinstance(status, tuple):
-        return status._replace(**changes)  # type: ignore[attr-defined]
-    return attrs.evolve(status, **changes)
+        return status._replace(**changes)  # type: ignore[attr-defined,no-any-return]
+    evolve = _EVOLVERS.get(status.__class__)
+    if evolve is None:
+        evolve = _EVOLVERS[status.__class__] = _evolver(status.__class__)
+    copy: R = evolve(status, **changes)
+    return copy
+
+
+_EVOLVERS: dict[type[Any], Callable[..., Any]] = {}
+_KEEP = object()
+
+
+def _evolver(cls: type[Any]) -> Callable[..., Any]:
+    """``attrs.evolve`` for ``cls`` as one function: each init field is a keyword parameter
+    that defaults to the instance's own value."""
+    fields = [f for f in attrs.fields(cls) if f.init]
+    if not fields:
+        return lambda status, **changes: attrs.evolve(status, **changes)
+    params = ", ".join(f"{f.alias}=KEEP" for f in fields)
+    args = ", ".join(f"{f.alias}=s.{f.name} if {f.alias} is KEEP else {f.alias}" for f in fields)
+    namespace: dict[str, Any] = {"cls": cls, "KEEP": _KEEP}
+    exec(f"def evolve(s, *, {params}):\n    return cls({args})\n", namespace)  # like attrs
+    evolve: Callable[..., Any] = namespace["evolve"]
+    return evolve
 
 
 class Machine(Generic[S]):
@@ -163,6 +190,11 @@ class Machine(Generic[S]):
 
     def __init__(self) -> None:
         self._vocabulary = {o.name(): o for o in self.table.observations}
+        self._builders = {
+            name: build
+            for name, cls in self._vocabulary.items()
+            if (build := serde.fast_builder(cls)) is not None
+        }
         self._dispatch = self.table.dispatch
         self._has_actions = any(r.action is not None for r in self.table.rows)
         #: Whether this machine can send action events (a row declares one, or a subclass
@@ -224,6 +256,11 @@ class Machine(Generic[S]):
 
     def observation(self, name: str, at: object, fields: Mapping[str, Any]) -> Observation:
         """Build an observation from untrusted data, refusing anything malformed."""
+        build = self._builders.get(name)
+        if build is not None and type(at) is datetime and at.tzinfo is not None:
+            built: Observation | None = build(fields, at)
+            if built is not None:
+                return built
         cls = self.observation_type(name)
         if "at" in fields:
             raise InvalidObservation(f"{name}: 'at' is given once, beside the fields")

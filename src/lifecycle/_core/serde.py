@@ -163,25 +163,89 @@ def _check(value: Any, tp: Any, where: str) -> Any:
     raise InvalidObservation(f"{where}: unsupported field type {_describe(tp)}")
 
 
-def _fast_test(tp: Any) -> Callable[[Any], bool] | None:
-    """A cheap predicate that accepts exactly the values ``_check`` returns unchanged, or
-    ``None`` where there is none (then every value takes the full check)."""
+def _test_source(tp: Any, v: str = "v") -> str | None:
+    """Python source for a cheap test of ``v`` that accepts exactly the values ``_check``
+    returns unchanged, or ``None`` where there is none (then every value takes the full
+    check)."""
     if tp is str:
-        return lambda v: type(v) is str
+        return f"type({v}) is str"
     if tp is bool:
-        return lambda v: v is True or v is False
+        return f"({v} is True or {v} is False)"
     if tp is int:
-        return lambda v: type(v) is int
+        return f"type({v}) is int"
     if tp is float:
-        return lambda v: type(v) is float
+        return f"type({v}) is float"
     if typing.get_origin(tp) in (typing.Union, types.UnionType):
         options = [o for o in typing.get_args(tp) if o is not type(None)]
         allows_none = len(options) < len(typing.get_args(tp))
         if len(options) == 1 and allows_none:
-            inner = _fast_test(options[0])
+            inner = _test_source(options[0], v)
             if inner is not None:
-                return lambda v: v is None or inner(v)
+                return f"({v} is None or {inner})"
     return None
+
+
+def _fast_test(tp: Any) -> Callable[[Any], bool] | None:
+    source = _test_source(tp)
+    if source is None:
+        return None
+    test: Callable[[Any], bool] = eval(f"lambda v: {source}")
+    return test
+
+
+_MISSING = object()
+
+
+def fast_builder(cls: type[Any]) -> Callable[[Mapping[str, Any], datetime], Any] | None:
+    """For an observation class: one compiled function that builds it from ``fields`` and an
+    aware ``at`` when every given field has a plain type (str, bool, int, float, or one of
+    them or None), or returns ``None`` — for anything else, including every mistake, so that
+    :func:`strict_structure` then builds it or says what is wrong. ``None`` (no builder) for
+    a class with a required field of another type."""
+    attrs.resolve_types(cls)
+    fields = [f for f in attrs.fields(cls) if f.init and f.name != "at"]
+    lines = [
+        "def build(data, at):",
+        "    if not NAMES.issuperset(data):",
+        "        return None",
+        "    kw = {'at': at}",
+    ]
+    for f in fields:
+        test = _test_source(f.type)
+        required = f.default is attrs.NOTHING
+        if test is None and required:
+            return None
+        if test is None:
+            lines += [f"    if {f.name!r} in data:", "        return None"]
+        elif required:
+            lines += [
+                f"    v = data.get({f.name!r}, M)",
+                f"    if v is M or not {test}:",
+                "        return None",
+                f"    kw[{f.name!r}] = v",
+            ]
+        else:
+            lines += [
+                f"    v = data.get({f.name!r}, M)",
+                "    if v is not M:",
+                f"        if not {test}:",
+                "            return None",
+                f"        kw[{f.name!r}] = v",
+            ]
+    lines += [
+        "    try:",
+        "        return cls(**kw)",
+        "    except (TypeError, ValueError):",
+        "        return None",
+    ]
+    namespace: dict[str, Any] = {
+        "NAMES": frozenset(f.name for f in fields),
+        "M": _MISSING,
+        "cls": cls,
+    }
+    exec("\n".join(lines) + "\n", namespace)  # like attrs' own __init__
+    build: Callable[[Mapping[str, Any], datetime], Any] = namespace["build"]
+    return build
 
 
 _Field = tuple[str, Any, bool, "Callable[[Any], bool] | None"]

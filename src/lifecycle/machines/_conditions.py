@@ -22,7 +22,7 @@ from typing import Any, ClassVar, Protocol, TypeVar
 import attrs
 
 from .._core.errors import InvalidObservation
-from .._core.machine import Machine
+from .._core.machine import Machine, replace
 from .._core.observation import Observation
 from .._core.refs import Condition, EventType, ObjectRef, set_condition
 from .._core.table import ANY, SAME, Action, Row, ignore
@@ -74,7 +74,7 @@ def upsert(
     current = find(conditions, type_)
     updated = set_condition(current, type_, status, reason, message, at)
     if updated.observed_generation != generation:
-        updated = attrs.evolve(updated, observed_generation=generation)
+        updated = replace(updated, observed_generation=generation)
     if current is None:
         return (*conditions, updated)
     if updated == current:
@@ -177,7 +177,7 @@ class ConditionMachine(Machine[CS]):
         if after is status or after == status:
             return status
         if clock is None or obs.at > clock:
-            after = attrs.evolve(after, clock=obs.at)  # type: ignore[misc]
+            after = replace(after, clock=obs.at)
         return after
 
 
@@ -203,7 +203,7 @@ def exclusive(
         status.generation if generation else None,
         others=others,
     )
-    return attrs.evolve(status, conditions=conditions, **changes)
+    return replace(status, conditions=conditions, **changes)
 
 
 class HasConditions(Protocol):
@@ -227,7 +227,7 @@ def with_condition(
     """A condition outside the exclusive set (a verdict such as ``ValidationFailed``) set on
     ``status`` with :func:`upsert`; ``changes`` ride along."""
     conditions = upsert(status.conditions, type_, value, reason, message, at, generation)
-    return attrs.evolve(status, conditions=conditions, **changes)  # type: ignore[misc]
+    return replace(status, conditions=conditions, **changes)
 
 
 def positive(_: object, attribute: attrs.Attribute[Any], value: int) -> None:
@@ -252,10 +252,10 @@ def stamp_generation(status: Any, obs: SpecUpdated, row: Row) -> Any:
     """Effect: a newer ``metadata.generation``, stamped on every exclusive condition
     (status-only)."""
     conditions = tuple(
-        attrs.evolve(c, observed_generation=obs.generation) if c.type in EXCLUSIVE else c
+        replace(c, observed_generation=obs.generation) if c.type in EXCLUSIVE else c
         for c in status.conditions
     )
-    return attrs.evolve(status, generation=obs.generation, conditions=conditions)
+    return replace(status, generation=obs.generation, conditions=conditions)
 
 
 #: The rows of :class:`SpecUpdated` on a live status; a machine using them registers the guard

@@ -20,6 +20,7 @@ from typing import Protocol
 
 import attrs
 
+from .._core.machine import replace
 from ._conditions import FAILED, SUCCEEDED, TERMINAL, seconds
 
 PENDING = "Pending"
@@ -99,23 +100,23 @@ def settle(spec: Spec, g: Group, at: datetime, tick: bool) -> Group:
         return g  # the verdict is pending: the group stays Running
     if g.job_failed:
         failed_at = g.failed_at or at
-        g = g if g.failed_at is not None else attrs.evolve(g, failed_at=failed_at)
+        g = g if g.failed_at is not None else replace(g, failed_at=failed_at)
         grace = spec.drain_grace_s
         if (tick or grace == 0) and seconds(at, failed_at) >= grace:
             timed_out = g.timed_out or g.job_reason == JOB_TIMED_OUT
             if g.retries < spec.retry_failed_groups and not timed_out:
                 return Group(g.index, retries=g.retries + 1)  # the Job is deleted: Pending
-            return attrs.evolve(g, state=FAILED)
+            return replace(g, state=FAILED)
         return g
     if g.job_state == SUCCEEDED:
-        return attrs.evolve(g, state=SUCCEEDED)
+        return replace(g, state=SUCCEEDED)
     limit = spec.timeout_per_job_s
     if tick and limit is not None and not g.timed_out and not g.job_terminal:
         start = g.workload_start_time
         if start is None and not g.workload_exists:
             start = g.started_at  # no workload yet: measured from the group's start
         if start is not None and seconds(at, start) > limit:
-            return attrs.evolve(g, timed_out=True)
+            return replace(g, timed_out=True)
     return g
 
 

@@ -8,9 +8,8 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any
 
-import attrs
-
 from .._core.errors import InvalidObservation
+from .._core.machine import replace
 from .._core.observation import Observation
 from .._core.refs import Condition, set_condition
 from .._core.table import SAME, Effect, Row
@@ -66,7 +65,7 @@ RESTORE_ERROR = "RestoreError"
 # -- effects ------------------------------------------------------------------------------------
 def _enter(s: RestoreStatus, row: Row, message: str, **changes: Any) -> RestoreStatus:
     state = s.state if row.target == SAME else row.target
-    return attrs.evolve(s, state=state, reason=row.reason or s.reason, message=message, **changes)
+    return replace(s, state=state, reason=row.reason or s.reason, message=message, **changes)
 
 
 def _c(s: RestoreStatus, status: str, reason: str, message: str, at: datetime) -> Condition:
@@ -175,7 +174,7 @@ def admit(s: RestoreStatus, o: PodObserved, row: Row) -> RestoreStatus:
 
 
 def note_invalid(s: RestoreStatus, o: PodObserved, row: Row) -> RestoreStatus:
-    return attrs.evolve(s, invalid_annotation=_noted(s, o))
+    return replace(s, invalid_annotation=_noted(s, o))
 
 
 _CLEANUP_A = (REMOVE_FINALIZER,)
@@ -318,7 +317,7 @@ def write_failed(s: RestoreStatus, o: StatusWriteFailed, row: Row) -> RestoreSta
     failures = s.write_failures + 1
     wait_s = backoff(s.policy, failures)
     quiet = o.at + timedelta(seconds=wait_s) if notice_due(s, o) else s.quiet_until
-    return attrs.evolve(
+    return replace(
         s,
         write_failures=failures,
         write_error=o.error,
@@ -330,7 +329,7 @@ def write_failed(s: RestoreStatus, o: StatusWriteFailed, row: Row) -> RestoreSta
 def cleanup(s: RestoreStatus, o: Any, row: Row) -> RestoreStatus:
     if o.step not in s.cleanup_pending or o.step in s.cleanup_done:
         return s
-    return attrs.evolve(s, cleanup_done=(*s.cleanup_done, o.step))
+    return replace(s, cleanup_done=(*s.cleanup_done, o.step))
 
 
 EFFECTS: dict[str, Effect] = {

@@ -27,6 +27,7 @@ from typing import Any, ClassVar
 import attrs
 
 from .._core.errors import InvalidObservation
+from .._core.machine import replace
 from .._core.observation import Observation, Tick
 from .._core.refs import Condition, EventType
 from .._core.table import SAME, Action, Effect, Guard, Row, Table, ignore
@@ -238,12 +239,12 @@ def _reported(status: CertificationStatus, obs: Observation) -> tuple[Category, 
     """The categories after a Workflow report (or a confirmed-missing Workflow)."""
     if isinstance(obs, WorkflowObserved):
         c = status.category(obs.category)
-        updated = attrs.evolve(
+        updated = replace(
             c, state=_state_of(obs.state), workflow=obs.workflow, workflow_uid=obs.uid
         )
     else:
         assert isinstance(obs, WorkflowMissing)
-        updated = attrs.evolve(status.category(obs.category), state=FAILED)
+        updated = replace(status.category(obs.category), state=FAILED)
     return _replace(status, updated)
 
 
@@ -336,13 +337,13 @@ def context(status: CertificationStatus, obs: Observation) -> dict[str, Any]:
 def _enter(
     status: CertificationStatus, obs: Observation, row: Row, **changes: Any
 ) -> CertificationStatus:
-    moved = attrs.evolve(status, created_at=status.created_at or obs.at, **changes)
+    moved = replace(status, created_at=status.created_at or obs.at, **changes)
     result: CertificationStatus = exclusive(moved, obs, row, row.render(obs, context(moved, obs)))
     return result
 
 
 def submitted(status: CertificationStatus, obs: Submitted, row: Row) -> CertificationStatus:
-    return attrs.evolve(
+    return replace(
         status,
         categories=tuple(Category(c) for c in obs.categories),
         selector=obs.selector,
@@ -358,7 +359,7 @@ def enter(status: CertificationStatus, obs: Observation, row: Row) -> Certificat
 
 def created(status: CertificationStatus, obs: WorkflowCreated, row: Row) -> CertificationStatus:
     c = status.category(obs.category)
-    updated = attrs.evolve(c, state=RUNNING, workflow=obs.workflow, workflow_uid=obs.uid)
+    updated = replace(c, state=RUNNING, workflow=obs.workflow, workflow_uid=obs.uid)
     return _enter(status, obs, row, categories=_replace(status, updated))
 
 

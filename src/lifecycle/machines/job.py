@@ -23,9 +23,7 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any, ClassVar
 
-import attrs
-
-from .._core.machine import Verdict
+from .._core.machine import Verdict, replace
 from .._core.observation import Observation
 from .._core.refs import Condition, EventType
 from .._core.table import SAME, Effect, Guard, Row, Table, ignore
@@ -164,7 +162,7 @@ def _enter(status: JobStatus, obs: Observation, row: Row, **changes: Any) -> Job
 
 def submitted(status: JobStatus, obs: Submitted, row: Row) -> JobStatus:
     """The spec; an owner already known (the Workflow's link) is kept if none is given."""
-    return attrs.evolve(
+    return replace(
         status,
         workload_kind=obs.workload_kind,
         workflow=obs.workflow or status.workflow,
@@ -203,7 +201,7 @@ def running(status: JobStatus, obs: Observation, row: Row) -> JobStatus:
 
 
 def stepped(status: JobStatus, obs: Observation, row: Row) -> JobStatus:
-    return attrs.evolve(status, last_step_at=obs.at)
+    return replace(status, last_step_at=obs.at)
 
 
 def restart(status: JobStatus, obs: Observation, row: Row) -> JobStatus:
@@ -231,7 +229,7 @@ def succeeded(status: JobStatus, obs: Observation, row: Row) -> JobStatus:
 
 def _merge(status: JobStatus, obs: MeasurementsReported) -> JobStatus:
     merged = merge(status.measurements, obs.values)
-    return status if merged == status.measurements else attrs.evolve(status, measurements=merged)
+    return status if merged == status.measurements else replace(status, measurements=merged)
 
 
 def measured(status: JobStatus, obs: MeasurementsReported, row: Row) -> JobStatus:
@@ -406,8 +404,7 @@ class JobMachine(ConditionMachine[JobStatus]):
         out = super().flips(before, after)
         if after.reason == JOB_TIMED_OUT and before.state != after.state:
             out = tuple(
-                attrs.evolve(f, controller=WORKFLOW_CONTROLLER) if not f.condition else f
-                for f in out
+                replace(f, controller=WORKFLOW_CONTROLLER) if not f.condition else f for f in out
             )
         return out
 

@@ -14,7 +14,7 @@ from typing import Any, ClassVar
 
 import attrs
 
-from .._core.machine import Machine
+from .._core.machine import Machine, replace
 from .._core.observation import Observation, Tick
 from .._core.refs import EventType, ObjectRef
 from .._core.table import SAME, Effect, Guard, Row, Table, ignore
@@ -206,7 +206,7 @@ GUARDS: dict[str, Guard] = {
 def _enter(status: NodeClaimStatus, obs: Observation, row: Row, **changes: Any) -> NodeClaimStatus:
     state = status.state if row.target == SAME else row.target
     reason = row.reason or (state if state != status.state else status.reason)
-    return attrs.evolve(
+    return replace(
         status,
         state=state,
         reason=reason,
@@ -239,7 +239,7 @@ def adopted(status: NodeClaimStatus, obs: ClaimAdopted, row: Row) -> NodeClaimSt
         instance_id=obs.instance_id,
     )
     if obs.created_at is not None:
-        result = attrs.evolve(result, created_at=obs.created_at)
+        result = replace(result, created_at=obs.created_at)
     return result
 
 
@@ -452,7 +452,7 @@ class NodeClaimMachine(Machine[NodeClaimStatus]):
         """Statuses written by older controllers may carry the legacy phase: read it as Bound."""
         status = super().load_status(data)
         if status.state == LEGACY_INITIALIZING:
-            status = attrs.evolve(status, state=BOUND)
+            status = replace(status, state=BOUND)
         return status
 
 

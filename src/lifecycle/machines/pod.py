@@ -18,7 +18,7 @@ from typing import Any, ClassVar
 
 import attrs
 
-from .._core.machine import Machine
+from .._core.machine import Machine, replace
 from .._core.observation import Observation
 from .._core.refs import Condition, EventType, ObjectRef, set_condition
 from .._core.table import ANY, SAME, Effect, Guard, Row, Table, ignore
@@ -146,23 +146,23 @@ _PHASE = {
 def mark(status: PodStatus, obs: Observation, row: Row) -> PodStatus:
     """CreatePod/DeletePod style write: phase, reason and message only (no Ready)."""
     state = _target(status, row)
-    return attrs.evolve(status, state=state, phase=_PHASE[state], message=row.render(obs))
+    return replace(status, state=state, phase=_PHASE[state], message=row.render(obs))
 
 
 def create(status: PodStatus, obs: CreateRequested, row: Row) -> PodStatus:
     # A known instance id is kept (upstream never clears the instance-id annotation): a
     # repeated CreatePod on a held pod must not forget the instance it already holds.
-    return attrs.evolve(mark(status, obs, row), pool=obs.pool, provider=obs.provider)
+    return replace(mark(status, obs, row), pool=obs.pool, provider=obs.provider)
 
 
 def provisioned(status: PodStatus, obs: ProvisionSucceeded, row: Row) -> PodStatus:
-    return attrs.evolve(mark(status, obs, row), instance_id=obs.instance_id, endpoint=obs.endpoint)
+    return replace(mark(status, obs, row), instance_id=obs.instance_id, endpoint=obs.endpoint)
 
 
 def rejected(status: PodStatus, obs: ProvisionRejected, row: Row) -> PodStatus:
     # Upstream tracks a rejected pod with instance id "" so teardown finds nothing to stop;
     # an id already known (a held instance) is kept, never cleared.
-    return attrs.evolve(mark(status, obs, row), instance_id=status.instance_id or "")
+    return replace(mark(status, obs, row), instance_id=status.instance_id or "")
 
 
 @functools.lru_cache(maxsize=4096)
@@ -219,11 +219,11 @@ def poll(status: PodStatus, obs: Any, row: Row) -> PodStatus:
 def deleting(status: PodStatus, obs: Observation, row: Row) -> PodStatus:
     if status.deletion_timestamp is not None:
         return status
-    return attrs.evolve(status, deletion_timestamp=obs.at)
+    return replace(status, deletion_timestamp=obs.at)
 
 
 def deleted(status: PodStatus, obs: Observation, row: Row) -> PodStatus:
-    return attrs.evolve(
+    return replace(
         mark(status, obs, row),
         phase=SUCCEEDED_PHASE,
         deletion_timestamp=status.deletion_timestamp or obs.at,

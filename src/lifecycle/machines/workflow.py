@@ -20,9 +20,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-import attrs
-
 from .._core.errors import InvalidObservation
+from .._core.machine import replace
 from .._core.observation import Observation
 from .._core.refs import EventType, ObjectRef
 from .._core.table import SAME, Effect, Guard, Row, Table, ignore
@@ -53,7 +52,7 @@ from ._workflow_records import *  # noqa: F403 (the records are this module's vo
 def plan(status: WorkflowStatus, obs: Observation) -> Plan:
     groups = list(status.groups)
     if isinstance(obs, JobObserved) and obs.group < len(groups):
-        groups[obs.group] = attrs.evolve(
+        groups[obs.group] = replace(
             groups[obs.group],
             job_state=obs.state,
             job_reason=obs.reason,
@@ -141,7 +140,7 @@ GUARDS: dict[str, Guard] = {
 # -- effects ----------------------------------------------------------------------------------
 def _enter(status: WorkflowStatus, obs: Observation, row: Row, **changes: Any) -> WorkflowStatus:
     """Apply ``changes`` first, then render the row's message against the new status."""
-    moved = attrs.evolve(status, **changes)
+    moved = replace(status, **changes)
     result: WorkflowStatus = exclusive(moved, obs, row, row.render(obs, context(moved)))
     return result
 
@@ -150,7 +149,7 @@ def submitted(status: WorkflowStatus, obs: Submitted, row: Row) -> WorkflowStatu
     timeout = obs.timeout_per_job_s
     if timeout is None and obs.owner_kind == "WorkloadRun":
         timeout = WORKLOADRUN_TIMEOUT
-    return attrs.evolve(
+    return replace(
         status,
         owner_kind=obs.owner_kind,
         owner=obs.owner,

@@ -23,6 +23,7 @@ from typing import Any, ClassVar
 
 import attrs
 
+from .._core.machine import replace
 from .._core.observation import Observation
 from .._core.refs import Condition, EventType, ObjectRef
 from .._core.table import SAME, Effect, Guard, Row, Table, ignore
@@ -190,7 +191,7 @@ def created(status: WorkloadRunStatus, obs: WorkflowCreated, row: Row) -> Worklo
 
 
 def _mirrored(status: WorkloadRunStatus, obs: WorkflowObserved) -> WorkloadRunStatus:
-    return attrs.evolve(
+    return replace(
         status,
         workflow_uid=status.workflow_uid or obs.uid,
         workflow_state=obs.state,
