@@ -106,48 +106,68 @@ def _check_ref(machine: Machine[Any], obj: object) -> ObjectRef:
     return ObjectRef(machine.kind, values[0], values[1], values[2])
 
 
+#: Timestamps already parsed (traces repeat them: one poll stamps many objects).
+_TIMES: dict[str, datetime] = {}
+
+
 def parse_line(text: str, machines: MachineRegistry, line: int = 0) -> TraceLine | None:
     """One line to a record (``None`` for blanks and comments); raises ``ValueError`` or a
     :class:`~lifecycle.LifecycleError` describing what is wrong. ``line`` is its number."""
-    stripped = text.strip()
-    if not stripped or stripped.startswith("#"):
-        return None
     try:
-        data = orjson.loads(stripped)
+        data = orjson.loads(text)  # surrounding whitespace is allowed
     except orjson.JSONDecodeError as e:
+        stripped = text.strip()
+        if not stripped or stripped.startswith("#"):
+            return None
         raise ValueError(f"malformed JSON: {e.msg} (column {e.colno})") from None
-    if not isinstance(data, dict):
+    if type(data) is not dict:
         raise ValueError("a trace line must be a JSON object")
     if not _KEYS.issuperset(data):
         raise ValueError(f"unknown key(s) {', '.join(sorted(set(data) - _KEYS))}")
-    for key in ("at", "machine", "object"):
-        if key not in data:
-            raise ValueError(f'missing "{key}"')
-    if not isinstance(data["machine"], str):
+    if "at" not in data or "machine" not in data or "object" not in data:
+        missing = next(k for k in ("at", "machine", "object") if k not in data)
+        raise ValueError(f'missing "{missing}"')
+    name = data["machine"]
+    if type(name) is not str:
         raise ValueError('"machine" must be a string')
-    machine = machines[data["machine"]]
+    machine = machines[name]
     ref = _ref(machine, data["object"])
-    at = parse_time(data["at"])
+    raw_at = data["at"]
+    at = _TIMES.get(raw_at) if type(raw_at) is str else None
+    if at is None:
+        at = parse_time(raw_at)
+        if len(_TIMES) >= 4096:
+            _TIMES.clear()
+        _TIMES[raw_at] = at
     if "fault" in data:
-        if "observe" in data or "with" in data:
-            raise ValueError('a fault line has no "observe" or "with"')
-        fault, times = data["fault"], data.get("times", 1)
-        if fault not in FAULTS:
-            raise ValueError(f'"fault" must be one of {", ".join(FAULTS)}, not {fault!r}')
-        if not isinstance(times, int) or isinstance(times, bool) or times < 1:
-            raise ValueError(f'"times" must be a positive integer, not {times!r}')
-        return FaultLine(line, machine, ref, at, fault, times)
+        return _fault_line(data, line, machine, ref, at)
     if "times" in data:
         raise ValueError('"times" belongs to fault lines only')
-    if "observe" not in data:
-        raise ValueError('missing "observe" (or "fault")')
-    if not isinstance(data["observe"], str):
+    observe = data.get("observe")
+    if type(observe) is not str:
+        if "observe" not in data:
+            raise ValueError('missing "observe" (or "fault")')
         raise ValueError('"observe" must be a string')
-    fields = data.get("with", {})
-    if not isinstance(fields, dict):
+    fields = data.get("with", _NO_FIELDS)
+    if type(fields) is not dict:
         raise ValueError('"with" must be an object')
-    observation = machine.observation(data["observe"], at, fields)
-    return ObservationLine(line, machine, ref, observation)
+    return ObservationLine(line, machine, ref, machine.observation(observe, at, fields))
+
+
+_NO_FIELDS: dict[str, Any] = {}
+
+
+def _fault_line(
+    data: dict[str, Any], line: int, machine: Machine[Any], ref: ObjectRef, at: datetime
+) -> FaultLine:
+    if "observe" in data or "with" in data:
+        raise ValueError('a fault line has no "observe" or "with"')
+    fault, times = data["fault"], data.get("times", 1)
+    if fault not in FAULTS:
+        raise ValueError(f'"fault" must be one of {", ".join(FAULTS)}, not {fault!r}')
+    if not isinstance(times, int) or isinstance(times, bool) or times < 1:
+        raise ValueError(f'"times" must be a positive integer, not {times!r}')
+    return FaultLine(line, machine, ref, at, fault, times)
 
 
 def read_trace(path: str | Path, machines: MachineRegistry | None = None) -> list[TraceLine]:
@@ -197,7 +217,7 @@ def iter_trace(lines: Iterable[str], name: str, machines: MachineRegistry) -> It
         known = owners.get(ref.uid)
         if known is None:
             _claim_uids(record, number, owners, links, name)
-        elif known[0] != ref:
+        elif known[0] is not ref and known[0] != ref:
             raise TraceError(
                 name,
                 number,
