@@ -167,40 +167,48 @@ class Runner:
         actions: tuple[Transition, ...] = ()
         version = 0
         error: StoreError | None = None
-        policy = self.policy_for(machine)
-        attempts = policy.attempts
-        for attempt in range(1, attempts + 1):
+        policy: RetryPolicy | None = None  # looked up on the first conflict only
+        store = self.store
+        attempt = 0
+        while True:
+            attempt += 1
             try:
-                record = self.store.load(machine, ref)
+                record = store.load(machine, ref)
             except StoreError as e:
                 error = e
                 break
-            before = machine.initial(ref) if record is None else record.status
-            version = 0 if record is None else record.version
+            if record is None:
+                before = machine.initial(ref)
+                version = 0
+            else:
+                before = record.status
+                version = record.version
             after = machine.apply(before, observation)
             if attempt == 1 and machine.has_actions:
                 actions = self._actions(machine, ref, before, observation, version)
             if after is before or after == before:
                 return Result(
-                    Outcome.UNCHANGED, ref, before, version, attempts=attempt, actions=actions
+                    Outcome.UNCHANGED, ref, before, version, (), (), None, attempt, (), actions
                 )
             flips = machine.flips(before, after)
             transitions = (
                 stamp(flips, ref, machine.name, version + 1, observation.at) if flips else ()
             )
             try:
-                committed = self.store.commit(
-                    machine, ref, version, after, observation, transitions
-                )
+                committed = store.commit(machine, ref, version, after, observation, transitions)
             except Conflict as e:
                 error = e
-                if attempt < attempts:
-                    policy.pause()
+                if policy is None:
+                    policy = self.policy_for(machine)
+                if attempt >= policy.attempts:
+                    break
+                policy.pause()
                 continue
             except StoreError as e:
                 error = e
                 break
-            self._deliver(transitions)
+            if transitions:
+                self._deliver(transitions)
             cascade = self._follow(machine, ref, before, after, observation)
             return Result(
                 Outcome.COMMITTED,
@@ -208,9 +216,11 @@ class Runner:
                 after,
                 committed,
                 transitions,
-                attempts=attempt,
-                cascade=cascade,
-                actions=actions,
+                (),
+                None,
+                attempt,
+                cascade,
+                actions,
             )
         assert error is not None
         self._log.warning("status write failed", ref=str(ref), uid=ref.uid, error=str(error))
