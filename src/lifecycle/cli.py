@@ -277,6 +277,9 @@ def _replay(args: argparse.Namespace, out: TextIO, progress: Progress) -> int:
     # nothing); a throwaway one, in front of the held output.
     pending_header = [header(progress.total)] if table and not throwaway else []
 
+    final_status = args.final_status
+    update = progress.update if progress.enabled else None
+
     def show(_: TraceLine, result: Result | None) -> None:
         nonlocal done, observed, failed
         if pending_header:
@@ -286,12 +289,13 @@ def _replay(args: argparse.Namespace, out: TextIO, progress: Progress) -> int:
             observed += 1
             if result.error is not None:
                 failed += 1
-            if args.final_status:
+            if final_status:
                 _note_objects(result, seen)
             if result.transitions or result.cascade or result.fallback or result.actions:
                 for t in result.all_transitions():
                     write(_table_line(t) + "\n" if table else _jsonl_line(t))
-        progress.update(done)
+        if update is not None:
+            update(done)
 
     try:
         replay(

@@ -327,7 +327,7 @@ class Runner:
         if not flips:
             return ()
         sent = tuple(
-            attrs.evolve(t, action=True)
+            t._replace(action=True)
             for t in stamp(flips, ref, machine.name, version, observation.at)
         )
         self._send(sent)

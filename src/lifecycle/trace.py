@@ -24,7 +24,7 @@ import json
 from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, NamedTuple, TextIO
 
 import attrs
 import orjson
@@ -46,16 +46,18 @@ from .stores.overlay import FAULTS, FaultyStore, OverlayStore
 _KEYS = {"at", "machine", "object", "observe", "with", "fault", "times"}
 
 
-@attrs.frozen(slots=True)
-class ObservationLine:
+class ObservationLine(NamedTuple):
+    """An observation of ``ref`` on line ``line`` (named tuples: a trace has millions)."""
+
     line: int
     machine: Machine[Any]
     ref: ObjectRef
     observation: Observation
 
 
-@attrs.frozen(slots=True)
-class FaultLine:
+class FaultLine(NamedTuple):
+    """The next ``times`` status writes of ``ref`` fail with ``fault``."""
+
     line: int
     machine: Machine[Any]
     ref: ObjectRef
@@ -203,7 +205,7 @@ def parse_lines(lines: Iterable[str], name: str, machines: MachineRegistry) -> l
 
 def iter_trace(lines: Iterable[str], name: str, machines: MachineRegistry) -> Iterator[TraceLine]:
     """:func:`parse_lines`, one record at a time (blank and comment lines yield nothing)."""
-    last_at: dict[str, datetime] = {}
+    last_at: dict[str, datetime] = {}  # uid -> the time of its last line
     owners: dict[str, tuple[ObjectRef, str, bool]] = {}  # uid -> (ref, where, explicit)
     links = default_links()
     for number, text in enumerate(lines, start=1):
@@ -214,26 +216,39 @@ def iter_trace(lines: Iterable[str], name: str, machines: MachineRegistry) -> It
         if record is None:
             continue
         ref = record.ref
-        known = owners.get(ref.uid)
-        if known is None:
-            _claim_uids(record, number, owners, links, name)
-        elif known[0] is not ref and known[0] != ref:
-            raise TraceError(
-                name,
-                number,
-                f"uid {ref.uid!r} names {ref} here, but {known[1]} it names {_full(known[0])}; "
-                "one uid must name one object",
-            )
+        uid = ref.uid
         at = record.at if isinstance(record, FaultLine) else record.observation.at
-        previous = last_at.get(ref.uid)
-        if previous is not None and at < previous:
-            raise TraceError(
-                name,
-                number,
-                f"time goes backwards for {ref}: {at.isoformat()} is before {previous.isoformat()}",
-            )
-        last_at[ref.uid] = at
+        previous = last_at.get(uid)
+        if previous is None:  # the first line of this uid
+            known = owners.get(uid)
+            if known is None:
+                _claim_uids(record, number, owners, links, name)
+            elif known[0] != ref:
+                _one_uid_one_object(ref, known, number, name)
+        else:
+            known = owners[uid]
+            if known[0] is not ref and known[0] != ref:
+                _one_uid_one_object(ref, known, number, name)
+            if at < previous:
+                raise TraceError(
+                    name,
+                    number,
+                    f"time goes backwards for {ref}: {at.isoformat()} is before "
+                    f"{previous.isoformat()}",
+                )
+        last_at[uid] = at
         yield record
+
+
+def _one_uid_one_object(
+    ref: ObjectRef, known: tuple[ObjectRef, str, bool], number: int, name: str
+) -> None:
+    raise TraceError(
+        name,
+        number,
+        f"uid {ref.uid!r} names {ref} here, but {known[1]} it names {_full(known[0])}; "
+        "one uid must name one object",
+    )
 
 
 def _claim_uids(

@@ -435,8 +435,8 @@ def test_the_worker_runs_due_timers_after_each_event() -> None:
     clock = ManualClock(EPOCH)
     api = MemoryEventSink()
     with KubernetesEmitter(api, clock=clock, hostname="h", sleep=lambda s: None) as emitter:
-        emitter.emit(attrs.evolve(_transition("Running", 0), action=True))
-        emitter.emit(attrs.evolve(_transition("Running", 1), action=True))
+        emitter.emit(_transition("Running", 0)._replace(action=True))
+        emitter.emit(_transition("Running", 1)._replace(action=True))
         assert emitter.flush()
         clock.advance(timedelta(minutes=13))
         emitter.emit(_transition("Failed", 2))

@@ -6,7 +6,6 @@ import subprocess
 import sys
 from datetime import UTC, datetime, timedelta
 
-import attrs
 import pytest
 
 from lifecycle import EventType, ObjectRef, Transition
@@ -195,7 +194,7 @@ def test_job_timed_out_is_reported_by_the_workflow_controller() -> None:
 
 
 def test_a_controller_the_transition_carries_wins() -> None:
-    carried = attrs.evolve(transition(JOB, "job", "WorkloadFailed"), controller="custom-ctl")
+    carried = transition(JOB, "job", "WorkloadFailed")._replace(controller="custom-ctl")
     assert default_controller(carried) == "custom-ctl"
     [event], _ = emitted(carried)
     assert (event.reporting_controller, event.reporting_instance) == (
@@ -221,7 +220,7 @@ def test_controllers_can_be_renamed_or_chosen_by_a_function() -> None:
 
 def test_action_events_are_never_deduplicated_and_correlate() -> None:
     """An action event has no id and may repeat: two identical ones are a series."""
-    action = attrs.evolve(transition(reason="OverrideNoOp", type=EventType.WARNING), action=True)
+    action = transition(reason="OverrideNoOp", type=EventType.WARNING)._replace(action=True)
     assert action.id == ""
     events, emitter = emitted(action, action)
     assert len(events) == 2

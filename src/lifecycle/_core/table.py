@@ -67,6 +67,8 @@ class Row:
     def render(self, obs: Observation, context: Mapping[str, Any] | None = None) -> str:
         """The row's message with ``{name}`` placeholders filled from the observation's
         fields, then ``context`` (names the table declares), then observation properties."""
+        if "{" not in self.message:
+            return self.message
         return render(self.message, obs, context)
 
 

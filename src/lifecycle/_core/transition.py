@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
+from typing import NamedTuple
 
 import attrs
 
@@ -27,8 +28,7 @@ class Flip:
     controller: str = ""
 
 
-@attrs.frozen(slots=True)
-class Transition:
+class Transition(NamedTuple):
     """The event: a flip that was durably written as ``version`` of ``ref``'s status.
 
     ``id`` is stable across redelivery: ``<uid>:<version>:<n>``. A fallback Warning (the write
@@ -37,6 +37,9 @@ class Transition:
     An ``action`` event (a row's :class:`~lifecycle.Action`: not a transition, status
     untouched, may repeat) regards the version it was sent at and has no id (``""``).
     ``controller`` names the reporting controller when the machine declares one.
+
+    An immutable named tuple (one is made per event; see ADR 0067): read it by field name,
+    copy it with ``_replace``.
     """
 
     ref: ObjectRef

@@ -6,7 +6,6 @@ import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import attrs
 import hypothesis
 from hypothesis import HealthCheck, given
 
@@ -257,7 +256,7 @@ class Checker:
         """Action events (not transitions) are the row's, sent once, whatever the write did."""
         flips = self.machine.actions(before, obs)
         expected = [
-            attrs.evolve(t, action=True)
+            t._replace(action=True)
             for t in stamp(flips, self.ref, self.machine.name, version, obs.at)
         ]
         if list(result.actions) != expected or actions != expected:
