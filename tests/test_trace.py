@@ -38,6 +38,7 @@ from lifecycle.trace import (
     parse_lines,
     read_trace,
     replay,
+    stream_trace,
 )
 
 from .conftest import t
@@ -424,3 +425,28 @@ def test_redaction_keeps_container_types_and_private_fields() -> None:
     assert _scrub(types.MappingProxyType({"a": "token=zzzzzzzz"})) == {"a": "token=<redacted>"}
     private = redact_observation(Private(at=t(0), detail="token=zzzzzzzz"))
     assert private._detail == "token=<redacted>"
+
+
+def test_a_line_separator_inside_a_json_string_does_not_split_the_line(tmp_path: Path) -> None:
+    """Only ``\\n`` (and ``\\r``) end a line: U+2028 is legal inside a JSON string."""
+    path = tmp_path / "t.jsonl"
+    rejected = json.dumps(
+        json.loads(line("ProvisionRejected", {"error": "quota\u2028exceeded"})),
+        ensure_ascii=False,
+    )
+    assert "\u2028" in rejected  # the raw character, not an escape
+    path.write_text(line() + "\n" + rejected + "\n", encoding="utf-8")
+    records = read_trace(path)
+    assert [r.line for r in records] == [1, 2]
+    assert records[1].observation.error == "quota\u2028exceeded"
+
+
+def test_stream_trace_yields_the_lines_before_a_bad_one_then_says_where(tmp_path: Path) -> None:
+    path = tmp_path / "t.jsonl"
+    path.write_text(line() + "\n# note\n{oops\n", encoding="utf-8")
+    stream = stream_trace(path)
+    first = next(stream)
+    assert isinstance(first, ObservationLine)
+    assert first.line == 1
+    with pytest.raises(TraceError, match=r"t\.jsonl:3: malformed JSON"):
+        next(stream)

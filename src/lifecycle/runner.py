@@ -287,25 +287,33 @@ class Runner:
 
     # -- internals --------------------------------------------------------------------------
     def _send(self, transitions: Sequence[Transition]) -> bool:
-        ok = True
+        """Hand each event to every emitter; whether every emitter took every event."""
+        return not self._failed(transitions)
+
+    def _failed(self, transitions: Sequence[Transition]) -> set[str]:
+        """Hand each event to every emitter; the ids of events some emitter refused."""
+        failed: set[str] = set()
         for t in transitions:
             for emitter in self.emitters:
                 try:
                     emitter.emit(t)
                 except Exception as e:  # an emitter must never undo a commit
-                    ok = False
+                    failed.add(t.id)
                     self._log.warning(
                         "emitter failed; event stays in the outbox",
                         id=t.id,
                         emitter=type(emitter).__name__,
                         error=repr(e),
                     )
-        return ok
+        return failed
 
     def _deliver(self, transitions: Sequence[Transition]) -> int:
         if not transitions:
             return 0
-        delivered = [t.id for t in transitions if self._send((t,))]
+        failed = self._failed(transitions)
+        delivered = [t.id for t in transitions]
+        if failed:
+            delivered = [i for i in delivered if i not in failed]
         if delivered:
             try:
                 self.store.mark_delivered(delivered)

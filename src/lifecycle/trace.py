@@ -294,18 +294,26 @@ def _full(ref: ObjectRef) -> str:
 
 
 def _run(
-    trace: Iterable[TraceLine], runner: Runner, store: FaultyStore, name: str
-) -> Iterator[tuple[TraceLine, Result | None]]:
+    trace: Iterable[TraceLine],
+    runner: Runner,
+    store: FaultyStore,
+    name: str,
+    each: Callable[[TraceLine, Result | None], object] | None = None,
+) -> None:
+    """Feed every line to ``runner`` (faults to ``store``), handing each line and its result
+    (``None`` for a fault line) to ``each``."""
+    observe = runner.observe
     for record in trace:
         if isinstance(record, FaultLine):
             store.inject(record.ref.uid, record.fault, record.times)  # type: ignore[arg-type]
-            yield record, None
-            continue
-        try:
-            result = runner.observe(record.ref, record.observation)
-        except LifecycleError as e:
-            raise TraceError(name, record.line, f"{record.ref}: {e}") from None
-        yield record, result
+            result = None
+        else:
+            try:
+                result = observe(record.ref, record.observation)
+            except LifecycleError as e:
+                raise TraceError(name, record.line, f"{record.ref}: {e}") from None
+        if each is not None:
+            each(record, result)
 
 
 #: A logger that drops everything: a dry run must not report failures that did not happen.
@@ -325,8 +333,7 @@ def check(
     policy = RetryPolicy(backoff=0.0)
     dry = FaultyStore(OverlayStore(store))
     runner = Runner(dry, (), machines=machines, policy=policy, logger=_SILENT)
-    for _ in _run(trace, runner, dry, name):
-        pass
+    _run(trace, runner, dry, name)
 
 
 def replay(
@@ -357,12 +364,17 @@ def replay(
     real = FaultyStore(store)
     policy = RetryPolicy(backoff=0.0)
     runner = Runner(real, tuple(emitters), machines=machines, policy=policy)
-    results = []
-    for record, result in _run(trace, runner, real, name):
-        if on_result is not None:
-            on_result(record, result)
-        if result is not None and keep_results:
-            results.append(result)
+    results: list[Result] = []
+    each = on_result
+    if keep_results:
+
+        def each(record: TraceLine, result: Result | None) -> None:
+            if on_result is not None:
+                on_result(record, result)
+            if result is not None:
+                results.append(result)
+
+    _run(trace, runner, real, name, each)
     return results
 
 

@@ -145,7 +145,7 @@ def replace(status: R, **changes: Any) -> R:
         return status._replace(**changes)  # type: ignore[attr-defined,no-any-return]
     evolve = _EVOLVERS.get(status.__class__)
     if evolve is None:
-        evolve = _EVOLVERS[status.__class__] = _evolver(status.__class__)
+        evolve = _EVOLVERS[status.__class__] = evolver(status.__class__)
     copy: R = evolve(status, **changes)
     return copy
 
@@ -154,17 +154,26 @@ _EVOLVERS: dict[type[Any], Callable[..., Any]] = {}
 _KEEP = object()
 
 
-def _evolver(cls: type[Any]) -> Callable[..., Any]:
-    """``attrs.evolve`` for ``cls`` as one function: each init field is a keyword parameter
-    that defaults to the instance's own value."""
-    fields = [f for f in attrs.fields(cls) if f.init]
+def evolver(cls: type[R]) -> Callable[..., R]:
+    """:func:`replace` for statuses of ``cls``, compiled to one function with each init field
+    as a keyword parameter that defaults to the status's own value. A machine module binds
+    it once (``_evolve = evolver(PodStatus)``): that saves :func:`replace` packing the changes
+    twice. A status of a subclass is handed to :func:`replace` (it keeps its class)."""
+    fields = [f for f in attrs.fields(cls) if f.init]  # type: ignore[arg-type]
     if not fields:
         return lambda status, **changes: attrs.evolve(status, **changes)
     params = ", ".join(f"{f.alias}=KEEP" for f in fields)
+    given = ", ".join(f"({f.alias!r}, {f.alias})" for f in fields)
     args = ", ".join(f"{f.alias}=s.{f.name} if {f.alias} is KEEP else {f.alias}" for f in fields)
-    namespace: dict[str, Any] = {"cls": cls, "KEEP": _KEEP}
-    exec(f"def evolve(s, *, {params}):\n    return cls({args})\n", namespace)  # like attrs
-    evolve: Callable[..., Any] = namespace["evolve"]
+    source = (
+        f"def evolve(s, *, {params}):\n"
+        "    if s.__class__ is not cls:\n"
+        f"        return replace(s, **{{k: v for k, v in ({given},) if v is not KEEP}})\n"
+        f"    return cls({args})\n"
+    )
+    namespace: dict[str, Any] = {"cls": cls, "KEEP": _KEEP, "replace": replace}
+    exec(source, namespace)  # like attrs' own __init__
+    evolve: Callable[..., R] = namespace["evolve"]
     return evolve
 
 

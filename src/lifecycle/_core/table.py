@@ -6,6 +6,7 @@ A machine declares its rows once; the table validates them, compiles them to a d
 
 from __future__ import annotations
 
+import functools
 import string
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
@@ -72,8 +73,19 @@ class Row:
         return render(self.message, obs, context)
 
 
-def _placeholders(template: str) -> list[str]:
-    return [f for _, f, _, _ in string.Formatter().parse(template) if f]
+@functools.lru_cache(maxsize=1024)
+def _placeholders(template: str) -> tuple[str, ...]:
+    return tuple(f for _, f, _, _ in string.Formatter().parse(template) if f)
+
+
+_FIELD_NAMES: dict[type[Any], frozenset[str]] = {}
+
+
+def _field_names(cls: type[Observation]) -> frozenset[str]:
+    names = _FIELD_NAMES.get(cls)
+    if names is None:
+        names = _FIELD_NAMES[cls] = frozenset(a.name for a in attrs.fields(cls))
+    return names
 
 
 def render(template: str, obs: Observation, context: Mapping[str, Any] | None = None) -> str:
@@ -81,7 +93,7 @@ def render(template: str, obs: Observation, context: Mapping[str, Any] | None = 
     observation's other attributes (properties)."""
     if "{" not in template:
         return template
-    fields = {a.name for a in attrs.fields(type(obs))}
+    fields = _field_names(obs.__class__)
     values: dict[str, Any] = {}
     for name in _placeholders(template):
         if name in fields:

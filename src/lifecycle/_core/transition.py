@@ -68,8 +68,14 @@ class Transition(NamedTuple):
     def as_dict(self) -> dict[str, object]:
         """A flat, JSON-ready projection (the ``--format jsonl`` line). ``controller`` and
         ``action`` appear only when set."""
+        key = (self.at, self.at.tzinfo)  # equal instants in other zones print differently
+        at = _ISO.get(key)
+        if at is None:
+            if len(_ISO) >= 4096:
+                _ISO.clear()
+            at = _ISO[key] = self.at.isoformat()
         out: dict[str, object] = {
-            "at": self.at.isoformat(),
+            "at": at,
             "machine": self.machine,
             "kind": self.ref.kind,
             "namespace": self.ref.namespace,
@@ -90,6 +96,10 @@ class Transition(NamedTuple):
         if self.action:
             out["action"] = True
         return out
+
+
+#: ``isoformat`` of recent event times (events of one tick share their time).
+_ISO: dict[tuple[datetime, object], str] = {}
 
 
 def stamp(

@@ -14,7 +14,7 @@ from typing import Any, ClassVar
 
 import attrs
 
-from .._core.machine import Machine, replace
+from .._core.machine import Machine, evolver
 from .._core.observation import Observation, Tick
 from .._core.refs import EventType, ObjectRef
 from .._core.table import SAME, Effect, Guard, Row, Table, ignore
@@ -64,6 +64,9 @@ class NodeClaimStatus:
     pod_absent_since: datetime | None = None
     grace_seconds: float = DEFAULT_GRACE_SECONDS
     deleting: bool = False
+
+
+_evolve = evolver(NodeClaimStatus)
 
 
 # -- observations ---------------------------------------------------------------------------
@@ -206,7 +209,7 @@ GUARDS: dict[str, Guard] = {
 def _enter(status: NodeClaimStatus, obs: Observation, row: Row, **changes: Any) -> NodeClaimStatus:
     state = status.state if row.target == SAME else row.target
     reason = row.reason or (state if state != status.state else status.reason)
-    return replace(
+    return _evolve(
         status,
         state=state,
         reason=reason,
@@ -239,7 +242,7 @@ def adopted(status: NodeClaimStatus, obs: ClaimAdopted, row: Row) -> NodeClaimSt
         instance_id=obs.instance_id,
     )
     if obs.created_at is not None:
-        result = replace(result, created_at=obs.created_at)
+        result = _evolve(result, created_at=obs.created_at)
     return result
 
 
@@ -452,7 +455,7 @@ class NodeClaimMachine(Machine[NodeClaimStatus]):
         """Statuses written by older controllers may carry the legacy phase: read it as Bound."""
         status = super().load_status(data)
         if status.state == LEGACY_INITIALIZING:
-            status = replace(status, state=BOUND)
+            status = _evolve(status, state=BOUND)
         return status
 
 

@@ -18,7 +18,7 @@ from typing import Any, ClassVar
 
 import attrs
 
-from .._core.machine import Machine, replace
+from .._core.machine import Machine, evolver
 from .._core.observation import Observation
 from .._core.refs import Condition, EventType, ObjectRef, set_condition
 from .._core.table import ANY, SAME, Effect, Guard, Row, Table, ignore
@@ -101,6 +101,9 @@ class PodStatus:
         return self.instance_id is not None
 
 
+_evolve = evolver(PodStatus)
+
+
 # -- guards -----------------------------------------------------------------------------------
 def reserved(status: PodStatus, obs: ProvisionSucceeded) -> bool:
     return obs.reserved
@@ -146,23 +149,23 @@ _PHASE = {
 def mark(status: PodStatus, obs: Observation, row: Row) -> PodStatus:
     """CreatePod/DeletePod style write: phase, reason and message only (no Ready)."""
     state = _target(status, row)
-    return replace(status, state=state, phase=_PHASE[state], message=row.render(obs))
+    return _evolve(status, state=state, phase=_PHASE[state], message=row.render(obs))
 
 
 def create(status: PodStatus, obs: CreateRequested, row: Row) -> PodStatus:
     # A known instance id is kept (upstream never clears the instance-id annotation): a
     # repeated CreatePod on a held pod must not forget the instance it already holds.
-    return replace(mark(status, obs, row), pool=obs.pool, provider=obs.provider)
+    return _evolve(mark(status, obs, row), pool=obs.pool, provider=obs.provider)
 
 
 def provisioned(status: PodStatus, obs: ProvisionSucceeded, row: Row) -> PodStatus:
-    return replace(mark(status, obs, row), instance_id=obs.instance_id, endpoint=obs.endpoint)
+    return _evolve(mark(status, obs, row), instance_id=obs.instance_id, endpoint=obs.endpoint)
 
 
 def rejected(status: PodStatus, obs: ProvisionRejected, row: Row) -> PodStatus:
     # Upstream tracks a rejected pod with instance id "" so teardown finds nothing to stop;
     # an id already known (a held instance) is kept, never cleared.
-    return replace(mark(status, obs, row), instance_id=status.instance_id or "")
+    return _evolve(mark(status, obs, row), instance_id=status.instance_id or "")
 
 
 @functools.lru_cache(maxsize=4096)
@@ -219,11 +222,11 @@ def poll(status: PodStatus, obs: Any, row: Row) -> PodStatus:
 def deleting(status: PodStatus, obs: Observation, row: Row) -> PodStatus:
     if status.deletion_timestamp is not None:
         return status
-    return replace(status, deletion_timestamp=obs.at)
+    return _evolve(status, deletion_timestamp=obs.at)
 
 
 def deleted(status: PodStatus, obs: Observation, row: Row) -> PodStatus:
-    return replace(
+    return _evolve(
         mark(status, obs, row),
         phase=SUCCEEDED_PHASE,
         deletion_timestamp=status.deletion_timestamp or obs.at,

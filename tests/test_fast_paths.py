@@ -1,0 +1,143 @@
+"""The compiled fast paths give exactly what the general code gives.
+
+Observations built from plain fields, ``replace``/``evolver`` copies, message rendering and
+the event time text each have a fast path (see ADR 0067); these tests hold each to the
+general path it shortcuts, including every way the input can be wrong.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta, timezone
+from typing import Any
+
+import attrs
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from lifecycle import EventType, InvalidObservation, ObjectRef
+from lifecycle._core import serde
+from lifecycle._core.machine import evolver, replace
+from lifecycle._core.transition import Transition
+from lifecycle.machines import default_registry
+from lifecycle.machines.nodeclaim import NodeClaimStatus
+from lifecycle.machines.pod import PodStatus
+
+MACHINES = default_registry()
+AT = datetime(2026, 11, 30, 10, 0, tzinfo=UTC)
+REF = ObjectRef("Pod", "ml", "trainer-0", "pod-a")
+
+# Values of every JSON type, and some that JSON never gives (a host may hand any dict).
+VALUES = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-5, 5),
+    st.floats(allow_nan=False, allow_infinity=False, width=32),
+    st.text(max_size=3),
+    st.lists(st.integers(0, 3), max_size=2),
+    st.dictionaries(st.text(max_size=2), st.integers(0, 3), max_size=2),
+    st.just(AT),
+    st.just("2026-11-30T10:00:00Z"),
+)
+OBSERVATIONS = [(m, name) for m in MACHINES.values() for name in m.vocabulary]
+
+
+def _general(machine: Any, name: str, at: datetime, fields: dict[str, Any]) -> Any:
+    """The general path alone: strict structuring of every field."""
+    cls = machine.observation_type(name)
+    if "at" in fields:
+        raise InvalidObservation(f"{name}: 'at' is given once, beside the fields")
+    return serde.strict_structure(cls, {**fields, "at": at}, name)
+
+
+def _outcome(build: Any) -> tuple[str, Any]:
+    try:
+        return "ok", build()
+    except InvalidObservation as e:
+        return "refused", str(e)
+
+
+@given(
+    which=st.sampled_from(OBSERVATIONS),
+    extra=st.dictionaries(st.sampled_from(["bogus", "at"]), VALUES, max_size=1),
+    data=st.data(),
+)
+def test_an_observation_built_fast_equals_the_general_build_or_the_same_refusal(
+    which: tuple[Any, str], extra: dict[str, Any], data: st.DataObject
+) -> None:
+    machine, name = which
+    cls = machine.observation_type(name)
+    names = [f.name for f in attrs.fields(cls) if f.init and f.name != "at"]
+    chosen = data.draw(st.lists(st.sampled_from(names), unique=True) if names else st.just([]))
+    fields = {n: data.draw(VALUES) for n in chosen} | extra
+    fast = _outcome(lambda: machine.observation(name, AT, fields))
+    general = _outcome(lambda: _general(machine, name, AT, fields))
+    assert fast == general
+
+
+def test_plain_pod_observations_take_the_compiled_builder() -> None:
+    pod = MACHINES["pod"]
+    build = pod._builders["InstanceRunning"]
+    fields = {"instance_id": "i-1", "endpoint": "10.0.0.1"}
+    built = build(fields, AT)
+    assert built == _general(pod, "InstanceRunning", AT, fields)
+    assert build({"instance_id": 7}, AT) is None  # a wrong type: the general path says why
+    assert build({"nope": "x"}, AT) is None
+    with pytest.raises(InvalidObservation, match="instance_id"):
+        pod.observation("InstanceRunning", AT, {"instance_id": 7})
+
+
+def test_a_string_time_is_left_to_the_general_path() -> None:
+    pod = MACHINES["pod"]
+    obs = pod.observation("InstancePending", "2026-11-30T10:00:00Z", {"instance_id": "i-1"})
+    assert obs.at == AT
+
+
+# -- replace / evolver ---------------------------------------------------------------------------
+@attrs.frozen(slots=True)
+class Tagged(PodStatus):
+    tag: str = ""
+
+
+def test_replace_and_evolver_equal_attrs_evolve() -> None:
+    status = PodStatus(state="Running", instance_id="i-1", pool="gpu")
+    expected = attrs.evolve(status, state="Failed", message="gone")
+    assert replace(status, state="Failed", message="gone") == expected
+    assert evolver(PodStatus)(status, state="Failed", message="gone") == expected
+    claim = NodeClaimStatus(pool="gpu")  # kw_only
+    assert replace(claim, pool="cpu") == attrs.evolve(claim, pool="cpu")
+
+
+def test_a_subclass_status_keeps_its_class_and_fields() -> None:
+    status = Tagged(state="Running", tag="mine")
+    for copy in (replace(status, state="Failed"), evolver(PodStatus)(status, state="Failed")):
+        assert type(copy) is Tagged
+        assert (copy.state, copy.tag) == ("Failed", "mine")
+
+
+def test_an_unknown_change_is_a_type_error_as_with_attrs() -> None:
+    with pytest.raises(TypeError):
+        replace(PodStatus(), colour="red")
+    with pytest.raises(TypeError):
+        evolver(PodStatus)(PodStatus(), colour="red")
+
+
+def test_validators_run_on_a_copy() -> None:
+    @attrs.frozen(slots=True)
+    class Checked:
+        n: int = attrs.field(default=0, validator=attrs.validators.ge(0))
+
+    with pytest.raises(ValueError, match="'n' must be >= 0"):
+        replace(Checked(), n=-1)
+
+
+# -- event time text ------------------------------------------------------------------------------
+def test_equal_instants_in_other_zones_keep_their_own_offset_in_events() -> None:
+    utc = datetime(2026, 1, 1, 10, tzinfo=UTC)
+    plus_one = datetime(2026, 1, 1, 11, tzinfo=timezone(timedelta(hours=1)))
+    assert utc == plus_one
+    texts = [
+        Transition(REF, "pod", "A", "B", "R", EventType.NORMAL, "m", 1, at).as_dict()["at"]
+        for at in (utc, plus_one, utc)
+    ]
+    assert texts == [utc.isoformat(), plus_one.isoformat(), utc.isoformat()]
