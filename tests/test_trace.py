@@ -438,7 +438,9 @@ def test_a_line_separator_inside_a_json_string_does_not_split_the_line(tmp_path:
     path.write_text(line() + "\n" + rejected + "\n", encoding="utf-8")
     records = read_trace(path)
     assert [r.line for r in records] == [1, 2]
-    assert records[1].observation.error == "quota\u2028exceeded"
+    second = records[1]
+    assert isinstance(second, ObservationLine)
+    assert getattr(second.observation, "error", None) == "quota\u2028exceeded"
 
 
 def test_stream_trace_yields_the_lines_before_a_bad_one_then_says_where(tmp_path: Path) -> None:
