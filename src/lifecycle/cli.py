@@ -262,13 +262,19 @@ def _replay(args: argparse.Namespace, out: TextIO, progress: Progress) -> int:
     done = 0
     observed = failed = 0  # observation lines, and their writes that failed
     seen: dict[str, ObjectRef] = {}
-    held: list[str] = []  # the output of a throwaway replay, until every line was accepted
-    write: Callable[[str], object] = held.append if throwaway else out.write
-    if shared_terminal:
+    # The output of a throwaway replay is held (as UTF-8) until every line was accepted.
+    held = bytearray()
 
-        def write(text: str) -> None:
+    def write(text: str) -> None:
+        if shared_terminal:
             progress.clear()
-            out.write(text)
+        out.write(text)
+
+    def emit(line: bytes) -> None:
+        if throwaway:
+            held.extend(line)
+        else:
+            write(line.decode())
 
     def header(lines: int) -> str:
         return f"replaying {args.trace} ({lines} lines) into {redact_url(args.store)}\n"
@@ -293,7 +299,7 @@ def _replay(args: argparse.Namespace, out: TextIO, progress: Progress) -> int:
                 _note_objects(result, seen)
             if result.transitions or result.cascade or result.fallback or result.actions:
                 for t in result.all_transitions():
-                    write(_table_line(t) + "\n" if table else _jsonl_line(t))
+                    emit((_table_line(t) + "\n").encode() if table else _jsonl_line(t))
         if update is not None:
             update(done)
 
@@ -314,7 +320,7 @@ def _replay(args: argparse.Namespace, out: TextIO, progress: Progress) -> int:
         if throwaway:
             if table:
                 out.write(header(done))
-            out.write("".join(held))
+            out.write(held.decode())
         if args.final_status:
             _final_statuses(store, machines, seen, out)
         elif table:
@@ -325,8 +331,8 @@ def _replay(args: argparse.Namespace, out: TextIO, progress: Progress) -> int:
     return 0
 
 
-def _jsonl_line(t: Transition) -> str:
-    return orjson.dumps(t.as_dict(), option=orjson.OPT_APPEND_NEWLINE).decode()
+def _jsonl_line(t: Transition) -> bytes:
+    return orjson.dumps(t.as_dict(), option=orjson.OPT_APPEND_NEWLINE)
 
 
 def _type_name(tp: Any) -> str:
