@@ -141,3 +141,30 @@ def test_equal_instants_in_other_zones_keep_their_own_offset_in_events() -> None
         for at in (utc, plus_one, utc)
     ]
     assert texts == [utc.isoformat(), plus_one.isoformat(), utc.isoformat()]
+
+
+# -- the memory store's packed journal ----------------------------------------------------------
+def test_the_memory_journal_gives_back_every_transition_exactly() -> None:
+    from lifecycle import MemoryStore
+    from lifecycle._core.transition import stamp
+    from lifecycle.machines.pod import CreateRequested
+
+    pod = MACHINES["pod"]
+    store = MemoryStore()
+    obs = CreateRequested(at=AT, pool="gpu", provider="aws")
+    after = pod.apply(pod.initial(REF), obs)
+    flips = pod.flips(pod.initial(REF), after)
+    runner_made = stamp(flips, REF, pod.name, 1, obs.at)  # what the runner commits
+    store.commit(pod, REF, 0, after, obs, runner_made)
+    # One stamped elsewhere: an equal ref that is another object, another zone, an action.
+    other_ref = ObjectRef(REF.kind, REF.namespace, REF.name, REF.uid)
+    plus_one = AT.astimezone(timezone(timedelta(hours=1)))
+    odd = (
+        runner_made[0]._replace(ref=other_ref, at=plus_one, n=1),
+        runner_made[0]._replace(n=2, condition="Ready", controller="ctl", fallback=True),
+    )
+    store.commit(pod, REF, 1, after, obs, odd)
+    entries = store.journal(pod, REF)
+    assert [e.transitions for e in entries] == [runner_made, odd]
+    assert entries[1].transitions[0].at.utcoffset() == timedelta(hours=1)
+    assert [t.type for e in entries for t in e.transitions] == [EventType.NORMAL] * 3

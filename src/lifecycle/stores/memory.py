@@ -11,7 +11,7 @@ import structlog
 from .._core.errors import Conflict, StoreError
 from .._core.machine import Machine
 from .._core.observation import Observation
-from .._core.refs import ObjectRef
+from .._core.refs import EventType, ObjectRef
 from .._core.transition import Transition
 from .base import JournalEntry, Record, Snapshot, journal_start, plan_compaction
 
@@ -27,7 +27,10 @@ class MemoryStore:
 
     def __init__(self, *, journal: bool = True) -> None:
         self._records: dict[str, Record] = {}
-        self._journals: dict[str, list[JournalEntry]] = {}
+        # Per object, each entry flat: (version, observation, *transitions), a transition
+        # as a tuple of plain values (see ``_pack``). A long journal of many objects is then
+        # one object per entry for the cyclic garbage collector to walk, not four (ADR 0067).
+        self._journals: dict[str, list[tuple[Any, ...]]] = {}
         self._outbox: dict[str, Transition] = {}
         self._snapshots: dict[str, Snapshot] = {}
         self._keep_journal = journal
@@ -53,14 +56,14 @@ class MemoryStore:
             version = expected + 1
             self._records[ref.uid] = Record(ref, machine.name, status, version)
             if self._keep_journal:
-                entry = JournalEntry(version, observation, tuple(transitions))
-                self._journals.setdefault(ref.uid, []).append(entry)
+                packed = [_pack(t, ref, machine.name, version, observation) for t in transitions]
+                self._journals.setdefault(ref.uid, []).append((version, observation, *packed))
             for t in transitions:
                 self._outbox[t.id] = t
             return version
 
     def journal(self, machine: Machine[Any], ref: ObjectRef) -> list[JournalEntry]:
-        return list(self._journals.get(ref.uid, ()))
+        return [_entry(flat, ref, machine.name) for flat in self._journals.get(ref.uid, ())]
 
     def records(self, machine: Machine[Any]) -> Iterator[Record]:
         return iter([r for r in self._records.values() if r.machine == machine.name])
@@ -82,7 +85,7 @@ class MemoryStore:
                 current = self._records.get(ref.uid)
                 if current is None or current.machine != machine.name:
                     continue
-                entries = self._journals.get(ref.uid, [])
+                entries = self.journal(machine, ref)
                 start = journal_start(self, machine, ref)
                 try:
                     snapshot = plan_compaction(machine, ref, start, entries, current, keep)
@@ -92,8 +95,9 @@ class MemoryStore:
                 if snapshot is None:
                     continue
                 self._snapshots[ref.uid] = snapshot
-                kept = [e for e in entries if e.version > snapshot.version]
-                dropped += len(entries) - len(kept)
+                flat = self._journals.get(ref.uid, [])
+                kept = [e for e in flat if e[0] > snapshot.version]
+                dropped += len(flat) - len(kept)
                 self._journals[ref.uid] = kept
         return dropped
 
@@ -109,3 +113,45 @@ class MemoryStore:
 
     def close(self) -> None:
         pass
+
+
+_EVENT_TYPES = {t.value: t for t in EventType}
+
+
+def _pack(
+    t: Transition, ref: ObjectRef, machine: str, version: int, observation: Observation
+) -> Transition | tuple[Any, ...]:
+    """A committed transition without what its journal entry already says (object, machine,
+    version, time), its type as text: a tuple of plain values, which the garbage collector
+    stops tracking. One that says otherwise is kept whole."""
+    if t.ref is not ref or t.at is not observation.at or t.version != version:
+        return t  # (the runner stamps with these very objects; anything else stays whole)
+    if t.machine != machine or t.action:
+        return t
+    return (t.source, t.target, t.reason, t.type.value, t.message, t.n, t.condition,
+            t.fallback, t.controller)  # fmt: skip
+
+
+def _entry(flat: tuple[Any, ...], ref: ObjectRef, machine: str) -> JournalEntry:
+    version, observation = flat[0], flat[1]
+    transitions = tuple(
+        p
+        if isinstance(p, Transition)
+        else Transition(
+            ref,
+            machine,
+            p[0],
+            p[1],
+            p[2],
+            _EVENT_TYPES[p[3]],
+            p[4],
+            version,
+            observation.at,
+            p[5],
+            p[6],
+            p[7],
+            p[8],
+        )
+        for p in flat[2:]
+    )
+    return JournalEntry(version, observation, transitions)
