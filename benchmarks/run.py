@@ -165,15 +165,21 @@ def sqlite_batched(batches: int, size: int, repeats: int) -> float | None:
 
 
 # -- replay ----------------------------------------------------------------------------------
-def replay_rate(observations: int) -> float:
+def replay_rate(observations: int, repeats: int) -> float:
+    """Observations per second of the whole command (interpreter start included), the best
+    of ``repeats`` runs like every other timing here."""
     with tempfile.TemporaryDirectory() as tmp:
         trace = Path(tmp) / "trace.jsonl"
         gen_trace.write(str(trace), observations)
         cmd = [sys.executable, "-m", "lifecycle.cli", "replay", str(trace), "--store",
                "memory://", "--format", "jsonl"]  # fmt: skip
-        start = time.perf_counter()
-        subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, env={**os.environ})
-        return observations / (time.perf_counter() - start)
+
+        def run() -> float:
+            start = time.perf_counter()
+            subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, env={**os.environ})
+            return time.perf_counter() - start
+
+        return observations / best(run, repeats)
 
 
 # -- scaling ---------------------------------------------------------------------------------
@@ -246,8 +252,9 @@ def run(quick: bool, only: set[str] | None) -> dict[str, Metric]:
         )
     if want("replay"):
         n = 50_000 if quick else 1_000_000
-        out["replay_obs_per_s"] = metric(replay_rate(n), f"obs/s ({n} obs, memory://)", None,
-                                         None, ">= 100000")  # fmt: skip
+        runs = 1 if quick else 2
+        unit = f"obs/s ({n} obs, memory://, best of {runs})"
+        out["replay_obs_per_s"] = metric(replay_rate(n, runs), unit, None, None, ">= 100000")
     if want("scaling"):
         small = min(runner_cost(1_000, 20) for _ in range(3))
         big_objects = 10_000 if quick else 100_000
