@@ -42,13 +42,25 @@ def statemachine_objects(objects: int) -> list[Any]:
     return [cls() for _ in range(objects)]
 
 
-def eventsourcing_recorder(path: Path) -> Callable[[str, int], None]:
-    """eventsourcing's SQLite application recorder (WAL; SQLite's default synchronous=FULL).
+def eventsourcing_recorder(path: Path, synchronous: str = "FULL") -> Callable[[str, int], None]:
+    """eventsourcing's SQLite application recorder (WAL; SQLite's default synchronous=FULL,
+    or ``synchronous`` set on each connection its pool opens).
     Returns ``save(originator, version)``: one durable insert of one stored event."""
     from eventsourcing.persistence import StoredEvent
     from eventsourcing.sqlite import SQLiteApplicationRecorder, SQLiteDatastore
 
     datastore = SQLiteDatastore(str(path))
+    if synchronous != "FULL":
+        # The library has no setting for it: each connection its pool opens gets the pragma.
+        pool: Any = datastore.pool
+        create = pool._create_connection
+
+        def create_with(mode: str = synchronous) -> Any:
+            connection = create()
+            connection._sqlite_conn.execute(f"PRAGMA synchronous={mode}")
+            return connection
+
+        pool._create_connection = create_with
     recorder = SQLiteApplicationRecorder(datastore)
     recorder.create_table()
     state = b'{"state":"Running","reason":"Running","message":"Initializing -> Running"}'
@@ -58,4 +70,9 @@ def eventsourcing_recorder(path: Path) -> Callable[[str, int], None]:
             [StoredEvent(uuid.uuid5(uuid.NAMESPACE_URL, originator), version, "bench#Obs", state)]
         )
 
+    if synchronous != "FULL":  # check that the pragma took
+        with datastore.transaction(commit=False) as cursor:
+            cursor.execute("PRAGMA synchronous")
+            level = cursor.fetchone()[0]
+        assert level == {"OFF": 0, "NORMAL": 1, "FULL": 2, "EXTRA": 3}[synchronous], level
     return save

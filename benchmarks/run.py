@@ -112,13 +112,14 @@ def memory_per_object(objects: int) -> float:
 
 
 # -- durable commits -------------------------------------------------------------------------
-def sqlite_commit(commits: int, repeats: int) -> dict[str, float]:
-    """Seconds per durable commit of one observation: ours vs eventsourcing (both WAL, FULL)."""
+def sqlite_commit(commits: int, repeats: int, synchronous: str = "FULL") -> dict[str, float]:
+    """Seconds per durable commit of one observation: ours vs eventsourcing (both WAL, at
+    ``synchronous``)."""
     obs = [OBSERVATIONS["create"](at=AT), OBSERVATIONS["provisioned"](at=AT)]
 
     def ours() -> float:
         with tempfile.TemporaryDirectory() as tmp:
-            store = SQLiteStore(Path(tmp) / "ours.db", synchronous="FULL")
+            store = SQLiteStore(Path(tmp) / "ours.db", synchronous=synchronous)
             runner = Runner(store, [], machines=MachineRegistry([BENCH]), links=())
             refs = [ObjectRef("Bench", "bench", f"o{i}", f"u{i}") for i in range(commits)]
             start = time.perf_counter()
@@ -130,7 +131,7 @@ def sqlite_commit(commits: int, repeats: int) -> dict[str, float]:
 
     def theirs() -> float:
         with tempfile.TemporaryDirectory() as tmp:
-            save = baselines.eventsourcing_recorder(Path(tmp) / "es.db")
+            save = baselines.eventsourcing_recorder(Path(tmp) / "es.db", synchronous)
             names = [f"u{i}" for i in range(commits)]
             start = time.perf_counter()
             for name in names:
@@ -241,6 +242,14 @@ def run(quick: bool, only: set[str] | None) -> dict[str, Metric]:
             c["eventsourcing"] * 1e6,
             c["eventsourcing"] / c["ours"],
             ">= 3",
+        )
+        c = sqlite_commit(100 if quick else 1000, 1 if quick else 3, "NORMAL")
+        out["sqlite_normal_vs_eventsourcing"] = metric(
+            c["ours"] * 1e6,
+            "us/commit (WAL, synchronous=NORMAL: no fsync per commit)",
+            c["eventsourcing"] * 1e6,
+            c["eventsourcing"] / c["ours"],
+            "info",
         )
         rate = sqlite_batched(4 if quick else 40, 500, 1 if quick else 3)
         out["sqlite_batched_obs_per_s"] = metric(
