@@ -12,7 +12,7 @@ lifecycle replay "$out/saw.jsonl"
 
 # 3. Into SQLite, keeping each object's final status (JSON Lines) for a closer look.
 lifecycle replay "$out/saw.jsonl" --store "sqlite:///$out/saw.db" --format jsonl --final-status \
-  | grep '"final": true' > "$out/final.jsonl"
+  | grep '"final":true' > "$out/final.jsonl"
 
 # 4. A bundled trace with injected write faults: a conflict retried, a failed write's fallback.
 lifecycle replay examples/traces/faults.jsonl

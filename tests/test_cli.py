@@ -456,3 +456,21 @@ def test_replay_leaves_a_hosts_frozen_heap_frozen(tmp_path: Path) -> None:
         assert gc.isenabled()
     finally:
         gc.unfreeze()
+
+
+def test_jsonl_output_is_ascii_whatever_the_trace_holds(tmp_path: Path) -> None:
+    trace = tmp_path / "t.jsonl"
+    lines = [
+        {"at": "2026-11-30T10:00:00Z", "machine": "pod", "observe": "CreateRequested",
+         "object": {"namespace": "ml", "name": "p", "uid": "u1"}},
+        {"at": "2026-11-30T10:00:01Z", "machine": "pod", "observe": "ProvisionRejected",
+         "object": {"namespace": "ml", "name": "p", "uid": "u1"},
+         "with": {"error": "quota dépassé — 配额"}},
+    ]  # fmt: skip
+    trace.write_text("".join(json.dumps(x, ensure_ascii=False) + "\n" for x in lines), "utf-8")
+    for store in ("memory://", f"sqlite:///{tmp_path / 'r.db'}"):
+        code, text = run("replay", str(trace), "--store", store, "--format", "jsonl",
+                         "--final-status")  # fmt: skip
+        assert code == 0
+        assert text.isascii()
+        assert any("quota dépassé — 配额" in json.dumps(x, ensure_ascii=False) for x in jsonl(text))

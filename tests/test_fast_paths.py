@@ -168,3 +168,82 @@ def test_the_memory_journal_gives_back_every_transition_exactly() -> None:
     assert [e.transitions for e in entries] == [runner_made, odd]
     assert entries[1].transitions[0].at.utcoffset() == timedelta(hours=1)
     assert [t.type for e in entries for t in e.transitions] == [EventType.NORMAL] * 3
+
+
+# -- found in review ------------------------------------------------------------------------------
+def test_fields_named_like_the_generated_code_still_copy() -> None:
+    @attrs.frozen(slots=True)
+    class Odd:
+        s: int = 0
+        cls: str = ""
+        k: int = 0
+        _replace_: int = 0
+
+    odd = Odd(1, "a", 2, 3)
+    assert replace(odd, s=5, cls="b") == Odd(5, "b", 2, 3)
+    assert evolver(Odd)(odd, k=7) == Odd(1, "a", 7, 3)
+
+
+def test_replace_takes_a_change_named_status() -> None:
+    from lifecycle import Condition
+
+    ready = Condition("Ready", "True", "", "", AT)
+    assert replace(ready, status="False").status == "False"
+
+
+def test_a_transition_with_a_plain_string_type_is_journaled_whole_and_nothing_half_written() -> (
+    None
+):
+    from lifecycle import MemoryStore
+    from lifecycle.machines.pod import CreateRequested
+
+    pod = MACHINES["pod"]
+    store = MemoryStore()
+    obs = CreateRequested(at=AT, pool="gpu", provider="aws")
+    odd = Transition(REF, "pod", "", "Provisioning", "R", "Normal", "m", 1, AT)  # type: ignore[arg-type]
+    store.commit(pod, REF, 0, pod.initial(REF), obs, (odd,))
+    (entry,) = store.journal(pod, REF)
+    assert entry.transitions == (odd,)
+
+
+def test_the_journal_gives_back_the_committed_object_not_the_callers() -> None:
+    from lifecycle import MemoryStore
+    from lifecycle._core.transition import stamp
+    from lifecycle.machines.pod import CreateRequested
+
+    pod = MACHINES["pod"]
+    store = MemoryStore()
+    obs = CreateRequested(at=AT, pool="gpu", provider="aws")
+    after = pod.apply(pod.initial(REF), obs)
+    made = stamp(pod.flips(pod.initial(REF), after), REF, pod.name, 1, obs.at)
+    store.commit(pod, REF, 0, after, obs, made)
+    renamed = ObjectRef(REF.kind, "elsewhere", "other", REF.uid)  # same uid, another name
+    assert store.journal(pod, renamed)[0].transitions == made
+
+
+def test_event_time_text_keeps_each_side_of_a_dst_fold() -> None:
+    from zoneinfo import ZoneInfo
+
+    zone = ZoneInfo("America/New_York")
+    first = datetime(2026, 11, 1, 1, 30, tzinfo=zone)
+    second = first.replace(fold=1)
+    texts = [
+        Transition(REF, "pod", "A", "B", "R", EventType.NORMAL, "m", 1, at).as_dict()["at"]
+        for at in (first, second)
+    ]
+    assert texts == [first.isoformat(), second.isoformat()]
+    assert texts[0] != texts[1]
+
+
+def test_a_machine_that_chooses_its_observation_classes_is_asked_every_time() -> None:
+    from lifecycle.machines.pod import InstancePending, PodMachine
+
+    class Pending2(InstancePending):
+        pass
+
+    class Choosy(PodMachine):
+        def observation_type(self, name: str) -> Any:
+            return Pending2 if name == "InstancePending" else super().observation_type(name)
+
+    built = Choosy().observation("InstancePending", AT, {"instance_id": "i-1"})
+    assert type(built) is Pending2

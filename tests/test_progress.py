@@ -186,3 +186,15 @@ def test_a_streamed_replay_refused_halfway_erases_its_bar_and_prints_nothing(
     assert "replaying [" in bar  # the bar was drawn while the good lines were replayed
     n = len(DEMO.read_text().splitlines()) + 1
     assert message.lstrip(" ").startswith(f"{bad}:{n}: malformed JSON")
+
+
+def test_the_bar_counts_lines_that_end_in_a_carriage_return_alone(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    trace = tmp_path / "t.jsonl"
+    trace.write_text(DEMO.read_text().replace("\n", "\r"), encoding="utf-8", newline="")
+    monkeypatch.setattr(cli, "PROGRESS_DELAY", 0.0)
+    stderr = FakeTTY()
+    monkeypatch.setattr(sys, "stderr", stderr)
+    assert main(["replay", str(trace)], out=io.StringIO()) == 0
+    assert "] 10/10 100%" in stderr.getvalue()

@@ -452,3 +452,21 @@ def test_stream_trace_yields_the_lines_before_a_bad_one_then_says_where(tmp_path
     assert first.line == 1
     with pytest.raises(TraceError, match=r"t\.jsonl:3: malformed JSON"):
         next(stream)
+
+
+def test_replay_of_a_stream_dry_runs_then_replays_every_line(tmp_path: Path) -> None:
+    path = tmp_path / "t.jsonl"
+    path.write_text(
+        line() + "\n" + line("ProvisionSucceeded", {"reserved": True, "instance_id": "i-1"}) + "\n",
+        encoding="utf-8",
+    )
+    assert (
+        len(replay(stream_trace(path), MemoryStore()))
+        == len(replay(read_trace(path), MemoryStore()))
+        == 2
+    )
+
+
+def test_other_whitespace_around_a_line_is_still_allowed() -> None:
+    record = parse_line("\x0c" + line() + "\xa0\x0b", MACHINES)
+    assert isinstance(record, ObservationLine)

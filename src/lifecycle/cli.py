@@ -91,7 +91,7 @@ def _final_statuses(
             "version": 0 if record is None else record.version,
             "status": machine.dump_status(status),
         }
-        out.write(json.dumps(line) + "\n")
+        out.write(_json_line(line).decode())
 
 
 def _new_sqlite_file(url: str) -> bool:
@@ -225,11 +225,11 @@ def cmd_replay(args: argparse.Namespace, out: TextIO) -> int:
 
 
 def _count_records(path: str) -> int:
-    """Lines in ``path`` that are neither blank nor comments (for the progress bar of a
-    streamed replay); 0 if it cannot be read (the replay then says why)."""
+    """Lines of ``path`` that the trace reader will parse (neither blank nor comments), for
+    the progress bar of a streamed replay; 0 if it cannot be read (the replay says why)."""
     try:
-        with open(path, "rb") as f:
-            return sum(1 for line in f if line.strip() and not line.lstrip().startswith(b"#"))
+        with open(path, encoding="utf-8", errors="replace") as f:  # lines as the reader splits
+            return sum(1 for line in f if line.strip() and not line.lstrip().startswith("#"))
     except OSError:
         return 0
 
@@ -331,8 +331,17 @@ def _replay(args: argparse.Namespace, out: TextIO, progress: Progress) -> int:
     return 0
 
 
+def _json_line(data: dict[str, Any]) -> bytes:
+    """One compact JSON line, ASCII only (other characters escaped, as ``json.dumps`` does:
+    the output never depends on the terminal's encoding)."""
+    line = orjson.dumps(data, option=orjson.OPT_APPEND_NEWLINE)
+    if line.isascii():
+        return line
+    return (json.dumps(data, separators=(",", ":")) + "\n").encode()
+
+
 def _jsonl_line(t: Transition) -> bytes:
-    return orjson.dumps(t.as_dict(), option=orjson.OPT_APPEND_NEWLINE)
+    return _json_line(t.as_dict())
 
 
 def _type_name(tp: Any) -> str:

@@ -21,7 +21,7 @@ runner), so an operator can save what a controller saw and replay it later.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Any, NamedTuple, TextIO
@@ -108,20 +108,19 @@ def _check_ref(machine: Machine[Any], obj: object) -> ObjectRef:
     return ObjectRef(machine.kind, values[0], values[1], values[2])
 
 
-#: Timestamps already parsed (traces repeat them: one poll stamps many objects).
-_TIMES: dict[str, datetime] = {}
-
-
 def parse_line(text: str, machines: MachineRegistry, line: int = 0) -> TraceLine | None:
     """One line to a record (``None`` for blanks and comments); raises ``ValueError`` or a
     :class:`~lifecycle.LifecycleError` describing what is wrong. ``line`` is its number."""
     try:
-        data = orjson.loads(text)  # surrounding whitespace is allowed
+        data = orjson.loads(text)  # JSON's own whitespace around the value is allowed
     except orjson.JSONDecodeError as e:
-        stripped = text.strip()
+        stripped = text.strip()  # and any other whitespace, as before
         if not stripped or stripped.startswith("#"):
             return None
-        raise ValueError(f"malformed JSON: {e.msg} (column {e.colno})") from None
+        try:
+            data = orjson.loads(stripped)
+        except orjson.JSONDecodeError:
+            raise ValueError(f"malformed JSON: {e.msg} (column {e.colno})") from None
     if type(data) is not dict:
         raise ValueError("a trace line must be a JSON object")
     if not _KEYS.issuperset(data):
@@ -134,13 +133,7 @@ def parse_line(text: str, machines: MachineRegistry, line: int = 0) -> TraceLine
         raise ValueError('"machine" must be a string')
     machine = machines[name]
     ref = _ref(machine, data["object"])
-    raw_at = data["at"]
-    at = _TIMES.get(raw_at) if type(raw_at) is str else None
-    if at is None:
-        at = parse_time(raw_at)
-        if len(_TIMES) >= 4096:
-            _TIMES.clear()
-        _TIMES[raw_at] = at
+    at = parse_time(data["at"])
     if "fault" in data:
         return _fault_line(data, line, machine, ref, at)
     if "times" in data:
@@ -360,6 +353,8 @@ def replay(
     """
     machines = machines if machines is not None else default_registry()
     if dry_run:
+        if not isinstance(trace, Sequence):
+            trace = list(trace)  # the dry run reads it once, the replay again
         check(trace, store, name=name, machines=machines)
     real = FaultyStore(store)
     policy = RetryPolicy(backoff=0.0)

@@ -136,7 +136,7 @@ def _enter_step(
     return enter
 
 
-def replace(status: R, **changes: Any) -> R:
+def replace(status: R, /, **changes: Any) -> R:
     """A copy of a status record with ``changes``: attrs classes and NamedTuples alike.
 
     For attrs classes this is ``attrs.evolve`` (the changes are init names, the class's own
@@ -152,6 +152,8 @@ def replace(status: R, **changes: Any) -> R:
 
 _EVOLVERS: dict[type[Any], Callable[..., Any]] = {}
 _KEEP = object()
+#: The names the generated ``evolve`` uses besides the fields' own (and the comprehension's).
+_EVOLVER_NAMES = frozenset({"_s_", "_cls_", "_keep_", "_replace_", "k", "v"})
 
 
 def evolver(cls: type[R]) -> Callable[..., R]:
@@ -160,18 +162,21 @@ def evolver(cls: type[R]) -> Callable[..., R]:
     it once (``_evolve = evolver(PodStatus)``): that saves :func:`replace` packing the changes
     twice. A status of a subclass is handed to :func:`replace` (it keeps its class)."""
     fields = [f for f in attrs.fields(cls) if f.init]  # type: ignore[arg-type]
-    if not fields:
-        return lambda status, **changes: attrs.evolve(status, **changes)
-    params = ", ".join(f"{f.alias}=KEEP" for f in fields)
+    names = {f.alias for f in fields} | {f.name for f in fields}
+    if not fields or names & _EVOLVER_NAMES:  # a field the generated code's names would hide
+        return lambda status, /, **changes: attrs.evolve(status, **changes)
+    params = ", ".join(f"{f.alias}=_keep_" for f in fields)
     given = ", ".join(f"({f.alias!r}, {f.alias})" for f in fields)
-    args = ", ".join(f"{f.alias}=s.{f.name} if {f.alias} is KEEP else {f.alias}" for f in fields)
-    source = (
-        f"def evolve(s, *, {params}):\n"
-        "    if s.__class__ is not cls:\n"
-        f"        return replace(s, **{{k: v for k, v in ({given},) if v is not KEEP}})\n"
-        f"    return cls({args})\n"
+    args = ", ".join(
+        f"{f.alias}=_s_.{f.name} if {f.alias} is _keep_ else {f.alias}" for f in fields
     )
-    namespace: dict[str, Any] = {"cls": cls, "KEEP": _KEEP, "replace": replace}
+    source = (
+        f"def evolve(_s_, /, *, {params}):\n"
+        "    if _s_.__class__ is not _cls_:\n"
+        f"        return _replace_(_s_, **{{k: v for k, v in ({given},) if v is not _keep_}})\n"
+        f"    return _cls_({args})\n"
+    )
+    namespace: dict[str, Any] = {"_cls_": cls, "_keep_": _KEEP, "_replace_": replace}
     exec(source, namespace)  # like attrs' own __init__
     evolve: Callable[..., R] = namespace["evolve"]
     return evolve
@@ -199,10 +204,13 @@ class Machine(Generic[S]):
 
     def __init__(self) -> None:
         self._vocabulary = {o.name(): o for o in self.table.observations}
+        # Compiled builders for observations of plain fields, unless a subclass decides
+        # which class a name means.
         self._builders = {
             name: build
             for name, cls in self._vocabulary.items()
-            if (build := serde.fast_builder(cls)) is not None
+            if type(self).observation_type is Machine.observation_type
+            and (build := serde.fast_builder(cls)) is not None
         }
         self._dispatch = self.table.dispatch
         self._has_actions = any(r.action is not None for r in self.table.rows)

@@ -68,7 +68,8 @@ class Transition(NamedTuple):
     def as_dict(self) -> dict[str, object]:
         """A flat, JSON-ready projection (the ``--format jsonl`` line). ``controller`` and
         ``action`` appear only when set."""
-        key = (self.at, self.at.tzinfo)  # equal instants in other zones print differently
+        # Equal instants in other zones (or either side of a DST fold) print differently.
+        key = (self.at, self.at.tzinfo, self.at.fold)
         at = _ISO.get(key)
         if at is None:
             if len(_ISO) >= 4096:
@@ -99,7 +100,7 @@ class Transition(NamedTuple):
 
 
 #: ``isoformat`` of recent event times (events of one tick share their time).
-_ISO: dict[tuple[datetime, object], str] = {}
+_ISO: dict[tuple[datetime, object, int], str] = {}
 
 
 def stamp(

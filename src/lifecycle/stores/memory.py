@@ -27,9 +27,10 @@ class MemoryStore:
 
     def __init__(self, *, journal: bool = True) -> None:
         self._records: dict[str, Record] = {}
-        # Per object, each entry flat: (version, observation, *transitions), a transition
-        # as a tuple of plain values (see ``_pack``). A long journal of many objects is then
-        # one object per entry for the cyclic garbage collector to walk, not four (ADR 0067).
+        # Per object, each entry flat: (version, observation, ref, machine, *transitions), a
+        # transition as a tuple of plain values (see ``_pack``). A long journal of many objects
+        # then gives the cyclic garbage collector one object per entry to walk (besides the
+        # observation), not three (ADR 0067).
         self._journals: dict[str, list[tuple[Any, ...]]] = {}
         self._outbox: dict[str, Transition] = {}
         self._snapshots: dict[str, Snapshot] = {}
@@ -48,22 +49,27 @@ class MemoryStore:
         observation: Observation,
         transitions: Sequence[Transition],
     ) -> int:
+        # Everything that can fail is done before anything is written.
+        version = expected + 1
+        name = machine.name
+        entry = None
+        if self._keep_journal:
+            packed = [_pack(t, ref, name, version, observation) for t in transitions]
+            entry = (version, observation, ref, name, *packed)
+        outbox = {t.id: t for t in transitions}
         with self._lock:
             current = self._records.get(ref.uid)
             actual = 0 if current is None else current.version
             if actual != expected:
                 raise Conflict(ref.uid, expected, actual)
-            version = expected + 1
-            self._records[ref.uid] = Record(ref, machine.name, status, version)
-            if self._keep_journal:
-                packed = [_pack(t, ref, machine.name, version, observation) for t in transitions]
-                self._journals.setdefault(ref.uid, []).append((version, observation, *packed))
-            for t in transitions:
-                self._outbox[t.id] = t
+            self._records[ref.uid] = Record(ref, name, status, version)
+            if entry is not None:
+                self._journals.setdefault(ref.uid, []).append(entry)
+            self._outbox.update(outbox)
             return version
 
     def journal(self, machine: Machine[Any], ref: ObjectRef) -> list[JournalEntry]:
-        return [_entry(flat, ref, machine.name) for flat in self._journals.get(ref.uid, ())]
+        return [_entry(flat) for flat in self._journals.get(ref.uid, ())]
 
     def records(self, machine: Machine[Any]) -> Iterator[Record]:
         return iter([r for r in self._records.values() if r.machine == machine.name])
@@ -126,14 +132,14 @@ def _pack(
     stops tracking. One that says otherwise is kept whole."""
     if t.ref is not ref or t.at is not observation.at or t.version != version:
         return t  # (the runner stamps with these very objects; anything else stays whole)
-    if t.machine != machine or t.action:
+    if t.machine != machine or t.action or t.type.__class__ is not EventType:
         return t
     return (t.source, t.target, t.reason, t.type.value, t.message, t.n, t.condition,
             t.fallback, t.controller)  # fmt: skip
 
 
-def _entry(flat: tuple[Any, ...], ref: ObjectRef, machine: str) -> JournalEntry:
-    version, observation = flat[0], flat[1]
+def _entry(flat: tuple[Any, ...]) -> JournalEntry:
+    version, observation, ref, machine = flat[:4]
     transitions = tuple(
         p
         if isinstance(p, Transition)
@@ -152,6 +158,6 @@ def _entry(flat: tuple[Any, ...], ref: ObjectRef, machine: str) -> JournalEntry:
             p[7],
             p[8],
         )
-        for p in flat[2:]
+        for p in flat[4:]
     )
     return JournalEntry(version, observation, transitions)

@@ -28,7 +28,6 @@ class FaultyStore:
     def __init__(self, inner: Store) -> None:
         self.inner = inner
         self._faults: dict[str, list[Fault]] = {}
-        self.load = inner.load  # type: ignore[method-assign]  # reads are never faulted
 
     def inject(self, uid: str, fault: Fault, times: int = 1) -> None:
         if fault not in FAULTS:
