@@ -289,16 +289,19 @@ def _full(ref: ObjectRef) -> str:
 def _run(
     trace: Iterable[TraceLine],
     runner: Runner,
-    store: FaultyStore,
     name: str,
     each: Callable[[TraceLine, Result | None], object] | None = None,
 ) -> None:
-    """Feed every line to ``runner`` (faults to ``store``), handing each line and its result
-    (``None`` for a fault line) to ``each``."""
+    """Feed every line to ``runner``, handing each line and its result (``None`` for a fault
+    line) to ``each``. The first fault line puts a :class:`FaultyStore` in front of the
+    runner's store; a trace without faults never pays for one."""
     observe = runner.observe
+    faulty: FaultyStore | None = None
     for record in trace:
         if isinstance(record, FaultLine):
-            store.inject(record.ref.uid, record.fault, record.times)  # type: ignore[arg-type]
+            if faulty is None:
+                faulty = runner.store = FaultyStore(runner.store)
+            faulty.inject(record.ref.uid, record.fault, record.times)  # type: ignore[arg-type]
             result = None
         else:
             try:
@@ -324,9 +327,8 @@ def check(
     emitted, nothing written): a line the machines refuse raises :class:`TraceError`."""
     machines = machines if machines is not None else default_registry()
     policy = RetryPolicy(backoff=0.0)
-    dry = FaultyStore(OverlayStore(store))
-    runner = Runner(dry, (), machines=machines, policy=policy, logger=_SILENT)
-    _run(trace, runner, dry, name)
+    runner = Runner(OverlayStore(store), (), machines=machines, policy=policy, logger=_SILENT)
+    _run(trace, runner, name)
 
 
 def replay(
@@ -356,9 +358,8 @@ def replay(
         if not isinstance(trace, Sequence):
             trace = list(trace)  # the dry run reads it once, the replay again
         check(trace, store, name=name, machines=machines)
-    real = FaultyStore(store)
     policy = RetryPolicy(backoff=0.0)
-    runner = Runner(real, tuple(emitters), machines=machines, policy=policy)
+    runner = Runner(store, tuple(emitters), machines=machines, policy=policy)
     results: list[Result] = []
     each = on_result
     if keep_results:
@@ -369,7 +370,7 @@ def replay(
             if result is not None:
                 results.append(result)
 
-    _run(trace, runner, real, name, each)
+    _run(trace, runner, name, each)
     return results
 
 
