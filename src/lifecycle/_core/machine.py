@@ -235,37 +235,23 @@ class Machine(Generic[S]):
 
     def _compile(self, steps: tuple[Step, ...]) -> Callable[[Any, Any], Any]:
         """The rows of one (state, observation type) as one function: each guard in table
-        order, then its row's effect called directly (no loop, no intermediate closure)."""
+        order, then its row's step (no loop over the rows)."""
         if len(steps) == 1 and steps[0].guard is None:
             return self._run(steps[0].row, steps[0].effect)
         namespace: dict[str, Any] = {"InvalidTransition": InvalidTransition, "NAME": self.name}
         lines = ["def step(s, o):"]
         for i, step in enumerate(steps):
-            call = self._call_source(step, i, namespace)
+            namespace[f"F{i}"] = self._run(step.row, step.effect)
             if step.guard is None:
-                lines.append(f"    return {call}")
+                lines.append(f"    return F{i}(s, o)")
                 break
             namespace[f"G{i}"] = step.guard
-            lines += [f"    if G{i}(s, o):", f"        return {call}"]
+            lines += [f"    if G{i}(s, o):", f"        return F{i}(s, o)"]
         else:  # every row guarded: the table's validation makes this unreachable
             lines.append("    raise InvalidTransition(NAME, s.state, o.__class__.__name__)")
         exec("\n".join(lines) + "\n", namespace)  # like attrs' own __init__
         step_fn: Callable[[Any, Any], Any] = namespace["step"]
         return step_fn
-
-    def _call_source(self, step: Step, i: int, namespace: dict[str, Any]) -> str:
-        """Source for applying ``step``'s row to ``s`` and ``o`` (names bound in ``namespace``)."""
-        namespace[f"R{i}"] = step.row
-        if step.row.ignore:
-            return "s"
-        if step.effect is not None:
-            namespace[f"E{i}"] = step.effect
-            return f"E{i}(s, o, R{i})"
-        if type(self).enter is not Machine.enter:
-            namespace["enter"] = self.enter
-            return f"enter(s, o, R{i})"
-        namespace[f"D{i}"] = _enter_step(self.status_type, step.row, self)
-        return f"D{i}(s, o)"
 
     def _run(self, row: Row, effect: Callable[[Any, Any, Row], Any] | None
              ) -> Callable[[Any, Any], Any]:  # fmt: skip
