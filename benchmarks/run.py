@@ -235,22 +235,18 @@ def run(quick: bool, only: set[str] | None) -> dict[str, Metric]:
         out["memory_per_object_bytes"] = metric(b, f"bytes/object at {objects}", None, None,
                                                 "<= 1024")  # fmt: skip
     if want("sqlite"):
-        c = sqlite_commit(100 if quick else 1000, 1 if quick else 3)
-        out["sqlite_commit_vs_eventsourcing"] = metric(
-            c["ours"] * 1e6,
-            "us/commit (WAL, synchronous=FULL)",
-            c["eventsourcing"] * 1e6,
-            c["eventsourcing"] / c["ours"],
-            ">= 3",
-        )
-        c = sqlite_commit(100 if quick else 1000, 1 if quick else 3, "NORMAL")
-        out["sqlite_normal_vs_eventsourcing"] = metric(
-            c["ours"] * 1e6,
-            "us/commit (WAL, synchronous=NORMAL: no fsync per commit)",
-            c["eventsourcing"] * 1e6,
-            c["eventsourcing"] / c["ours"],
-            "info",
-        )
+        for name, synchronous, note, target in (
+            ("sqlite_commit_vs_eventsourcing", "FULL", "", ">= 3"),
+            ("sqlite_normal_vs_eventsourcing", "NORMAL", ": no fsync per commit", "info"),
+        ):
+            c = sqlite_commit(100 if quick else 1000, 1 if quick else 3, synchronous)
+            out[name] = metric(
+                c["ours"] * 1e6,
+                f"us/commit (WAL, synchronous={synchronous}{note})",
+                c["eventsourcing"] * 1e6,
+                c["eventsourcing"] / c["ours"],
+                target,
+            )
         rate = sqlite_batched(4 if quick else 40, 500, 1 if quick else 3)
         out["sqlite_batched_obs_per_s"] = metric(
             rate if rate is not None else float("nan"),
