@@ -97,11 +97,11 @@ def test_a_stream_without_isatty_or_a_detached_one_is_not_a_terminal() -> None:
 
 
 def replay(
-    monkeypatch: pytest.MonkeyPatch, stderr: io.StringIO, *argv: str
+    monkeypatch: pytest.MonkeyPatch, stderr: io.StringIO, *argv: str, trace: Path = DEMO
 ) -> tuple[int, str, str]:
     monkeypatch.setattr(sys, "stderr", stderr)
     out = io.StringIO()
-    code = main(["replay", str(DEMO), *argv], out=out)
+    code = main(["replay", str(trace), *argv], out=out)
     return code, out.getvalue(), stderr.getvalue()
 
 
@@ -145,10 +145,8 @@ def test_a_streamed_replay_has_no_reading_phase_but_counts_its_lines_for_the_bar
     trace.write_text("# a comment\n\n" + DEMO.read_text(), encoding="utf-8")
     monkeypatch.setattr(cli, "PROGRESS_NOTE_BYTES", 0)
     monkeypatch.setattr(cli, "PROGRESS_DELAY", 0.0)
-    stderr = FakeTTY()
-    monkeypatch.setattr(sys, "stderr", stderr)
-    assert main(["replay", str(trace)], out=io.StringIO()) == 0
-    err = stderr.getvalue()
+    code, _, err = replay(monkeypatch, FakeTTY(), trace=trace)
+    assert code == 0
     assert "reading" not in err
     assert "] 10/10 100%" in err  # comments and blank lines are not counted
 
@@ -159,12 +157,9 @@ def test_a_refused_trace_leaves_no_bar_before_its_error(
     bad = tmp_path / "bad.jsonl"
     bad.write_text(DEMO.read_text() + "{not json\n", encoding="utf-8")
     monkeypatch.setattr(cli, "PROGRESS_NOTE_BYTES", 0)
-    stderr = FakeTTY()
-    monkeypatch.setattr(sys, "stderr", stderr)
-    out = io.StringIO()
     db = f"sqlite:///{tmp_path / 'r.db'}"
-    assert main(["replay", str(bad), "--store", db], out=out) == 2
-    err = stderr.getvalue()
+    code, _, err = replay(monkeypatch, FakeTTY(), "--store", db, trace=bad)
+    assert code == 2
     note, _, message = err.rpartition("\r")
     assert note.startswith(f"\rreading {bad} ...")
     assert message.lstrip(" ").startswith(f"{bad}:")  # the error starts on a clean line
@@ -176,12 +171,9 @@ def test_a_streamed_replay_refused_halfway_erases_its_bar_and_prints_nothing(
     bad = tmp_path / "bad.jsonl"
     bad.write_text(DEMO.read_text() + "{not json\n", encoding="utf-8")
     monkeypatch.setattr(cli, "PROGRESS_DELAY", 0.0)
-    stderr = FakeTTY()
-    monkeypatch.setattr(sys, "stderr", stderr)
-    out = io.StringIO()
-    assert main(["replay", str(bad)], out=out) == 2
-    assert out.getvalue() == ""  # the lines before the bad one showed nothing
-    err = stderr.getvalue()
+    code, out, err = replay(monkeypatch, FakeTTY(), trace=bad)
+    assert code == 2
+    assert out == ""  # the lines before the bad one showed nothing
     bar, _, message = err.rpartition("\r")
     assert "replaying [" in bar  # the bar was drawn while the good lines were replayed
     n = len(DEMO.read_text().splitlines()) + 1
@@ -194,7 +186,6 @@ def test_the_bar_counts_lines_that_end_in_a_carriage_return_alone(
     trace = tmp_path / "t.jsonl"
     trace.write_text(DEMO.read_text().replace("\n", "\r"), encoding="utf-8", newline="")
     monkeypatch.setattr(cli, "PROGRESS_DELAY", 0.0)
-    stderr = FakeTTY()
-    monkeypatch.setattr(sys, "stderr", stderr)
-    assert main(["replay", str(trace)], out=io.StringIO()) == 0
-    assert "] 10/10 100%" in stderr.getvalue()
+    code, _, err = replay(monkeypatch, FakeTTY(), trace=trace)
+    assert code == 0
+    assert "] 10/10 100%" in err
