@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from ._core.errors import (
     Conflict,
+    IdentityMismatch,
     InvalidObservation,
     InvalidTransition,
     LifecycleError,
@@ -57,6 +58,7 @@ __all__ = [
     "Emitter",
     "EventType",
     "Flip",
+    "IdentityMismatch",
     "InvalidObservation",
     "InvalidTransition",
     "JournalEntry",

@@ -2,6 +2,26 @@
 
 from __future__ import annotations
 
+import reprlib
+
+_PREVIEW = reprlib.Repr()
+_PREVIEW.maxstring = 60
+_PREVIEW.maxother = 60
+_PREVIEW.maxlevel = 3
+_PREVIEW.maxlist = _PREVIEW.maxtuple = _PREVIEW.maxdict = _PREVIEW.maxset = 4
+
+
+def preview(value: object, limit: int = 80) -> str:
+    """A bounded ``repr`` of ``value`` for error messages: never longer than ``limit``
+    characters, and never recursive without bound (deep or huge values are elided)."""
+    try:
+        text = _PREVIEW.repr(value)
+    except Exception:  # a hostile __repr__: say what it is, not what it says
+        text = f"<{type(value).__name__}>"
+    if len(text) > limit:
+        text = text[: limit - 3] + "..."
+    return text
+
 
 class LifecycleError(Exception):
     """Base class of every error this library raises on purpose."""
@@ -50,6 +70,21 @@ class Conflict(StoreError):
         self.actual = actual
         super().__init__(
             f"write conflict on {uid}: expected version {expected}, store has {actual}"
+        )
+
+
+class IdentityMismatch(LifecycleError):
+    """A load or commit whose object identity (kind, namespace, name, uid) disagrees with
+    the object a store holds under that uid. Nothing is written: a uid names one object."""
+
+    def __init__(self, uid: str, stored: tuple[str, str, str], given: tuple[str, str, str]) -> None:
+        self.uid = uid
+        self.stored = stored
+        self.given = given
+        super().__init__(
+            f"uid {preview(uid)} is stored as {'/'.join(map(preview, stored))} "
+            f"(kind/namespace/name), not {'/'.join(map(preview, given))}: "
+            "a uid names one object"
         )
 
 
