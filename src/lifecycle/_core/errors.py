@@ -77,13 +77,24 @@ class IdentityMismatch(LifecycleError):
     """A load or commit whose object identity (kind, namespace, name, uid) disagrees with
     the object a store holds under that uid. Nothing is written: a uid names one object."""
 
-    def __init__(self, uid: str, stored: tuple[str, str, str], given: tuple[str, str, str]) -> None:
+    def __init__(
+        self,
+        uid: str,
+        stored: tuple[str, str, str],
+        given: tuple[str, str, str],
+        *,
+        machines: tuple[str, str] | None = None,
+    ) -> None:
         self.uid = uid
         self.stored = stored
         self.given = given
+        #: (stored machine, given machine) when the machines disagree, else ``None``
+        self.machines = machines
+        by = "" if machines is None else f" by machine {preview(machines[0])}"
+        asked = "" if machines is None else f" by machine {preview(machines[1])}"
         super().__init__(
-            f"uid {preview(uid)} is stored as {'/'.join(map(preview, stored))} "
-            f"(kind/namespace/name), not {'/'.join(map(preview, given))}: "
+            f"uid {preview(uid)} is stored as {'/'.join(map(preview, stored))}{by} "
+            f"(kind/namespace/name), not {'/'.join(map(preview, given))}{asked}: "
             "a uid names one object"
         )
 

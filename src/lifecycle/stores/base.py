@@ -7,7 +7,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import attrs
 
-from .._core.errors import StoreError
+from .._core.errors import IdentityMismatch, StoreError
 from .._core.machine import Machine
 from .._core.observation import Observation
 from .._core.refs import EventType, ObjectRef
@@ -53,6 +53,44 @@ class CommitItem:
     status: Any
     observation: Observation
     transitions: tuple[Transition, ...]
+
+
+def check_identity(
+    stored_machine: str,
+    stored_kind: str,
+    stored_namespace: str,
+    stored_name: str,
+    machine: str,
+    ref: ObjectRef,
+) -> None:
+    """The identity rule, shared by every store: a uid names one object.
+
+    ``stored_*`` are what the store holds under ``ref.uid``; ``machine`` and ``ref`` are what
+    a load or commit gives. Raises :class:`~lifecycle.IdentityMismatch` when the kind,
+    namespace, name or machine differ. Call it before anything is written (inside the same
+    read, or the same transaction as the compare-and-set), so a refused write leaves nothing.
+    """
+    if (
+        stored_kind == ref.kind
+        and stored_name == ref.name
+        and stored_namespace == ref.namespace
+        and stored_machine == machine
+    ):
+        return
+    raise IdentityMismatch(
+        ref.uid,
+        (stored_kind, stored_namespace, stored_name),
+        (ref.kind, ref.namespace, ref.name),
+        machines=None if stored_machine == machine else (stored_machine, machine),
+    )
+
+
+def check_record(record: Record, machine: str, ref: ObjectRef) -> None:
+    """:func:`check_identity` against a stored :class:`Record`."""
+    stored = record.ref
+    if record.machine == machine and (stored is ref or stored == ref):
+        return
+    check_identity(record.machine, stored.kind, stored.namespace, stored.name, machine, ref)
 
 
 @runtime_checkable
