@@ -255,7 +255,7 @@ def page(machine: Machine[Any]) -> str:
         f"# {machine.kind} (`{machine.name}`)",
         "",
         prose(module.__doc__),
-        f"Source: `{module.__name__}`; reference behaviour in `shared/domain/`.",
+        f"Source: `{module.__name__}`; upstream behaviour in [`docs/upstream/`](../upstream/).",
         "",
         "## Diagram",
         "",

@@ -1,5 +1,5 @@
 """The Modal adapter on the SDK fake: provision, every observation row of the domain table
-(``shared/domain/pod-nodeclaim.md`` §4, Modal), each upstream-bug correction as its own test,
+(``docs/upstream/pod-nodeclaim.md``, Modal), each upstream-bug correction as its own test,
 and terminate."""
 
 from __future__ import annotations

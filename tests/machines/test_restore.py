@@ -1,5 +1,5 @@
 """The Restore gate machine: a test per table row (and a meta-test that every row has one),
-then the behaviours of shared/domain/restore-gate.md: attempt key, bypass before suppression,
+then the behaviours of docs/upstream/restore-gate.md: attempt key, bypass before suppression,
 strict annotation, manifest versions, Unknown and on_unknown=warn, one code on every surface,
 Recording with capped backoff, cleanup, privacy."""
 

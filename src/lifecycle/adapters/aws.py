@@ -1,6 +1,6 @@
 """AWS EC2 instances -> Pod observations (extra ``aws``; ``boto3`` is imported lazily).
 
-Behaviour follows ``shared/domain/pod-nodeclaim.md`` §4 (AWS EC2), with the corrections of
+Behaviour follows ``docs/upstream/pod-nodeclaim.md`` ("Providers", AWS EC2), with the corrections of
 ADR 0021:
 
 - Provision is one ``create_fleet`` (``Type='instant'``, ``TotalTargetCapacity=1``, spot or

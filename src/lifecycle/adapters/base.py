@@ -2,7 +2,7 @@
 classification, the provider error, the mapping from an instance state to a Pod observation,
 and the plumbing of a live adapter (its clock, and handing what it returns to a recorder).
 
-Layering follows the domain (``shared/domain/pod-nodeclaim.md``): provider vocabulary ->
+Layering follows the domain (``docs/upstream/pod-nodeclaim.md``): provider vocabulary ->
 :class:`InstanceState` (each adapter's own mapping) -> a Pod observation (here, once for all).
 """
 

@@ -1,6 +1,6 @@
 """The fake provider: an in-memory stand-in for Modal or EC2 that tests and examples script.
 
-As upstream's fake (``shared/domain/pod-nodeclaim.md`` §4): Provision gives id ``fake-N``,
+As upstream's fake (``docs/upstream/pod-nodeclaim.md``, "Providers"): Provision gives id ``fake-N``,
 endpoint ``fake://<id>``, ``reserved=True``, idempotent by claim, and the instance is Running
 at once, so the first poll reads Running/Ready. Terminate deletes it; List returns them all.
 

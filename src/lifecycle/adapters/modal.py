@@ -1,6 +1,6 @@
 """Modal sandboxes -> Pod observations (extra ``modal``; the SDK is imported lazily).
 
-Behaviour follows ``shared/domain/pod-nodeclaim.md`` §4 (Modal), with the upstream bugs
+Behaviour follows ``docs/upstream/pod-nodeclaim.md`` ("Providers", Modal), with the upstream bugs
 corrected (ADR 0020):
 
 - a tag read failure makes the observation :class:`InstanceUnknown` (changes nothing): never

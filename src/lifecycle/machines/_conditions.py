@@ -1,6 +1,6 @@
 """The condition model shared by the Job, Workflow, Certification and WorkloadRun machines.
 
-Behaviour follows ``shared/domain/workflow-job-certification.md`` §(a) (NVCRE ADR-080):
+Behaviour follows ``docs/upstream/workflow-job-certification.md`` ("The condition model"):
 
 - a condition is ``{type, status, reason, message, observedGeneration, lastTransitionTime}``;
   upserting one keeps ``lastTransitionTime`` unless its status changed (:func:`upsert`);

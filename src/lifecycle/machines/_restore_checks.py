@@ -3,8 +3,8 @@
 Every rule here is a pure function of recorded facts (:class:`Manifest`) and target facts
 (:class:`TargetFacts`). A gate runs *all* of its checks in the fixed order of :data:`CHECKS`;
 the primary code is the first failure and the message lists every problem
-(``shared/domain/restore-gate.md`` §(a), §(d)3). Compared values are shown in messages by
-privacy class (§(d)8); :attr:`GateReport.debug` keeps the full values for debug logs only.
+(``docs/upstream/restore-gate.md``, "The checks"). Compared values are shown in messages by
+privacy class ("Privacy" there); :attr:`GateReport.debug` keeps the full values for debug logs only.
 """
 
 from __future__ import annotations

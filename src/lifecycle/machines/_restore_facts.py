@@ -1,7 +1,7 @@
 """Records of the Restore gate: the manifest's recorded facts, the target's facts, the policy,
 the attempt key, and the table of machine-readable codes.
 
-Behaviour follows ``shared/domain/restore-gate.md`` §(a), §(c) and §(d). Every record is a
+Behaviour follows ``docs/upstream/restore-gate.md`` (the checks, the manifest). Every record is a
 frozen attrs class; observations of :mod:`lifecycle.machines.restore` nest them, so a trace
 line can carry a whole manifest as nested JSON.
 """

@@ -2,8 +2,8 @@
 
     restore check MANIFEST TARGET [--on-unknown block|warn] [--volumes identity|presence]
 
-``MANIFEST`` is the snapshot's ``manifest.yaml`` (shape of ``shared/domain/restore-gate.md``
-§(c), camelCase; YAML is safe-loaded). ``TARGET`` holds the destination's facts::
+``MANIFEST`` is the snapshot's ``manifest.yaml`` (shape of ``docs/upstream/restore-gate.md``,
+"The manifest", camelCase; YAML is safe-loaded). ``TARGET`` holds the destination's facts::
 
     cpuArch: amd64
     kernelVersion: 6.8.0-1015-aws

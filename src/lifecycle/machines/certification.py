@@ -1,7 +1,6 @@
 """The Certification lifecycle: one Workflow per certification category, run in turn.
 
-Behaviour follows ``shared/domain/workflow-job-certification.md`` §(a) "Certification" and
-sites 7-9 of §(b). The Certification reads its Workflows through their committed statuses
+Behaviour follows ``docs/upstream/workflow-job-certification.md`` ("Certification"). The Certification reads its Workflows through their committed statuses
 (:class:`WorkflowObserved`, wired by :mod:`lifecycle.links`).
 
 - No schedulable nodes: InProgress / ``WaitingForNodes`` with a countdown (the message changes

@@ -1,7 +1,7 @@
 """The Job lifecycle: one workload (``{Kind}/{job}-workload``) on one group of nodes.
 
-Behaviour follows ``shared/domain/workflow-job-certification.md`` §(a) "Job" and sites 1-3,
-13-16 of §(b): the exclusive set InProgress/Succeeded/Failed, and two verdict conditions
+Behaviour follows ``docs/upstream/workflow-job-certification.md`` ("Job", and "When an
+event is sent"): the exclusive set InProgress/Succeeded/Failed, and two verdict conditions
 outside it, ``HardwareFailed`` (True only) and ``ValidationFailed`` (performance thresholds,
 decided after Succeeded; a miss never fails the Job).
 

@@ -1,7 +1,7 @@
 """The NodeClaim lifecycle: the claim a virtual node holds for each placed pod.
 
-Behaviour follows ``shared/domain/pod-nodeclaim.md`` §3 (Nebula's NodeClaim controller at
-HEAD, after #60). The claim reads the Pod only, never the provider: its observations are
+Behaviour follows ``docs/upstream/pod-nodeclaim.md`` ("NodeClaim": the controller as it
+stands today). The claim reads the Pod only, never the provider: its observations are
 committed Pod statuses (:class:`PodObserved`, wired by :mod:`lifecycle.links`) and the Pod's
 absence. Recommended and built here: a legacy ``Initializing`` phase is read as ``Bound``.
 """

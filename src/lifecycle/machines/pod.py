@@ -1,6 +1,6 @@
 """The Pod lifecycle of a pod placed on an external instance (Modal sandbox, EC2 instance).
 
-Behaviour follows ``shared/domain/pod-nodeclaim.md`` §2 (Nebula's virtual-kubelet handler),
+Behaviour follows ``docs/upstream/pod-nodeclaim.md`` (the virtual-kubelet provider),
 with one deliberate improvement: an observation that could not be made
 (:class:`InstanceUnknown`) changes nothing, so it never demotes a Running pod and never reads
 as "absent, therefore terminated".

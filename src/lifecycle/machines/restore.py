@@ -1,7 +1,7 @@
 """The Restore compatibility gate: one restore attempt of a GPU pod from a checkpoint.
 
-Behaviour follows ``shared/domain/restore-gate.md`` (§(b) states T1-T15, §(d) the review
-findings, building every [lib] recommendation). Before any restore work, gate A compares the
+Behaviour follows ``docs/upstream/restore-gate.md`` (states T1-T15, and the reviewed
+recommendations on versions, volume identity, privacy and the verdict memo). Before any restore work, gate A compares the
 manifest's recorded facts with the node, gate B with the placeholder and its GPUs; every check
 runs, the first failure is the primary code, and one CamelCase code is on every surface
 (condition reason, log field ``code``, Event note prefix ``code=… gate=…``). A verdict that

@@ -1,8 +1,8 @@
 """The Workflow lifecycle: nodes discovered, partitioned into groups, one Job per group for
 each of ``iterations`` rounds, failed groups drained and retried.
 
-Behaviour follows ``shared/domain/workflow-job-certification.md`` §(a) "Workflow" and sites
-4-6 and 16 of §(b). The Workflow reads its Jobs only through their committed statuses
+Behaviour follows ``docs/upstream/workflow-job-certification.md`` ("Workflow", and the Job
+timeout write). The Workflow reads its Jobs only through their committed statuses
 (:class:`JobObserved`, wired by :mod:`lifecycle.links`), and its timeout write on a Job goes
 back down the same way (the Job's :class:`~lifecycle.machines.job.TimedOut`).
 

@@ -1,7 +1,7 @@
 """The WorkloadRun lifecycle: a user-facing run that builds one Workflow and mirrors it.
 
-Behaviour follows ``shared/domain/workflow-job-certification.md`` §(a) "WorkloadRun" and
-sites 10-12 of §(b):
+Behaviour follows ``docs/upstream/workflow-job-certification.md`` ("WorkloadRun", and
+"When an event is sent": one direct write per pass):
 
 - non-true exclusive conditions get reason ``Superseded`` and no observedGeneration;
 - every write is one direct status update (``write_attempts = 1``): a conflict is not
