@@ -100,6 +100,10 @@ class Store(Protocol):
     ``commit`` is atomic: the status, the journal entry and the outbox rows are written
     together or not at all. It raises :class:`~lifecycle.Conflict` when the stored version is
     not ``expected`` and :class:`~lifecycle.StoreError` for anything else that went wrong.
+
+    A uid names one object: ``load``, ``commit``, ``journal`` (and ``snapshot``) of a ref
+    whose kind, namespace, name or machine differ from those stored under its uid raise
+    :class:`~lifecycle.IdentityMismatch` (see :func:`check_identity`), and write nothing.
     """
 
     def load(self, machine: Machine[Any], ref: ObjectRef) -> Record | None: ...
@@ -134,6 +138,13 @@ class BatchStore(Protocol):
     :class:`~lifecycle.StoreError` that refused it. It raises :class:`StoreError` only when
     the batch as a whole failed, and then nothing of it was written. Items of one object are
     applied in order (the second expects the version the first writes).
+
+    An item whose uid is stored for another object (:func:`check_identity`) is bad input,
+    not a store failure: ``load_many`` and ``commit_many`` then raise
+    :class:`~lifecycle.IdentityMismatch` for the whole call, and ``commit_many`` writes
+    nothing of the batch. (The runners then find the item one object at a time, and only it
+    fails.) Per-item results stay ``int | StoreError``: a caller that does not know the rule
+    gets an exception, never an impostor counted as written.
     """
 
     def load_many(self, items: Sequence[tuple[Machine[Any], ObjectRef]]) -> list[Record | None]: ...

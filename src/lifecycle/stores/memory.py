@@ -13,7 +13,14 @@ from .._core.machine import Machine
 from .._core.observation import Observation
 from .._core.refs import EventType, ObjectRef
 from .._core.transition import Transition
-from .base import JournalEntry, Record, Snapshot, journal_start, plan_compaction
+from .base import (
+    JournalEntry,
+    Record,
+    Snapshot,
+    check_record,
+    journal_start,
+    plan_compaction,
+)
 
 _log = structlog.get_logger("lifecycle.stores")
 
@@ -38,7 +45,12 @@ class MemoryStore:
         self._lock = threading.Lock()
 
     def load(self, machine: Machine[Any], ref: ObjectRef) -> Record | None:
-        return self._records.get(ref.uid)
+        """The stored record, or ``None``; :class:`~lifecycle.IdentityMismatch` when the
+        uid is stored for another object (kind, namespace, name or machine)."""
+        record = self._records.get(ref.uid)
+        if record is not None and (record.ref is not ref or record.machine is not machine.name):
+            check_record(record, machine.name, ref)  # (the same objects: nothing to compare)
+        return record
 
     def commit(
         self,
@@ -59,7 +71,12 @@ class MemoryStore:
         outbox = {t.id: t for t in transitions}
         with self._lock:
             current = self._records.get(ref.uid)
-            actual = 0 if current is None else current.version
+            if current is None:
+                actual = 0
+            else:
+                if current.ref is not ref or current.machine is not name:
+                    check_record(current, name, ref)
+                actual = current.version
             if actual != expected:
                 raise Conflict(ref.uid, expected, actual)
             self._records[ref.uid] = Record(ref, name, status, version)
@@ -69,12 +86,18 @@ class MemoryStore:
             return version
 
     def journal(self, machine: Machine[Any], ref: ObjectRef) -> list[JournalEntry]:
+        record = self._records.get(ref.uid)
+        if record is not None:
+            check_record(record, machine.name, ref)
         return [_entry(flat) for flat in self._journals.get(ref.uid, ())]
 
     def records(self, machine: Machine[Any]) -> Iterator[Record]:
         return iter([r for r in self._records.values() if r.machine == machine.name])
 
     def snapshot(self, machine: Machine[Any], ref: ObjectRef) -> Snapshot | None:
+        record = self._records.get(ref.uid)
+        if record is not None:
+            check_record(record, machine.name, ref)
         return self._snapshots.get(ref.uid)
 
     def compact(

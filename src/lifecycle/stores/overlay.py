@@ -53,6 +53,7 @@ class FaultyStore:
     ) -> int:
         queue = self._faults.get(ref.uid)
         if queue:
+            self.inner.load(machine, ref)  # an impostor is refused as such, not as a fault
             fault = queue.pop(0)
             if fault == "conflict":
                 raise Conflict(ref.uid, expected, None)
@@ -78,7 +79,10 @@ class FaultyStore:
 class OverlayStore(MemoryStore):
     """Writes go to memory; reads of objects not yet written here come from ``base``.
 
-    ``base`` is never written: a dry run over it leaves it exactly as it was.
+    ``base`` is never written: a dry run over it leaves it exactly as it was. The identity
+    rule holds across both: a ref whose uid ``base`` (or an earlier write here) holds for
+    another object raises :class:`~lifecycle.IdentityMismatch`, so a dry run meets the
+    refusal the real run would.
     """
 
     def __init__(self, base: Store) -> None:

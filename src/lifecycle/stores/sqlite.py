@@ -31,6 +31,7 @@ from .base import (
     JournalEntry,
     Record,
     Snapshot,
+    check_identity,
     journal_start,
     plan_compaction,
     transition_from_row,
@@ -82,6 +83,8 @@ CREATE TABLE IF NOT EXISTS snapshots (
 """
 
 Synchronous = Literal["OFF", "NORMAL", "FULL", "EXTRA"]
+#: An object's row with its identity, to check it in the same read (``check_identity``).
+_LOAD = "SELECT version, status, machine, kind, namespace, name FROM objects WHERE uid = ?"
 
 
 class SQLiteStore:
@@ -154,17 +157,20 @@ class SQLiteStore:
 
     # -- the protocol -------------------------------------------------------------------
     def load(self, machine: Machine[Any], ref: ObjectRef) -> Record | None:
+        """The stored record, or ``None``; :class:`~lifecycle.IdentityMismatch` when the
+        uid is stored for another object (its identity is read in the same ``SELECT``)."""
         with self._lock:
             try:
-                row = self._db.execute(
-                    "SELECT version, status FROM objects WHERE uid = ?", (ref.uid,)
-                ).fetchone()
+                row = self._db.execute(_LOAD, (ref.uid,)).fetchone()
             except sqlite3.Error as e:
                 raise self._fail(f"load of {ref.uid}", e) from e
         if row is None:
             return None
+        version, status, m, kind, namespace, name = row
+        if m != machine.name or kind != ref.kind or namespace != ref.namespace or name != ref.name:
+            check_identity(m, kind, namespace, name, machine.name, ref)
         with self._decoding(f"status of {ref.uid}"):
-            return Record(ref, machine.name, machine.load_status(json.loads(row[1])), row[0])
+            return Record(ref, machine.name, machine.load_status(json.loads(status)), version)
 
     def commit(
         self,
@@ -257,32 +263,52 @@ class SQLiteStore:
                     ),
                 )
             except sqlite3.IntegrityError:
-                raise self._conflict(ref, expected) from None
+                raise self._conflict(row.machine, ref, expected) from None
         else:
+            # the identity is part of the compare-and-set: a row stored for another object
+            # is not updated, and _conflict says which it was
             cur = db.execute(
-                "UPDATE objects SET state = ?, version = ?, status = ? "
-                "WHERE uid = ? AND version = ?",
-                (row.state, version, row.status, ref.uid, expected),
+                "UPDATE objects SET state = ?, version = ?, status = ? WHERE uid = ? "
+                "AND version = ? AND machine = ? AND kind = ? AND namespace = ? AND name = ?",
+                (
+                    row.state,
+                    version,
+                    row.status,
+                    ref.uid,
+                    expected,
+                    row.machine,
+                    ref.kind,
+                    ref.namespace,
+                    ref.name,
+                ),
             )
             if cur.rowcount != 1:
-                raise self._conflict(ref, expected)
+                raise self._conflict(row.machine, ref, expected)
 
     # -- batches (BatchStore) -----------------------------------------------------------
     def load_many(self, items: Sequence[tuple[Machine[Any], ObjectRef]]) -> list[Record | None]:
-        """Each object's record (or ``None``), read in one consistent snapshot."""
+        """Each object's record (or ``None``), read in one consistent snapshot. An item whose
+        uid is stored for another object refuses the whole read with
+        :class:`~lifecycle.IdentityMismatch` (see :class:`~lifecycle.stores.BatchStore`)."""
         uids = list(dict.fromkeys(ref.uid for _, ref in items))
-        found: dict[str, tuple[int, str]] = {}
+        found: dict[str, tuple[Any, ...]] = {}
         with self._lock:
             try:
                 for start in range(0, len(uids), _CHUNK):
                     chunk = uids[start : start + _CHUNK]
                     marks = ",".join("?" * len(chunk))
-                    for uid, version, status in self._db.execute(
-                        f"SELECT uid, version, status FROM objects WHERE uid IN ({marks})", chunk
+                    for uid, *row in self._db.execute(
+                        "SELECT uid, version, status, machine, kind, namespace, name "
+                        f"FROM objects WHERE uid IN ({marks})",
+                        chunk,
                     ):
-                        found[uid] = (version, status)
+                        found[uid] = tuple(row)
             except sqlite3.Error as e:
                 raise self._fail(f"load of {len(uids)} objects", e) from e
+        for machine, ref in items:  # the whole read is refused if one item is an impostor
+            row = found.get(ref.uid)
+            if row is not None and row[2:] != (machine.name, ref.kind, ref.namespace, ref.name):
+                check_identity(row[2], row[3], row[4], row[5], machine.name, ref)
         out: list[Record | None] = []
         for machine, ref in items:
             row = found.get(ref.uid)
@@ -299,7 +325,9 @@ class SQLiteStore:
 
         A conflicting item is reported (and writes nothing); the others commit. If the
         transaction itself fails on an item's row (a stray journal or outbox row), it is
-        rolled back and the items are committed one by one, so only that item is refused.
+        rolled back and done again with each item in its own savepoint, so only that item is
+        refused. An item whose uid is stored for another object refuses the whole batch with
+        :class:`~lifecycle.IdentityMismatch`: the transaction is rolled back, nothing written.
         """
         rows: list[_Row | StoreError] = []
         for item in items:
@@ -343,32 +371,55 @@ class SQLiteStore:
                         db.executemany("INSERT INTO outbox VALUES (?, ?, ?, ?, ?, ?, ?)", outbox)
                 return out
             except sqlite3.IntegrityError:
-                pass  # a stray row: find the item it belongs to, one commit at a time
+                pass  # a stray row: find the item it belongs to, one savepoint at a time
             except sqlite3.Error as e:
                 raise self._fail(f"commit of {len(items)} objects", e) from e
-        out = []
-        for row in rows:
-            if isinstance(row, StoreError):
-                out.append(row)
-                continue
             try:
-                with self._lock, self._transaction() as db:
-                    self._write(db, row, lease_until)
-            except StoreError as e:
-                out.append(e)
+                with self._transaction() as db:
+                    return [self._savepoint(db, row, lease_until) for row in rows]
             except sqlite3.Error as e:
-                out.append(self._fail(f"commit of {row.ref.uid} v{row.expected + 1}", e))
-            else:
-                out.append(row.expected + 1)
-        return out
+                raise self._fail(f"commit of {len(items)} objects", e) from e
 
-    def _conflict(self, ref: ObjectRef, expected: int) -> Conflict:
-        row = self._db.execute("SELECT version FROM objects WHERE uid = ?", (ref.uid,)).fetchone()
-        return Conflict(ref.uid, expected, None if row is None else row[0])
+    def _savepoint(
+        self, db: sqlite3.Connection, row: _Row | StoreError, lease_until: float
+    ) -> int | StoreError:
+        """One item of a batch in its own savepoint: its version, or why it was refused."""
+        if isinstance(row, StoreError):
+            return row
+        db.execute("SAVEPOINT item")
+        try:
+            self._write(db, row, lease_until)
+        except StoreError as e:
+            db.execute("ROLLBACK TO item")
+            return e
+        except sqlite3.Error as e:
+            db.execute("ROLLBACK TO item")
+            return self._fail(f"commit of {row.ref.uid} v{row.expected + 1}", e)
+        finally:
+            db.execute("RELEASE item")
+        return row.expected + 1
+
+    def _conflict(self, machine: str, ref: ObjectRef, expected: int) -> Conflict:
+        """Why a compare-and-set failed: the :class:`Conflict` to raise, or (raised here)
+        :class:`~lifecycle.IdentityMismatch` when the uid is stored for another object."""
+        row = self._db.execute(_LOAD, (ref.uid,)).fetchone()
+        if row is None:
+            return Conflict(ref.uid, expected, None)
+        check_identity(row[2], row[3], row[4], row[5], machine, ref)
+        return Conflict(ref.uid, expected, row[0])
+
+    def _identity(self, machine: Machine[Any], ref: ObjectRef) -> None:
+        """:func:`check_identity` of ``ref`` against its stored row (if there is one)."""
+        row = self._db.execute(
+            "SELECT machine, kind, namespace, name FROM objects WHERE uid = ?", (ref.uid,)
+        ).fetchone()
+        if row is not None:
+            check_identity(row[0], row[1], row[2], row[3], machine.name, ref)
 
     def journal(self, machine: Machine[Any], ref: ObjectRef) -> list[JournalEntry]:
         with self._lock:
             try:
+                self._identity(machine, ref)
                 rows = self._db.execute(
                     "SELECT version, at, observation, fields, transitions FROM journal "
                     "WHERE uid = ? ORDER BY version",
@@ -406,6 +457,7 @@ class SQLiteStore:
     def snapshot(self, machine: Machine[Any], ref: ObjectRef) -> Snapshot | None:
         with self._lock:
             try:
+                self._identity(machine, ref)
                 row = self._db.execute(
                     "SELECT version, status FROM snapshots WHERE uid = ?", (ref.uid,)
                 ).fetchone()
