@@ -649,6 +649,89 @@ def test_close_right_after_a_pass_stops_the_waiter_at_once(fake_modal: FakeModal
         asyncio.run(scenario())
 
 
+def test_aclose_right_after_provision_adopted_a_probe_sandbox_ends(fake_modal: FakeModal) -> None:
+    """Regression: ``provision`` adopted an initializing probe-gated sandbox and started its
+    waiter without yielding, so ``aclose`` cancelled the waiter before its first step; such a
+    task never ran its cleanup, kept ``entry.waiter`` set, and ``drain`` spun at 100 % CPU
+    forever. The whole scenario runs under ``asyncio.wait_for`` (one task: no extra hop lets
+    the waiter take a step first) so a regression fails here instead of hanging the suite."""
+
+    async def scenario(fake: FakeModal) -> None:
+        sid = seed(fake, A, probe=True)
+        adapter = AsyncModalAdapter(sdk=fake, readiness_budget=3)
+        obs = await adapter.provision(A, SandboxSpec(image="x"))
+        assert obs == ProvisionSucceeded(at=obs.at, reserved=False, instance_id=sid)
+        assert adapter.latch.waiting(sid)  # started, not yet run a step
+        await adapter.aclose()
+        assert not adapter.latch.waiters()
+        assert not adapter.latch.waiting(sid)
+        assert fake.waiting(sid) == 0
+
+    asyncio.run(asyncio.wait_for(scenario(fake_modal), 2.0))
+    for _ in range(4):  # fresh fakes: the same interleaving each time
+        asyncio.run(asyncio.wait_for(scenario(FakeModal()), 2.0))
+
+
+def test_a_waiter_cancelled_before_its_first_step_can_be_started_again(
+    fake_modal: FakeModal,
+) -> None:
+    """A waiter cancelled before it ran (a prune, a forget racing its start) leaves no stale
+    handle: the next miss starts a new waiter, which latches."""
+
+    async def scenario() -> None:
+        sid = seed(fake_modal, A, probe=True)
+        adapter = AsyncModalAdapter(sdk=fake_modal)
+        await adapter.provision(A, SandboxSpec(image="x"))
+        (waiter,) = adapter.latch.waiters()
+        waiter.cancel()  # before its first step
+        await asyncio.sleep(0)
+        await asyncio.sleep(0)
+        assert waiter.cancelled()
+        assert not adapter.latch.waiting(sid)
+        fake_modal.set_ready(sid)
+        await adapter.observe({A: sid})  # a miss: a new waiter
+        await adapter.latch.drain()
+        assert adapter.latch.is_set(sid)
+        await adapter.aclose()
+
+    asyncio.run(asyncio.wait_for(scenario(), 2.0))
+
+
+def test_a_failed_terminate_leaves_the_latch_and_the_sandbox_stays_ready(
+    fake_modal: FakeModal, modal_adapter: ModalAdapter
+) -> None:
+    """Upstream leaves the pod unchanged when Terminate fails: the sandbox keeps running, and
+    its confirmed readiness must survive (it was forgotten before the call, for good)."""
+    sid = seed(fake_modal, A, probe=True, ready=True)
+    modal_adapter.observe({A: sid})
+    modal_adapter.drain()
+    assert modal_adapter.latch.is_set(sid)
+    for operation in ("Sandbox.terminate", "Sandbox.from_id"):
+        fake_modal.fail(operation, exception.ServiceError("503"))
+        assert isinstance(modal_adapter.terminate(A, sid), TerminateFailed)
+        assert modal_adapter.latch.is_set(sid)
+        obs = modal_adapter.observe({A: sid})[A]
+        assert obs == InstanceRunning(at=obs.at, instance_id=sid, readiness_confirmed=True)
+    # ... and a terminate that succeeds still forgets it for good
+    assert isinstance(modal_adapter.terminate(A, sid), TerminateSucceeded)
+    assert not modal_adapter.latch.is_set(sid)
+
+
+def test_a_failed_terminate_leaves_a_pending_waiter_running(
+    fake_modal: FakeModal, modal_adapter: ModalAdapter
+) -> None:
+    sid = seed(fake_modal, A, probe=True)
+    modal_adapter.observe({A: sid})
+    assert modal_adapter.latch.waiting(sid)
+    fake_modal.fail("Sandbox.terminate", exception.ServiceError("503"))
+    assert isinstance(modal_adapter.terminate(A, sid), TerminateFailed)
+    assert modal_adapter.latch.waiting(sid)
+    fake_modal.set_ready(sid)
+    modal_adapter.drain()
+    obs = modal_adapter.observe({A: sid})[A]
+    assert obs == InstanceRunning(at=obs.at, instance_id=sid, readiness_confirmed=True)
+
+
 def test_options_are_validated() -> None:
     with pytest.raises(ValueError, match="positive"):
         AsyncModalAdapter(call_timeout=0)

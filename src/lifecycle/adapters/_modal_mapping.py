@@ -182,10 +182,19 @@ class ReadinessLatch:
         if entry.ready or entry.forgotten or entry.waiter is not None:
             return False
         token = entry.token
-        entry.waiter = asyncio.get_running_loop().create_task(
+        task = asyncio.get_running_loop().create_task(
             self._run(sandbox_id, token, wait), name=f"modal-readiness-{sandbox_id}"
         )
+        entry.waiter = task
+        # A task cancelled before its first step never runs ``_run``'s cleanup: clear the
+        # handle when the task ends, however it ends, or ``drain`` would spin on it forever.
+        task.add_done_callback(lambda done: self._ended(sandbox_id, done))
         return True
+
+    def _ended(self, sandbox_id: str, task: asyncio.Task[None]) -> None:
+        entry = self._entries.get(sandbox_id)
+        if entry is not None and entry.waiter is task:
+            entry.waiter = None
 
     async def _run(self, sandbox_id: str, token: int, wait: Callable[[], Awaitable[bool]]) -> None:
         ok = False
@@ -219,7 +228,8 @@ class ReadinessLatch:
         return len(gone)
 
     def waiters(self) -> list[asyncio.Task[None]]:
-        return [e.waiter for e in self._entries.values() if e.waiter is not None]
+        """The waiters still running (a finished task is never handed out again)."""
+        return [e.waiter for e in self._entries.values() if e.waiter and not e.waiter.done()]
 
     async def drain(self) -> None:
         """Wait for every running waiter to finish (tests; graceful shutdown)."""

@@ -421,7 +421,9 @@ class AsyncModalAdapter(RecordingMixin):
     # -- terminate ----------------------------------------------------------------------------
     async def terminate(self, ref: ObjectRef, instance_id: str | None) -> Observation:
         """Terminate the pod's sandbox (by id, else every sandbox tagged with its claim).
-        Idempotent: an unknown id or a finished sandbox is success. Forgets the latch."""
+        Idempotent: an unknown id or a finished sandbox is success. A sandbox confirmed gone
+        is forgotten by the latch; a failed call leaves the latch (and its waiter) alone: the
+        sandbox keeps running, and upstream leaves the pod unchanged."""
         at = self.clock()
         ids = [instance_id] if instance_id else []
         if not ids:
@@ -433,14 +435,13 @@ class AsyncModalAdapter(RecordingMixin):
             except Exception as e:
                 return self._emit(ref, TerminateFailed(at=at, error=f"finding sandbox: {_text(e)}"))
         for sid in ids:
-            self.latch.forget(sid)
             try:
                 sandbox = await self._call(self.sdk.Sandbox.from_id.aio(sid), "Sandbox.from_id")
                 await self._call(sandbox.terminate.aio(), "Sandbox.terminate")
             except Exception as e:
-                if self._is(e, "NotFoundError"):
-                    continue
-                return self._emit(ref, TerminateFailed(at=at, error=_text(e)))
+                if not self._is(e, "NotFoundError"):
+                    return self._emit(ref, TerminateFailed(at=at, error=_text(e)))
+            self.latch.forget(sid)
         return self._emit(ref, TerminateSucceeded(at=at))
 
     async def aclose(self) -> None:
