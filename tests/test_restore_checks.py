@@ -606,7 +606,10 @@ def test_offline_check_exit_codes(tmp_path: Any) -> None:
     newer = MANIFEST_YAML.replace("schemaVersion: 1", "schemaVersion: 9")
     assert _offline(tmp_path, newer, TARGET_YAML)[0] == 3
     assert _offline(tmp_path, newer, TARGET_YAML, "--on-unknown", "warn")[0] == 0
-    legacy = "criuDump: {extMnt: {/models: /x}}\ncudaRestore: {pids: [1], sourceGpuUuids: [a, b]}\n"
+    legacy = (
+        "checkpointId: ckpt-1\ncriuDump: {extMnt: {/models: /x}}\n"
+        "cudaRestore: {pids: [1], sourceGpuUuids: [a, b]}\n"
+    )
     code, out, _ = _offline(tmp_path, legacy, TARGET_YAML)
     assert code == 0
     assert "LegacyManifest" in out
@@ -616,10 +619,14 @@ def test_offline_check_exit_codes(tmp_path: Any) -> None:
     ("manifest_text", "target_text", "problem"),
     [
         ("[1, 2]", TARGET_YAML, "manifest.yaml: the manifest must be a mapping"),
-        ("host: {cpuArch: [x]}", TARGET_YAML, "manifest.yaml: host.cpuArch: expected"),
+        (
+            MANIFEST_YAML.replace("cpuArch: x86_64", "cpuArch: [x]"),
+            TARGET_YAML,
+            "manifest.yaml: host.cpuArch: expected a string",
+        ),
         (MANIFEST_YAML, TARGET_YAML.replace("65536Mi", "64 gigs"), "target.yaml: memoryLimit:"),
-        (MANIFEST_YAML, "gpus: [GPU-1]", "target.yaml: gpus[0]: expected {uuid, productName}"),
-        ("a: [", TARGET_YAML, "manifest.yaml: cannot read:"),
+        (MANIFEST_YAML, "gpus: [GPU-1]", "target.yaml: gpus[0]: expected a mapping"),
+        ("a: [", TARGET_YAML, "manifest.yaml: YAML at line 1"),
     ],
 )
 def test_offline_check_refuses_bad_input(
@@ -638,7 +645,7 @@ def test_offline_check_refuses_a_completeness_marker_that_is_not_a_boolean(tmp_p
     assert quoted != MANIFEST_YAML
     code, out, err = _offline(tmp_path, quoted, TARGET_YAML)
     assert (code, out) == (2, "")
-    assert "compat.complete: expected bool" in err
+    assert "compat.complete: expected a boolean" in err
 
 
 def test_restore_check_is_a_lifecycle_subcommand(tmp_path: Any) -> None:

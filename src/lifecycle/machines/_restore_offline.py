@@ -3,7 +3,8 @@
     restore check MANIFEST TARGET [--on-unknown block|warn] [--volumes identity|presence]
 
 ``MANIFEST`` is the snapshot's ``manifest.yaml`` (shape of ``docs/upstream/restore-gate.md``,
-"The manifest", camelCase; YAML is safe-loaded). ``TARGET`` holds the destination's facts::
+"The manifest", camelCase). ``TARGET`` holds the destination's facts (every key optional; a
+missing one is an unknown target fact, an unknown key is refused)::
 
     cpuArch: amd64
     kernelVersion: 6.8.0-1015-aws
@@ -15,6 +16,9 @@
     gpus: [{uuid: GPU-..., productName: NVIDIA L4}]
     driverVersion: 580.65.06
 
+Both files are read strictly (:mod:`._restore_input`): bounded in size and nesting, no YAML
+anchors or aliases, one type per field; a wrong one is named by its path.
+
 Exit codes: 0 compatible, 1 incompatible, 3 unknown, 2 bad input (``FILE: what is wrong``).
 :func:`main` is what a ``lifecycle restore check`` subcommand dispatches to.
 """
@@ -22,114 +26,201 @@ Exit codes: 0 compatible, 1 incompatible, 3 unknown, 2 bad input (``FILE: what i
 from __future__ import annotations
 
 import argparse
-import importlib
 import sys
-from collections.abc import Mapping, Sequence
-from pathlib import Path
+from collections.abc import Sequence
 from typing import Any, TextIO
 
 from ._quantity import QuantityError, parse_limit
 from ._restore_checks import FAIL, UNKNOWN, GateReport, evaluate
-from ._restore_facts import CudaFacts, Gpu, Manifest, RestorePolicy, TargetFacts, Volume
+from ._restore_facts import (
+    SUPPORTED_SCHEMA,
+    CudaFacts,
+    Gpu,
+    Manifest,
+    RestorePolicy,
+    TargetFacts,
+    Volume,
+)
+from ._restore_input import (
+    MAX_DEPTH,
+    MAX_FILE_BYTES,
+    MAX_ITEMS,
+    MAX_TEXT,
+    InputError,
+    boolean,
+    integer,
+    items,
+    load_document,
+    mapping,
+    nonempty,
+    one_line,
+    only,
+    optional,
+    quantity,
+    required,
+    text,
+)
 
 EXIT_COMPATIBLE, EXIT_INCOMPATIBLE, EXIT_BAD_INPUT, EXIT_UNKNOWN = 0, 1, 2, 3
+#: Keys of a target facts file.
+TARGET_KEYS = (
+    "cpuArch",
+    "kernelVersion",
+    "memoryLimit",
+    "cpuLimit",
+    "imageId",
+    "paths",
+    "volumes",
+    "gpus",
+    "driverVersion",
+)
+MAX_PID = 2**31 - 1
+MAX_SCHEMA = 2**31 - 1
 
 
-def _get(data: Mapping[str, Any], key: str, kind: type | tuple[type, ...], where: str) -> Any:
-    value = data.get(key)
-    if value is not None and not isinstance(value, kind):
-        names = kind.__name__ if isinstance(kind, type) else "/".join(k.__name__ for k in kind)
-        raise ValueError(f"{where}{key}: expected {names}, got {value!r}")
-    return value
+# -- manifest ----------------------------------------------------------------------------------
+def _fact_state(value: object, where: str) -> str:
+    state = text(value, where)
+    if state != "recorded" and not state.startswith("unavailable:"):
+        raise InputError(f"{where}: expected 'recorded' or 'unavailable:<errclass>', got {state!r}")
+    return state
 
 
-def _map(data: Mapping[str, Any], key: str, where: str) -> Mapping[str, Any]:
-    return _get(data, key, dict, where) or {}
+def _facts(value: object, where: str) -> dict[str, str]:
+    found = mapping(value, where)
+    return {k: _fact_state(v, f"{where}[{k!r}]") for k, v in found.items()}
 
 
-def _scalar(data: Mapping[str, Any], key: str, where: str) -> str | None:
-    value = _get(data, key, (str, int, float), where)
-    return None if value is None else str(value)
+def _source_gpu(value: object, where: str) -> Gpu:
+    g = mapping(value, where)
+    return Gpu(required(g, "uuid", where, nonempty), optional(g, "productName", where, text) or "")
 
 
-def _gpus(items: Any, where: str) -> tuple[Gpu, ...]:
-    if not isinstance(items, list):
-        raise ValueError(f"{where}: expected a list, got {items!r}")
-    out = []
-    for i, g in enumerate(items):
-        if not isinstance(g, dict) or not isinstance(g.get("uuid"), str):
-            raise ValueError(f"{where}[{i}]: expected {{uuid, productName}}")
-        out.append(Gpu(g["uuid"], str(g.get("productName") or "")))
-    return tuple(out)
+def _volume(value: object, where: str) -> Volume:
+    v = mapping(value, where)
+    path = required(v, "path", where, nonempty)
+    return Volume.from_source(path, optional(v, "volumeSource", where, text) or "")
 
 
-def _volumes(items: Any, where: str) -> tuple[Volume, ...]:
-    if not isinstance(items, list):
-        raise ValueError(f"{where}: expected a list, got {items!r}")
-    out = []
-    for i, v in enumerate(items):
-        if not isinstance(v, dict) or not isinstance(v.get("path"), str):
-            raise ValueError(f"{where}[{i}]: expected {{path, volumeSource}}")
-        out.append(Volume.from_source(v["path"], str(v.get("volumeSource") or "")))
-    return tuple(out)
+def _pid(value: object, where: str) -> int:
+    return integer(value, where, 1, MAX_PID)
+
+
+def _mounts(value: object, where: str) -> tuple[str, ...]:
+    found = mapping(value, where)
+    for k, v in found.items():
+        text(k, f"{where} key")
+        if v is not None:
+            text(v, f"{where}[{k!r}]")
+    return tuple(found)
+
+
+def _cuda(value: object, where: str) -> CudaFacts:
+    c = mapping(value, where)
+    return CudaFacts(
+        pids=optional(c, "pids", where, lambda v, w: items(v, w, _pid)) or (),
+        gpu_uuids=optional(c, "sourceGpuUuids", where, lambda v, w: items(v, w, nonempty)) or (),
+        gpus=optional(c, "sourceGpus", where, lambda v, w: items(v, w, _source_gpu)),
+        driver_version=optional(c, "sourceDriverVersion", where, text),
+    )
+
+
+def _identity(data: dict[str, Any], legacy: bool) -> None:
+    """The manifest names its snapshot: ``artifact`` (v1), or ``checkpointId`` (legacy v0)."""
+    if legacy and data.get("artifact") is None and data.get("checkpointId") is not None:
+        nonempty(data["checkpointId"], "checkpointId")
+        return
+    if data.get("artifact") is None:
+        hint = " (a legacy manifest without compat may name checkpointId)" if legacy else ""
+        raise InputError(f"artifact: required{hint}")
+    artifact = mapping(data["artifact"], "artifact")
+    required(artifact, "contentUID", "artifact", nonempty)
+    required(artifact, "containerName", "artifact", nonempty)
 
 
 def manifest_from_yaml(data: Any) -> Manifest:
-    """A loaded ``manifest.yaml`` as the gates read it; ``ValueError`` names a bad field."""
+    """A loaded ``manifest.yaml`` as the gates read it; :class:`InputError` names a bad field.
+
+    The snapshot's identity (``artifact``) and ``criuDump`` are required; with a ``compat``
+    header, ``schemaVersion`` is too. A newer schema is read no further than its header."""
     if not isinstance(data, dict):
-        raise ValueError("the manifest must be a mapping")
-    compat = _get(data, "compat", dict, "")
-    host, k8s = _map(data, "host", ""), _map(data, "k8s", "")
-    criu, cuda = _map(data, "criuDump", ""), _get(data, "cudaRestore", dict, "")
-    facts = {}
+        raise InputError(f"the manifest must be a mapping, got {type(data).__name__}")
+    root = mapping(data, "")
+    compat = optional(root, "compat", "", mapping)
+    schema: int | None = None
+    complete, facts = True, {}
     if compat is not None:
-        facts = {str(k): str(v) for k, v in (_get(compat, "facts", dict, "compat.") or {}).items()}
-    cuda_facts = None
-    if cuda is not None:
-        gpus = cuda.get("sourceGpus")
-        cuda_facts = CudaFacts(
-            pids=tuple(int(p) for p in cuda.get("pids") or ()),
-            gpu_uuids=tuple(str(u) for u in cuda.get("sourceGpuUuids") or ()),
-            gpus=None if gpus is None else _gpus(gpus, "cudaRestore.sourceGpus"),
-            driver_version=_scalar(cuda, "sourceDriverVersion", "cudaRestore."),
+        schema = required(
+            compat, "schemaVersion", "compat", lambda v, w: integer(v, w, 0, MAX_SCHEMA)
         )
+        complete = optional(compat, "complete", "compat", boolean) or False
+        facts = optional(compat, "facts", "compat", _facts) or {}
+        if schema > SUPPORTED_SCHEMA:  # not interpreted: the gates stop at the header
+            return Manifest(schema_version=schema, complete=complete, facts=facts)
+    _identity(root, legacy=schema is None or schema == 0)
+    criu = required(root, "criuDump", "", mapping)
+    host = optional(root, "host", "", mapping) or {}
+    k8s = optional(root, "k8s", "", mapping) or {}
+    declared = optional(k8s, "declaredVolumes", "k8s", lambda v, w: items(v, w, _volume))
     return Manifest(
-        schema_version=None if compat is None else _get(compat, "schemaVersion", int, "compat."),
-        complete=True if compat is None else bool(_get(compat, "complete", bool, "compat.")),
+        schema_version=schema,
+        complete=complete,
         facts=facts,
-        cpu_arch=_scalar(host, "cpuArch", "host."),
-        kernel_version=_scalar(host, "kernelVersion", "host."),
-        image_id=_scalar(k8s, "imageId", "k8s."),
-        memory_limit=_scalar(k8s, "memoryLimit", "k8s."),
-        cpu_limit=_scalar(k8s, "cpuLimit", "k8s."),
-        ext_mounts=tuple(str(k) for k in _map(criu, "extMnt", "criuDump.")),
-        volumes=_volumes(k8s.get("declaredVolumes") or [], "k8s.declaredVolumes"),
-        cuda=cuda_facts,
+        cpu_arch=optional(host, "cpuArch", "host", text),
+        kernel_version=optional(host, "kernelVersion", "host", text),
+        image_id=optional(k8s, "imageId", "k8s", text),
+        memory_limit=optional(k8s, "memoryLimit", "k8s", quantity),
+        cpu_limit=optional(k8s, "cpuLimit", "k8s", quantity),
+        ext_mounts=optional(criu, "extMnt", "criuDump", _mounts) or (),
+        volumes=declared or (),
+        cuda=optional(root, "cudaRestore", "", _cuda),
     )
+
+
+# -- target --------------------------------------------------------------------------------------
+def _target_gpu(value: object, where: str) -> Gpu:
+    g = mapping(value, where)
+    only(g, ("uuid", "productName"), where)
+    return Gpu(required(g, "uuid", where, nonempty), required(g, "productName", where, nonempty))
+
+
+def _target_volume(value: object, where: str) -> Volume:
+    only(mapping(value, where), ("path", "volumeSource"), where)
+    return _volume(value, where)
+
+
+def _limit(value: object, where: str) -> str:
+    found = quantity(value, where)
+    try:
+        parse_limit(found)
+    except QuantityError as e:
+        raise InputError(f"{where}: {e}") from None
+    return found
 
 
 def target_from_yaml(data: Any) -> TargetFacts:
-    """A loaded target facts file; malformed limits are refused here, clearly."""
+    """A loaded target facts file; every key optional, each with one type, no other keys."""
     if not isinstance(data, dict):
-        raise ValueError("the target facts must be a mapping")
-    target = TargetFacts(
-        cpu_arch=_scalar(data, "cpuArch", "") or "",
-        kernel_version=_scalar(data, "kernelVersion", "") or "",
-        memory_limit=_scalar(data, "memoryLimit", ""),
-        cpu_limit=_scalar(data, "cpuLimit", ""),
-        image_id=_scalar(data, "imageId", "") or "",
-        paths=tuple(str(p) for p in data.get("paths") or ()),
-        volumes=_volumes(data.get("volumes") or [], "volumes"),
-        gpus=_gpus(data.get("gpus") or [], "gpus"),
-        driver_version=_scalar(data, "driverVersion", "") or "",
+        raise InputError(f"the target facts must be a mapping, got {type(data).__name__}")
+    root = mapping(data, "")
+    only(root, TARGET_KEYS, "")
+    gpus = optional(root, "gpus", "", lambda v, w: items(v, w, _target_gpu)) or ()
+    seen: dict[str, int] = {}
+    for i, g in enumerate(gpus):
+        if g.uuid in seen:
+            raise InputError(f"gpus[{i}].uuid: repeats gpus[{seen[g.uuid]}].uuid")
+        seen[g.uuid] = i
+    return TargetFacts(
+        cpu_arch=optional(root, "cpuArch", "", text) or "",
+        kernel_version=optional(root, "kernelVersion", "", text) or "",
+        memory_limit=optional(root, "memoryLimit", "", _limit),
+        cpu_limit=optional(root, "cpuLimit", "", _limit),
+        image_id=optional(root, "imageId", "", text) or "",
+        paths=optional(root, "paths", "", lambda v, w: items(v, w, nonempty)) or (),
+        volumes=optional(root, "volumes", "", lambda v, w: items(v, w, _target_volume)) or (),
+        gpus=gpus,
+        driver_version=optional(root, "driverVersion", "", text) or "",
     )
-    for key, value in (("memoryLimit", target.memory_limit), ("cpuLimit", target.cpu_limit)):
-        if value:
-            try:
-                parse_limit(value)
-            except QuantityError as e:
-                raise ValueError(f"{key}: {e}") from None
-    return target
 
 
 def check(manifest: Manifest, target: TargetFacts, policy: RestorePolicy) -> tuple[int, list[str]]:
@@ -158,36 +249,45 @@ def check(manifest: Manifest, target: TargetFacts, policy: RestorePolicy) -> tup
     return code, lines
 
 
-def _load(path: str) -> Any:
-    try:
-        yaml: Any = importlib.import_module("yaml")  # optional; untyped
-    except ImportError:  # pragma: no cover - depends on the environment
-        raise ValueError("reading YAML needs PyYAML (pip install pyyaml)") from None
-    try:
-        return yaml.safe_load(Path(path).read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
-        raise ValueError(f"cannot read: {e}".replace("\n", " ")) from None
+EPILOG = f"""exit codes: 0 compatible, 1 incompatible, 3 unknown (blocked by --on-unknown block),
+2 bad input (one line on stderr: FILE: what is wrong).
+input bounds: each file at most {MAX_FILE_BYTES} bytes, nesting at most {MAX_DEPTH} levels, strings
+at most {MAX_TEXT} characters, lists at most {MAX_ITEMS} items; YAML anchors, aliases, merge keys
+and duplicate keys are refused."""
 
 
 def main(
     argv: Sequence[str] | None = None, out: TextIO = sys.stdout, err: TextIO = sys.stderr
 ) -> int:
     parser = argparse.ArgumentParser(
-        prog="lifecycle restore check", description=__doc__.split("\n")[0]
+        prog="lifecycle restore check",
+        description=(__doc__ or "").split("\n")[0],
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("manifest")
-    parser.add_argument("target")
+    parser.add_argument("manifest", help="the snapshot's manifest.yaml (YAML or JSON)")
+    parser.add_argument("target", help="the target's facts (YAML or JSON)")
     parser.add_argument("--on-unknown", choices=("block", "warn"), default="block")
     parser.add_argument("--volumes", choices=("identity", "presence"), default="identity")
     args = parser.parse_args(argv)
     policy = RestorePolicy(on_unknown=args.on_unknown, volumes=args.volumes)
-    parsed: list[Any] = []
-    for path, build in ((args.manifest, manifest_from_yaml), (args.target, target_from_yaml)):
-        try:
-            parsed.append(build(_load(path)))
-        except (ValueError, TypeError) as e:
-            err.write(f"{path}: {e}\n")
-            return EXIT_BAD_INPUT
-    code, lines = check(parsed[0], parsed[1], policy)
+    try:
+        manifest = _read(args.manifest, manifest_from_yaml)
+        target = _read(args.target, target_from_yaml)
+    except _Refused as e:
+        err.write(f"{e}\n")
+        return EXIT_BAD_INPUT
+    code, lines = check(manifest, target, policy)
     out.write("\n".join(lines) + "\n")
     return code
+
+
+class _Refused(Exception):
+    """A file refused, with its one-line message (``FILE: what is wrong``)."""
+
+
+def _read(path: str, build: Any) -> Any:
+    try:
+        return build(load_document(path))
+    except (InputError, ValueError, TypeError) as e:
+        raise _Refused(one_line(f"{path}: {e}")) from None
