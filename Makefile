@@ -1,21 +1,24 @@
 # Two commands: `make demo` and `make test`. Each builds its own virtualenv from scratch.
+# The demo environment holds every extra and pytest, so each command the README shows runs in it
+# (`. .venv-demo/bin/activate` puts `lifecycle` on the PATH); the test environment adds the
+# development group (PEP 735: linters, type checker, benchmark baselines).
 PYTHON ?= python3
 VENV_DEMO := .venv-demo
 VENV_TEST := .venv
 DEMO_DB := .demo/demo.db
 
-.PHONY: demo test lint typecheck unit clean bench bench-quick
+.PHONY: demo test lint typecheck unit clean bench bench-quick wheel-check newcomer
 
 $(VENV_DEMO)/.ok: pyproject.toml
 	$(PYTHON) -m venv $(VENV_DEMO)
 	$(VENV_DEMO)/bin/pip install --quiet --upgrade pip
-	$(VENV_DEMO)/bin/pip install --quiet -e .
+	$(VENV_DEMO)/bin/pip install --quiet -e '.[all]' pytest
 	touch $@
 
 $(VENV_TEST)/.ok: pyproject.toml
 	$(PYTHON) -m venv $(VENV_TEST)
 	$(VENV_TEST)/bin/pip install --quiet --upgrade pip
-	$(VENV_TEST)/bin/pip install --quiet -e '.[dev]'
+	$(VENV_TEST)/bin/pip install --quiet -e '.[all]' --group dev
 	touch $@
 
 demo: $(VENV_DEMO)/.ok
@@ -23,8 +26,8 @@ demo: $(VENV_DEMO)/.ok
 	$(VENV_DEMO)/bin/lifecycle replay examples/traces/demo.jsonl --store sqlite:///$(DEMO_DB)
 
 lint: $(VENV_TEST)/.ok
-	$(VENV_TEST)/bin/ruff check src tests examples benchmarks
-	$(VENV_TEST)/bin/ruff format --check src tests examples benchmarks
+	$(VENV_TEST)/bin/ruff check src tests examples benchmarks scripts
+	$(VENV_TEST)/bin/ruff format --check src tests examples benchmarks scripts
 
 typecheck: $(VENV_TEST)/.ok
 	$(VENV_TEST)/bin/mypy
@@ -42,5 +45,14 @@ bench-quick: $(VENV_TEST)/.ok
 	@mkdir -p benchmarks/out
 	$(VENV_TEST)/bin/python -m benchmarks.run --quick --out benchmarks/out/latest-quick.json
 
+# Build the wheel and the sdist, install the wheel into a clean virtualenv and run the
+# quick-starts against it (not against the checkout), and type-check a consumer of it.
+wheel-check: $(VENV_TEST)/.ok
+	bash scripts/wheel_check.sh $(VENV_TEST)
+
+# The README's newcomer path, command by command, on a fresh clone of this checkout's HEAD.
+newcomer:
+	$(PYTHON) scripts/newcomer.py $(NEWCOMER_FLAGS)
+
 clean:
-	rm -rf $(VENV_DEMO) $(VENV_TEST) .demo .mypy_cache .pytest_cache .ruff_cache
+	rm -rf $(VENV_DEMO) $(VENV_TEST) .demo .mypy_cache .pytest_cache .ruff_cache dist
