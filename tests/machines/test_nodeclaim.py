@@ -386,6 +386,40 @@ for name, before in {"never-seen": FRESH, **LIVE}.items():
         attrs.evolve(before, message="teardown failed, retrying: RequestLimitExceeded"),
     )
 
+# -- a claim being deleted only tears down: it reads its pod no more -----------------------------
+# Upstream's reconcile runs teardown alone for a deleting claim; Deleted comes only from a
+# confirmed teardown, so the finalizer is never reported released while Terminate fails.
+DELETING = {
+    name: attrs.evolve(before, deleting=True)
+    for name, before in {"never-seen": FRESH, **LIVE}.items()
+}
+for name, before in DELETING.items():
+    for label, obs in (
+        ("pod-finished", seen("Failed", "Terminated")),
+        ("pod-deleted", seen("Succeeded", "Terminated", deleting=True)),
+        ("pod-deleting", seen("Running", "Running", deleting=True)),
+        ("pod-booting", seen("Pending", "Initializing")),
+        ("pod-provisioning", seen("Pending", "Provisioning", instance_id="")),
+        ("other-pod", seen("Running", "Running", uid="pod-b")),
+        ("pod-absent", PodAbsent(at=AT)),
+        ("pod-absent-early", PodAbsent(at=EARLY)),
+    ):
+        unchanged(f"deleting/{name}/{label}", before, obs)
+    case(
+        f"deleting/{name}/teardown-failed",
+        before,
+        TeardownFailed(at=AT, error="RequestLimitExceeded"),
+        attrs.evolve(before, message="teardown failed, retrying: RequestLimitExceeded"),
+    )
+    case(
+        f"deleting/{name}/teardown-succeeded",
+        before,
+        TeardownSucceeded(at=AT),
+        entered(before, DELETED, "instance terminated, finalizer released"),
+        True,
+    )
+unchanged("deleting/grace-expired-tick", attrs.evolve(WAITING, deleting=True), Tick(at=AT))
+
 for obs_type, sample in SAMPLES.items():
     unchanged(f"deleted/{obs_type.__name__}", GONE, sample)
 
@@ -567,6 +601,28 @@ def test_claim_name() -> None:
     assert claim_name("ml", long + "a") != claim_name("ml", long + "b")
 
 
+def test_a_claim_being_deleted_only_tears_down_until_teardown_is_confirmed() -> None:
+    """While Terminate keeps failing, the claim neither follows its pod to Terminated ("instance
+    released") nor to Deleted: the finalizer is held, and every failure is still recorded."""
+    status, flips = fold(
+        ClaimCreated(at=t(0), pool="gpu", provider="aws", pod_uid="pod-a"),
+        seen("Pending", "Initializing", at=t(3)),
+        ClaimDeletionRequested(at=t(10)),
+        TeardownFailed(at=t(11), error="RequestLimitExceeded"),
+        seen("Failed", "Terminated", at=t(12)),
+        PodAbsent(at=t(13)),
+        Tick(at=t(14)),
+    )
+    assert (status.state, status.deleting) == (BOUND, True)
+    assert status.message == "teardown failed, retrying: RequestLimitExceeded"
+    later = NODECLAIM.apply(status, TeardownFailed(at=t(20), error="Unavailable"))
+    assert later.message == "teardown failed, retrying: Unavailable"
+    assert NODECLAIM.flips(status, later) == ()
+    done, more = fold(TeardownSucceeded(at=t(30)), start=later)
+    assert (done.state, done.message) == (DELETED, "instance terminated, finalizer released")
+    assert [(f.source, f.target) for f in flips + more] == [("", BOUND), (BOUND, DELETED)]
+
+
 # -- the Pod -> NodeClaim cascade through a Runner ----------------------------------------------
 def claim_of(ref: ObjectRef) -> ObjectRef:
     return ObjectRef("NodeClaim", "", claim_name(ref.namespace, ref.name), f"{ref.uid}-claim")
@@ -621,6 +677,29 @@ def test_cascade_of_an_unreserved_pod_and_its_deletion(
     r = runner.observe(ref, pod.TerminateSucceeded(at=t(21)))
     assert (r.status.phase, r.cascade[0].status.state) == ("Succeeded", TERMINATED)
     emitter.assert_reasons(claim.uid, ["Provisioning", "Bound", "Terminating", "Terminated"])
+
+
+def test_cascade_to_a_claim_being_deleted_changes_nothing(
+    runner: Runner, store: Store, emitter: MemoryEmitter
+) -> None:
+    ref = pod_ref("doomed", "pod-d")
+    claim = claim_of(ref)
+    runner.observe(ref, pod.CreateRequested(at=t(0)))
+    runner.observe(ref, pod.ProvisionSucceeded(at=t(1), reserved=True, instance_id="i-d"))
+    assert runner.observe(claim, ClaimDeletionRequested(at=t(5))).committed
+    failed = runner.observe(claim, TeardownFailed(at=t(6), error="RequestLimitExceeded"))
+    assert (failed.status.state, failed.transitions) == (BOUND, ())
+    r = runner.observe(ref, pod.InstanceAbsent(at=t(15)))  # the pod follows its instance
+    assert r.status.state == pod.TERMINATED
+    (c,) = r.cascade
+    assert (c.outcome, c.status.state) == (Outcome.UNCHANGED, BOUND)
+    assert runner.observe(claim, PodAbsent(at=t(16))).outcome is Outcome.UNCHANGED
+    done = runner.observe(claim, TeardownSucceeded(at=t(20)))
+    assert done.status.state == DELETED
+    emitter.assert_reasons(claim.uid, ["Provisioning", "Bound", "Deleted"])
+    stored = store.load(NODECLAIM, claim)
+    assert stored is not None
+    assert stored.status.state == DELETED
 
 
 def test_unchanged_pod_feeds_nothing_to_its_claim(runner: Runner, emitter: MemoryEmitter) -> None:

@@ -180,6 +180,11 @@ def pod_deleting(status: NodeClaimStatus, obs: PodObserved) -> bool:
     return obs.deleting
 
 
+def claim_deleting(status: NodeClaimStatus, obs: Observation) -> bool:
+    """The claim itself is being deleted: its reconcile runs teardown and nothing else."""
+    return status.deleting
+
+
 def pod_exists(status: NodeClaimStatus, obs: PodObserved) -> bool:
     """Running, or booting with reason Initializing, counts as existence."""
     return obs.phase == "Running" or obs.reason == POD_REASON_INITIALIZING
@@ -200,6 +205,7 @@ GUARDS: dict[str, Guard] = {
     "other_pod_within_grace": other_pod_within_grace,
     "pod_finished": pod_finished,
     "pod_deleting": pod_deleting,
+    "claim_deleting": claim_deleting,
     "pod_exists": pod_exists,
     **{f"adopts_{p.lower()}": _adopts(p) for p in (PROVISIONING, BOUND, TERMINATING, TERMINATED)},
 }
@@ -308,6 +314,16 @@ ROWS: tuple[Row, ...] = (
     _adopts_row(TERMINATED),
     Row(NEW, ClaimAdopted, SAME, effect="adopted", note="adopted before any phase was set"),
     ignore(PHASED, ClaimAdopted, "the claim is known already"),
+    # A claim being deleted only tears down (reconcile step 1): it reads its pod no more, and
+    # reaches Deleted only when teardown confirms the instance released.
+    ignore(LIVE, PodObserved, "being deleted: only teardown runs", guard="claim_deleting"),
+    ignore(
+        LIVE,
+        PodAbsent,
+        "being deleted: the finalizer holds until teardown succeeds",
+        guard="claim_deleting",
+    ),
+    ignore((NEW,), Tick, "being deleted: no grace timer, only teardown", guard="claim_deleting"),
     # The Pod, as committed. A UID mismatch is an absent pod.
     Row(
         NEW,
