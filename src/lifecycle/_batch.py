@@ -26,7 +26,13 @@ from typing import Any
 
 import attrs
 
-from ._core.errors import Conflict, LifecycleError, StoreError, UnknownObservation
+from ._core.errors import (
+    Conflict,
+    IdentityMismatch,
+    LifecycleError,
+    StoreError,
+    UnknownObservation,
+)
 from ._core.machine import Machine
 from ._core.observation import Observation
 from ._core.refs import ObjectRef
@@ -37,14 +43,16 @@ from .stores.base import CommitItem, Record
 
 @attrs.frozen(slots=True)
 class Load:
-    """Read these objects: answer ``list[Record | None]``, aligned."""
+    """Read these objects: answer ``list[Record | IdentityMismatch | None]``, aligned (the
+    :class:`~lifecycle.IdentityMismatch` of an item whose uid is stored for another object)."""
 
     items: tuple[tuple[Machine[Any], ObjectRef], ...]
 
 
 @attrs.frozen(slots=True)
 class Commit:
-    """Commit these writes, each with its own CAS: answer ``list[int | StoreError]``."""
+    """Commit these writes, each with its own CAS: answer ``list[int | StoreError |
+    IdentityMismatch]`` (an impostor item writes nothing)."""
 
     items: tuple[CommitItem, ...]
 
@@ -133,7 +141,7 @@ def protocol(
             for item in pending:
                 item.attempt += 1
             try:
-                records: list[Record | None] = yield Load(
+                records: list[Record | IdentityMismatch | None] = yield Load(
                     tuple((i.machine, i.ref) for i in pending)
                 )
             except StoreError as e:
@@ -144,6 +152,11 @@ def protocol(
             writes: list[_Item] = []
             for item, record in zip(pending, records, strict=True):
                 machine = item.machine
+                if isinstance(record, IdentityMismatch):  # bad input: no write, no fallback
+                    if refuse:
+                        raise record
+                    results[item.index] = _refused(core, item, record)
+                    continue
                 before = machine.initial(item.ref) if record is None else record.status
                 version = 0 if record is None else record.version
                 try:
@@ -189,7 +202,7 @@ def protocol(
             if not writes:
                 break
             try:
-                outcomes: list[int | StoreError] = yield Commit(
+                outcomes: list[int | StoreError | IdentityMismatch] = yield Commit(
                     tuple(
                         CommitItem(
                             i.machine, i.ref, i.version, i.after, i.observation, i.transitions
@@ -202,7 +215,11 @@ def protocol(
             retry: list[_Item] = []
             committed: list[tuple[_Item, int]] = []
             for item, outcome in zip(writes, outcomes, strict=True):
-                if isinstance(outcome, StoreError):
+                if isinstance(outcome, IdentityMismatch):
+                    if refuse:
+                        raise outcome
+                    results[item.index] = _refused(core, item, outcome)
+                elif isinstance(outcome, StoreError):
                     item.error = outcome
                     if isinstance(outcome, Conflict) and item.attempt < item.policy.attempts:
                         retry.append(item)
@@ -229,6 +246,15 @@ def protocol(
             pending = retry
     assert all(r is not None for r in results)
     return [r for r in results if r is not None]
+
+
+def _refused(core: Runner, item: _Item, error: IdentityMismatch) -> Result:
+    """The item names a uid stored for another object: refused, nothing written, no event
+    (a fallback Warning would name the impostor)."""
+    core._log.warning("observation refused", ref=str(item.ref), uid=item.ref.uid, error=str(error))
+    return Result(
+        Outcome.FAILED, item.ref, None, 0, error=error, attempts=item.attempt, actions=item.actions
+    )
 
 
 def _fail(core: Runner, item: _Item) -> Result:
@@ -318,13 +344,25 @@ def answer(store: Any, request: Request) -> Any:
     if isinstance(request, Load):
         load_many = getattr(store, "load_many", None)
         if load_many is not None and len(request.items) > 1:
-            return load_many(request.items)
-        return [store.load(m, r) for m, r in request.items]
+            try:
+                return load_many(request.items)
+            except IdentityMismatch:
+                pass  # the batch was refused: find the impostor(s), one object at a time
+        found: list[Record | IdentityMismatch | None] = []
+        for m, r in request.items:
+            try:
+                found.append(store.load(m, r))
+            except IdentityMismatch as e:
+                found.append(e)
+        return found
     if isinstance(request, Commit):
         commit_many = getattr(store, "commit_many", None)
         if commit_many is not None and len(request.items) > 1:
-            return commit_many(request.items)
-        out: list[int | StoreError] = []
+            try:
+                return commit_many(request.items)
+            except IdentityMismatch:
+                pass  # nothing of the batch was written: commit it one object at a time
+        out: list[int | StoreError | IdentityMismatch] = []
         for c in request.items:
             try:
                 out.append(
@@ -332,7 +370,7 @@ def answer(store: Any, request: Request) -> Any:
                         c.machine, c.ref, c.expected, c.status, c.observation, c.transitions
                     )
                 )
-            except StoreError as e:
+            except (StoreError, IdentityMismatch) as e:
                 out.append(e)
         return out
     if isinstance(request, Mark):

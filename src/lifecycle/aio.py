@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from ._batch import Commit, Load, Mark, Pause, Request, protocol
-from ._core.errors import StoreError
+from ._core.errors import IdentityMismatch, StoreError
 from ._core.machine import Machine
 from ._core.observation import Observation
 from ._core.refs import ObjectRef
@@ -114,10 +114,28 @@ class ThreadedStore:
         return found
 
     async def commit_many(self, items: Sequence[CommitItem]) -> list[int | StoreError]:
-        from ._batch import answer
+        """The store's ``commit_many``, or one commit per item; an item whose uid is stored
+        for another object raises :class:`~lifecycle.IdentityMismatch`, nothing written."""
+        commit_many = getattr(self.store, "commit_many", None)
+        if commit_many is not None:
+            found: list[int | StoreError] = await self._call(commit_many, items)
+            return found
+        return await self._call(self._commit_each, items)
 
-        found: list[int | StoreError] = await self._call(answer, self.store, Commit(tuple(items)))
-        return found
+    def _commit_each(self, items: Sequence[CommitItem]) -> list[int | StoreError]:
+        for c in items:  # an impostor refuses the batch before anything is written
+            self.store.load(c.machine, c.ref)
+        out: list[int | StoreError] = []
+        for c in items:
+            try:
+                out.append(
+                    self.store.commit(
+                        c.machine, c.ref, c.expected, c.status, c.observation, c.transitions
+                    )
+                )
+            except StoreError as e:
+                out.append(e)
+        return out
 
     async def journal(self, machine: Machine[Any], ref: ObjectRef) -> list[JournalEntry]:
         return await self._call(self.store.journal, machine, ref)
@@ -155,13 +173,25 @@ async def answer(store: AsyncStore, request: Request) -> Any:
     if isinstance(request, Load):
         load_many = getattr(store, "load_many", None)
         if load_many is not None and len(request.items) > 1:
-            return await load_many(request.items)
-        return [await store.load(m, r) for m, r in request.items]
+            try:
+                return await load_many(request.items)
+            except IdentityMismatch:
+                pass  # the batch was refused: find the impostor(s), one object at a time
+        found: list[Record | IdentityMismatch | None] = []
+        for m, r in request.items:
+            try:
+                found.append(await store.load(m, r))
+            except IdentityMismatch as e:
+                found.append(e)
+        return found
     if isinstance(request, Commit):
         commit_many = getattr(store, "commit_many", None)
         if commit_many is not None and len(request.items) > 1:
-            return await commit_many(request.items)
-        out: list[int | StoreError] = []
+            try:
+                return await commit_many(request.items)
+            except IdentityMismatch:
+                pass  # nothing of the batch was written: commit it one object at a time
+        out: list[int | StoreError | IdentityMismatch] = []
         for c in request.items:
             try:
                 out.append(
@@ -169,7 +199,7 @@ async def answer(store: AsyncStore, request: Request) -> Any:
                         c.machine, c.ref, c.expected, c.status, c.observation, c.transitions
                     )
                 )
-            except StoreError as e:
+            except (StoreError, IdentityMismatch) as e:
                 out.append(e)
         return out
     if isinstance(request, Mark):

@@ -30,7 +30,7 @@ import attrs
 import orjson
 import structlog
 
-from ._core.errors import LifecycleError, TraceError
+from ._core.errors import IdentityMismatch, LifecycleError, TraceError
 from ._core.machine import Machine
 from ._core.observation import Observation
 from ._core.redact import redact_observation
@@ -308,8 +308,20 @@ def _run(
                 result = observe(record.ref, record.observation)
             except LifecycleError as e:
                 raise TraceError(name, record.line, f"{record.ref}: {e}") from None
+            if result.cascade:  # a linked object whose uid another object holds: refused too
+                _refuse_impostors(name, record, result.cascade)
         if each is not None:
             each(record, result)
+
+
+def _refuse_impostors(name: str, record: TraceLine, cascade: Iterable[Result]) -> None:
+    """:class:`TraceError` at ``record``'s line if a linked write met an
+    :class:`~lifecycle.IdentityMismatch` (a dry run so refuses it before anything is written)."""
+    for result in cascade:
+        if isinstance(result.error, IdentityMismatch):
+            problem = f"{record.ref}: linked {result.ref}: {result.error}"
+            raise TraceError(name, record.line, problem)
+        _refuse_impostors(name, record, result.cascade)
 
 
 #: A logger that drops everything: a dry run must not report failures that did not happen.
