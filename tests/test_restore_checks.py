@@ -259,7 +259,7 @@ def test_c11_ephemeral_kinds_compare_by_kind_only() -> None:
 
 
 def test_c11_a_declared_volume_missing_on_the_target() -> None:
-    r = result("B", "C11", manifest(ext_mounts=()), target(paths=(), volumes=()))
+    r = result("B", "C11", manifest(ext_mounts=("/",)), target(paths=(), volumes=()))
     assert (r.outcome, r.code) == (FAIL, "VolumeMissing")
 
 

@@ -15,6 +15,8 @@ from collections.abc import Callable, Iterable, Sequence
 
 import attrs
 
+from .._core.errors import preview
+from .._core.redact import redact
 from ._quantity import QuantityError, parse_limit
 from ._restore_facts import (
     CPU_ARCH_MISMATCH,
@@ -230,6 +232,41 @@ def redact_digest(digest: str | None) -> str:
 
 
 _ID_PREFIX = {"PersistentVolumeClaim": "pvc", "HostPath": "path"}
+#: Longest value shown as-is (arch, kernel, driver, GPU model, quantity) in a message.
+SHOWN_MAX = 64
+#: Longest redacted free-text error in a condition or Event.
+ERROR_MAX = 160
+_QUOTED = re.compile(r"\"[^\"]*\"|'[^']*'|`[^`]*`")
+_PLAIN = re.compile(r"[A-Za-z]+(?:[-_][A-Za-z]+)*|[0-9]{1,6}|<redacted>")
+_EDGE = "()[]{},;:.!?"
+
+
+def shown(value: str) -> str:
+    """A value of a shown-as-is class (arch, kernel, driver, model, quantity), bounded to
+    :data:`SHOWN_MAX` characters and one line."""
+    flat = " ".join(value.split())
+    return flat if len(flat) <= SHOWN_MAX else flat[: SHOWN_MAX - 1] + "…"
+
+
+def _hashed_token(token: str) -> str:
+    head = len(token) - len(token.lstrip(_EDGE))
+    tail = len(token) - len(token.rstrip(_EDGE))
+    core = token[head : len(token) - tail]
+    if not core or _PLAIN.fullmatch(core):
+        return token
+    return f"{token[:head]}#{_hash8(core)}{token[len(token) - tail :]}"
+
+
+def redact_error(error: str) -> str:
+    """The form of a free-text error (a provider's, CRIU's, the API server's) that may be shown
+    in a condition or Event: secrets removed, then every quoted part and every word that is
+    not plain letters or a small number replaced by ``#<hash8>`` (paths, PVC and node names,
+    UUIDs, addresses, versions), on one line of at most :data:`ERROR_MAX` characters. The full
+    text stays in the observation, for debug logs; equal tokens hash alike, so the two can
+    be matched up."""
+    text = _QUOTED.sub(lambda q: f"{q[0][0]}#{_hash8(q[0][1:-1])}{q[0][-1]}", redact(error))
+    out = " ".join(_hashed_token(t) for t in text.split())
+    return out if len(out) <= ERROR_MAX else out[: ERROR_MAX - 1] + "…"
 
 
 def redact_volume(v: Volume) -> str:
@@ -240,6 +277,13 @@ def redact_volume(v: Volume) -> str:
 
 # -- the checks -----------------------------------------------------------------------------------
 Outcome = tuple[str, str, str, str]  # outcome, code, privacy-safe detail, full-value debug detail
+#: The recorded facts that say whether (and how) the snapshot holds CUDA state.
+CUDA_FACTS = (
+    "cudaRestore.pids",
+    "cudaRestore.sourceGpuUuids",
+    "cudaRestore.sourceGpus",
+    "cudaRestore.sourceDriverVersion",
+)
 
 
 def _missing(m: Manifest, key: str, value: object) -> Outcome | None:
@@ -263,7 +307,12 @@ def _cpu_arch(m: Manifest, t: TargetFacts, p: RestorePolicy) -> Outcome:
     if not t.cpu_arch:
         return _target_missing("architecture")
     s, d = normalize_arch(m.cpu_arch or ""), normalize_arch(t.cpu_arch)
-    return (PASS if s == d else FAIL), CPU_ARCH_MISMATCH, f"snapshot {s}, node {d}", ""
+    return (
+        (PASS if s == d else FAIL),
+        CPU_ARCH_MISMATCH,
+        f"snapshot {shown(s)}, node {shown(d)}",
+        "",
+    )
 
 
 def _kernel(m: Manifest, t: TargetFacts, p: RestorePolicy) -> Outcome:
@@ -273,14 +322,14 @@ def _kernel(m: Manifest, t: TargetFacts, p: RestorePolicy) -> Outcome:
     if not t.kernel_version:
         return _target_missing("kernel release")
     same = (m.kernel_version or "").strip() == t.kernel_version.strip()
-    detail = f"snapshot {m.kernel_version}, node {t.kernel_version}"
+    detail = f"snapshot {shown(m.kernel_version or '')}, node {shown(t.kernel_version)}"
     return (PASS if same else FAIL), KERNEL_VERSION_MISMATCH, detail, ""
 
 
 def _kernel_floor(m: Manifest, t: TargetFacts, p: RestorePolicy) -> Outcome:
     found = kernel_major_minor(t.kernel_version)
     if found is None:
-        return NA, "", f"node kernel {t.kernel_version!r} unparseable", ""
+        return NA, "", f"node kernel {preview(shown(t.kernel_version))} unparseable", ""
     ok = found >= KERNEL_FLOOR
     detail = f"node {found[0]}.{found[1]}, minimum {KERNEL_FLOOR[0]}.{KERNEL_FLOOR[1]}"
     return (PASS if ok else FAIL), KERNEL_BELOW_MINIMUM, detail, ""
@@ -291,15 +340,16 @@ def _limit(key: str, code: str, source: str | None, target: str | None) -> Outco
         return NA, "", "no limit recorded at capture", ""
     try:
         need = parse_limit(source)
-    except QuantityError as e:
-        return UNKNOWN, FACTS_INCOMPLETE, f"{key}: {e}", ""
+    except QuantityError:
+        return UNKNOWN, FACTS_INCOMPLETE, f"{key} {preview(shown(source))} malformed", ""
     if not target:
-        return PASS, code, f"snapshot {source}, target unlimited", ""
+        return PASS, code, f"snapshot {shown(source)}, target unlimited", ""
     try:
         have = parse_limit(target)
-    except QuantityError as e:
-        return UNKNOWN, TARGET_FACTS_UNAVAILABLE, f"target limit: {e}", ""
-    return (PASS if have >= need else FAIL), code, f"snapshot {source}, target {target}", ""
+    except QuantityError:
+        return UNKNOWN, TARGET_FACTS_UNAVAILABLE, f"target limit {preview(shown(target))}", ""
+    detail = f"snapshot {shown(source)}, target {shown(target)}"
+    return (PASS if have >= need else FAIL), code, detail, ""
 
 
 def _memory(m: Manifest, t: TargetFacts, p: RestorePolicy) -> Outcome:
@@ -331,11 +381,32 @@ def _image(m: Manifest, t: TargetFacts, p: RestorePolicy) -> Outcome:
     return (PASS if source == target else FAIL), IMAGE_DIGEST_MISMATCH, detail, debug
 
 
+def _identity(v: Volume, there: Volume | None, present: bool) -> tuple[str, str] | None:
+    """Under the identity policy: ``(code, detail)`` of a problem with volume ``v``, or None.
+    A target that shows the path but not its kind and identifier has not proven anything:
+    its identity is unknown (``TargetFactsUnavailable``), never a pass."""
+    if not v.kind or (v.kind not in EPHEMERAL_KINDS and not v.identifier):
+        return FACTS_INCOMPLETE, f"{v.path} recorded without its identity"
+    if there is None:
+        if present:
+            return TARGET_FACTS_UNAVAILABLE, f"{v.path} identity not reported by the target"
+        return VOLUME_MISSING, f"{v.path} missing"
+    if not there.kind or (v.kind not in EPHEMERAL_KINDS and not there.identifier):
+        return TARGET_FACTS_UNAVAILABLE, f"{v.path} identity not reported by the target"
+    same = there.kind == v.kind and (v.kind in EPHEMERAL_KINDS or there.identifier == v.identifier)
+    if same:
+        return None
+    shown_ = f"{v.path} snapshot {redact_volume(v)}, target {redact_volume(there)}"
+    return VOLUME_IDENTITY_MISMATCH, shown_
+
+
 def _volumes(m: Manifest, t: TargetFacts, p: RestorePolicy) -> Outcome:
     for key in ("criuDump.extMnt", "k8s.declaredVolumes"):
         err = m.unavailable(key)
         if err is not None and not (m.legacy and key == "k8s.declaredVolumes"):
             return UNKNOWN, FACTS_INCOMPLETE, f"{key} unavailable ({err})", ""
+    if not m.ext_mounts:  # every dump externalizes at least its root: empty = not recorded
+        return UNKNOWN, FACTS_INCOMPLETE, "criuDump.extMnt not recorded", ""
     problems: list[tuple[str, str, str]] = []  # (path, code, detail)
     present = set(t.paths) | {v.path for v in t.volumes}
     for path in sorted(set(m.ext_mounts) - REBUILT_MOUNTS):
@@ -344,51 +415,63 @@ def _volumes(m: Manifest, t: TargetFacts, p: RestorePolicy) -> Outcome:
     identity = p.volumes == "identity" and not m.legacy
     mounted = {v.path: v for v in t.volumes}
     for v in sorted(m.volumes, key=lambda v: v.path) if identity else ():
-        there = mounted.get(v.path)
-        if there is None:
-            if v.path not in present:
-                problems.append((v.path, VOLUME_MISSING, f"{v.path} missing"))
-            continue
-        same = there.kind == v.kind and (
-            v.kind in EPHEMERAL_KINDS or there.identifier == v.identifier
-        )
-        if not same:
-            shown = f"{v.path} snapshot {redact_volume(v)}, target {redact_volume(there)}"
-            problems.append((v.path, VOLUME_IDENTITY_MISMATCH, shown))
+        found = _identity(v, mounted.get(v.path), v.path in present)
+        if found is not None and (v.path, VOLUME_MISSING, found[1]) not in problems:
+            problems.append((v.path, *found))
     if not problems:
         mode = "identity" if identity else "presence"
         count = len((set(m.ext_mounts) | {v.path for v in m.volumes}) - REBUILT_MOUNTS)
         return PASS, "", f"{count} mounts ({mode})", ""
     problems.sort()
-    return FAIL, problems[0][1], ", ".join(d for _, _, d in problems), ""
+    detail = ", ".join(d for _, _, d in problems)
+    failed = [c for _, c, _ in problems if c in (VOLUME_MISSING, VOLUME_IDENTITY_MISMATCH)]
+    if failed:
+        return FAIL, failed[0], detail, ""
+    codes = {c for _, c, _ in problems}
+    gap = FACTS_INCOMPLETE if FACTS_INCOMPLETE in codes else TARGET_FACTS_UNAVAILABLE
+    return UNKNOWN, gap, detail, ""
 
 
 def _gpu_state(m: Manifest) -> bool:
     return m.cuda is not None and m.cuda.has_state
 
 
+def _no_cuda(m: Manifest) -> Outcome:
+    """No CUDA state recorded: n/a, unless the header says a CUDA fact could not be read
+    (then whether the snapshot holds CUDA state at all is unknown)."""
+    for key in CUDA_FACTS:
+        err = m.unavailable(key)
+        if err is not None:
+            return UNKNOWN, FACTS_INCOMPLETE, f"{key} unavailable ({err}): CUDA state unknown", ""
+    return NA, "", "snapshot has no CUDA state", ""
+
+
 def _gpu_model(m: Manifest, t: TargetFacts, p: RestorePolicy) -> Outcome:
     if not _gpu_state(m):
-        return NA, "", "snapshot has no CUDA state", ""
+        return _no_cuda(m)
     assert m.cuda is not None
     gap = _missing(m, "cudaRestore.sourceGpus", m.cuda.gpus)
     if gap:
         return gap
     gpus = m.cuda.gpus or ()
+    if not gpus:
+        return UNKNOWN, FACTS_INCOMPLETE, "cudaRestore.sourceGpus empty, yet CUDA state", ""
     if any(not g.model.strip() for g in gpus):
         return UNKNOWN, FACTS_INCOMPLETE, "a snapshot GPU has no product name", ""
     if len({g.uuid for g in gpus}) != len(gpus):
         return UNKNOWN, FACTS_INCOMPLETE, "snapshot GPU UUIDs repeat", ""
+    if len({g.uuid for g in t.gpus}) != len(t.gpus):
+        return UNKNOWN, TARGET_FACTS_UNAVAILABLE, "target GPU UUIDs repeat", ""
     pairing = pair_gpus(gpus, t.gpus)
-    s = ", ".join(sorted(g.model.strip() for g in gpus))
-    d = ", ".join(sorted(g.model.strip() for g in t.gpus))
+    s = ", ".join(sorted(shown(g.model.strip()) for g in gpus))
+    d = ", ".join(sorted(shown(g.model.strip()) for g in t.gpus))
     detail = f"snapshot [{s}], node [{d}]"
     return (FAIL if pairing is None else PASS), GPU_MODEL_MISMATCH, detail, ""
 
 
 def _gpu_count(m: Manifest, t: TargetFacts, p: RestorePolicy) -> Outcome:
     if not _gpu_state(m):
-        return NA, "", "snapshot has no CUDA state", ""
+        return _no_cuda(m)
     assert m.cuda is not None
     recorded = m.cuda.gpus if m.cuda.gpus is not None and not m.legacy else m.cuda.gpu_uuids
     count = len(recorded)
@@ -400,7 +483,7 @@ def _gpu_count(m: Manifest, t: TargetFacts, p: RestorePolicy) -> Outcome:
 
 def _driver(m: Manifest, t: TargetFacts, p: RestorePolicy) -> Outcome:
     if not _gpu_state(m):
-        return NA, "", "snapshot has no CUDA state", ""
+        return _no_cuda(m)
     assert m.cuda is not None
     gap = _missing(m, "cudaRestore.sourceDriverVersion", m.cuda.driver_version)
     if gap:
@@ -408,7 +491,7 @@ def _driver(m: Manifest, t: TargetFacts, p: RestorePolicy) -> Outcome:
     if not t.driver_version:
         return _target_missing("driver version")
     same = (m.cuda.driver_version or "").strip() == t.driver_version.strip()
-    detail = f"snapshot {m.cuda.driver_version}, node {t.driver_version}"
+    detail = f"snapshot {shown(m.cuda.driver_version or '')}, node {shown(t.driver_version)}"
     return (PASS if same else FAIL), DRIVER_VERSION_MISMATCH, detail, ""
 
 
@@ -417,7 +500,7 @@ def _driver_floor(m: Manifest, t: TargetFacts, p: RestorePolicy) -> Outcome:
         return NA, "", "snapshot has no CUDA state", ""
     major = driver_major(t.driver_version)
     if major is None:
-        return NA, "", f"node driver {t.driver_version!r} unparseable", ""
+        return NA, "", f"node driver {preview(shown(t.driver_version))} unparseable", ""
     ok = major >= DRIVER_FLOOR
     return (PASS if ok else FAIL), DRIVER_BELOW_MINIMUM, f"node {major}, minimum {DRIVER_FLOOR}", ""
 
@@ -442,13 +525,9 @@ def _legacy_skips(spec: CheckSpec, m: Manifest) -> bool:
     return m.legacy and bool(spec.facts) and not (set(spec.facts) & LEGACY_FACTS)
 
 
-def evaluate(
+def _run(
     gate: str, manifest: Manifest, target: TargetFacts, policy: RestorePolicy
-) -> GateReport:
-    """Run every check of ``gate`` ("A" or "B") in order; never stops at the first failure."""
-    if manifest.schema_version is not None and manifest.schema_version > SUPPORTED_SCHEMA:
-        detail = f"schema {manifest.schema_version} > supported {SUPPORTED_SCHEMA}"
-        return GateReport(gate, (), header_code=MANIFEST_SCHEMA_UNSUPPORTED, header_detail=detail)
+) -> tuple[list[CheckResult], list[str]]:
     results: list[CheckResult] = []
     debug: list[str] = []
     for spec in CHECKS:
@@ -461,18 +540,43 @@ def evaluate(
         state, code, detail, full = outcome
         code = code if state in (FAIL, UNKNOWN, SKIPPED) else ""
         results.append(CheckResult(spec.id, spec.name, state, code, detail))
-        shown = f"{state} {code}" if code else state
-        debug.append(f"{spec.id} {spec.name} {shown}: {full or detail}")
+        shown_ = f"{state} {code}" if code else state
+        debug.append(f"{spec.id} {spec.name} {shown_}: {full or detail}")
+    return results, debug
+
+
+def source_gaps(manifest: Manifest, policy: RestorePolicy) -> tuple[CheckResult, ...]:
+    """Gate B's checks that can never pass on this manifest, whatever the target: a recorded
+    fact they read is unavailable, empty or malformed (``FactsIncomplete``). Gate A reports
+    them, so such an attempt ends Unknown before anything is claimed."""
+    results, _ = _run("B", manifest, TargetFacts(), policy)
+    return tuple(r for r in results if r.outcome == UNKNOWN and r.code == FACTS_INCOMPLETE)
+
+
+def evaluate(
+    gate: str, manifest: Manifest, target: TargetFacts, policy: RestorePolicy
+) -> GateReport:
+    """Run every check of ``gate`` ("A" or "B") in order; never stops at the first failure.
+    Gate A also reports gate B's source gaps (:func:`source_gaps`) as its header."""
+    if manifest.schema_version is not None and manifest.schema_version > SUPPORTED_SCHEMA:
+        detail = f"schema {manifest.schema_version} > supported {SUPPORTED_SCHEMA}"
+        return GateReport(gate, (), header_code=MANIFEST_SCHEMA_UNSUPPORTED, header_detail=detail)
+    results, debug = _run(gate, manifest, target, policy)
     pairing: tuple[GpuPair, ...] = ()
     model = next((r for r in results if r.id == "C1"), None)
     if model is not None and model.outcome == PASS and manifest.cuda and manifest.cuda.gpus:
         pairing = pair_gpus(manifest.cuda.gpus, target.gpus) or ()
-    header = FACTS_INCOMPLETE if not manifest.legacy and not manifest.complete else ""
+    headers: list[str] = []
+    if not manifest.legacy and not manifest.complete:
+        headers.append("manifest marked incomplete")
+    gaps = source_gaps(manifest, policy) if gate == "A" else ()
+    if gaps:
+        headers.append("gate B facts unknown: " + "; ".join(f"{r.id} {r.detail}" for r in gaps))
     return GateReport(
         gate,
         tuple(results),
         pairing,
         tuple(debug),
-        header,
-        "manifest marked incomplete" if header else "",
+        FACTS_INCOMPLETE if headers else "",
+        "; ".join(headers),
     )

@@ -9,6 +9,7 @@ line can carry a whole manifest as nested JSON.
 from __future__ import annotations
 
 import hashlib
+import re
 from typing import Any
 
 import attrs
@@ -70,6 +71,10 @@ STATUS_CODES = (
     LEGACY_MANIFEST,
     COMPATIBLE,
 )
+
+
+#: An error class as shown in messages; anything else (free text) is shown as ``unclassified``.
+_ERRCLASS = re.compile(r"[A-Za-z][A-Za-z0-9_.-]{0,63}")
 
 
 def _nonempty(_: object, attribute: attrs.Attribute[str], value: str) -> None:
@@ -167,11 +172,13 @@ class Manifest:
         return self.schema_version is None or self.schema_version == 0
 
     def unavailable(self, key: str) -> str | None:
-        """The error class when the header marks ``key`` unavailable, else ``None``."""
+        """The error class when the header marks ``key`` unavailable, else ``None`` (a class
+        that is not one short token is ``unclassified``: it is shown in conditions)."""
         state = self.facts.get(key, "recorded")
         if state == "recorded":
             return None
-        return state.partition(":")[2] or "unknown"
+        errclass = state.partition(":")[2]
+        return errclass if _ERRCLASS.fullmatch(errclass) else "unclassified"
 
 
 @attrs.frozen(slots=True)

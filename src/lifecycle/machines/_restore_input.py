@@ -140,7 +140,7 @@ def parse_document(raw: bytes) -> Any:
 
 # -- strict fields --------------------------------------------------------------------------------
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-_BAD_CHARS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f\ud800-\udfff]")
+_BAD_CHARS = re.compile(r"[\x00-\x1f\x7f\ud800-\udfff]")
 
 
 def field(where: str, key: str | int) -> str:
@@ -169,7 +169,7 @@ def mapping(value: object, where: str) -> dict[str, Any]:
 
 
 def text(value: object, where: str) -> str:
-    """A string of printable characters (tabs and newlines allowed), at most :data:`MAX_TEXT`."""
+    """One line of printable characters (no control characters), at most :data:`MAX_TEXT`."""
     if not isinstance(value, str):
         raise _fail(where, "a string", value)
     if len(value) > MAX_TEXT:

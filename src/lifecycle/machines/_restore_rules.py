@@ -1,6 +1,8 @@
 """Effects and action notes of the Restore table (``restore.py`` declares the rows).
 
-Every function is pure: it reads the status and the observation, never a clock.
+Every function is pure: it reads the status and the observation, never a clock. A free-text
+error (a provider's, CRIU's, the API server's) reaches the status, its conditions and its
+Events only as :func:`redact_error` gives it; the full text stays in the observation.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from .._core.machine import replace
 from .._core.observation import Observation
 from .._core.refs import Condition, set_condition
 from .._core.table import SAME, Effect, Row
-from ._restore_checks import FAIL, PASS, UNKNOWN, GateReport
+from ._restore_checks import FAIL, PASS, UNKNOWN, GateReport, redact_error
 from ._restore_facts import (
     COMPAT_CHECK_SKIPPED,
     COMPATIBLE,
@@ -228,7 +230,7 @@ def gate(s: RestoreStatus, o: GateAFacts | GateBFacts, row: Row) -> RestoreStatu
 
 
 def unreadable(s: RestoreStatus, o: ManifestUnreadable, row: Row) -> RestoreStatus:
-    r = GateReport("A", (), header_code=MANIFEST_UNREADABLE, header_detail=o.error)
+    r = GateReport("A", (), header_code=MANIFEST_UNREADABLE, header_detail=redact_error(o.error))
     return _verdict(s, o, row, r)
 
 
@@ -248,7 +250,7 @@ def to_restoring(s: RestoreStatus, o: Observation, row: Row) -> RestoreStatus:
 def unavailable(s: RestoreStatus, o: Observation, row: Row) -> RestoreStatus:
     """T10: target discovery failed; stay in gate B and retry with backoff until the deadline."""
     if isinstance(o, TargetFactsUnavailable):
-        error = o.error
+        error = redact_error(o.error)
     elif isinstance(o, GateBFacts):
         found = report(s, o).results
         error = "; ".join(f"{x.id} {x.detail}" for x in found if x.code == TARGET_FACTS_UNAVAILABLE)
@@ -296,7 +298,7 @@ def restored(s: RestoreStatus, o: Observation, row: Row) -> RestoreStatus:
 
 
 def restore_failed(s: RestoreStatus, o: Any, row: Row) -> RestoreStatus:
-    note = f"code={RESTORE_ERROR} gate=-: {o.error}"
+    note = f"code={RESTORE_ERROR} gate=-: {redact_error(o.error)}"
     return _enter(
         s,
         row,
@@ -320,7 +322,7 @@ def write_failed(s: RestoreStatus, o: StatusWriteFailed, row: Row) -> RestoreSta
     return replace(
         s,
         write_failures=failures,
-        write_error=o.error,
+        write_error=redact_error(o.error),
         retry_at=o.at + timedelta(seconds=wait_s),
         quiet_until=quiet,
     )
@@ -365,16 +367,18 @@ def action_note(s: RestoreStatus, o: Observation) -> str:
             "is not a recognised boolean (true or false); the compatibility gates stay on"
         )
     if isinstance(o, ManifestUnreadable):
-        return f"code={MANIFEST_UNREADABLE} gate=A: {o.error}; allowed unchecked (on_unknown=warn)"
+        error = redact_error(o.error)
+        return f"code={MANIFEST_UNREADABLE} gate=A: {error}; allowed unchecked (on_unknown=warn)"
     if isinstance(o, StatusWriteFailed):
         failures = s.write_failures + 1
         return (
             f"code={s.code} gate={s.gate or '-'}: the {s.recording} verdict is held in memory; "
-            f"writing it to the pod failed ({failures}x): {o.error}; retrying in "
+            f"writing it to the pod failed ({failures}x): {redact_error(o.error)}; retrying in "
             f"{backoff(s.policy, failures):g}s"
         )
     if isinstance(o, TargetFactsUnavailable):
-        return f"code={TARGET_FACTS_UNAVAILABLE} gate=B: {o.error}; retrying with backoff"
+        error = redact_error(o.error)
+        return f"code={TARGET_FACTS_UNAVAILABLE} gate=B: {error}; retrying with backoff"
     if isinstance(o, GateAFacts | GateBFacts):
         r = report(s, o)
         if _target_unavailable(r):
