@@ -26,16 +26,19 @@ from typing import Any
 
 import attrs
 
+from ._core.bounds import check_ref
 from ._core.errors import (
     Conflict,
     IdentityMismatch,
     LifecycleError,
     StoreError,
     UnknownObservation,
+    apply_failed,
 )
 from ._core.machine import Machine
 from ._core.observation import Observation
 from ._core.refs import ObjectRef
+from ._core.serde import validate as check_observation
 from ._core.transition import Flip, Transition, stamp
 from .runner import Outcome, Result, RetryPolicy, Runner
 from .stores.base import CommitItem, Record
@@ -102,15 +105,17 @@ def delay(policy: RetryPolicy) -> float:
 
 def validate(core: Runner, items: Sequence[tuple[ObjectRef, Observation]]) -> list[_Item]:
     """Every item's machine and policy; refuses (raises) an observation a machine does not
-    know before anything is read or written."""
+    know, or one outside the input bounds, before anything is read or written."""
     out = []
     for index, (ref, observation) in enumerate(items):
+        check_ref(ref)
         machine = core.machine_for(ref)
         if observation.__class__ not in machine.accepted:
             raise UnknownObservation(
                 f"{machine.name}: {observation.__class__.__name__} is not one of its "
                 f"observations ({', '.join(sorted(machine.vocabulary))})"
             )
+        check_observation(observation)
         out.append(_Item(index, ref, observation, machine, core.policy_for(machine)))
     return out
 
@@ -161,18 +166,28 @@ def protocol(
                 version = 0 if record is None else record.version
                 try:
                     after = machine.apply(before, item.observation)
-                except LifecycleError as e:
-                    if refuse:
+                    same = after is before or after == before
+                    flips = () if same else machine.flips(before, after)
+                except Exception as caught:
+                    if refuse and isinstance(caught, LifecycleError):
                         raise
+                    refusal = caught if isinstance(caught, LifecycleError) else None
+                    if refusal is None:  # a machine's own failure: typed, nothing written
+                        refusal = apply_failed(machine.name, item.ref, item.observation, caught)
+                        if refuse:
+                            raise refusal from caught
                     core._log.warning(
-                        "observation refused", ref=str(item.ref), uid=item.ref.uid, error=str(e)
+                        "observation refused",
+                        ref=str(item.ref),
+                        uid=item.ref.uid,
+                        error=str(refusal),
                     )
                     results[item.index] = Result(
                         Outcome.FAILED,
                         item.ref,
                         None,
                         version,
-                        error=e,
+                        error=refusal,
                         attempts=item.attempt,
                         actions=item.actions,
                     )
@@ -181,7 +196,7 @@ def protocol(
                     item.actions = core._actions(
                         machine, item.ref, before, item.observation, version
                     )
-                if after is before or after == before:
+                if same:
                     results[item.index] = Result(
                         Outcome.UNCHANGED,
                         item.ref,
@@ -192,7 +207,7 @@ def protocol(
                     )
                     continue
                 item.version, item.before, item.after = version, before, after
-                item.flips = machine.flips(before, after)
+                item.flips = flips
                 item.transitions = (
                     stamp(item.flips, item.ref, machine.name, version + 1, item.observation.at)
                     if item.flips

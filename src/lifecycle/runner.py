@@ -30,10 +30,18 @@ from typing import Any, NamedTuple
 import attrs
 import structlog
 
-from ._core.errors import Conflict, LifecycleError, StoreError, UnknownObservation
+from ._core.bounds import check_ref
+from ._core.errors import (
+    Conflict,
+    LifecycleError,
+    StoreError,
+    UnknownObservation,
+    apply_failed,
+)
 from ._core.machine import Machine
 from ._core.observation import Observation, Tick
 from ._core.refs import EventType, ObjectRef
+from ._core.serde import validate as check_observation
 from ._core.transition import Flip, Transition, stamp
 from .emitters.base import Emitter
 from .links import Link, default_links
@@ -155,14 +163,17 @@ class Runner:
         """Apply ``observation`` to ``ref``'s status, commit it, then emit its flips.
 
         Raises a :class:`~lifecycle.LifecycleError` for input the machine refuses (unknown
-        observation, no row in the table); the store is then untouched.
+        observation, no row in the table, a value outside the input bounds); the store is
+        then untouched.
         """
+        check_ref(ref)
         machine = self.machine_for(ref)
         if observation.__class__ not in machine.accepted:
             raise UnknownObservation(
                 f"{machine.name}: {observation.__class__.__name__} is not one of its "
                 f"observations ({', '.join(sorted(machine.vocabulary))})"
             )
+        check_observation(observation)
         flips: tuple[Flip, ...] = ()
         actions: tuple[Transition, ...] = ()
         version = 0
@@ -183,14 +194,24 @@ class Runner:
             else:
                 before = record.status
                 version = record.version
-            after = machine.apply(before, observation)
+            try:
+                after = machine.apply(before, observation)
+            except LifecycleError:
+                raise
+            except Exception as e:  # a machine's own failure: typed, nothing written
+                raise apply_failed(machine.name, ref, observation, e) from e
             if attempt == 1 and machine.has_actions:
                 actions = self._actions(machine, ref, before, observation, version)
             if after is before or after == before:
                 return Result(
                     Outcome.UNCHANGED, ref, before, version, (), (), None, attempt, (), actions
                 )
-            flips = machine.flips(before, after)
+            try:
+                flips = machine.flips(before, after)
+            except LifecycleError:
+                raise
+            except Exception as e:
+                raise apply_failed(machine.name, ref, observation, e) from e
             transitions = (
                 stamp(flips, ref, machine.name, version + 1, observation.at) if flips else ()
             )

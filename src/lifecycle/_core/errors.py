@@ -39,6 +39,32 @@ class InvalidObservation(LifecycleError):
     """An observation with missing, extra or wrongly typed fields, or impossible values."""
 
 
+class InvalidReference(LifecycleError):
+    """An object reference whose kind, namespace, name or uid is not bounded text (see the
+    input bounds, ADR 0073): refused before anything is read or written."""
+
+
+def apply_failed(machine: str, ref: object, observation: object, error: BaseException
+                 ) -> InvalidObservation:  # fmt: skip
+    """The typed refusal for a machine whose ``apply`` (or ``flips``) raised something other
+    than a :class:`LifecycleError`: it names the machine, the object and the observation,
+    and the runner raises it before anything is written."""
+    return InvalidObservation(
+        f"{machine}: {type(observation).__name__} could not be applied to "
+        f"{brief(ref, 120)}: {type(error).__name__}: {brief(error)}"
+    )
+
+
+def brief(value: object, limit: int = 200) -> str:
+    """``str(value)`` cut to ``limit`` characters (``<Type>`` when ``str`` itself fails): for
+    an error message that quotes another error's text."""
+    try:
+        text = str(value)
+    except Exception:
+        return f"<{type(value).__name__}>"
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 class InvalidTransition(LifecycleError):
     """A (state, observation) pair that the machine's table refuses: no row, no ignore row."""
 

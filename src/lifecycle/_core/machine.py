@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from datetime import datetime
 from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
 import attrs
 
 from . import serde
-from .errors import InvalidObservation, InvalidTransition, TableError, UnknownObservation
+from .errors import (
+    InvalidObservation,
+    InvalidTransition,
+    TableError,
+    UnknownObservation,
+    preview,
+)
 from .observation import Observation
 from .refs import Condition, EventType, ObjectRef
 from .table import SAME, Row, Step, Table, render
@@ -271,20 +276,26 @@ class Machine(Generic[S]):
     def observation_type(self, name: str) -> type[Observation]:
         try:
             return self._vocabulary[name]
-        except KeyError:
+        except (KeyError, TypeError):  # TypeError: not a name at all (unhashable)
             known = ", ".join(sorted(self._vocabulary))
             raise UnknownObservation(
-                f"{self.name}: unknown observation {name!r}; known: {known}"
+                f"{self.name}: unknown observation {preview(name)}; known: {known}"
             ) from None
 
     def observation(self, name: str, at: object, fields: Mapping[str, Any]) -> Observation:
-        """Build an observation from untrusted data, refusing anything malformed."""
-        build = self._builders.get(name)
-        if build is not None and type(at) is datetime and at.tzinfo is not None:
-            built: Observation | None = build(fields, at)
-            if built is not None:
-                return built
+        """Build an observation from untrusted data, refusing anything malformed or outside
+        the input bounds (ADR 0073) with :class:`~lifecycle.InvalidObservation`."""
+        if type(name) is str and type(fields) is dict:
+            build = self._builders.get(name)
+            if build is not None:
+                built: Observation | None = build(fields, at)
+                if built is not None:
+                    return built
         cls = self.observation_type(name)
+        if not isinstance(fields, Mapping):
+            raise InvalidObservation(
+                f"{name}: fields must be an object (a mapping), got {preview(fields)}"
+            )
         if "at" in fields:
             raise InvalidObservation(f"{name}: 'at' is given once, beside the fields")
         return serde.strict_structure(cls, {**fields, "at": at}, name)
