@@ -93,6 +93,12 @@ class OverlayStore(MemoryStore):
         mine = super().load(machine, ref)
         return mine if mine is not None else self._base.load(machine, ref)
 
+    def journal(self, machine: Machine[Any], ref: ObjectRef) -> list[JournalEntry]:
+        """``base``'s journal of an object not written here (none is kept of those that were)."""
+        if ref.uid in self._records:
+            return super().journal(machine, ref)
+        return self._base.journal(machine, ref)
+
     def commit(
         self,
         machine: Machine[Any],
