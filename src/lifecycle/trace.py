@@ -30,7 +30,7 @@ import attrs
 import orjson
 import structlog
 
-from ._core.errors import IdentityMismatch, LifecycleError, TraceError
+from ._core.errors import IdentityMismatch, LifecycleError, TraceError, preview
 from ._core.machine import Machine
 from ._core.observation import Observation
 from ._core.redact import redact_observation
@@ -159,9 +159,9 @@ def _fault_line(
         raise ValueError('a fault line has no "observe" or "with"')
     fault, times = data["fault"], data.get("times", 1)
     if fault not in FAULTS:
-        raise ValueError(f'"fault" must be one of {", ".join(FAULTS)}, not {fault!r}')
+        raise ValueError(f'"fault" must be one of {", ".join(FAULTS)}, not {preview(fault)}')
     if not isinstance(times, int) or isinstance(times, bool) or times < 1:
-        raise ValueError(f'"times" must be a positive integer, not {times!r}')
+        raise ValueError(f'"times" must be a positive integer, not {preview(times)}')
     return FaultLine(line, machine, ref, at, fault, times)
 
 
@@ -239,7 +239,8 @@ def _one_uid_one_object(
     raise TraceError(
         name,
         number,
-        f"uid {ref.uid!r} names {ref} here, but {known[1]} it names {_full(known[0])}; "
+        f"uid {preview(ref.uid)} names {_full(ref)} here, but {known[1]} it names "
+        f"{_full(known[0])}; "
         "one uid must name one object",
     )
 
@@ -259,7 +260,8 @@ def _claim_uids(
             raise TraceError(
                 name,
                 number,
-                f"uid {target.uid!r} is the {link.target} of {ref} ({_full(target)}), "
+                f"uid {preview(target.uid)} is the {link.target} of {preview(str(ref))} "
+                f"({_full(target)}), "
                 f"but {derived[1]} it names {_full(derived[0])}; one uid must name one object",
             )
         owners.setdefault(target.uid, (target, f"as the {link.target} of line {number}", False))
@@ -283,7 +285,7 @@ def _linked(
 
 
 def _full(ref: ObjectRef) -> str:
-    return f"{ref} (namespace {ref.namespace!r}, name {ref.name!r})"
+    return f"{ref.kind} (namespace {preview(ref.namespace)}, name {preview(ref.name)})"
 
 
 def _run(

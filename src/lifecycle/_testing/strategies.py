@@ -81,6 +81,15 @@ _STEP_SECONDS = st.sampled_from((0, 0, 1, 2, 5, 10, 14, 15, 16, 30, 60, 600))
 
 
 # -- strategies -------------------------------------------------------------------------------
+#: Characters a field may hold: any but NUL and lone surrogates (the input bounds, ADR 0073).
+TEXT_ALPHABET = st.characters(exclude_categories=("Cs",), exclude_characters="\x00")
+
+
+def text(max_size: int | None = None) -> st.SearchStrategy[str]:
+    """Text within the input bounds (no NUL, no lone surrogate)."""
+    return st.text(TEXT_ALPHABET, max_size=max_size)
+
+
 def _guard_strings(fn: object) -> set[str]:
     """String constants a guard compares against: literals, module constants, closure cells."""
     out: set[str] = set()
@@ -229,7 +238,7 @@ class _Vocabulary:
         merged.update(samples or {})
         known = table_strings(machine)
         strings: st.SearchStrategy[str] = (
-            st.one_of(st.sampled_from(known), st.text(max_size=10)) if known else st.text()
+            st.one_of(st.sampled_from(known), text(max_size=10)) if known else text()
         )
         self.classes = tuple(machine.table.observations)
         self.fields = {cls: _field_strategies(cls, strings, merged) for cls in self.classes}

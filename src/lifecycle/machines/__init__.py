@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
-from .._core.errors import UnknownMachine
+from .._core.errors import UnknownMachine, preview
 from .._core.machine import Machine
 from .certification import CERTIFICATION, CertificationMachine, CertificationStatus
 from .job import JOB, JobMachine, JobStatus
@@ -59,7 +59,7 @@ class MachineRegistry(Mapping[str, Machine[Any]]):
             return self._by_name[name]
         except KeyError:
             known = ", ".join(sorted(self._by_name))
-            raise UnknownMachine(f"unknown machine {name!r}; known: {known}") from None
+            raise UnknownMachine(f"unknown machine {preview(name)}; known: {known}") from None
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._by_name)
@@ -72,7 +72,9 @@ class MachineRegistry(Mapping[str, Machine[Any]]):
             return self._by_kind[kind]
         except KeyError:
             known = ", ".join(sorted(self._by_kind))
-            raise UnknownMachine(f"no machine handles kind {kind!r}; known: {known}") from None
+            raise UnknownMachine(
+                f"no machine handles kind {preview(kind)}; known: {known}"
+            ) from None
 
 
 def default_registry() -> MachineRegistry:

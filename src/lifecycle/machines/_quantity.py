@@ -11,6 +11,8 @@ import re
 from decimal import Decimal
 from fractions import Fraction
 
+from .._core.errors import preview
+
 
 class QuantityError(ValueError):
     """A string that is not a Kubernetes resource quantity."""
@@ -39,7 +41,7 @@ def parse_quantity(text: str) -> Fraction:
     match = _QUANTITY.fullmatch(text)
     if match is None:
         raise QuantityError(
-            f"{text!r} is not a Kubernetes quantity (examples: 512Mi, 64Gi, 2, 500m, 1e3)"
+            f"{preview(text)} is not a Kubernetes quantity (examples: 512Mi, 64Gi, 2, 500m, 1e3)"
         )
     sign, number, suffix, exponent = match.groups()
     value = Fraction(Decimal(number))
@@ -48,7 +50,7 @@ def parse_quantity(text: str) -> Fraction:
     elif exponent is not None:
         power = int(exponent)
         if abs(power) > _MAX_EXPONENT:
-            raise QuantityError(f"{text!r}: exponent {power} is out of range")
+            raise QuantityError(f"{preview(text)}: exponent {power} is out of range")
         value *= Fraction(10) ** power
     return -value if sign == "-" else value
 
@@ -57,5 +59,5 @@ def parse_limit(text: str) -> Fraction:
     """A resource limit: a quantity that is not negative."""
     value = parse_quantity(text)
     if value < 0:
-        raise QuantityError(f"{text!r}: a limit must not be negative")
+        raise QuantityError(f"{preview(text)}: a limit must not be negative")
     return value

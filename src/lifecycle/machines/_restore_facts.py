@@ -14,6 +14,7 @@ from typing import Any
 
 import attrs
 
+from .._core.errors import preview
 from .._core.refs import ObjectRef
 
 #: The highest ``compat.schemaVersion`` this library understands.
@@ -85,7 +86,9 @@ def _nonempty(_: object, attribute: attrs.Attribute[str], value: str) -> None:
 def _one_of(*allowed: str) -> Any:
     def check(_: object, attribute: attrs.Attribute[str], value: str) -> None:
         if value not in allowed:
-            raise ValueError(f"{attribute.name} must be one of {', '.join(allowed)}, not {value!r}")
+            raise ValueError(
+                f"{attribute.name} must be one of {', '.join(allowed)}, not {preview(value)}"
+            )
 
     return check
 
@@ -135,8 +138,8 @@ def _fact_states(_: object, attribute: attrs.Attribute[Any], value: dict[str, st
     for key, state in value.items():
         if state != "recorded" and not state.startswith("unavailable:"):
             raise ValueError(
-                f"{attribute.name}[{key!r}] must be 'recorded' or 'unavailable:<errclass>', "
-                f"not {state!r}"
+                f"{attribute.name}[{preview(key)}] must be 'recorded' or "
+                f"'unavailable:<errclass>', not {preview(state)}"
             )
 
 

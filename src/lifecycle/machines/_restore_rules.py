@@ -10,7 +10,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any
 
-from .._core.errors import InvalidObservation
+from .._core.errors import InvalidObservation, preview
 from .._core.machine import replace
 from .._core.observation import Observation
 from .._core.refs import Condition, set_condition
@@ -363,7 +363,8 @@ def action_note(s: RestoreStatus, o: Observation) -> str:
     """The message of the action event ``o`` triggers from ``s`` (privacy-safe)."""
     if isinstance(o, PodObserved):
         return (
-            f"code=InvalidSkipAnnotation gate=A: annotation {SKIP_ANNOTATION}={o.annotation!r} "
+            f"code=InvalidSkipAnnotation gate=A: annotation "
+            f"{SKIP_ANNOTATION}={preview(o.annotation)} "
             "is not a recognised boolean (true or false); the compatibility gates stay on"
         )
     if isinstance(o, ManifestUnreadable):

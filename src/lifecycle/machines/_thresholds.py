@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable
 
 import attrs
 
+from .._core.errors import preview
 from ._conditions import FALSE, TRUE, go_list
 
 UNKNOWN_THRESHOLD_KEY = "UnknownThresholdKey"
@@ -27,7 +28,7 @@ MSG_THRESHOLDS_MET = "All performance thresholds satisfied"
 MSG_MEASUREMENT_TIMEOUT = "Measurement data not available within {} for keys: {}"
 MSG_UNKNOWN_KEY = "Unknown threshold key(s): {}"
 MSG_VIOLATED = "Threshold violated: {} = {:g}, required {}"
-MSG_INVALID_EXPRESSION = "Invalid threshold expression for {}: {!r} (expected OP NUMBER)"
+MSG_INVALID_EXPRESSION = "Invalid threshold expression for {}: {} (expected OP NUMBER)"
 
 #: What the GoodputMeasurement reports; a threshold on any other key is UnknownThresholdKey.
 MEASUREMENT_KEYS = (
@@ -88,7 +89,8 @@ def decide(
     for t in thresholds:
         match = _EXPR.match(t.expr)
         if match is None:
-            return TRUE, INVALID_THRESHOLD_EXPRESSION, MSG_INVALID_EXPRESSION.format(t.key, t.expr)
+            message = MSG_INVALID_EXPRESSION.format(t.key, preview(t.expr))
+            return TRUE, INVALID_THRESHOLD_EXPRESSION, message
         op, bound = match.group(1), float(match.group(2))
         value = values[t.key]
         if math.isnan(value) or not _OPS[op](value, bound):

@@ -7,6 +7,7 @@ from datetime import datetime
 
 import attrs
 
+from .._core.errors import preview
 from .._core.observation import Observation, Tick
 from .._core.refs import Condition
 from ._conditions import (
@@ -224,7 +225,9 @@ class PartitionFailed(Observation):
 
 def _collision(_: object, attribute: attrs.Attribute[str], value: str) -> None:
     if value not in ("", "dependency", "job"):
-        raise ValueError(f"{attribute.name} must be '', 'dependency' or 'job', not {value!r}")
+        raise ValueError(
+            f"{attribute.name} must be '', 'dependency' or 'job', not {preview(value)}"
+        )
 
 
 @attrs.frozen(slots=True, kw_only=True)

@@ -25,7 +25,7 @@ from typing import Any, ClassVar
 
 import attrs
 
-from .._core.errors import InvalidObservation
+from .._core.errors import InvalidObservation, preview
 from .._core.machine import replace
 from .._core.observation import Observation, Tick
 from .._core.refs import Condition, EventType
@@ -118,7 +118,7 @@ class CertificationStatus(Conditioned):
                 return c
         known = ", ".join(c.name for c in self.categories) or "none (not submitted)"
         raise InvalidObservation(
-            f"certification {self.name}: unknown category {name!r}; its categories: {known}"
+            f"certification {self.name}: unknown category {preview(name)}; its categories: {known}"
         )
 
 
@@ -127,7 +127,7 @@ def _categories(_: object, attribute: attrs.Attribute[Any], value: tuple[str, ..
     if not value:
         raise ValueError(f"{attribute.name} must name at least one category")
     if any(not v for v in value) or len(set(value)) != len(value):
-        raise ValueError(f"{attribute.name} must be distinct, non-empty names: {value!r}")
+        raise ValueError(f"{attribute.name} must be distinct, non-empty names: {preview(value)}")
 
 
 @attrs.frozen(slots=True, kw_only=True)

@@ -14,6 +14,7 @@ from typing import Any, ClassVar
 
 import attrs
 
+from .._core.errors import preview
 from .._core.machine import Machine, evolver
 from .._core.observation import Observation, Tick
 from .._core.refs import EventType, ObjectRef
@@ -86,7 +87,7 @@ class ClaimCreated(Observation):
 
 def _phase(_: object, attribute: attrs.Attribute[str], value: str) -> None:
     if value not in (*PHASES, LEGACY_INITIALIZING):
-        raise ValueError(f"{attribute.name} {value!r} is not a NodeClaim phase")
+        raise ValueError(f"{attribute.name} {preview(value)} is not a NodeClaim phase")
 
 
 @attrs.frozen(slots=True, kw_only=True)
