@@ -7,6 +7,7 @@ The public face is curated here; everything else is private to the package.
 from typing import TYPE_CHECKING, Any
 
 from ._core.errors import (
+    CommitUnknown,
     Conflict,
     IdentityMismatch,
     InvalidObservation,
@@ -53,6 +54,7 @@ __all__ = [
     "Action",
     "AsyncRunner",
     "AsyncStore",
+    "CommitUnknown",
     "Condition",
     "Conflict",
     "Dispatcher",

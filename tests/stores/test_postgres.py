@@ -109,13 +109,13 @@ def test_wrong_credentials_for_the_async_store_are_as_clear(pg_server: PgServer)
 # -- migrations -------------------------------------------------------------------------------
 def test_migrations_are_versioned_and_idempotent(pg_url: str, pg_schema: str) -> None:
     assert schema_version(pg_url) is None
-    assert migrate(pg_url) == [1, 2]
+    assert migrate(pg_url) == [1, 2, 3]
     assert migrate(pg_url) == []
     assert schema_version(pg_url) == _pgsql.LATEST
     store = PostgresStore(pg_url)  # opening migrates too: nothing left to do
     step(store, pod.CreateRequested(at=t(0)), pod_ref())
     rows = raw(store, "SELECT version, description FROM {s}schema_migrations ORDER BY version")
-    assert [v for v, _ in rows] == [1, 2]
+    assert [v for v, _ in rows] == [1, 2, 3]
     store.close()
 
 
@@ -130,13 +130,13 @@ def test_an_older_schema_is_upgraded_and_keeps_its_rows(pg_url: str, pg_server: 
         conn.execute(_pgsql.record_sql(target.schema), (1, desc))
         conn.execute(
             f'INSERT INTO "{target.schema}".objects VALUES '
-            "('old', 'pod', 'Pod', 'ml', 'old', 'Provisioning', 1, %s::json)",
+            "('old', 'pod', 'Pod', 'ml', 'trainer-old', 'Provisioning', 1, %s::json)",
             ('{"state": "Provisioning", "phase": "Pending", "pool": "default"}',),
         )
     assert schema_version(pg_url) == 1
     with pytest.raises(StoreError, match="db migrate"):
         PostgresStore(pg_url, migrate=False)
-    assert migrate(pg_url) == [2]
+    assert migrate(pg_url) == [2, 3]
     store = PostgresStore(pg_url, migrate=False)
     record = store.load(POD, pod_ref("old"))
     assert record is not None
@@ -168,7 +168,7 @@ def test_replicas_migrating_at_once_take_turns(pg_url: str) -> None:
         th.start()
     for th in threads:
         th.join()
-    assert sorted(map(str, results)) == sorted(["[1, 2]"] + ["[]"] * 5)
+    assert sorted(map(str, results)) == sorted(["[1, 2, 3]"] + ["[]"] * 5)
 
 
 def test_the_cli_migrates_reports_and_compacts(
@@ -178,11 +178,11 @@ def test_the_cli_migrates_reports_and_compacts(
     assert "not migrated" in capsys.readouterr().out
     out = io.StringIO()
     assert main(["db", "migrate", "--store", pg_url], out=out) == 0
-    assert "applied 1, 2" in out.getvalue()
+    assert "applied 1, 2, 3" in out.getvalue()
     no_secret(out.getvalue())
     out = io.StringIO()
     assert main(["db", "migrate", "--store", pg_url], out=out) == 0
-    assert "up to date (schema version 2)" in out.getvalue()
+    assert "up to date (schema version 3)" in out.getvalue()
     assert main(["db", "status", "--store", pg_url]) == 0
     capsys.readouterr()
 
@@ -207,7 +207,7 @@ def test_replay_accepts_a_postgresql_store(pg_url: str, capsys: pytest.CaptureFi
     demo = next(p for p in TRACES if p.name == "demo.jsonl")
     out = io.StringIO()
     assert main(["replay", str(demo), "--store", pg_url], out=out) == 0
-    assert "lifecycle:***@127.0.0.1" in out.getvalue()
+    assert "@127.0.0.1" in out.getvalue()  # the password blotted out (*** or <redacted>)
     no_secret(out.getvalue())
     store = PostgresStore(pg_url)
     assert list(store.records(POD))

@@ -99,6 +99,17 @@ class Conflict(StoreError):
         )
 
 
+class CommitUnknown(StoreError):
+    """A commit whose connection was lost while it was in flight, and whose outcome could not
+    be resolved in time (by its commit token) after reconnecting: it may have landed. Not a
+    failure to report: send no fallback for it; if it landed, its events are in the outbox
+    and a dispatcher delivers them when the lease ends."""
+
+    def __init__(self, uids: tuple[str, ...], detail: str) -> None:
+        self.uids = uids
+        super().__init__(detail)
+
+
 class IdentityMismatch(LifecycleError):
     """A load or commit whose object identity (kind, namespace, name, uid) disagrees with
     the object a store holds under that uid. Nothing is written: a uid names one object."""

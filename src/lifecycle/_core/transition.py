@@ -56,6 +56,8 @@ class Transition(NamedTuple):
     fallback: bool = False
     controller: str = ""
     action: bool = False
+    #: the store epoch of the commit ("" unless the store's history changed: ADR 0068)
+    epoch: str = ""
 
     @property
     def id(self) -> str:
@@ -63,6 +65,8 @@ class Transition(NamedTuple):
             return ""
         if self.fallback:  # two different lost writes at one version must not share an id
             return f"{self.ref.uid}:{self.version}:f{self.n}-{self.reason}"
+        if self.epoch:  # a version recommitted after a lost history is another event
+            return f"{self.ref.uid}:{self.version}:{self.n}@{self.epoch}"
         return f"{self.ref.uid}:{self.version}:{self.n}"
 
     def as_dict(self) -> dict[str, object]:
@@ -104,9 +108,14 @@ _ISO: dict[tuple[datetime, object, int], str] = {}
 
 
 def stamp(
-    flips: tuple[Flip, ...], ref: ObjectRef, machine: str, version: int, at: datetime
+    flips: tuple[Flip, ...],
+    ref: ObjectRef,
+    machine: str,
+    version: int,
+    at: datetime,
+    epoch: str = "",
 ) -> tuple[Transition, ...]:
-    """Give each flip its committed version and position."""
+    """Give each flip its committed version and position (and the store's ``epoch``)."""
     return tuple(
         Transition(
             ref,
@@ -121,6 +130,7 @@ def stamp(
             n,
             f.condition,
             controller=f.controller,
+            epoch=epoch,
         )
         for n, f in enumerate(flips)
     )

@@ -3,26 +3,37 @@ migrations, the SQL, row (de)coding and error translation. No I/O happens here."
 
 from __future__ import annotations
 
+import enum
+import itertools
 import json
 import re
+import secrets
 import urllib.parse
 import uuid
 from collections.abc import Sequence
 from typing import Any, Literal
 
 import attrs
+import structlog
 
-from .._core.errors import Conflict, StoreError
+from .._core.errors import CommitUnknown, Conflict, StoreError
 from .._core.machine import Machine
 from .._core.observation import Observation
 from .._core.refs import ObjectRef
 from .._core.transition import Transition
-from .base import CommitItem, JournalEntry, Record, transition_from_row, transition_to_row
+from .base import (
+    CommitItem,
+    JournalEntry,
+    Record,
+    check_identity,
+    transition_from_row,
+    transition_to_row,
+)
 
 try:
     import psycopg
     from psycopg import errors as pg_errors
-    from psycopg.conninfo import conninfo_to_dict
+    from psycopg.conninfo import conninfo_to_dict, make_conninfo
     from psycopg_pool import AsyncConnectionPool, ConnectionPool, PoolTimeout
 except ImportError as e:  # pragma: no cover - depends on the environment
     raise StoreError(
@@ -44,7 +55,28 @@ SynchronousCommit = Literal["on", "off", "local", "remote_write", "remote_apply"
 DEFAULT_SCHEMA = "lifecycle"
 _IDENT = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 #: Query parameters of a store URL that are ours, not libpq's.
-_OURS = ("schema",)
+_OURS = ("schema", "call_timeout", "resolve_timeout")
+#: libpq parameters set when the URL does not name them: every wait on the network is bounded.
+#: ``connect_timeout`` applies to each host of a multi-host URL in turn; keepalives find a
+#: peer that vanished (host down, cable cut) in about 11 s.
+LIBPQ_DEFAULTS = {
+    "connect_timeout": "3",
+    "keepalives": "1",
+    "keepalives_idle": "5",
+    "keepalives_interval": "2",
+    "keepalives_count": "3",
+    "tcp_user_timeout": "10000",
+}
+#: Server settings sent in ``options`` unless the URL's ``options`` names them (milliseconds).
+SERVER_DEFAULTS = {
+    "statement_timeout": "20000",
+    "idle_in_transaction_session_timeout": "30000",
+}
+#: Client-side bounds in seconds, unless the URL's ``call_timeout`` / ``resolve_timeout`` say
+#: otherwise: the longest a store call waits on the server (a hung server included), and the
+#: longest a commit whose connection was lost spends finding out whether it landed.
+CALL_TIMEOUT = 30.0
+RESOLVE_TIMEOUT = 15.0
 
 
 @attrs.frozen(slots=True)
@@ -58,6 +90,8 @@ class Target:
     dbname: str
     user: str
     password: str = attrs.field(repr=False)
+    call_timeout: float = CALL_TIMEOUT
+    resolve_timeout: float = RESOLVE_TIMEOUT
 
     @property
     def where(self) -> str:
@@ -74,13 +108,42 @@ class Target:
         return text
 
 
+def _seconds(name: str, value: str, url: str) -> float:
+    try:
+        found = float(value)
+    except ValueError:
+        found = -1.0
+    if not 0 < found < 86_400:
+        raise StoreError(
+            f"bad PostgreSQL URL {_redact(url)!r}: {name} must be a number of seconds "
+            f"(0 < {name} < 86400), got {value[:40]!r}"
+        )
+    return found
+
+
+def _with_server_defaults(options: str) -> str:
+    """libpq's ``options`` with our server settings added where it does not set them."""
+    missing = [f"-c {k}={v}" for k, v in SERVER_DEFAULTS.items() if k not in options]
+    return " ".join([options, *missing]).strip()
+
+
 def parse_url(url: str, schema: str | None = None) -> Target:
-    """Split a store URL into libpq's conninfo and our own ``?schema=`` (default
-    ``lifecycle``: every table lives in that PostgreSQL schema)."""
-    parts = urllib.parse.urlsplit(url)
-    if parts.scheme not in ("postgresql", "postgres"):
+    """Split a store URL into libpq's conninfo and our own parameters: ``?schema=`` (default
+    ``lifecycle``: every table lives in that PostgreSQL schema), ``?call_timeout=`` and
+    ``?resolve_timeout=`` (seconds). Every libpq URL form is accepted -- several hosts
+    (``postgresql://h1:5432,h2:5433/db`` or ``postgresql:///db?host=h1,h2&port=5432,5433``) and
+    Unix sockets (``postgresql:///db?host=/var/run/postgresql``) -- and every libpq query
+    parameter passes through; the timeouts and keepalives of :data:`LIBPQ_DEFAULTS` and
+    :data:`SERVER_DEFAULTS` are added where the URL does not set them."""
+    scheme, sep, rest_of_url = url.partition("://")
+    if not sep or scheme not in ("postgresql", "postgres"):
         raise StoreError(f"not a PostgreSQL URL: {_redact(url)!r} (postgresql://USER@HOST/DB)")
-    query = urllib.parse.parse_qsl(parts.query, keep_blank_values=True)
+    base, _, query_text = rest_of_url.partition("?")
+    query_text = query_text.split("#", 1)[0]
+    try:
+        query = urllib.parse.parse_qsl(query_text, keep_blank_values=True)
+    except ValueError as e:
+        raise StoreError(f"bad PostgreSQL URL {_redact(url)!r}: {e}") from None
     ours = {k: v for k, v in query if k in _OURS}
     rest = [(k, v) for k, v in query if k not in _OURS]
     chosen = schema if schema is not None else ours.get("schema", DEFAULT_SCHEMA)
@@ -88,9 +151,21 @@ def parse_url(url: str, schema: str | None = None) -> Target:
         raise StoreError(
             f"schema {chosen!r} is not a plain lower-case PostgreSQL identifier ([a-z_][a-z0-9_]*)"
         )
-    conninfo = urllib.parse.urlunsplit(parts._replace(query=urllib.parse.urlencode(rest)))
+    call = _seconds("call_timeout", ours["call_timeout"], url) if "call_timeout" in ours else None
+    resolve = (
+        _seconds("resolve_timeout", ours["resolve_timeout"], url)
+        if "resolve_timeout" in ours
+        else None
+    )
+    libpq_url = f"{scheme}://{base}"
+    if rest:
+        libpq_url += "?" + urllib.parse.urlencode(rest, quote_via=urllib.parse.quote)
     try:
-        params = conninfo_to_dict(conninfo)
+        params = conninfo_to_dict(libpq_url)
+        for key, value in LIBPQ_DEFAULTS.items():
+            params.setdefault(key, value)
+        params["options"] = _with_server_defaults(str(params.get("options") or ""))
+        conninfo = make_conninfo("", **params)
     except psycopg.Error as e:
         raise StoreError(f"bad PostgreSQL URL {_redact(url)!r}: {_redact_text(str(e), url)}") from e
     host = str(params.get("host") or params.get("hostaddr") or "localhost (default)")
@@ -102,7 +177,12 @@ def parse_url(url: str, schema: str | None = None) -> Target:
         dbname=str(params.get("dbname") or params.get("user") or "(default)"),
         user=str(params.get("user") or ""),
         password=str(params.get("password") or ""),
+        call_timeout=CALL_TIMEOUT if call is None else call,
+        resolve_timeout=RESOLVE_TIMEOUT if resolve is None else resolve,
     )
+
+
+_QUERY_PASSWORD = re.compile(r"([?&]password=)[^&#]*", re.IGNORECASE)
 
 
 def _redact(url: str) -> str:
@@ -111,8 +191,10 @@ def _redact(url: str) -> str:
         parts = urllib.parse.urlsplit(url)
     except ValueError:
         return "<unparseable URL>"
+    url = _QUERY_PASSWORD.sub(r"\1***", url)
     if parts.password is None:
         return url
+    parts = urllib.parse.urlsplit(url)
     netloc = parts.netloc.rsplit("@", 1)
     user = netloc[0].split(":", 1)[0]
     return urllib.parse.urlunsplit(parts._replace(netloc=f"{user}:***@{netloc[1]}"))
@@ -218,8 +300,39 @@ MIGRATIONS: tuple[tuple[int, str, tuple[str, ...]], ...] = (
             )""",
         ),
     ),
+    (
+        3,
+        "commit tokens, store epochs and reported rewinds",
+        (
+            "ALTER TABLE {s}.objects ADD COLUMN commit_token text",
+            "ALTER TABLE {s}.journal ADD COLUMN commit_token text",
+            """CREATE TABLE {s}.epochs (
+                seq bigserial PRIMARY KEY,
+                tag text NOT NULL UNIQUE,
+                history text NOT NULL,
+                started_at timestamptz NOT NULL DEFAULT now(),
+                detected_by text NOT NULL DEFAULT ''
+            )""",
+            "INSERT INTO {s}.epochs (tag, history) VALUES ('', {history})",
+            """CREATE TABLE {s}.rewinds (
+                uid text NOT NULL,
+                acknowledged bigint NOT NULL,
+                found bigint,
+                epoch text NOT NULL,
+                reported_by text NOT NULL,
+                seen_at timestamptz NOT NULL DEFAULT now()
+            )""",
+        ),
+    ),
 )
 LATEST = MIGRATIONS[-1][0]
+
+#: The server's history: its cluster (system identifier) and timeline. A promoted standby
+#: starts a new timeline; a restore into another cluster has another system identifier.
+HISTORY = (
+    "((SELECT system_identifier::text FROM pg_control_system()) || '/' || "
+    "substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))"
+)
 
 
 def q(schema: str) -> str:
@@ -255,7 +368,7 @@ def pending(applied: Sequence[int], target: Target) -> list[tuple[int, str, list
     done = set(applied)
     s = q(target.schema)
     return [
-        (v, desc, [stmt.replace("{s}", s) for stmt in stmts])
+        (v, desc, [stmt.replace("{s}", s).replace("{history}", HISTORY) for stmt in stmts])
         for v, desc, stmts in MIGRATIONS
         if v not in done
     ]
@@ -291,30 +404,41 @@ class Statements:
         self.qualified_migrations = f"{schema}.schema_migrations"
         journal_cte = (
             f""", j AS (
-                INSERT INTO {s}.journal (uid, version, at, observation, fields, transitions)
+                INSERT INTO {s}.journal (uid, version, at, observation, fields, transitions,
+                                         commit_token)
                 SELECT uid, %(version)s, %(at)s, %(observation)s, %(fields)s::json,
-                       %(events)s::json
+                       %(events)s::json, %(token)s
                 FROM w
             )"""
             if journal
             else ""
         )
         # One statement, so one round trip and (in autocommit) its own transaction: the CAS
-        # (an UPDATE of the expected version, or an INSERT of version 1), the journal entry
-        # and the outbox rows. No row in ``w``: the CAS failed and nothing was written.
+        # (an UPDATE of the expected version of *this* object -- same machine, kind, namespace
+        # and name -- or an INSERT of version 1), the journal entry and the outbox rows, all
+        # carrying the commit's token. ``ep`` holds the write to the epoch its events were
+        # stamped with, on the history (cluster, timeline) that epoch belongs to. No row in
+        # ``w``: nothing was written; the second column says whether the epoch was the cause.
         self.commit = f"""
-            WITH u AS (
+            WITH ep AS (
+                SELECT coalesce((
+                    SELECT e.history = {HISTORY}
+                           AND (%(epoch)s::text IS NULL OR e.tag = %(epoch)s::text)
+                    FROM {s}.epochs e ORDER BY e.seq DESC LIMIT 1), false) AS ok
+            ), u AS (
                 UPDATE {s}.objects
                 SET state = %(state)s, version = %(version)s, status = %(status)s::json,
-                    updated_at = now()
-                WHERE uid = %(uid)s AND version = %(expected)s
+                    updated_at = now(), commit_token = %(token)s
+                WHERE uid = %(uid)s AND version = %(expected)s AND machine = %(machine)s
+                  AND kind = %(kind)s AND namespace = %(namespace)s AND name = %(name)s
+                  AND (SELECT ok FROM ep)
                 RETURNING uid
             ), i AS (
                 INSERT INTO {s}.objects (uid, machine, kind, namespace, name, state, version,
-                                         status)
+                                         status, commit_token)
                 SELECT %(uid)s, %(machine)s, %(kind)s, %(namespace)s, %(name)s, %(state)s,
-                       %(version)s, %(status)s::json
-                WHERE %(expected)s = 0
+                       %(version)s, %(status)s::json, %(token)s
+                WHERE %(expected)s = 0 AND (SELECT ok FROM ep)
                 ON CONFLICT (uid) DO NOTHING
                 RETURNING uid
             ), w AS (
@@ -326,11 +450,54 @@ class Statements:
                 FROM w, unnest(%(ids)s::text[], %(ns)s::int[], %(payloads)s::text[])
                      AS e(id, n, payload)
             )
-            SELECT count(*) FROM w"""
+            SELECT (SELECT count(*) FROM w), (SELECT ok FROM ep)"""
         self.version_of = f"SELECT version FROM {s}.objects WHERE uid = %s"
-        self.load = f"SELECT version, status FROM {s}.objects WHERE uid = %s"
-        self.load_many = f"SELECT uid, version, status FROM {s}.objects WHERE uid = ANY(%s)"
-        self.versions = f"SELECT uid, version FROM {s}.objects WHERE uid = ANY(%s)"
+        #: what a refused commit is told: the stored version and identity
+        self.identity_of = (
+            f"SELECT version, machine, kind, namespace, name FROM {s}.objects WHERE uid = %s"
+        )
+        self.load = (
+            f"SELECT version, status, machine, kind, namespace, name FROM {s}.objects "
+            "WHERE uid = %s"
+        )
+        self.load_many = (
+            f"SELECT uid, version, status, machine, kind, namespace, name FROM {s}.objects "
+            "WHERE uid = ANY(%s)"
+        )
+        self.versions = (
+            f"SELECT uid, version, machine, kind, namespace, name FROM {s}.objects "
+            "WHERE uid = ANY(%s)"
+        )
+        # Whether commits whose connection was lost landed: per (uid, version), the stored
+        # version with its token and the token of the journal entry at that version.
+        self.tokens = f"""
+            SELECT x.uid, x.version, o.version, o.commit_token, j.commit_token
+            FROM unnest(%s::text[], %s::bigint[]) AS x(uid, version)
+            LEFT JOIN {s}.objects o ON o.uid = x.uid
+            LEFT JOIN {s}.journal j ON j.uid = x.uid AND j.version = x.version"""
+        self.epoch_now = (
+            f"SELECT e.tag, e.history, {HISTORY} FROM {s}.epochs e ORDER BY e.seq DESC LIMIT 1"
+        )
+        self.epoch_lock = "SELECT pg_advisory_xact_lock(hashtext(%s))"
+        #: end a backend of ours that still runs a lost write (waits up to %s ms for it)
+        self.end_backend = (
+            "SELECT pg_terminate_backend(a.pid, %s) FROM pg_stat_activity a "
+            "WHERE a.pid = %s AND a.usename = current_user AND a.pid <> pg_backend_pid()"
+        )
+        self.epoch_add = (
+            f"INSERT INTO {s}.epochs (tag, history, detected_by) VALUES (%s, {HISTORY}, %s)"
+        )
+        self.epochs = (
+            f"SELECT seq, tag, history, started_at, detected_by FROM {s}.epochs ORDER BY seq"
+        )
+        self.rewind_add = (
+            f"INSERT INTO {s}.rewinds (uid, acknowledged, found, epoch, reported_by) "
+            "VALUES (%s, %s, %s, %s, %s)"
+        )
+        self.rewinds = (
+            f"SELECT uid, acknowledged, found, epoch, reported_by, seen_at FROM {s}.rewinds "
+            "ORDER BY seen_at, uid"
+        )
         self.journal = (
             f"SELECT version, at, observation, fields, transitions FROM {s}.journal "
             "WHERE uid = %s ORDER BY version"
@@ -435,6 +602,9 @@ def commit_params(
         "payloads": payloads,
         "owner": owner,
         "lease": lease,
+        "token": secrets.token_hex(8),
+        # the epoch the events were stamped with (None: no events, any epoch will do)
+        "epoch": transitions[0].epoch if transitions else None,
     }
 
 
@@ -465,6 +635,120 @@ def item_params(item: CommitItem, *, owner: str, lease: float) -> dict[str, Any]
 
 def record_from(machine: Machine[Any], ref: ObjectRef, version: int, status: Any) -> Record:
     return Record(ref, machine.name, machine.load_status(load_json(status)), int(version))
+
+
+def check_row_identity(machine: Machine[Any], ref: ObjectRef, row: Sequence[Any]) -> None:
+    """The identity rule on a stored ``(machine, kind, namespace, name)``."""
+    check_identity(str(row[0]), str(row[1]), str(row[2]), str(row[3]), machine.name, ref)
+
+
+# -- outcomes of commits whose connection was lost -------------------------------------------
+class Landed(enum.Enum):
+    """What a commit token found: the write is stored, or it is certainly not."""
+
+    YES = "landed"
+    NO = "not written"
+    UNKNOWN = "unknown"
+
+
+def landed(row: Sequence[Any], token: str) -> Landed:
+    """Decide from a :attr:`Statements.tokens` row whether the commit with ``token`` landed.
+
+    Its token on the object (at its version) or on the journal entry of its version: it did.
+    The object missing or behind that version, or that version written under another token:
+    it did not. The object past that version with no journal entry to tell (journal off,
+    or compacted): unknown."""
+    _, version, stored, object_token, journal_token = row
+    if journal_token is not None:
+        return Landed.YES if journal_token == token else Landed.NO
+    if stored is None or int(stored) < int(version):
+        return Landed.NO
+    if int(stored) == int(version):
+        return Landed.YES if object_token == token else Landed.NO
+    return Landed.UNKNOWN
+
+
+def batch_results(
+    params: Sequence[dict[str, Any]],
+    counts: Sequence[tuple[int, bool]],
+    stored: dict[str, Sequence[Any]],
+) -> list[int | StoreError]:
+    """Per item of a committed batch: its version, or its :class:`Conflict` (``stored``: the
+    ``versions`` rows of the items that wrote nothing). An item refused for its epoch is a
+    conflict at its own expected version: stamp it again."""
+    out: list[int | StoreError] = []
+    for p, (n, ok) in zip(params, counts, strict=True):
+        if n:
+            out.append(int(p["version"]))
+            continue
+        row = stored.get(p["uid"])
+        actual = None if row is None else int(row[1])
+        out.append(Conflict(p["uid"], p["expected"], p["expected"] if not ok else actual))
+    return out
+
+
+def batch_outcomes(
+    target: Target,
+    params: Sequence[dict[str, Any]],
+    resolved: Sequence[tuple[Landed, int | None]],
+    error: BaseException,
+) -> list[int | StoreError]:
+    """Per item of a batch whose connection was lost, from its resolved commit tokens: the
+    batch is one transaction, so one landed item means it committed (the items that did not
+    land lost their compare-and-set). Raises :class:`StoreError` when nothing landed and
+    :class:`CommitUnknown` when that cannot be told."""
+    what = f"commit of {len(params)} objects"
+    if not any(outcome is Landed.YES for outcome, _ in resolved):
+        if any(outcome is Landed.UNKNOWN for outcome, _ in resolved):
+            raise CommitUnknown(
+                tuple(p["uid"] for p in params),
+                f"{translate(target, what, error)}; whether the batch landed is unknown: "
+                "the journal cannot tell",
+            )
+        raise StoreError(
+            f"{translate(target, what, error)} -- nothing of the batch was written "
+            "(resolved by its commit tokens)"
+        )
+    out: list[int | StoreError] = []
+    for p, (outcome, stored) in zip(params, resolved, strict=True):
+        if outcome is Landed.YES:
+            out.append(int(p["version"]))
+        elif outcome is Landed.NO:
+            out.append(Conflict(p["uid"], p["expected"], stored))
+        else:
+            out.append(CommitUnknown((p["uid"],), f"commit of {p['uid']} v{p['version']}: unknown"))
+    return out
+
+
+# -- epochs and rewinds ---------------------------------------------------------------------
+def new_epoch_tag(history: str) -> str:
+    """A fresh epoch tag: the timeline it starts on, and random bits (unique even if this
+    epoch's own start is lost in another failover)."""
+    timeline = history.rsplit("/", 1)[-1]
+    try:
+        number = int(timeline, 16)
+    except ValueError:
+        number = 0
+    return f"t{number}-{secrets.token_hex(3)}"
+
+
+@attrs.frozen(slots=True)
+class Rewind:
+    """History went backwards: this store handle acknowledged ``uid`` at ``acknowledged``,
+    and the database now holds it at ``found`` (``None``: not at all) -- a failover to a
+    standby that had not received those commits. ``epoch`` is the store's epoch now."""
+
+    uid: str
+    acknowledged: int
+    found: int | None
+    epoch: str
+
+    def __str__(self) -> str:
+        found = "nothing" if self.found is None else f"v{self.found}"
+        return (
+            f"{self.uid}: v{self.acknowledged} was acknowledged, the store now holds {found} "
+            f"(epoch {self.epoch or '(first)'}): acknowledged writes were lost"
+        )
 
 
 def journal_from(machine: Machine[Any], rows: Sequence[Sequence[Any]]) -> list[JournalEntry]:
@@ -500,11 +784,19 @@ class PgSettings:
     target: Target
     url: str
     owner: str
+    #: the epoch this store stamps events with ("" on a database whose history never
+    #: changed); event ids carry it as ``@TAG``
+    epoch: str
+    #: acknowledged writes this handle found lost (history went backwards), oldest first
+    rewinds: list[Rewind]
     _lease: float
     _timeout: float
     _connect_timeout: float
+    _call_timeout: float
+    _resolve_timeout: float
     _keep_journal: bool
     _sql: Statements
+    _acked: dict[str, int]
 
     def _settle(
         self,
@@ -512,7 +804,7 @@ class PgSettings:
         schema: str | None,
         pool_size: int,
         timeout: float,
-        connect_timeout: float,
+        connect_timeout: float | None,
         lease_seconds: float,
         journal: bool,
         synchronous_commit: SynchronousCommit | None,
@@ -521,12 +813,26 @@ class PgSettings:
         """Check and keep the settings; returns the statements each new connection runs."""
         if pool_size < 1:
             raise ValueError(f"pool_size must be at least 1, got {pool_size}")
-        self.target = parse_url(url, schema)
+        target = parse_url(url, schema)
+        if connect_timeout is not None and "connect_timeout=" not in url:
+            target = attrs.evolve(
+                target,
+                conninfo=make_conninfo(
+                    target.conninfo, connect_timeout=str(max(2, round(connect_timeout)))
+                ),
+            )
+        self.target = target
         self.url = redact_url(url)
         self.owner = owner if owner is not None else uuid.uuid4().hex
+        self.epoch = ""
+        self.rewinds = []
+        self._acked = {}
         self._lease = float(lease_seconds)
         self._timeout = timeout
-        self._connect_timeout = connect_timeout
+        found = conninfo_to_dict(target.conninfo).get("connect_timeout")
+        self._connect_timeout = float(found or LIBPQ_DEFAULTS["connect_timeout"])
+        self._call_timeout = target.call_timeout
+        self._resolve_timeout = target.resolve_timeout
         self._keep_journal = journal
         self._sql = Statements(self.target.schema, journal=journal)
         return configure_sql(synchronous_commit)
@@ -534,11 +840,7 @@ class PgSettings:
     def _pool_options(self, pool_size: int, name: str) -> dict[str, Any]:
         """The connection-pool arguments both drivers use (``name`` tells them apart)."""
         return {
-            "kwargs": {
-                "autocommit": True,
-                "connect_timeout": max(2, round(self._connect_timeout)),
-                "application_name": "lifecycle",
-            },
+            "kwargs": {"autocommit": True, "application_name": "lifecycle"},
             "min_size": 1,
             "max_size": pool_size,
             "timeout": self._timeout,
@@ -546,3 +848,58 @@ class PgSettings:
             "reconnect_timeout": max(self._timeout, 5.0),
             "name": f"{name}-{self.target.host}",
         }
+
+    # -- what both stores remember of their own commits ----------------------------------
+    def _acknowledge(self, uid: str, version: int) -> None:
+        """Remember the highest version this handle committed of ``uid`` (bounded)."""
+        acked = self._acked
+        if len(acked) >= _ACKED_LIMIT:
+            for old in list(itertools.islice(acked, _ACKED_LIMIT // 2)):
+                del acked[old]
+        acked[uid] = version
+
+    def _rewound(self, uid: str, found: int | None) -> Rewind | None:
+        """A :class:`Rewind` when the store holds ``uid`` behind what this handle committed
+        (logged at error level and kept in :attr:`rewinds`; reported once)."""
+        acknowledged = self._acked.get(uid)
+        if acknowledged is None or (found is not None and found >= acknowledged):
+            return None
+        rewind = Rewind(uid, acknowledged, found, self.epoch)
+        if found is None:
+            self._acked.pop(uid, None)
+        else:
+            self._acked[uid] = found
+        self.rewinds.append(rewind)
+        del self.rewinds[:-_REWINDS_KEPT]
+        _log.error(
+            "acknowledged writes lost: the store's history went backwards",
+            uid=uid,
+            acknowledged=acknowledged,
+            found=found,
+            epoch=self.epoch,
+            store=self.target.where,
+        )
+        return rewind
+
+    def _new_epoch(self, old: str, new: str, history: str) -> None:
+        if new != old:
+            _log.warning(
+                "the database's history changed (failover or restore): new store epoch; "
+                "event ids now end in @" + new,
+                old_epoch=old,
+                epoch=new,
+                history=history,
+                store=self.target.where,
+            )
+        self.epoch = new
+
+
+_ACKED_LIMIT = 200_000
+_REWINDS_KEPT = 1000
+_log = structlog.get_logger("lifecycle.stores")
+
+
+def epoch_unavailable(target: Target) -> StoreError:
+    return StoreError(
+        f"PostgreSQL at {target.where}: the store's epoch kept changing; commit not done"
+    )

@@ -223,7 +223,7 @@ def plan_compaction(
 
 def transition_to_row(t: Transition) -> dict[str, Any]:
     """A Transition as JSON-ready data (for outbox and journal rows)."""
-    return {
+    row = {
         "ref": [t.ref.kind, t.ref.namespace, t.ref.name, t.ref.uid],
         "machine": t.machine,
         "from": t.source,
@@ -237,6 +237,9 @@ def transition_to_row(t: Transition) -> dict[str, Any]:
         "condition": t.condition,
         "controller": t.controller,
     }
+    if t.epoch:
+        row["epoch"] = t.epoch
+    return row
 
 
 def transition_from_row(data: dict[str, Any]) -> Transition:
@@ -254,4 +257,5 @@ def transition_from_row(data: dict[str, Any]) -> Transition:
         int(data["n"]),
         data.get("condition", ""),
         controller=data.get("controller", ""),
+        epoch=data.get("epoch", ""),
     )

@@ -13,13 +13,19 @@ order. Tables live in their own PostgreSQL schema (``lifecycle`` unless the URL 
 from __future__ import annotations
 
 import contextlib
+import itertools
+import os
 import select
+import socket
+import threading
+import time
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
+import attrs
 import structlog
 
-from .._core.errors import Conflict, StoreError
+from .._core.errors import CommitUnknown, Conflict, StoreError
 from .._core.machine import Machine
 from .._core.observation import Observation
 from .._core.refs import ObjectRef
@@ -27,6 +33,7 @@ from .._core.transition import Transition
 from . import _pgsql as sql
 from ._pgsql import (
     ConnectionPool,
+    Landed,
     PoolTimeout,
     SynchronousCommit,
     Target,
@@ -41,25 +48,90 @@ _log = structlog.get_logger("lifecycle.stores")
 #: A row the database refuses: ``commit_many`` isolates the item, one commit at a time.
 _REFUSED = (pg_errors.IntegrityError, pg_errors.DataError)
 
-__all__ = ["PostgresStore", "migrate", "schema_version"]
+__all__ = ["HistoryReport", "PostgresStore", "check_history", "migrate", "schema_version"]
 
 
-def _connect(target: Target, timeout: float) -> psycopg.Connection[Any]:
-    """A direct connection (not pooled), with a clear error if the server cannot be had."""
+def _connect(target: Target, timeout: float | None = None) -> psycopg.Connection[Any]:
+    """A direct connection (not pooled), with a clear error if the server cannot be had.
+    ``timeout``: the per-host connect timeout, where the URL sets none."""
+    extra: dict[str, Any] = {}
+    if timeout is not None and "connect_timeout=" not in target.conninfo:
+        extra["connect_timeout"] = max(2, round(timeout))
     try:
         return psycopg.connect(
-            target.conninfo,
-            autocommit=True,
-            connect_timeout=max(2, round(timeout)),
-            application_name="lifecycle",
+            target.conninfo, autocommit=True, application_name="lifecycle", **extra
         )
     except psycopg.Error as e:
         raise translate(target, "connect", e) from None
 
 
+def sever(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any]) -> None:
+    """Shut a connection's socket down from outside: a call blocked on a server that does not
+    answer (stopped, not dead: its kernel still acknowledges) wakes up with an error."""
+    with contextlib.suppress(Exception):
+        fd = os.dup(conn.pgconn.socket)
+        with socket.socket(fileno=fd) as sock:
+            sock.shutdown(socket.SHUT_RDWR)
+
+
+class Watchdog:
+    """Bounds every store call: a connection still busy ``bound`` seconds after it was armed
+    is severed (:func:`sever`), so the call fails with a connection error instead of
+    waiting for ever. One daemon thread per store, started on first use; arming and disarming
+    cost a dict write each."""
+
+    def __init__(self, bound: float) -> None:
+        self.bound = bound
+        self._armed: dict[int, tuple[float, psycopg.Connection[Any]]] = {}
+        self._keys = itertools.count()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.severed: set[int] = set()
+
+    def arm(self, conn: psycopg.Connection[Any]) -> int:
+        key = next(self._keys)
+        self._armed[key] = (time.monotonic() + self.bound, conn)
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._watch, name="lifecycle-pg-watchdog")
+            self._thread.daemon = True
+            self._thread.start()
+        return key
+
+    def disarm(self, key: int) -> bool:
+        """Forget ``key``; whether its connection was severed."""
+        self._armed.pop(key, None)
+        if key in self.severed:
+            self.severed.discard(key)
+            return True
+        return False
+
+    def _watch(self) -> None:
+        tick = min(0.25, self.bound / 4)
+        while not self._stop.wait(tick):
+            now = time.monotonic()
+            for key, (deadline, conn) in list(self._armed.items()):
+                if now >= deadline and self._armed.pop(key, None) is not None:
+                    self.severed.add(key)
+                    sever(conn)
+
+    def close(self) -> None:
+        self._stop.set()
+
+
+class Lost(Exception):
+    """A write's connection failed while the write was in flight: its outcome is unknown
+    until resolved. ``server`` is where it ran (host, port, backend pid)."""
+
+    def __init__(self, error: BaseException, server: tuple[str, str, int]) -> None:
+        super().__init__(str(error))
+        self.error = error
+        self.server = server
+
+
 def _migrate(conn: psycopg.Connection[Any], target: Target) -> list[int]:
     schema = target.schema
     with conn.transaction():
+        conn.execute("SET LOCAL statement_timeout = 0")  # a migration may take its time
         conn.execute(*sql.migration_lock_sql(schema))
         for stmt in sql.bookkeeping_sql(schema):
             conn.execute(stmt)
@@ -110,6 +182,73 @@ def _version(conn: psycopg.Connection[Any], target: Target) -> int | None:
     return None if row is None else int(row[0])
 
 
+@attrs.frozen(slots=True)
+class HistoryReport:
+    """What ``lifecycle db check`` reports of a PostgreSQL store's history: its epochs (more
+    than one: the database's history changed -- a failover or a restore -- and writes
+    acknowledged before may have been lost) and the rewinds replicas saw (an object found
+    behind a version they had committed: acknowledged writes that were lost)."""
+
+    where: str
+    epochs: list[tuple[int, str, str, str, str]]
+    rewinds: list[tuple[str, int, int | None, str, str, str]]
+
+    @property
+    def ok(self) -> bool:
+        return len(self.epochs) <= 1 and not self.rewinds
+
+    def lines(self) -> list[str]:
+        out = [f"{self.where}: {len(self.epochs)} epoch(s), {len(self.rewinds)} rewind(s)"]
+        for seq, tag, history, started, by in self.epochs:
+            who = f" by {by}" if by else ""
+            out.append(f"epoch {seq} {tag or '(first)'}: history {history}, since {started}{who}")
+        for uid, acknowledged, found, epoch, by, seen in self.rewinds:
+            held = "nothing" if found is None else f"v{found}"
+            out.append(
+                f"LOST {uid}: v{acknowledged} was acknowledged, the store held {held} "
+                f"(epoch {epoch or '(first)'}, seen by {by} at {seen})"
+            )
+        if len(self.epochs) > 1:
+            out.append(
+                "the database's history changed: writes acknowledged just before each epoch "
+                "change may be lost (an asynchronous standby); event ids of later commits "
+                "carry @EPOCH, so none names two events"
+            )
+        return out
+
+
+def check_history(
+    url: str, *, schema: str | None = None, connect_timeout: float = 5.0
+) -> HistoryReport:
+    """The store's epochs and reported rewinds (``lifecycle db check``). Starts a new epoch
+    first if the server's history is not the current epoch's (as opening a store does)."""
+    target = sql.parse_url(url, schema)
+    conn = _connect(target, connect_timeout)
+    statements = sql.Statements(target.schema, journal=True)
+    try:
+        found = _version(conn, target)
+        if found != sql.LATEST:
+            raise sql.not_migrated(target, found)
+        with conn.transaction():
+            conn.execute(statements.epoch_lock, (f"lifecycle-epoch:{target.schema}",))
+            row = conn.execute(statements.epoch_now).fetchone()
+            if row is not None and row[1] != row[2]:
+                conn.execute(statements.epoch_add, (sql.new_epoch_tag(str(row[2])), "db check"))
+        epochs = [
+            (int(a), str(b), str(c), str(d), str(e))
+            for a, b, c, d, e in conn.execute(statements.epochs).fetchall()
+        ]
+        rewinds = [
+            (str(a), int(b), None if c is None else int(c), str(d), str(e), str(f))
+            for a, b, c, d, e, f in conn.execute(statements.rewinds).fetchall()
+        ]
+    except psycopg.Error as e:
+        raise translate(target, "history check", e) from None
+    finally:
+        conn.close()
+    return HistoryReport(target.where, epochs, rewinds)
+
+
 def _check_idle(conn: psycopg.Connection[Any]) -> None:
     """Pool check: a connection the server closed while it sat idle (a restart, an idle
     timeout) has a readable socket; ping it then, so the pool replaces it before use. A
@@ -132,6 +271,15 @@ class PostgresStore(sql.PgSettings):
     replica may take them over. ``migrate=False`` refuses to open a schema that is not
     current instead of migrating it. ``synchronous_commit`` sets PostgreSQL's durability per
     session (default: the server's, normally ``on``).
+
+    No call waits for ever (ADR 0069): the URL's libpq parameters pass through, and where it
+    does not set them the store adds a per-host ``connect_timeout`` (3 s), TCP keepalives and
+    ``tcp_user_timeout``, and server-side ``statement_timeout`` (20 s) and
+    ``idle_in_transaction_session_timeout`` (30 s); ``?call_timeout=`` (30 s) bounds any call
+    on the client side, a hung server included. A commit whose connection is lost in flight
+    is resolved by its commit token (``?resolve_timeout=``, 15 s): landed, not written, or
+    :class:`~lifecycle.CommitUnknown`. Event ids carry the store's :attr:`epoch` once the
+    database's history changed (a failover): an id never names two different events.
     """
 
     def __init__(
@@ -141,7 +289,7 @@ class PostgresStore(sql.PgSettings):
         schema: str | None = None,
         pool_size: int = 4,
         timeout: float = 5.0,
-        connect_timeout: float = 5.0,
+        connect_timeout: float | None = None,
         lease_seconds: float = 30.0,
         journal: bool = True,
         migrate: bool = True,
@@ -152,7 +300,8 @@ class PostgresStore(sql.PgSettings):
             url, schema, pool_size, timeout, connect_timeout, lease_seconds, journal,
             synchronous_commit, owner,
         )  # fmt: skip
-        conn = _connect(self.target, connect_timeout)
+        self._watchdog = Watchdog(self._call_timeout)
+        conn = _connect(self.target)
         try:
             if migrate:
                 try:
@@ -164,6 +313,10 @@ class PostgresStore(sql.PgSettings):
                 sql.pending([found or 0], self.target)  # refuses a newer schema
                 if found != sql.LATEST:
                     raise sql.not_migrated(self.target, found)
+            try:
+                self._refresh_epoch(conn)
+            except psycopg.Error as e:
+                raise translate(self.target, "epoch check", e) from None
         finally:
             conn.close()
 
@@ -182,13 +335,32 @@ class PostgresStore(sql.PgSettings):
     # -- plumbing -----------------------------------------------------------------------
     @contextlib.contextmanager
     def _conn(
-        self, what: str, passthrough: tuple[type[Exception], ...] = ()
+        self,
+        what: str,
+        passthrough: tuple[type[Exception], ...] = (),
+        *,
+        writes: bool = False,
+        timeout: float | None = None,
     ) -> Iterator[psycopg.Connection[Any]]:
-        """A pooled connection; failures become :class:`StoreError` (``passthrough``: raised
-        as they are)."""
+        """A pooled connection, bounded by the watchdog; failures become
+        :class:`StoreError` (``passthrough``: raised as they are). With ``writes``, a
+        connection lost while in use raises :class:`Lost`: the write's outcome is unknown."""
+        conn: psycopg.Connection[Any] | None = None
+        key: int | None = None
+        severed = False
+        server = ("", "", 0)
         try:
-            with self._pool.connection(timeout=self._timeout) as conn:
-                yield conn
+            with self._pool.connection(
+                timeout=self._timeout if timeout is None else timeout
+            ) as conn:
+                if writes:
+                    info = conn.info
+                    server = (info.host, str(info.port), info.backend_pid)
+                key = self._watchdog.arm(conn)
+                try:
+                    yield conn
+                finally:
+                    severed = self._watchdog.disarm(key)
         except PoolTimeout:
             raise self._unavailable(what) from None
         except StoreError:
@@ -196,12 +368,23 @@ class PostgresStore(sql.PgSettings):
         except psycopg.Error as e:
             if isinstance(e, passthrough):
                 raise
+            if conn is not None and key is not None and (conn.broken or conn.closed):
+                if writes:
+                    raise Lost(e, server) from None
+                if severed:
+                    raise self._hung(what) from None
             raise translate(self.target, what, e) from None
+
+    def _hung(self, what: str) -> StoreError:
+        return StoreError(
+            f"PostgreSQL at {self.target.where}: {what} failed: no answer within "
+            f"{self._call_timeout:g}s (call_timeout; the server hangs or the network is down)"
+        )
 
     def _unavailable(self, what: str) -> StoreError:
         """No pooled connection in time: say why, from one direct attempt."""
         try:
-            _connect(self.target, min(self._connect_timeout, 2.0)).close()
+            _connect(self.target).close()
         except StoreError as e:
             return StoreError(f"{e} ({what} not done)")
         return StoreError(
@@ -221,12 +404,89 @@ class PostgresStore(sql.PgSettings):
                 f"PostgreSQL at {self.target.where}: cannot read the {what}: {e!r}"
             ) from e
 
+    # -- epochs, rewinds and unknown outcomes -------------------------------------------
+    def _refresh_epoch(self, conn: psycopg.Connection[Any]) -> None:
+        """Read the store's epoch; start a new one if the server's history (cluster,
+        timeline) is not the current epoch's -- a failover or a restore happened."""
+        with conn.transaction():
+            conn.execute(self._sql.epoch_lock, (f"lifecycle-epoch:{self.target.schema}",))
+            row = conn.execute(self._sql.epoch_now).fetchone()
+            if row is None:
+                raise StoreError(f"PostgreSQL at {self.target.where}: the store has no epoch")
+            tag, history, current = (str(v) for v in row)
+            if history != current:
+                tag = sql.new_epoch_tag(current)
+                conn.execute(self._sql.epoch_add, (tag, self.owner))
+        self._new_epoch(self.epoch, tag, current)
+
+    def _check_rewind(
+        self, conn: psycopg.Connection[Any] | None, uid: str, found: int | None
+    ) -> None:
+        rewind = self._rewound(uid, found)
+        if rewind is not None and conn is not None:
+            with contextlib.suppress(psycopg.Error):
+                conn.execute(
+                    self._sql.rewind_add,
+                    (uid, rewind.acknowledged, found, rewind.epoch, self.owner),
+                )
+
+    def _resolve(
+        self, writes: Sequence[dict[str, Any]], lost: Lost
+    ) -> list[tuple[sql.Landed, int | None]]:
+        """Whether each write of a commit whose connection was lost landed, by its token:
+        reconnect (the pool moves on to another host if it must), end the old backend if it
+        is still there, read the tokens. ``(outcome, stored version)`` per write; raises
+        :class:`CommitUnknown` if that cannot be found out within ``resolve_timeout``."""
+        uids = [w["uid"] for w in writes]
+        versions = [w["version"] for w in writes]
+        deadline = time.monotonic() + self._resolve_timeout
+        why = translate(self.target, "commit", lost.error)
+        while True:
+            left = deadline - time.monotonic()
+            try:
+                with self._conn("commit resolution", timeout=max(0.1, left)) as conn:
+                    if self._ended(conn, lost):
+                        rows = conn.execute(self._sql.tokens, (uids, versions)).fetchall()
+                        found = {(str(r[0]), int(r[1])): r for r in rows}
+                        out = []
+                        for w in writes:
+                            row = found[(w["uid"], w["version"])]
+                            stored = None if row[2] is None else int(row[2])
+                            out.append((sql.landed(row, w["token"]), stored))
+                        _log.warning(
+                            "commit outcome resolved after a lost connection",
+                            uids=uids[:10],
+                            outcomes=[o.value for o, _ in out][:10],
+                        )
+                        return out
+            except StoreError as e:
+                why = e
+            if time.monotonic() >= deadline:
+                raise CommitUnknown(
+                    tuple(uids),
+                    f"{why}; whether the commit landed is unknown: not resolved within "
+                    f"{self._resolve_timeout:g}s (resolve_timeout)",
+                )
+            time.sleep(min(0.2, max(0.0, deadline - time.monotonic())))
+
+    def _ended(self, conn: psycopg.Connection[Any], lost: Lost) -> bool:
+        """Whether the backend that ran the lost write is gone (ended now if it lingers on
+        this server): only then can its outcome be read."""
+        host, port, pid = lost.server
+        if (conn.info.host, str(conn.info.port)) != (host, port) or not pid:
+            return True  # another server (a failover): the old one's backend is not here
+        row = conn.execute(self._sql.end_backend, (2000, pid)).fetchone()
+        return row is None or bool(row[0])
+
     # -- the protocol -------------------------------------------------------------------
     def load(self, machine: Machine[Any], ref: ObjectRef) -> Record | None:
         with self._conn(f"load of {ref.uid}") as conn:
             row = conn.execute(self._sql.load, (ref.uid,)).fetchone()
+            if ref.uid in self._acked:
+                self._check_rewind(conn, ref.uid, None if row is None else int(row[0]))
         if row is None:
             return None
+        sql.check_row_identity(machine, ref, row[2:])
         with self._decoding(f"status of {ref.uid}"):
             return sql.record_from(machine, ref, row[0], row[1])
 
@@ -239,6 +499,12 @@ class PostgresStore(sql.PgSettings):
         observation: Observation,
         transitions: Sequence[Transition],
     ) -> int:
+        """The compare-and-set write (one statement). Raises :class:`Conflict` when the
+        stored version is not ``expected`` -- or when ``transitions`` were stamped with an
+        epoch that is no longer the store's (read :attr:`epoch` and stamp them again) --
+        :class:`~lifecycle.IdentityMismatch` when ``ref`` is not the object stored under its
+        uid, :class:`CommitUnknown` when the connection was lost in flight and the outcome
+        could not be resolved, and :class:`StoreError` for a write that certainly failed."""
         params = sql.commit_params(
             machine,
             ref,
@@ -249,15 +515,44 @@ class PostgresStore(sql.PgSettings):
             owner=self.owner,
             lease=self._lease,
         )
-        with self._conn(f"commit of {ref.uid} v{expected + 1}") as conn:
+        what = f"commit of {ref.uid} v{expected + 1}"
+        for _ in range(3):
             try:
-                row = conn.execute(self._sql.commit, params).fetchone()
-            except pg_errors.UniqueViolation as e:
-                raise sql.unique_violation(self.target, e, ref.uid, expected) from None
-            if row is not None and row[0] == 1:
-                return expected + 1
-            actual = conn.execute(self._sql.version_of, (ref.uid,)).fetchone()
-        raise Conflict(ref.uid, expected, None if actual is None else int(actual[0]))
+                with self._conn(what, writes=True) as conn:
+                    try:
+                        row = conn.execute(self._sql.commit, params).fetchone()
+                    except pg_errors.UniqueViolation as e:
+                        raise sql.unique_violation(self.target, e, ref.uid, expected) from None
+                    if row is not None and row[0] == 1:
+                        self._acknowledge(ref.uid, expected + 1)
+                        return expected + 1
+                    if row is not None and not row[1]:  # the epoch changed under us
+                        self._refresh_epoch(conn)
+                        if params["epoch"] is None:
+                            continue
+                        raise Conflict(ref.uid, expected, expected)
+                    ident = conn.execute(self._sql.identity_of, (ref.uid,)).fetchone()
+                    actual = None if ident is None else int(ident[0])
+                    if ident is not None:
+                        sql.check_row_identity(machine, ref, ident[1:])
+                    self._check_rewind(conn, ref.uid, actual)
+                raise Conflict(ref.uid, expected, actual)
+            except Lost as lost:
+                (outcome, stored), *_ = self._resolve([params], lost)
+                if outcome is Landed.YES:
+                    self._acknowledge(ref.uid, expected + 1)
+                    return expected + 1
+                if outcome is Landed.UNKNOWN:
+                    raise CommitUnknown(
+                        (ref.uid,),
+                        f"{translate(self.target, what, lost.error)}; whether it landed is "
+                        f"unknown: the object is at v{stored} and its journal cannot tell",
+                    ) from None
+                raise StoreError(
+                    f"{translate(self.target, what, lost.error)} -- not written (resolved "
+                    "by its commit token)"
+                ) from None
+        raise sql.epoch_unavailable(self.target)
 
     def journal(self, machine: Machine[Any], ref: ObjectRef) -> list[JournalEntry]:
         with self._conn(f"journal of {ref.uid}") as conn:
@@ -299,6 +594,7 @@ class PostgresStore(sql.PgSettings):
         return 0 if row is None else int(row[0])
 
     def close(self) -> None:
+        self._watchdog.close()
         self._pool.close()
 
     # -- batches (BatchStore) -----------------------------------------------------------
@@ -306,7 +602,15 @@ class PostgresStore(sql.PgSettings):
         uids = list(dict.fromkeys(ref.uid for _, ref in items))
         with self._conn(f"load of {len(uids)} objects") as conn:
             rows = conn.execute(self._sql.load_many, (uids,)).fetchall()
-        found = {uid: (version, status) for uid, version, status in rows}
+            found = {row[0]: row for row in rows}
+            for uid in uids:
+                if uid in self._acked:
+                    row = found.get(uid)
+                    self._check_rewind(conn, uid, None if row is None else int(row[1]))
+        for machine, ref in items:
+            row = found.get(ref.uid)
+            if row is not None:
+                sql.check_row_identity(machine, ref, row[3:])
         out: list[Record | None] = []
         for machine, ref in items:
             row = found.get(ref.uid)
@@ -314,7 +618,7 @@ class PostgresStore(sql.PgSettings):
                 out.append(None)
                 continue
             with self._decoding(f"status of {ref.uid}"):
-                out.append(sql.record_from(machine, ref, row[0], row[1]))
+                out.append(sql.record_from(machine, ref, row[1], row[2]))
         return out
 
     def commit_many(self, items: Sequence[CommitItem]) -> list[int | StoreError]:
@@ -322,10 +626,19 @@ class PostgresStore(sql.PgSettings):
         round trip for the batch). Items are written in uid order, so replicas committing
         overlapping batches lock rows in the same order and cannot deadlock.
 
-        A conflicting item writes nothing and is reported; the rest commit. A row the
-        database refuses (a stray journal row, a value it cannot store) rolls the
-        transaction back, and the items are then committed one by one so only that item
-        fails. A lost connection fails the batch as a whole: nothing of it was written."""
+        A conflicting item writes nothing and is reported (so is an item stamped with an
+        epoch the store left: a :class:`Conflict`, stamp it again). An item whose ref is
+        not the object stored under its uid raises :class:`~lifecycle.IdentityMismatch` and
+        nothing of the batch is written. A row the database refuses (a stray journal row, a
+        value it cannot store) rolls the transaction back, and the items are then committed
+        one by one so only that item fails.
+
+        A connection lost while the batch is in flight does *not* mean nothing was written:
+        the transaction may have committed. The store reconnects and reads the items' commit
+        tokens: landed items get their version, the others their :class:`Conflict`; a batch
+        that certainly did not commit raises :class:`StoreError` (nothing written), and one
+        whose outcome cannot be found out within ``resolve_timeout`` raises
+        :class:`CommitUnknown`."""
         out: list[int | StoreError | None] = [None] * len(items)
         ready: list[tuple[int, dict[str, Any]]] = []
         for index, item in enumerate(items):
@@ -336,7 +649,7 @@ class PostgresStore(sql.PgSettings):
         ready.sort(key=lambda p: p[1]["uid"])  # stable: one object's items keep their order
         if ready:
             try:
-                counts = self._commit_batch([p for _, p in ready], len(items))
+                counts = self._commit_batch(items, ready)
             except _REFUSED:
                 for index, _ in ready:
                     item = items[index]
@@ -352,39 +665,55 @@ class PostgresStore(sql.PgSettings):
                     except StoreError as e:
                         out[index] = e
                 return [r for r in out if r is not None]
-            lost = [
-                items[index].ref.uid for (index, _), n in zip(ready, counts, strict=True) if not n
-            ]
-            actual = self._versions(lost) if lost else {}
-            for (index, params), n in zip(ready, counts, strict=True):
-                if n:
-                    out[index] = params["version"]
+            except Lost as lost:
+                writes = [p for _, p in ready]
+                counts = sql.batch_outcomes(
+                    self.target, writes, self._resolve(writes, lost), lost.error
+                )
+            for (index, p), n in zip(ready, counts, strict=True):
+                if isinstance(n, StoreError):
+                    out[index] = n
                 else:
-                    out[index] = Conflict(
-                        params["uid"], params["expected"], actual.get(params["uid"])
-                    )
+                    out[index] = p["version"]
+                    self._acknowledge(p["uid"], p["version"])
         return [r for r in out if r is not None]
 
-    def _commit_batch(self, params: list[dict[str, Any]], size: int) -> list[int]:
-        """Raises psycopg's IntegrityError / DataError as they are: commit_many isolates them."""
-        counts: list[int] = []
+    def _commit_batch(
+        self, items: Sequence[CommitItem], ready: list[tuple[int, dict[str, Any]]]
+    ) -> list[int | StoreError]:
+        """Per item its version (written) or its refusal. Raises psycopg's IntegrityError /
+        DataError as they are (commit_many isolates them), :class:`Lost` for a lost
+        connection, and refuses the whole batch -- rolled back -- on an identity mismatch."""
+        params = [p for _, p in ready]
+        counts: list[tuple[int, bool]] = []
         with (
-            self._conn(f"commit of {size} objects", _REFUSED) as conn,
+            self._conn(f"commit of {len(items)} objects", _REFUSED, writes=True) as conn,
             conn.transaction(),
-            conn.cursor() as cur,
         ):
-            cur.executemany(self._sql.commit, params, returning=True)
-            while True:
-                row = cur.fetchone()
-                counts.append(0 if row is None else int(row[0]))
-                if not cur.nextset():
-                    break
-        return counts
-
-    def _versions(self, uids: list[str]) -> dict[str, int]:
-        with self._conn("version check") as conn:
-            rows = conn.execute(self._sql.versions, (uids,)).fetchall()
-        return {uid: int(v) for uid, v in rows}
+            with conn.cursor() as cur:
+                cur.executemany(self._sql.commit, params, returning=True)
+                while True:
+                    row = cur.fetchone()
+                    counts.append((0, True) if row is None else (int(row[0]), bool(row[1])))
+                    if not cur.nextset():
+                        break
+            missed = [p["uid"] for p, (n, _) in zip(params, counts, strict=True) if not n]
+            stored: dict[str, Any] = {}
+            if missed:
+                rows = conn.execute(self._sql.versions, (missed,)).fetchall()
+                stored = {str(r[0]): r for r in rows}
+                for (index, p), (n, _) in zip(ready, counts, strict=True):
+                    if not n and p["uid"] in stored:  # raising here rolls the batch back
+                        sql.check_row_identity(items[index].machine, items[index].ref,
+                                               stored[p["uid"]][2:])  # fmt: skip
+        out = sql.batch_results(params, counts, stored)
+        if not all(ok for _, ok in counts):
+            with self._conn("epoch check") as conn:
+                self._refresh_epoch(conn)
+        for p, result in zip(params, out, strict=True):
+            if isinstance(result, Conflict) and result.actual != p["expected"]:
+                self._check_rewind(None, p["uid"], result.actual)
+        return out
 
     # -- retention (RetentionStore) -----------------------------------------------------
     def snapshot(self, machine: Machine[Any], ref: ObjectRef) -> Snapshot | None:

@@ -10,10 +10,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import select
+import time
 from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
 from typing import Any
 
-from .._core.errors import Conflict, StoreError
+import structlog
+
+from .._core.errors import CommitUnknown, Conflict, StoreError
 from .._core.machine import Machine
 from .._core.observation import Observation
 from .._core.refs import ObjectRef
@@ -21,6 +24,7 @@ from .._core.transition import Transition
 from . import _pgsql as sql
 from ._pgsql import (
     AsyncConnectionPool,
+    Landed,
     PoolTimeout,
     SynchronousCommit,
     pg_errors,
@@ -28,8 +32,11 @@ from ._pgsql import (
     translate,
 )
 from .base import CommitItem, JournalEntry, Record, Snapshot
+from .postgres import Lost, sever
 from .postgres import migrate as _migrate_sync
 from .postgres import schema_version as _schema_version
+
+_log = structlog.get_logger("lifecycle.stores")
 
 #: A row the database refuses: ``commit_many`` isolates the item, one commit at a time.
 _REFUSED = (pg_errors.IntegrityError, pg_errors.DataError)
@@ -50,7 +57,11 @@ async def _check_idle(conn: AsyncConn) -> None:
 
 
 class AsyncPostgresStore(sql.PgSettings):
-    """An :class:`~lifecycle.aio.AsyncStore` on PostgreSQL. Construct with :meth:`open`."""
+    """An :class:`~lifecycle.aio.AsyncStore` on PostgreSQL. Construct with :meth:`open`.
+
+    The bounds, the commit tokens, the epochs and the identity rule of
+    :class:`~lifecycle.stores.postgres.PostgresStore` hold here too: a call that outlives
+    ``call_timeout`` has its connection severed on the event loop's clock."""
 
     def __init__(
         self,
@@ -59,7 +70,7 @@ class AsyncPostgresStore(sql.PgSettings):
         schema: str | None = None,
         pool_size: int = 4,
         timeout: float = 5.0,
-        connect_timeout: float = 5.0,
+        connect_timeout: float | None = None,
         lease_seconds: float = 30.0,
         journal: bool = True,
         synchronous_commit: SynchronousCommit | None = None,
@@ -99,18 +110,44 @@ class AsyncPostgresStore(sql.PgSettings):
             if found != sql.LATEST:
                 raise sql.not_migrated(store.target, found)
         await store._pool.open(wait=False)
+        async with store._conn("epoch check") as conn:
+            await store._refresh_epoch(conn)
         return store
 
     # -- plumbing -----------------------------------------------------------------------
     @contextlib.asynccontextmanager
     async def _conn(
-        self, what: str, passthrough: tuple[type[Exception], ...] = ()
+        self,
+        what: str,
+        passthrough: tuple[type[Exception], ...] = (),
+        *,
+        writes: bool = False,
+        timeout: float | None = None,
     ) -> AsyncIterator[AsyncConn]:
-        """A pooled connection; failures become :class:`StoreError` (``passthrough``: raised
-        as they are)."""
+        """A pooled connection, severed if the call outlives ``call_timeout``; failures
+        become :class:`StoreError` (``passthrough``: raised as they are). With ``writes``, a
+        connection lost while in use raises :class:`Lost`: the write's outcome is unknown."""
+        conn: AsyncConn | None = None
+        severed: list[bool] = []
+        server = ("", "", 0)
         try:
-            async with self._pool.connection(timeout=self._timeout) as conn:
-                yield conn
+            async with self._pool.connection(
+                timeout=self._timeout if timeout is None else timeout
+            ) as conn:
+                if writes:
+                    info = conn.info
+                    server = (info.host, str(info.port), info.backend_pid)
+                watched = conn
+
+                def hung() -> None:
+                    severed.append(True)
+                    sever(watched)
+
+                handle = asyncio.get_running_loop().call_later(self._call_timeout, hung)
+                try:
+                    yield conn
+                finally:
+                    handle.cancel()
         except PoolTimeout:
             raise await self._unavailable(what) from None
         except StoreError:
@@ -118,15 +155,20 @@ class AsyncPostgresStore(sql.PgSettings):
         except psycopg.Error as e:
             if isinstance(e, passthrough):
                 raise
+            if conn is not None and (conn.broken or conn.closed):
+                if writes:
+                    raise Lost(e, server) from None
+                if severed:
+                    raise StoreError(
+                        f"PostgreSQL at {self.target.where}: {what} failed: no answer within "
+                        f"{self._call_timeout:g}s (call_timeout; the server hangs or the "
+                        "network is down)"
+                    ) from None
             raise translate(self.target, what, e) from None
 
     async def _unavailable(self, what: str) -> StoreError:
         try:
-            conn = await psycopg.AsyncConnection.connect(
-                self.target.conninfo,
-                autocommit=True,
-                connect_timeout=max(2, round(min(self._connect_timeout, 2.0))),
-            )
+            conn = await psycopg.AsyncConnection.connect(self.target.conninfo, autocommit=True)
         except psycopg.Error as e:
             return StoreError(f"{translate(self.target, 'connect', e)} ({what} not done)")
         await conn.close()
@@ -146,13 +188,84 @@ class AsyncPostgresStore(sql.PgSettings):
                 f"PostgreSQL at {self.target.where}: cannot read the {what}: {e!r}"
             ) from e
 
+    # -- epochs, rewinds and unknown outcomes -------------------------------------------
+    async def _refresh_epoch(self, conn: AsyncConn) -> None:
+        """As :meth:`PostgresStore._refresh_epoch`."""
+        async with conn.transaction():
+            await conn.execute(self._sql.epoch_lock, (f"lifecycle-epoch:{self.target.schema}",))
+            cur = await conn.execute(self._sql.epoch_now)
+            row = await cur.fetchone()
+            if row is None:
+                raise StoreError(f"PostgreSQL at {self.target.where}: the store has no epoch")
+            tag, history, current = (str(v) for v in row)
+            if history != current:
+                tag = sql.new_epoch_tag(current)
+                await conn.execute(self._sql.epoch_add, (tag, self.owner))
+        self._new_epoch(self.epoch, tag, current)
+
+    async def _check_rewind(self, conn: AsyncConn | None, uid: str, found: int | None) -> None:
+        rewind = self._rewound(uid, found)
+        if rewind is not None and conn is not None:
+            with contextlib.suppress(psycopg.Error):
+                await conn.execute(
+                    self._sql.rewind_add,
+                    (uid, rewind.acknowledged, found, rewind.epoch, self.owner),
+                )
+
+    async def _resolve(
+        self, writes: Sequence[dict[str, Any]], lost: Lost
+    ) -> list[tuple[Landed, int | None]]:
+        """As :meth:`PostgresStore._resolve`."""
+        uids = [w["uid"] for w in writes]
+        versions = [w["version"] for w in writes]
+        deadline = time.monotonic() + self._resolve_timeout
+        why: Exception = translate(self.target, "commit", lost.error)
+        while True:
+            left = deadline - time.monotonic()
+            try:
+                async with self._conn("commit resolution", timeout=max(0.1, left)) as conn:
+                    if await self._ended(conn, lost):
+                        cur = await conn.execute(self._sql.tokens, (uids, versions))
+                        found = {(str(r[0]), int(r[1])): r for r in await cur.fetchall()}
+                        out = []
+                        for w in writes:
+                            row = found[(w["uid"], w["version"])]
+                            stored = None if row[2] is None else int(row[2])
+                            out.append((sql.landed(row, w["token"]), stored))
+                        _log.warning(
+                            "commit outcome resolved after a lost connection",
+                            uids=uids[:10],
+                            outcomes=[o.value for o, _ in out][:10],
+                        )
+                        return out
+            except StoreError as e:
+                why = e
+            if time.monotonic() >= deadline:
+                raise CommitUnknown(
+                    tuple(uids),
+                    f"{why}; whether the commit landed is unknown: not resolved within "
+                    f"{self._resolve_timeout:g}s (resolve_timeout)",
+                )
+            await asyncio.sleep(min(0.2, max(0.0, deadline - time.monotonic())))
+
+    async def _ended(self, conn: AsyncConn, lost: Lost) -> bool:
+        host, port, pid = lost.server
+        if (conn.info.host, str(conn.info.port)) != (host, port) or not pid:
+            return True
+        cur = await conn.execute(self._sql.end_backend, (2000, pid))
+        row = await cur.fetchone()
+        return row is None or bool(row[0])
+
     # -- the protocol -------------------------------------------------------------------
     async def load(self, machine: Machine[Any], ref: ObjectRef) -> Record | None:
         async with self._conn(f"load of {ref.uid}") as conn:
             cur = await conn.execute(self._sql.load, (ref.uid,))
             row = await cur.fetchone()
+            if ref.uid in self._acked:
+                await self._check_rewind(conn, ref.uid, None if row is None else int(row[0]))
         if row is None:
             return None
+        sql.check_row_identity(machine, ref, row[2:])
         with self._decoding(f"status of {ref.uid}"):
             return sql.record_from(machine, ref, row[0], row[1])
 
@@ -165,6 +278,7 @@ class AsyncPostgresStore(sql.PgSettings):
         observation: Observation,
         transitions: Sequence[Transition],
     ) -> int:
+        """As :meth:`PostgresStore.commit`."""
         params = sql.commit_params(
             machine,
             ref,
@@ -175,17 +289,46 @@ class AsyncPostgresStore(sql.PgSettings):
             owner=self.owner,
             lease=self._lease,
         )
-        async with self._conn(f"commit of {ref.uid} v{expected + 1}") as conn:
+        what = f"commit of {ref.uid} v{expected + 1}"
+        for _ in range(3):
             try:
-                cur = await conn.execute(self._sql.commit, params)
-                row = await cur.fetchone()
-            except pg_errors.UniqueViolation as e:
-                raise sql.unique_violation(self.target, e, ref.uid, expected) from None
-            if row is not None and row[0] == 1:
-                return expected + 1
-            cur = await conn.execute(self._sql.version_of, (ref.uid,))
-            actual = await cur.fetchone()
-        raise Conflict(ref.uid, expected, None if actual is None else int(actual[0]))
+                async with self._conn(what, writes=True) as conn:
+                    try:
+                        cur = await conn.execute(self._sql.commit, params)
+                        row = await cur.fetchone()
+                    except pg_errors.UniqueViolation as e:
+                        raise sql.unique_violation(self.target, e, ref.uid, expected) from None
+                    if row is not None and row[0] == 1:
+                        self._acknowledge(ref.uid, expected + 1)
+                        return expected + 1
+                    if row is not None and not row[1]:
+                        await self._refresh_epoch(conn)
+                        if params["epoch"] is None:
+                            continue
+                        raise Conflict(ref.uid, expected, expected)
+                    cur = await conn.execute(self._sql.identity_of, (ref.uid,))
+                    ident = await cur.fetchone()
+                    actual = None if ident is None else int(ident[0])
+                    if ident is not None:
+                        sql.check_row_identity(machine, ref, ident[1:])
+                    await self._check_rewind(conn, ref.uid, actual)
+                raise Conflict(ref.uid, expected, actual)
+            except Lost as lost:
+                (outcome, stored), *_ = await self._resolve([params], lost)
+                if outcome is Landed.YES:
+                    self._acknowledge(ref.uid, expected + 1)
+                    return expected + 1
+                if outcome is Landed.UNKNOWN:
+                    raise CommitUnknown(
+                        (ref.uid,),
+                        f"{translate(self.target, what, lost.error)}; whether it landed is "
+                        f"unknown: the object is at v{stored} and its journal cannot tell",
+                    ) from None
+                raise StoreError(
+                    f"{translate(self.target, what, lost.error)} -- not written (resolved "
+                    "by its commit token)"
+                ) from None
+        raise sql.epoch_unavailable(self.target)
 
     async def journal(self, machine: Machine[Any], ref: ObjectRef) -> list[JournalEntry]:
         async with self._conn(f"journal of {ref.uid}") as conn:
@@ -246,8 +389,15 @@ class AsyncPostgresStore(sql.PgSettings):
         uids = list(dict.fromkeys(ref.uid for _, ref in items))
         async with self._conn(f"load of {len(uids)} objects") as conn:
             cur = await conn.execute(self._sql.load_many, (uids,))
-            rows = await cur.fetchall()
-        found = {uid: (version, status) for uid, version, status in rows}
+            found = {row[0]: row for row in await cur.fetchall()}
+            for uid in uids:
+                if uid in self._acked:
+                    row = found.get(uid)
+                    await self._check_rewind(conn, uid, None if row is None else int(row[1]))
+        for machine, ref in items:
+            row = found.get(ref.uid)
+            if row is not None:
+                sql.check_row_identity(machine, ref, row[3:])
         out: list[Record | None] = []
         for machine, ref in items:
             row = found.get(ref.uid)
@@ -255,12 +405,15 @@ class AsyncPostgresStore(sql.PgSettings):
                 out.append(None)
                 continue
             with self._decoding(f"status of {ref.uid}"):
-                out.append(sql.record_from(machine, ref, row[0], row[1]))
+                out.append(sql.record_from(machine, ref, row[1], row[2]))
         return out
 
     async def commit_many(self, items: Sequence[CommitItem]) -> list[int | StoreError]:
         """As :meth:`PostgresStore.commit_many`: one pipelined transaction in uid order, per
-        item compare-and-set, a refused row isolated by committing one by one."""
+        item compare-and-set, a refused row isolated by committing one by one, an identity
+        mismatch refusing the whole batch, and a lost connection resolved by commit tokens
+        (landed, not written, or :class:`CommitUnknown`) -- never assumed to have written
+        nothing."""
         out: list[int | StoreError | None] = [None] * len(items)
         ready: list[tuple[int, dict[str, Any]]] = []
         for index, item in enumerate(items):
@@ -271,7 +424,7 @@ class AsyncPostgresStore(sql.PgSettings):
         ready.sort(key=lambda p: p[1]["uid"])
         if ready:
             try:
-                counts = await self._commit_batch([p for _, p in ready], len(items))
+                counts = await self._commit_batch(items, ready)
             except _REFUSED:
                 for index, _ in ready:
                     item = items[index]
@@ -287,29 +440,49 @@ class AsyncPostgresStore(sql.PgSettings):
                     except StoreError as e:
                         out[index] = e
                 return [r for r in out if r is not None]
-            lost = [p["uid"] for (_, p), n in zip(ready, counts, strict=True) if not n]
-            actual: dict[str, int] = {}
-            if lost:
-                async with self._conn("version check") as conn:
-                    cur = await conn.execute(self._sql.versions, (lost,))
-                    actual = {uid: int(v) for uid, v in await cur.fetchall()}
-            for (index, p), n in zip(ready, counts, strict=True):
-                out[index] = (
-                    p["version"] if n else Conflict(p["uid"], p["expected"], actual.get(p["uid"]))
+            except Lost as lost:
+                params = [p for _, p in ready]
+                counts = sql.batch_outcomes(
+                    self.target, params, await self._resolve(params, lost), lost.error
                 )
+            for (index, p), n in zip(ready, counts, strict=True):
+                if isinstance(n, StoreError):
+                    out[index] = n
+                else:
+                    out[index] = p["version"]
+                    self._acknowledge(p["uid"], p["version"])
         return [r for r in out if r is not None]
 
-    async def _commit_batch(self, params: list[dict[str, Any]], size: int) -> list[int]:
-        counts: list[int] = []
+    async def _commit_batch(
+        self, items: Sequence[CommitItem], ready: list[tuple[int, dict[str, Any]]]
+    ) -> list[int | StoreError]:
+        params = [p for _, p in ready]
+        counts: list[tuple[int, bool]] = []
         async with (
-            self._conn(f"commit of {size} objects", _REFUSED) as conn,
+            self._conn(f"commit of {len(items)} objects", _REFUSED, writes=True) as conn,
             conn.transaction(),
-            conn.cursor() as cur,
         ):
-            await cur.executemany(self._sql.commit, params, returning=True)
-            while True:
-                row = await cur.fetchone()
-                counts.append(0 if row is None else int(row[0]))
-                if not cur.nextset():
-                    break
-        return counts
+            async with conn.cursor() as cur:
+                await cur.executemany(self._sql.commit, params, returning=True)
+                while True:
+                    row = await cur.fetchone()
+                    counts.append((0, True) if row is None else (int(row[0]), bool(row[1])))
+                    if not cur.nextset():
+                        break
+            missed = [p["uid"] for p, (n, _) in zip(params, counts, strict=True) if not n]
+            stored: dict[str, Any] = {}
+            if missed:
+                cur2 = await conn.execute(self._sql.versions, (missed,))
+                stored = {str(r[0]): r for r in await cur2.fetchall()}
+                for (index, p), (n, _) in zip(ready, counts, strict=True):
+                    if not n and p["uid"] in stored:  # raising here rolls the batch back
+                        sql.check_row_identity(items[index].machine, items[index].ref,
+                                               stored[p["uid"]][2:])  # fmt: skip
+        out = sql.batch_results(params, counts, stored)
+        if not all(ok for _, ok in counts):
+            async with self._conn("epoch check") as conn:
+                await self._refresh_epoch(conn)
+        for p, result in zip(params, out, strict=True):
+            if isinstance(result, Conflict) and result.actual != p["expected"]:
+                await self._check_rewind(None, p["uid"], result.actual)
+        return out
