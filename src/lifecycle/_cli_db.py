@@ -5,23 +5,31 @@
     lifecycle db compact --store URL [--keep N] [--machine NAME ...]
 
 ``migrate`` creates or upgrades a PostgreSQL store's tables (idempotent; an SQLite file is
-created or upgraded on open, so it only opens it). ``compact`` drops old journal entries
-behind a snapshot, keeping each object's journal folding to its stored status.
+created or upgraded on open, so it only opens it). ``status`` only reads: it never creates or
+changes a store (an SQLite file is opened read-only; a missing one is reported, exit 1; a file
+that is not a store is refused, exit 2). ``compact`` drops old journal entries behind a
+snapshot, keeping each object's journal folding to its stored status; it refuses a store that
+does not exist rather than create an empty one.
 """
 
 from __future__ import annotations
 
 import argparse
+import sqlite3
+from pathlib import Path
 from typing import Any, TextIO
 
-from ._core.errors import StoreError
+from ._core.errors import StoreError, preview
 from .machines import default_registry
-from .stores import POSTGRES_SCHEMES, open_store, redact_url
+from .stores import POSTGRES_SCHEMES, open_store, parse_sqlite_url, redact_url
+from .stores.sqlite import SCHEMA_VERSION as SQLITE_SCHEMA
 
 STORE_HELP = (
-    "memory://, sqlite:///PATH (relative; sqlite:////PATH absolute) or "
+    "memory://, sqlite:///PATH (relative; sqlite:////PATH absolute) with optional "
+    "?synchronous=FULL|NORMAL&owner=NAME&lease_seconds=S&busy_timeout=S, or "
     "postgresql://USER:PASSWORD@HOST:PORT/DB[?schema=NAME]"
 )
+_SQLITE_HEADER = b"SQLite format 3\x00"
 
 
 def cmd_migrate(args: argparse.Namespace, out: TextIO) -> int:
@@ -55,8 +63,53 @@ def cmd_status(args: argparse.Namespace, out: TextIO) -> int:
         shown = "not migrated" if version is None else f"schema version {version}"
         out.write(f"{where}: {shown} (this release: {_pgsql.LATEST})\n")
         return 0 if version == _pgsql.LATEST else 1
-    out.write(f"{redact_url(args.store)}: created and upgraded on open\n")
-    return 0
+    if args.store in ("memory://", "memory"):
+        out.write("memory://: a fresh store in every command, nothing to migrate\n")
+        return 0
+    path = parse_sqlite_url(args.store).path  # any other URL is refused here, exit 2
+    version = sqlite_schema_version(path)
+    if version is None:
+        out.write(f"{redact_url(args.store)}: no store (no such file; db migrate creates it)\n")
+        return 1
+    shown = f"schema version {version} (this release: {SQLITE_SCHEMA}"
+    if version < SQLITE_SCHEMA:
+        shown += "; upgraded on its next open"
+    out.write(f"{redact_url(args.store)}: {shown})\n")
+    return 0 if version == SQLITE_SCHEMA else 1
+
+
+def sqlite_schema_version(path: str) -> int | None:
+    """The schema version of the SQLite store at ``path``; ``None`` if there is no file.
+    Reads only (the file is opened read-only: nothing is created or changed); a file that is
+    not a lifecycle store raises :class:`~lifecycle.StoreError`."""
+    file = Path(path)
+    if not file.exists():
+        return None
+    not_a_store = f"{preview(path)} is not a lifecycle store"
+    try:
+        with file.open("rb") as f:
+            head = f.read(len(_SQLITE_HEADER))
+    except OSError as e:
+        raise StoreError(f"{not_a_store}: cannot read it ({e.strerror})") from None
+    if head != _SQLITE_HEADER:
+        raise StoreError(f"{not_a_store} (not an SQLite database)")
+    # Read-only; and while no process has the store open (no -wal file), immutable too, so
+    # SQLite creates no -wal/-shm files beside it either.
+    live = Path(f"{path}-wal").exists()
+    mode = "mode=ro" if live else "mode=ro&immutable=1"
+    try:
+        db = sqlite3.connect(f"{file.resolve().as_uri()}?{mode}", uri=True)
+        try:
+            row = db.execute(
+                "SELECT value FROM lifecycle_meta WHERE key = 'schema_version'"
+            ).fetchone()
+        finally:
+            db.close()
+    except sqlite3.Error as e:
+        raise StoreError(f"{not_a_store} ({e})") from None
+    if row is None or not str(row[0]).isdigit():
+        raise StoreError(f"{not_a_store} (it records no schema version)")
+    return int(row[0])
 
 
 def cmd_compact(args: argparse.Namespace, out: TextIO) -> int:
@@ -64,6 +117,10 @@ def cmd_compact(args: argparse.Namespace, out: TextIO) -> int:
         raise StoreError(f"--keep must not be negative, got {args.keep}")
     machines = default_registry()
     chosen = [machines[name] for name in args.machine] if args.machine else list(machines.values())
+    if args.store[:7].lower() == "sqlite:":
+        path = parse_sqlite_url(args.store).path
+        if sqlite_schema_version(path) is None:  # refused, not created empty
+            raise StoreError(f"{redact_url(args.store)}: no store to compact (no such file)")
     store: Any = open_store(args.store)
     try:
         compact = getattr(store, "compact", None)
@@ -87,7 +144,10 @@ def add_db_commands(sub: Any) -> None:
     mg = dbs.add_parser("migrate", help="create or upgrade the store's tables (idempotent)")
     mg.add_argument("--store", required=True, help=STORE_HELP)
     mg.set_defaults(func=cmd_migrate)
-    st = dbs.add_parser("status", help="the schema version (exit 1 if not current)")
+    st = dbs.add_parser(
+        "status",
+        help="the schema version, read only (exit 1 if not current or missing, 2 if not a store)",
+    )
     st.add_argument("--store", required=True, help=STORE_HELP)
     st.set_defaults(func=cmd_status)
     cp = dbs.add_parser("compact", help="drop old journal entries behind a snapshot")

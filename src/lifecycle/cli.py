@@ -1,13 +1,29 @@
 """``lifecycle``: replay traces and describe machines.
 
     lifecycle replay TRACE [--store URL] [--format table|jsonl] [--final-status]
+                           [--max-line-bytes N]
     lifecycle machines [--format text|json]
     lifecycle diagram MACHINE [--format mermaid|dot] [--stays]
     lifecycle table MACHINE
     lifecycle docs [--out DIR] [--check]
     lifecycle db migrate|status|compact --store URL
+    lifecycle restore check MANIFEST TARGET   (its own exit codes: see its --help)
 
-Exit codes: 0 ok, 2 bad input (``FILE:LINE: what is wrong`` on stderr), 1 anything else.
+Exit codes:
+
+0  done.
+1  the answer is no, or the command could not run: ``docs --check`` found a stale page, ``db
+   status`` found a store not at this release's schema, an optional dependency is missing, or
+   an internal error (a bug: one line ``lifecycle: internal error: ...``; set
+   ``LIFECYCLE_DEBUG=1`` for its traceback).
+2  refused input, nothing written: a bad trace line (``FILE:LINE: what is wrong``), a bad store
+   URL, a file that is not a store, a bad argument. Always one line on stderr.
+3  ``replay`` only: every line was accepted, but a status write failed that no fault line of
+   the trace injected (the store refused it). The other lines were replayed and their events
+   delivered; the summary counts the failed writes.
+
+Every message that echoes what was given (a store URL, a trace value) is redacted first: a
+password or token in it is never printed.
 """
 
 from __future__ import annotations
@@ -15,6 +31,7 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import os
 import sys
 import time
 import types
@@ -29,15 +46,19 @@ import orjson
 import structlog
 
 from ._cli_db import STORE_HELP, add_db_commands
-from ._core.errors import LifecycleError, StoreError, TraceError
+from ._core.errors import LifecycleError, TraceError, preview
 from ._core.machine import Machine
+from ._core.redact import redact
 from ._core.refs import EventType, ObjectRef
 from ._core.transition import Transition
 from .machines import MachineRegistry, default_registry
 from .runner import Result
-from .stores import MemoryStore, open_store, redact_url
+from .stores import MemoryStore, open_store, parse_sqlite_url, redact_url
 from .stores.base import Store
-from .trace import TraceLine, check, read_trace, replay, stream_trace
+from .trace import MAX_LINE_BYTES, TraceLine, check, injected, read_trace, replay, stream_trace
+
+#: The exit codes of the CLI (the module's notes say what each means).
+EXIT_OK, EXIT_NO, EXIT_REFUSED, EXIT_WRITE_FAILED = 0, 1, 2, 3
 
 
 class _Collector:
@@ -95,11 +116,24 @@ def _final_statuses(
 
 
 def _new_sqlite_file(url: str) -> bool:
-    """Whether ``url`` names an SQLite file that does not exist yet."""
-    if not url.startswith("sqlite:///"):
+    """Whether ``url`` names an SQLite file that does not exist yet (a bad SQLite URL raises
+    :class:`~lifecycle.stores.InvalidStoreURL` here, before the trace is read)."""
+    if url[:7].lower() != "sqlite:":
         return False
-    path = url[len("sqlite:///") :]
-    return bool(path) and not Path(path).exists()
+    return not Path(parse_sqlite_url(url).path).exists()
+
+
+def _failed_writes(result: Result) -> tuple[int, int]:
+    """The failed status writes of ``result`` and its cascade: (all, those not injected)."""
+    failed = unplanned = 0
+    if result.error is not None:
+        failed = 1
+        unplanned = 0 if injected(result.error) else 1
+    for sub in result.cascade:
+        more, more_unplanned = _failed_writes(sub)
+        failed += more
+        unplanned += more_unplanned
+    return failed, unplanned
 
 
 #: Seconds a replay runs before its progress bar appears (short replays never show one).
@@ -240,19 +274,21 @@ def _replay(args: argparse.Namespace, out: TextIO, progress: Progress) -> int:
     # once as the file is read, hold the output back, and show it only if every line was
     # accepted (ADR 0009). Any other store gets the whole trace checked before it is touched.
     throwaway = args.store in ("memory://", "memory")
+    new_file = _new_sqlite_file(args.store)  # and a bad SQLite URL refused before reading
     big = _trace_size(args.trace) >= PROGRESS_NOTE_BYTES
+    limit = args.max_line_bytes
     trace: Iterable[TraceLine]
     if throwaway:
-        trace = stream_trace(args.trace, machines)
+        trace = stream_trace(args.trace, machines, max_line_bytes=limit)
         progress.total = _count_records(args.trace) if progress.enabled else 0
     else:
         if big:
-            progress.note(f"reading {args.trace} ...")
-        trace = read_trace(args.trace, machines)
+            progress.note(f"reading {redact(args.trace)} ...")
+        trace = read_trace(args.trace, machines, max_line_bytes=limit)
         progress.total = len(trace)
         if big:
             progress.note(f"read {len(trace)} lines ...")
-        if _new_sqlite_file(args.store):
+        if new_file:
             # Refuse a bad trace before opening (and so creating) a new store file.
             check(trace, MemoryStore(), name=args.trace, machines=machines)
     store = MemoryStore(journal=False) if throwaway else open_store(args.store)
@@ -260,7 +296,7 @@ def _replay(args: argparse.Namespace, out: TextIO, progress: Progress) -> int:
     table = args.format == "table"
     shared_terminal = _isatty(out) and not throwaway  # the bar and the output share a screen
     done = 0
-    observed = failed = 0  # observation lines, and their writes that failed
+    observed = failed = unplanned = 0  # observation lines; failed writes; those not injected
     seen: dict[str, ObjectRef] = {}
     # The output of a throwaway replay is held (as UTF-8) until every line was accepted.
     held = bytearray()
@@ -277,7 +313,7 @@ def _replay(args: argparse.Namespace, out: TextIO, progress: Progress) -> int:
             write(line.decode())
 
     def header(lines: int) -> str:
-        return f"replaying {args.trace} ({lines} lines) into {redact_url(args.store)}\n"
+        return f"replaying {redact(args.trace)} ({lines} lines) into {redact_url(args.store)}\n"
 
     # A checked replay writes the header once the dry run passed (a refused trace prints
     # nothing); a throwaway one, in front of the held output.
@@ -287,14 +323,16 @@ def _replay(args: argparse.Namespace, out: TextIO, progress: Progress) -> int:
     update = progress.update if progress.enabled else None
 
     def show(_: TraceLine, result: Result | None) -> None:
-        nonlocal done, observed, failed
+        nonlocal done, observed, failed, unplanned
         if pending_header:
             write(pending_header.pop())
         done += 1
         if result is not None:
             observed += 1
-            if result.error is not None:
-                failed += 1
+            if result.error is not None or result.cascade:
+                more, more_unplanned = _failed_writes(result)
+                failed += more
+                unplanned += more_unplanned
             if final_status:
                 _note_objects(result, seen)
             if result.transitions or result.cascade or result.fallback or result.actions:
@@ -325,10 +363,20 @@ def _replay(args: argparse.Namespace, out: TextIO, progress: Progress) -> int:
             _final_statuses(store, machines, seen, out)
         elif table:
             events = collector.count
-            out.write(f"{observed} observations, {events} events, {failed} failed writes\n")
+            summary = f"{observed} observations, {events} events, {failed} failed writes"
+            if unplanned:
+                summary += f" ({unplanned} not injected by the trace)"
+            out.write(summary + "\n")
     finally:
         store.close()
-    return 0
+    if unplanned:
+        print(
+            f"lifecycle: {unplanned} status write(s) failed that no fault line injected "
+            "(the store refused them; see the log above): exit 3",
+            file=sys.stderr,
+        )
+        return EXIT_WRITE_FAILED
+    return EXIT_OK
 
 
 def _json_line(data: dict[str, Any]) -> bytes:
@@ -468,12 +516,51 @@ def _add_docs_commands(sub: Any) -> None:
     gp.set_defaults(func=cmd_docs)
 
 
+EXIT_CODES = """exit codes:
+  0  done
+  1  the answer is no (docs --check: stale pages; db status: schema not current), an optional
+     dependency is missing, or an internal error (set LIFECYCLE_DEBUG=1 for its traceback)
+  2  refused input, nothing written: a bad trace line (FILE:LINE: what is wrong), a bad store
+     URL, a file that is not a store, a bad argument; one line on stderr
+  3  replay: a status write failed that no fault line injected (the other lines were replayed)
+  (lifecycle restore check has its own codes: see its --help)"""
+
+REPLAY_EXIT_CODES = """exit codes:
+  0  every line replayed, every write landed (or failed only where a fault line said so)
+  2  refused input, nothing written: FILE:LINE: what is wrong (bad JSON, a repeated key, a
+     line over --max-line-bytes, an unknown machine or observation, a bad value), a bad store
+     URL, a file that is not a store
+  3  every line was accepted, but a status write failed that no fault line injected (the
+     store refused it); the other lines were replayed and their events delivered
+  1  an internal error (a bug; set LIFECYCLE_DEBUG=1 for its traceback)"""
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {preview(text)}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="lifecycle", description="Replay provider traces and describe lifecycle machines."
+        prog="lifecycle",
+        description="Replay provider traces and describe lifecycle machines.",
+        epilog=EXIT_CODES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     sub = parser.add_subparsers(dest="command", required=True)
-    rp = sub.add_parser("replay", help="replay a JSON Lines trace and print the event timeline")
+    rp = sub.add_parser(
+        "replay",
+        help="replay a JSON Lines trace and print the event timeline",
+        description="Replay a JSON Lines trace: validate every line, dry-run it against the "
+        "store, then write it and print the events.",
+        epilog=REPLAY_EXIT_CODES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     rp.add_argument("trace", help="path to a .jsonl trace")
     rp.add_argument("--store", default="memory://", help=f"{STORE_HELP} (default memory://)")
     rp.add_argument("--format", choices=("table", "jsonl"), default="table")
@@ -481,6 +568,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--final-status",
         action="store_true",
         help="after the events, print each object's final stored status",
+    )
+    rp.add_argument(
+        "--max-line-bytes",
+        type=_positive_int,
+        default=MAX_LINE_BYTES,
+        metavar="N",
+        help=f"refuse a trace line longer than N bytes of UTF-8 (default {MAX_LINE_BYTES})",
     )
     rp.set_defaults(func=cmd_replay)
     mp = sub.add_parser("machines", help="list machines, states, observations and reasons")
@@ -535,17 +629,28 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
         with _logs_to_stderr():
             code: int = args.func(args, stream)
     except TraceError as e:
-        print(str(e), file=sys.stderr)
-        return 2
-    except StoreError as e:
-        print(f"lifecycle: {e}", file=sys.stderr)
-        return 2
-    except LifecycleError as e:
-        print(f"lifecycle: {e}", file=sys.stderr)
-        return 2
+        _say(str(e))
+        return EXIT_REFUSED
+    except LifecycleError as e:  # a StoreError, or any refusal of the library
+        _say(f"lifecycle: {e}")
+        return EXIT_REFUSED
     except BrokenPipeError:
-        return 0
+        return EXIT_OK
+    except Exception as e:  # a bug: one line by default, the traceback when debugging
+        if os.environ.get("LIFECYCLE_DEBUG", "") not in ("", "0"):
+            raise
+        _say(
+            f"lifecycle: internal error: {type(e).__name__}: {e} "
+            "(a bug; run again with LIFECYCLE_DEBUG=1 for the traceback)"
+        )
+        return EXIT_NO
     return code
+
+
+def _say(message: str) -> None:
+    """One line on stderr, redacted: whatever a message quotes, no secret is printed."""
+    text = " ".join(redact(message).split())  # never more than one line
+    print(text if len(text) <= 2000 else text[:1997] + "...", file=sys.stderr)
 
 
 if __name__ == "__main__":  # pragma: no cover

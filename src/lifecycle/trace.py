@@ -11,6 +11,9 @@ A fault line makes the next ``times`` status writes of that object fail (``confl
 ``write-error``), to exercise the write-then-emit protocol. Blank lines and lines starting
 with ``#`` are skipped. The whole trace is validated, and then dry-run against a read-through
 overlay of the store, before anything is written; a bad line is reported as ``FILE:LINE:``.
+Each line is one JSON object (a key repeated at any depth is refused, never last-wins) of at
+most :data:`MAX_LINE_BYTES` bytes of UTF-8 (``max_line_bytes`` of the readers; a longer line
+is refused without being read whole).
 One uid names one object: a line that reuses a uid (or the uid of a linked object, such as a
 Pod's NodeClaim ``<uid>-claim``) for another object is refused.
 
@@ -30,12 +33,20 @@ import attrs
 import orjson
 import structlog
 
-from ._core.errors import IdentityMismatch, LifecycleError, TraceError, preview
+from ._core.errors import (
+    Conflict,
+    IdentityMismatch,
+    LifecycleError,
+    StoreError,
+    TraceError,
+    preview,
+)
 from ._core.machine import Machine
 from ._core.observation import Observation
 from ._core.redact import redact_observation
 from ._core.refs import ObjectRef
 from ._core.serde import parse_time
+from ._core.transition import Transition
 from .emitters.base import Emitter
 from .links import Link, default_links
 from .machines import MachineRegistry, default_registry
@@ -44,6 +55,9 @@ from .stores.base import Store
 from .stores.overlay import FAULTS, FaultyStore, OverlayStore
 
 _KEYS = {"at", "machine", "object", "observe", "with", "fault", "times"}
+
+#: The default limit of one trace line, in bytes of UTF-8 (its line ending not counted).
+MAX_LINE_BYTES = 1 << 20
 
 
 class ObservationLine(NamedTuple):
@@ -108,9 +122,14 @@ def _check_ref(machine: Machine[Any], obj: object) -> ObjectRef:
     return ObjectRef(machine.kind, values[0], values[1], values[2])
 
 
-def parse_line(text: str, machines: MachineRegistry, line: int = 0) -> TraceLine | None:
+def parse_line(
+    text: str, machines: MachineRegistry, line: int = 0, max_line_bytes: int = MAX_LINE_BYTES
+) -> TraceLine | None:
     """One line to a record (``None`` for blanks and comments); raises ``ValueError`` or a
-    :class:`~lifecycle.LifecycleError` describing what is wrong. ``line`` is its number."""
+    :class:`~lifecycle.LifecycleError` describing what is wrong. ``line`` is its number; a
+    line longer than ``max_line_bytes`` (UTF-8, without its line ending) is refused."""
+    if len(text) > max_line_bytes >> 2:  # a shorter one cannot exceed it, even all 4-byte
+        _check_size(text, max_line_bytes)
     try:
         data = orjson.loads(text)  # JSON's own whitespace around the value is allowed
     except orjson.JSONDecodeError as e:
@@ -123,6 +142,8 @@ def parse_line(text: str, machines: MachineRegistry, line: int = 0) -> TraceLine
             raise ValueError(f"malformed JSON: {e.msg} (column {e.colno})") from None
     if type(data) is not dict:
         raise ValueError("a trace line must be a JSON object")
+    if _may_repeat_keys(data, text):
+        _refuse_duplicate_keys(text)
     if not _KEYS.issuperset(data):
         raise ValueError(f"unknown key(s) {', '.join(sorted(set(data) - _KEYS))}")
     if "at" not in data or "machine" not in data or "object" not in data:
@@ -149,6 +170,62 @@ def parse_line(text: str, machines: MachineRegistry, line: int = 0) -> TraceLine
     return ObservationLine(line, machine, ref, machine.observation(observe, at, fields))
 
 
+def _check_size(text: str, limit: int) -> None:
+    """Refuse a line of more than ``limit`` bytes of UTF-8 (a line ending is not counted)."""
+    body = text.rstrip("\r\n")
+    if len(body) > limit or len(body.encode("utf-8", "surrogatepass")) > limit:
+        raise ValueError(
+            f"line longer than {limit} bytes (the limit of one trace line; --max-line-bytes)"
+        )
+
+
+class _DuplicateKey(Exception):
+    def __init__(self, key: str) -> None:
+        self.key = key
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    obj = dict(pairs)
+    if len(obj) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise _DuplicateKey(key)
+            seen.add(key)
+    return obj
+
+
+def _may_repeat_keys(data: dict[str, Any], text: str) -> bool:
+    """Whether ``text`` (parsed to ``data``) may repeat a key, by a cheap test that is never
+    wrong when it says no (see :func:`_refuse_duplicate_keys`)."""
+    try:
+        colons = orjson.dumps(data).count(b":")
+    except orjson.JSONEncodeError:  # nested deeper than orjson writes
+        return True
+    return colons != text.count(":") or ("\\" in text and ("003a" in text or "003A" in text))
+
+
+def _refuse_duplicate_keys(text: str) -> None:
+    """Parse ``text`` again, slowly, refusing any object that repeats a key.
+
+    :func:`parse_line` calls this only when a cheap test cannot rule repeats out. orjson keeps
+    the last of repeated keys, dropping the pair before it, and with it at least one ``:``
+    (its key's); ``:`` inside strings survive parsing unchanged unless written as an escape
+    (``\\u003a``). So a line without that escape whose re-serialised value has as many ``:``
+    as its text repeats no key, and only other lines (rare) pay for this second parse.
+    """
+    try:
+        json.loads(text, object_pairs_hook=_unique_keys)
+    except _DuplicateKey as e:
+        raise ValueError(
+            f"duplicate key {preview(e.key)} in a JSON object (a key may appear once)"
+        ) from None
+    except RecursionError:
+        raise ValueError("malformed JSON: nested too deeply") from None
+    except ValueError as e:  # orjson accepted it; should json refuse, say so plainly
+        raise ValueError(f"malformed JSON: {preview(str(e), 120)}") from None
+
+
 _NO_FIELDS: dict[str, Any] = {}
 
 
@@ -165,16 +242,29 @@ def _fault_line(
     return FaultLine(line, machine, ref, at, fault, times)
 
 
-def read_trace(path: str | Path, machines: MachineRegistry | None = None) -> list[TraceLine]:
-    """Parse and validate a whole trace; the first bad line raises :class:`TraceError`."""
-    return list(stream_trace(path, machines))
+def read_trace(
+    path: str | Path,
+    machines: MachineRegistry | None = None,
+    *,
+    max_line_bytes: int = MAX_LINE_BYTES,
+) -> list[TraceLine]:
+    """Parse and validate a whole trace; the first bad line raises :class:`TraceError`.
+    A line longer than ``max_line_bytes`` (UTF-8) is a bad line."""
+    return list(stream_trace(path, machines, max_line_bytes=max_line_bytes))
 
 
-def stream_trace(path: str | Path, machines: MachineRegistry | None = None) -> Iterator[TraceLine]:
+def stream_trace(
+    path: str | Path,
+    machines: MachineRegistry | None = None,
+    *,
+    max_line_bytes: int = MAX_LINE_BYTES,
+) -> Iterator[TraceLine]:
     """:func:`read_trace` one record at a time, reading the file as it goes: a long trace is
-    never held whole. Lines end at ``\n`` (``\r\n`` and ``\r`` too); a bad line raises
-    :class:`TraceError` when the iteration reaches it, so what came before it was yielded."""
+    never held whole, nor a line longer than ``max_line_bytes``. Lines end at ``\n``
+    (``\r\n`` and ``\r`` too); a bad line raises :class:`TraceError` when the iteration
+    reaches it, so what came before it was yielded."""
     machines = machines if machines is not None else default_registry()
+    _check_limit(max_line_bytes)
     name = str(path)
     try:
         f = open(path, encoding="utf-8")  # noqa: SIM115 (closed below, also on early exit)
@@ -182,28 +272,58 @@ def stream_trace(path: str | Path, machines: MachineRegistry | None = None) -> I
         raise TraceError(name, 0, f"cannot read trace: {e}") from None
     with f:
         try:
-            yield from iter_trace(f, name, machines)
+            yield from iter_trace(
+                _bounded_lines(f, max_line_bytes), name, machines, max_line_bytes=max_line_bytes
+            )
         except (OSError, UnicodeDecodeError) as e:
             raise TraceError(name, 0, f"cannot read trace: {e}") from None
 
 
-def parse_lines(lines: Iterable[str], name: str, machines: MachineRegistry) -> list[TraceLine]:
+def _check_limit(max_line_bytes: int) -> None:
+    if type(max_line_bytes) is not int or max_line_bytes < 1:
+        raise ValueError(f"max_line_bytes must be a positive integer, not {max_line_bytes!r}")
+
+
+def _bounded_lines(f: TextIO, max_line_bytes: int) -> Iterator[str]:
+    """The lines of ``f``, each read only up to just past the limit: a longer line comes out
+    cut short, still too long, and :func:`parse_line` refuses it (a single huge line is never
+    read into memory)."""
+    readline = f.readline
+    cap = max_line_bytes + 2  # characters, each at least one byte; room for "\r\n"
+    while text := readline(cap):
+        yield text
+
+
+def parse_lines(
+    lines: Iterable[str],
+    name: str,
+    machines: MachineRegistry,
+    *,
+    max_line_bytes: int = MAX_LINE_BYTES,
+) -> list[TraceLine]:
     """Parse and validate lines (numbered from 1); the first bad line raises :class:`TraceError`.
 
     Beyond each line on its own: time must not go backwards for an object, and one uid must
     name one object throughout (including objects the links derive, e.g. a Pod's NodeClaim).
     """
-    return list(iter_trace(lines, name, machines))
+    return list(iter_trace(lines, name, machines, max_line_bytes=max_line_bytes))
 
 
-def iter_trace(lines: Iterable[str], name: str, machines: MachineRegistry) -> Iterator[TraceLine]:
+def iter_trace(
+    lines: Iterable[str],
+    name: str,
+    machines: MachineRegistry,
+    *,
+    max_line_bytes: int = MAX_LINE_BYTES,
+) -> Iterator[TraceLine]:
     """:func:`parse_lines`, one record at a time (blank and comment lines yield nothing)."""
+    _check_limit(max_line_bytes)
     last_at: dict[str, datetime] = {}  # uid -> the time of its last line
     owners: dict[str, tuple[ObjectRef, str, bool]] = {}  # uid -> (ref, where, explicit)
     links = default_links()
     for number, text in enumerate(lines, start=1):
         try:
-            record = parse_line(text, machines, number)
+            record = parse_line(text, machines, number, max_line_bytes)
         except (ValueError, LifecycleError) as e:
             raise TraceError(name, number, str(e)) from None
         if record is None:
@@ -226,7 +346,7 @@ def iter_trace(lines: Iterable[str], name: str, machines: MachineRegistry) -> It
                 raise TraceError(
                     name,
                     number,
-                    f"time goes backwards for {ref}: {at.isoformat()} is before "
+                    f"time goes backwards for {_shown(ref)}: {at.isoformat()} is before "
                     f"{previous.isoformat()}",
                 )
         last_at[uid] = at
@@ -284,8 +404,54 @@ def _linked(
             yield link, target
 
 
+def _shown(ref: ObjectRef) -> str:
+    """``Kind/namespace/name`` for a message, cut short if long (a message stays bounded)."""
+    text = str(ref)
+    return text if len(text) <= 120 else text[:117] + "..."
+
+
 def _full(ref: ObjectRef) -> str:
     return f"{ref.kind} (namespace {preview(ref.namespace)}, name {preview(ref.name)})"
+
+
+class InjectedWriteError(StoreError):
+    """A status write that failed because a fault line of the trace said it would."""
+
+
+class InjectedConflict(Conflict):
+    """A write conflict that a fault line of the trace injected."""
+
+
+def injected(error: BaseException | None) -> bool:
+    """Whether ``error`` (a :class:`Result`'s) was injected by a fault line of the trace, as
+    opposed to a write the store really refused."""
+    return isinstance(error, InjectedWriteError | InjectedConflict)
+
+
+class _TraceFaults(FaultyStore):
+    """A :class:`FaultyStore` whose injected failures say so (:func:`injected`): a replay
+    tells the failures a trace asked for from those of the store."""
+
+    def commit(
+        self,
+        machine: Machine[Any],
+        ref: ObjectRef,
+        expected: int,
+        status: Any,
+        observation: Observation,
+        transitions: Sequence[Transition],
+    ) -> int:
+        pending = self.pending_faults(ref.uid)
+        try:
+            return super().commit(machine, ref, expected, status, observation, transitions)
+        except Conflict as e:
+            if self.pending_faults(ref.uid) < pending:
+                raise InjectedConflict(e.uid, e.expected, e.actual) from None
+            raise
+        except StoreError as e:
+            if self.pending_faults(ref.uid) < pending:
+                raise InjectedWriteError(str(e)) from None
+            raise
 
 
 def _run(
@@ -302,14 +468,14 @@ def _run(
     for record in trace:
         if isinstance(record, FaultLine):
             if faulty is None:
-                faulty = runner.store = FaultyStore(runner.store)
+                faulty = runner.store = _TraceFaults(runner.store)
             faulty.inject(record.ref.uid, record.fault, record.times)  # type: ignore[arg-type]
             result = None
         else:
             try:
                 result = observe(record.ref, record.observation)
             except LifecycleError as e:
-                raise TraceError(name, record.line, f"{record.ref}: {e}") from None
+                raise TraceError(name, record.line, f"{_shown(record.ref)}: {e}") from None
             if result.cascade:  # a linked object whose uid another object holds: refused too
                 _refuse_impostors(name, record, result.cascade)
         if each is not None:

@@ -1,12 +1,23 @@
 """Stores: where statuses, journals and the outbox live. Choose one by URL with
-:func:`open_store`: ``memory://``, ``sqlite:///relative/path.db``, ``sqlite:////abs/path.db``,
-``postgresql://USER:PASSWORD@HOST:PORT/DB[?schema=NAME]`` (extra ``postgres``)."""
+:func:`open_store`: ``memory://``, ``sqlite:///relative/path.db``, ``sqlite:////abs/path.db``
+(with optional ``?synchronous=&owner=&lease_seconds=&busy_timeout=``), or
+``postgresql://USER:PASSWORD@HOST:PORT/DB[?schema=NAME]`` (extra ``postgres``).
+
+A store URL is parsed as a URL (:mod:`urllib.parse`), and what it cannot mean is refused with
+:class:`InvalidStoreURL`: an unknown scheme, a host where none belongs, an unknown or repeated
+query parameter, a fragment. In an SQLite path, ``%XX`` escapes are decoded (write ``%3F``
+for a ``?`` in a file name, ``%23`` for ``#``, ``%25`` for ``%``). PostgreSQL URLs are handed
+to the PostgreSQL store unchanged: they follow libpq's own URL rules."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+import math
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, NamedTuple
+from urllib.parse import SplitResult, parse_qsl, unquote, urlsplit
 
-from .._core.errors import StoreError
+from .._core.errors import StoreError, preview
+from .._core.redact import redact
 from .base import (
     BatchStore,
     CommitItem,
@@ -25,18 +36,29 @@ if TYPE_CHECKING:
 __all__ = [
     "BatchStore",
     "CommitItem",
+    "InvalidStoreURL",
     "JournalEntry",
     "MemoryStore",
     "Record",
     "RetentionStore",
     "SQLiteStore",
+    "SQLiteURL",
     "Snapshot",
     "Store",
     "open_store",
+    "parse_sqlite_url",
     "redact_url",
 ]
 
 POSTGRES_SCHEMES = ("postgresql://", "postgres://")
+_USAGE = (
+    "use memory://, sqlite:///PATH (relative), sqlite:////PATH (absolute) or "
+    "postgresql://USER@HOST/DB"
+)
+
+
+class InvalidStoreURL(StoreError):
+    """A store URL that names no store this library can open (nothing was opened)."""
 
 
 def __getattr__(name: str) -> Any:
@@ -48,33 +70,156 @@ def __getattr__(name: str) -> Any:
 
 
 def redact_url(url: str) -> str:
-    """A store URL fit for output and logs: a password in it becomes ``***``."""
-    scheme, sep, rest = url.partition("://")
-    if not sep or "@" not in rest:
-        return url
-    userinfo, at, host = rest.rpartition("@")
-    if ":" not in userinfo:
-        return url
-    return f"{scheme}://{userinfo.split(':', 1)[0]}:***{at}{host}"
+    """A store URL fit for output and logs: the password of its user becomes ``***`` and
+    every secret the library's redactor finds (``?password=``, tokens) ``<redacted>``."""
+    head, sep, rest = url.partition("://")
+    netloc = rest.split("/", 1)[0].split("?", 1)[0].split("#", 1)[0]
+    userinfo, at, host = netloc.rpartition("@")
+    if sep and at and ":" in userinfo:
+        url = f"{head}://{userinfo.split(':', 1)[0]}:***@{host}{rest[len(netloc) :]}"
+    return redact(url)
+
+
+def _shown(url: str) -> str:
+    return preview(redact_url(url), 120)
+
+
+class SQLiteURL(NamedTuple):
+    """What an ``sqlite:///PATH?...`` URL names: a file and :class:`SQLiteStore` options."""
+
+    path: str
+    options: dict[str, Any]
+
+
+def _synchronous(value: str) -> str:
+    if value.upper() not in ("OFF", "NORMAL", "FULL", "EXTRA"):
+        raise ValueError("must be OFF, NORMAL, FULL or EXTRA")
+    return value.upper()
+
+
+def _owner(value: str) -> str:
+    if not value:
+        raise ValueError("must be a non-empty name")
+    return value
+
+
+def _seconds(value: str) -> float:
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = math.nan
+    if not math.isfinite(seconds) or seconds < 0:
+        raise ValueError("must be a finite number of seconds, at least 0")
+    return seconds
+
+
+def _positive_seconds(value: str) -> float:
+    seconds = _seconds(value)
+    if seconds <= 0:
+        raise ValueError("must be more than 0 seconds")
+    return seconds
+
+
+#: The query parameters of an SQLite store URL, each a :class:`SQLiteStore` option.
+SQLITE_PARAMETERS: dict[str, Callable[[str], Any]] = {
+    "synchronous": _synchronous,
+    "owner": _owner,
+    "lease_seconds": _positive_seconds,
+    "busy_timeout": _seconds,
+}
+
+
+def _split(url: str) -> SplitResult:
+    try:
+        return urlsplit(url)
+    except ValueError as e:  # e.g. an unclosed [IPv6] host
+        raise InvalidStoreURL(f"store URL {_shown(url)} cannot be parsed: {e}") from None
+
+
+def parse_sqlite_url(url: str) -> SQLiteURL:
+    """The file and options an ``sqlite:///PATH[?name=value&...]`` URL names.
+
+    ``sqlite:///rel/x.db`` is relative to the working directory, ``sqlite:////abs/x.db``
+    absolute; ``%XX`` escapes in the path are decoded. The query parameters are
+    :data:`SQLITE_PARAMETERS`; anything else (a host, an unknown or repeated parameter such as
+    ``?mode=ro``, a fragment) raises :class:`InvalidStoreURL`.
+    """
+    parts = _split(url)
+    shown = _shown(url)
+    if parts.scheme != "sqlite" or not url[len("sqlite:") :].startswith("//"):
+        raise InvalidStoreURL(f"{shown} is not an SQLite store URL (sqlite:///PATH)")
+    if parts.netloc:
+        raise InvalidStoreURL(
+            f"store URL {shown} names a host ({preview(parts.netloc.rpartition('@')[2])}); "
+            "an SQLite URL "
+            "has none: sqlite:///relative/path.db or sqlite:////absolute/path.db"
+        )
+    if "#" in url:
+        raise InvalidStoreURL(
+            f"store URL {shown} has a fragment ('#'); write %23 for a '#' in a file name"
+        )
+    path = unquote(parts.path[1:], errors="strict") if parts.path.startswith("/") else ""
+    if not path:
+        raise InvalidStoreURL(f"store URL {shown} names no file (sqlite:///PATH)")
+    if "\x00" in path:
+        raise InvalidStoreURL(f"store URL {shown}: a file name has no NUL character")
+    return SQLiteURL(path, _sqlite_options(parts.query, shown))
+
+
+def _sqlite_options(query: str, shown: str) -> dict[str, Any]:
+    supported = ", ".join(SQLITE_PARAMETERS)
+    try:
+        pairs = parse_qsl(query, keep_blank_values=True, strict_parsing=bool(query))
+    except ValueError as e:
+        raise InvalidStoreURL(f"store URL {shown}: bad query ({e})") from None
+    options: dict[str, Any] = {}
+    for name, value in pairs:
+        convert = SQLITE_PARAMETERS.get(name)
+        if convert is None:
+            raise InvalidStoreURL(
+                f"store URL {shown}: unknown query parameter {preview(name)} "
+                f"(an SQLite store URL takes {supported})"
+            )
+        if name in options:
+            raise InvalidStoreURL(f"store URL {shown}: query parameter {name!r} given twice")
+        try:
+            options[name] = convert(value)
+        except ValueError as e:
+            raise InvalidStoreURL(
+                f"store URL {shown}: {name}={preview(redact(value))} {e}"
+            ) from None
+    return options
 
 
 def open_store(url: str, **options: Any) -> Store:
     """The store a URL names; ``options`` go to its constructor (e.g. ``synchronous="NORMAL"``
-    for SQLite, ``pool_size=8`` for PostgreSQL). Unknown schemes and empty paths are refused
-    clearly; a PostgreSQL store connects (and migrates) at once, so a wrong host or password
-    is a :class:`StoreError` here, naming the host and never the password."""
-    if url == "memory://" or url == "memory":
-        return MemoryStore(**options)
-    if url.startswith("sqlite:///"):
-        path = url[len("sqlite:///") :]
-        if not path:
-            raise StoreError(f"store URL {url!r} names no file (sqlite:///PATH)")
-        return SQLiteStore(path, **options)
-    if url.startswith(POSTGRES_SCHEMES):
+    for SQLite, ``pool_size=8`` for PostgreSQL). A URL that names no store we can open is
+    refused with :class:`InvalidStoreURL` (see the module's notes) before anything is opened
+    or created; a PostgreSQL store connects (and migrates) at once, so a wrong host or
+    password is a :class:`StoreError` here, naming the host and never the password."""
+    if url.startswith(POSTGRES_SCHEMES):  # libpq's URL rules: its store parses them
         from .postgres import PostgresStore
 
         return PostgresStore(url, **options)
-    raise StoreError(
-        f"unknown store URL {redact_url(url)!r}; use memory://, sqlite:///PATH (relative), "
-        "sqlite:////PATH (absolute) or postgresql://USER@HOST/DB"
-    )
+    if url == "memory":
+        return MemoryStore(**options)
+    parts = _split(url)
+    if parts.scheme == "memory":
+        if url.lower() != "memory://":
+            raise InvalidStoreURL(
+                f"store URL {_shown(url)}: memory:// takes no host, path or parameters"
+            )
+        return MemoryStore(**options)
+    if parts.scheme == "sqlite":
+        target = parse_sqlite_url(url)
+        twice = sorted(set(target.options) & set(options))
+        if twice:
+            raise InvalidStoreURL(
+                f"store URL {_shown(url)} and the caller both set {', '.join(twice)}"
+            )
+        return SQLiteStore(target.path, **target.options, **options)
+    if parts.scheme in ("postgresql", "postgres"):
+        from .postgres import PostgresStore
+
+        return PostgresStore(url, **options)
+    raise InvalidStoreURL(f"unknown store URL {_shown(url)}; {_USAGE}")
