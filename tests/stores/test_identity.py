@@ -38,7 +38,7 @@ from lifecycle import (
 from lifecycle._core.machine import Machine
 from lifecycle._core.transition import stamp
 from lifecycle.machines import JOB, NODECLAIM, POD, nodeclaim, pod
-from lifecycle.stores.base import CommitItem, check_identity
+from lifecycle.stores.base import CommitItem, Record, check_identity
 from lifecycle.stores.overlay import FaultyStore, OverlayStore
 from lifecycle.testing import assert_journal_folds
 
@@ -437,3 +437,36 @@ def test_any_differing_identity_is_refused(tmp_path: Path, store_kind: str) -> N
     store.close()
     if base is not None:
         base.close()
+
+
+# -- the conformance check hosts run on their own stores ----------------------------------
+class _Careless(MemoryStore):
+    """A store that keys by uid alone, as every store did before the identity rule."""
+
+    def load(self, machine: Machine[Any], ref: ObjectRef) -> Any:
+        return self._records.get(ref.uid)
+
+    def journal(self, machine: Machine[Any], ref: ObjectRef) -> Any:
+        return []
+
+    def commit(
+        self,
+        machine: Machine[Any],
+        ref: ObjectRef,
+        expected: int,
+        status: Any,
+        observation: Observation,
+        transitions: Any,
+    ) -> int:
+        current = self._records.get(ref.uid)
+        if current is not None:  # whoever held the uid, it is now ``ref``'s: no rule to meet
+            self._records[ref.uid] = Record(ref, machine.name, current.status, current.version)
+        return super().commit(machine, ref, expected, status, observation, transitions)
+
+
+def test_check_store_holds_a_hosts_store_to_the_identity_rule() -> None:
+    from lifecycle.testing import check_store
+
+    check_store(MemoryStore)
+    with pytest.raises(AssertionError, match="IdentityMismatch"):
+        check_store(_Careless)

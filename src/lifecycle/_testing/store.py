@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from typing import Any
 
-from .._core.errors import Conflict
+from .._core.errors import Conflict, IdentityMismatch
 from .._core.observation import Observation
 from .._core.refs import ObjectRef
 from .._core.transition import Transition, stamp
-from ..machines import POD, MachineRegistry, pod
+from ..machines import NODECLAIM, POD, MachineRegistry, nodeclaim, pod
 from ..runner import RetryPolicy, Runner
 from ..stores.base import CommitItem, Store
 from .checks import assert_journal_folds
@@ -51,12 +52,16 @@ def check_store(make_store: Callable[[], Store]) -> None:
     machine: compare-and-set (a conflict names the stored version and writes nothing), the
     journal (round trip, contiguous, folds to the status -- if the store keeps one), the
     outbox (claimed in uid/version order, marked, redelivered under the same ids through a
-    :class:`~lifecycle.Runner`), ``records``, and the optional ``commit_many`` (per-item CAS)
-    and ``compact`` (fold == status after retention). ``make_store`` returns a fresh, empty
+    :class:`~lifecycle.Runner`), ``records``, the identity rule (a load, journal or commit of
+    a uid stored for another kind, namespace, name or machine raises
+    :class:`~lifecycle.IdentityMismatch` and writes nothing), and the optional
+    ``commit_many`` (per-item CAS; an impostor refuses the batch) and ``compact`` (fold ==
+    status after retention). ``make_store`` returns a fresh, empty
     store; each is closed afterwards. Raises ``AssertionError`` naming what is wrong."""
     store = make_store()
     try:
         _check_basics(store)
+        _check_identity(store)
     finally:
         store.close()
     store = make_store()
@@ -125,6 +130,61 @@ def _check_basics(store: Store) -> None:
     _require(left == ["a:2:0", "b:1:0"], f"mark_delivered must remove exactly those: {left}")
     uids = sorted(r.ref.uid for r in store.records(POD))
     _require(uids == ["a", "b"], f"records must list the machine's objects: {uids}")
+
+
+def _impostors(ref: ObjectRef) -> list[tuple[Any, ObjectRef, Observation]]:
+    """Refs with ``ref``'s uid that name another object, each with an observation its
+    machine accepts from the initial status."""
+    claim = nodeclaim.ClaimCreated(at=_AT)
+    create = pod.CreateRequested(at=_AT)
+    return [
+        (NODECLAIM, ObjectRef("NodeClaim", ref.namespace, ref.name, ref.uid), claim),
+        (POD, ObjectRef(ref.kind, ref.namespace, "impostor", ref.uid), create),
+        (POD, ObjectRef(ref.kind, "impostor", ref.name, ref.uid), create),
+        (NODECLAIM, ref, claim),  # the same ref, read or written by another machine
+    ]
+
+
+def _check_identity(store: Store) -> None:
+    a = _ref("a")  # the Pod _check_basics left at version 2
+    before = (_seen(store, a), sorted(t.id for t in store.claim_undelivered()))
+    for machine, ref, obs in _impostors(a):
+        calls: list[tuple[str, Callable[[], object]]] = [
+            ("load", partial(store.load, machine, ref)),
+            ("journal", partial(store.journal, machine, ref)),
+            ("commit", partial(_commit_as, store, machine, ref, obs, 2)),
+            ("commit (as new)", partial(_commit_as, store, machine, ref, obs, 0)),
+        ]
+        for what, call in calls:
+            _require_refused(call, f"a {what} of {ref} by machine {machine.name}")
+        after = (_seen(store, a), sorted(t.id for t in store.claim_undelivered()))
+        _require(after == before, f"a refused {ref} must write nothing")
+    if hasattr(store, "commit_many"):
+        machine, ref, obs = _impostors(a)[1]
+        fresh = _ref("fresh")
+        create = pod.CreateRequested(at=_AT)
+        status = POD.apply(POD.initial(fresh), create)
+        items = [
+            CommitItem(POD, fresh, 0, status, create, ()),
+            CommitItem(machine, ref, 2, machine.apply(machine.initial(ref), obs), obs, ()),
+        ]
+        _require_refused(partial(store.commit_many, items), "commit_many with an impostor")
+        _require(store.load(POD, fresh) is None, "a refused batch must write none of its items")
+
+
+def _require_refused(call: Callable[[], object], what: str) -> None:
+    try:
+        call()
+    except IdentityMismatch:
+        return
+    raise AssertionError(
+        f"store conformance: {what} must raise IdentityMismatch (a uid names one object)"
+    )
+
+
+def _commit_as(store: Store, machine: Any, ref: ObjectRef, obs: Observation, expected: int) -> int:
+    status = machine.apply(machine.initial(ref), obs)
+    return store.commit(machine, ref, expected, status, obs, ())
 
 
 def _check_runner(store: Store) -> None:
