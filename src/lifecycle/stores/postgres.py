@@ -556,6 +556,7 @@ class PostgresStore(sql.PgSettings):
 
     def journal(self, machine: Machine[Any], ref: ObjectRef) -> list[JournalEntry]:
         with self._conn(f"journal of {ref.uid}") as conn:
+            self._check_stored_identity(conn, machine, ref)
             rows = conn.execute(self._sql.journal, (ref.uid,)).fetchall()
         with self._decoding(f"journal of {ref.uid}"):
             return sql.journal_from(machine, rows)
@@ -651,6 +652,7 @@ class PostgresStore(sql.PgSettings):
             try:
                 counts = self._commit_batch(items, ready)
             except _REFUSED:
+                self._check_identities(items)  # refuse an impostor before any write
                 for index, _ in ready:
                     item = items[index]
                     try:
@@ -715,9 +717,27 @@ class PostgresStore(sql.PgSettings):
                 self._check_rewind(None, p["uid"], result.actual)
         return out
 
+    def _check_identities(self, items: Sequence[CommitItem]) -> None:
+        uids = list(dict.fromkeys(item.ref.uid for item in items))
+        with self._conn("identity check") as conn:
+            rows = conn.execute(self._sql.versions, (uids,)).fetchall()
+        stored = {str(r[0]): r for r in rows}
+        for item in items:
+            row = stored.get(item.ref.uid)
+            if row is not None:
+                sql.check_row_identity(item.machine, item.ref, row[2:])
+
+    def _check_stored_identity(
+        self, conn: psycopg.Connection[Any], machine: Machine[Any], ref: ObjectRef
+    ) -> None:
+        ident = conn.execute(self._sql.identity_of, (ref.uid,)).fetchone()
+        if ident is not None:
+            sql.check_row_identity(machine, ref, ident[1:])
+
     # -- retention (RetentionStore) -----------------------------------------------------
     def snapshot(self, machine: Machine[Any], ref: ObjectRef) -> Snapshot | None:
         with self._conn(f"snapshot of {ref.uid}") as conn:
+            self._check_stored_identity(conn, machine, ref)
             row = conn.execute(self._sql.snapshot, (ref.uid,)).fetchone()
         if row is None:
             return None
@@ -750,6 +770,7 @@ class PostgresStore(sql.PgSettings):
 
     def _compact_one(self, machine: Machine[Any], ref: ObjectRef, keep: int) -> int:
         with self._conn(f"compaction of {ref.uid}") as conn, conn.transaction():
+            self._check_stored_identity(conn, machine, ref)
             row = conn.execute(self._sql.lock_object, (ref.uid,)).fetchone()
             if row is None:
                 return 0

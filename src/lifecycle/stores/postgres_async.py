@@ -332,6 +332,10 @@ class AsyncPostgresStore(sql.PgSettings):
 
     async def journal(self, machine: Machine[Any], ref: ObjectRef) -> list[JournalEntry]:
         async with self._conn(f"journal of {ref.uid}") as conn:
+            cur = await conn.execute(self._sql.identity_of, (ref.uid,))
+            ident = await cur.fetchone()
+            if ident is not None:
+                sql.check_row_identity(machine, ref, ident[1:])
             cur = await conn.execute(self._sql.journal, (ref.uid,))
             rows = await cur.fetchall()
         with self._decoding(f"journal of {ref.uid}"):
@@ -351,6 +355,10 @@ class AsyncPostgresStore(sql.PgSettings):
 
     async def snapshot(self, machine: Machine[Any], ref: ObjectRef) -> Snapshot | None:
         async with self._conn(f"snapshot of {ref.uid}") as conn:
+            cur = await conn.execute(self._sql.identity_of, (ref.uid,))
+            ident = await cur.fetchone()
+            if ident is not None:
+                sql.check_row_identity(machine, ref, ident[1:])
             cur = await conn.execute(self._sql.snapshot, (ref.uid,))
             row = await cur.fetchone()
         if row is None:
@@ -426,6 +434,7 @@ class AsyncPostgresStore(sql.PgSettings):
             try:
                 counts = await self._commit_batch(items, ready)
             except _REFUSED:
+                await self._check_identities(items)  # refuse an impostor before any write
                 for index, _ in ready:
                     item = items[index]
                     try:
@@ -486,3 +495,13 @@ class AsyncPostgresStore(sql.PgSettings):
             if isinstance(result, Conflict) and result.actual != p["expected"]:
                 await self._check_rewind(None, p["uid"], result.actual)
         return out
+
+    async def _check_identities(self, items: Sequence[CommitItem]) -> None:
+        uids = list(dict.fromkeys(item.ref.uid for item in items))
+        async with self._conn("identity check") as conn:
+            cur = await conn.execute(self._sql.versions, (uids,))
+            stored = {str(r[0]): r for r in await cur.fetchall()}
+        for item in items:
+            row = stored.get(item.ref.uid)
+            if row is not None:
+                sql.check_row_identity(item.machine, item.ref, row[2:])
