@@ -39,7 +39,7 @@ from ._core.machine import Machine
 from ._core.observation import Observation
 from ._core.refs import ObjectRef
 from ._core.serde import validate as check_observation
-from ._core.transition import Flip, Transition, stamp
+from ._core.transition import Flip, Transition, stamp, store_epoch
 from .runner import Outcome, Result, RetryPolicy, Runner
 from .stores.base import CommitItem, Record
 
@@ -209,7 +209,14 @@ def protocol(
                 item.version, item.before, item.after = version, before, after
                 item.flips = flips
                 item.transitions = (
-                    stamp(item.flips, item.ref, machine.name, version + 1, item.observation.at)
+                    stamp(
+                        item.flips,
+                        item.ref,
+                        machine.name,
+                        version + 1,
+                        item.observation.at,
+                        store_epoch(core.epoch_source),
+                    )
                     if item.flips
                     else ()
                 )

@@ -248,6 +248,7 @@ class AsyncRunner:
             logger=logger,
             policies=policies,
         )
+        self.core.epoch_source = self.store
 
     @property
     def emitters(self) -> tuple[Emitter, ...]:

@@ -32,6 +32,7 @@ import structlog
 
 from ._core.bounds import check_ref
 from ._core.errors import (
+    CommitUnknown,
     Conflict,
     LifecycleError,
     StoreError,
@@ -42,7 +43,7 @@ from ._core.machine import Machine
 from ._core.observation import Observation, Tick
 from ._core.refs import EventType, ObjectRef
 from ._core.serde import validate as check_observation
-from ._core.transition import Flip, Transition, stamp
+from ._core.transition import Flip, Transition, stamp, store_epoch
 from .emitters.base import Emitter
 from .links import Link, default_links
 from .machines import MachineRegistry, default_registry
@@ -132,6 +133,8 @@ class Runner:
         policies: Mapping[str, RetryPolicy] | None = None,
     ) -> None:
         self.store: Store = store if store is not None else MemoryStore()
+        #: what events are stamped with the epoch of (``store_epoch``); AsyncRunner's store
+        self.epoch_source: object = self.store
         self.emitters = tuple(emitters)
         self.machines = machines if machines is not None else default_registry()
         self.policy = policy if policy is not None else RetryPolicy()
@@ -213,7 +216,9 @@ class Runner:
             except Exception as e:
                 raise apply_failed(machine.name, ref, observation, e) from e
             transitions = (
-                stamp(flips, ref, machine.name, version + 1, observation.at) if flips else ()
+                stamp(flips, ref, machine.name, version + 1, observation.at, store_epoch(store))
+                if flips
+                else ()
             )
             try:
                 committed = store.commit(machine, ref, version, after, observation, transitions)
@@ -371,6 +376,8 @@ class Runner:
         observation: Observation,
         error: Exception,
     ) -> tuple[Transition, ...]:
+        if isinstance(error, CommitUnknown):  # that write may have landed: no fallback
+            return ()
         warning = next((f for f in flips if f.type is EventType.WARNING), None)
         if warning is None:
             return ()

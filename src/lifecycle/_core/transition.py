@@ -107,6 +107,15 @@ class Transition(NamedTuple):
 _ISO: dict[tuple[datetime, object, int], str] = {}
 
 
+def store_epoch(store: object) -> str:
+    """The epoch a store stamps its events with (``""`` for a store without epochs; a
+    wrapper's ``store`` is looked through)."""
+    epoch = getattr(store, "epoch", None)
+    if epoch is None:
+        epoch = getattr(getattr(store, "store", None), "epoch", None)
+    return str(epoch or "")
+
+
 def stamp(
     flips: tuple[Flip, ...],
     ref: ObjectRef,
