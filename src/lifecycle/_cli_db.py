@@ -3,6 +3,7 @@
     lifecycle db migrate --store URL
     lifecycle db status  --store URL
     lifecycle db compact --store URL [--keep N] [--machine NAME ...]
+    lifecycle db check   --store URL
 
 ``migrate`` creates or upgrades a PostgreSQL store's tables (idempotent; an SQLite file is
 created or upgraded on open, so it only opens it). ``status`` only reads: it never creates or
@@ -137,6 +138,20 @@ def cmd_compact(args: argparse.Namespace, out: TextIO) -> int:
     return 0
 
 
+def cmd_check(args: argparse.Namespace, out: TextIO) -> int:
+    """A PostgreSQL store's history: its epochs (each failover or restore that changed the
+    database's history starts one) and the acknowledged writes replicas found lost. Exit 1
+    when the history changed or writes were lost."""
+    if not args.store.startswith(POSTGRES_SCHEMES):
+        out.write(f"{redact_url(args.store)}: no history to check (PostgreSQL stores only)\n")
+        return 0
+    from .stores.postgres import check_history
+
+    report = check_history(args.store)
+    out.write("\n".join(report.lines()) + "\n")
+    return 0 if report.ok else 1
+
+
 def add_db_commands(sub: Any) -> None:
     """Register ``db migrate | status | compact`` on the CLI's subparsers."""
     db = sub.add_parser("db", help="create or upgrade a store's schema; compact journals")
@@ -155,3 +170,10 @@ def add_db_commands(sub: Any) -> None:
     cp.add_argument("--keep", type=int, default=100, help="entries kept per object (100)")
     cp.add_argument("--machine", action="append", default=[], help="only this machine (repeatable)")
     cp.set_defaults(func=cmd_compact)
+    ck = dbs.add_parser(
+        "check",
+        help="a PostgreSQL store's history: epochs (failovers) and lost acknowledged writes "
+        "(exit 1 if any)",
+    )
+    ck.add_argument("--store", required=True, help=STORE_HELP)
+    ck.set_defaults(func=cmd_check)
