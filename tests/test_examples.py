@@ -43,13 +43,15 @@ CLAIM_BOUND = [N("", PROV), N(PROV, BOUND)]
 #: Per trace, per object uid: the exact events, in order.
 EXPECTED: dict[str, dict[str, list[Event]]] = {
     "demo.jsonl": {
-        "pod-a": [N("", PROV), N(PROV, INIT), N(INIT, RUN), N(RUN, TED)],
+        # the first poll adds Ready=False to the reserved (Initializing) pod: a flip of its
+        # signature (phase, reason, Ready, pod IP), so an event, as upstream's
+        "pod-a": [N("", PROV), N(PROV, INIT), N(INIT, INIT), N(INIT, RUN), N(RUN, TED)],
         "pod-a-claim": [*CLAIM_BOUND, N(BOUND, TING), N(TING, TED), N(TED, DEL)],
         "pod-b": [N("", PROV), W(PROV, "ProvisionFailed")],
         "pod-b-claim": [N("", PROV), N(PROV, TED)],
     },
     "happy-path.jsonl": {
-        "happy-0": [N("", PROV), N(PROV, INIT), N(INIT, RUN)],
+        "happy-0": [N("", PROV), N(PROV, INIT), N(INIT, INIT), N(INIT, RUN)],
         "happy-0-claim": CLAIM_BOUND,
     },
     "unreserved.jsonl": {
@@ -98,7 +100,14 @@ EXPECTED: dict[str, dict[str, list[Event]]] = {
 #: dotted keys reach into the status, e.g. "ready.status").
 FINAL: dict[str, dict[str, dict[str, Any]]] = {
     "demo.jsonl": {
-        "pod-a": {"state": TED, "phase": "Succeeded", "instance_id": "fake-1", "version": 6},
+        "pod-a": {
+            "state": TED,
+            "phase": "Succeeded",
+            "instance_id": "fake-1",
+            "ready.status": "False",  # a Terminated pod is never Ready
+            "pod_ip": "10.0.0.7",
+            "version": 6,
+        },
         "pod-a-claim": {"state": DEL, "instance_id": "fake-1", "pool": "gpu"},
         "pod-b": {"state": "ProvisionFailed", "phase": "Failed", "instance_id": ""},
         "pod-b-claim": {"state": TED, "provider": "aws"},
@@ -155,7 +164,13 @@ FINAL: dict[str, dict[str, dict[str, Any]]] = {
         },
         "td-early-claim": {"state": DEL},
         "td-orphan-claim": {"state": DEL, "pod_absent_since": "2026-11-30T10:00:05+00:00"},
-        "td-late": {"state": TED, "phase": "Succeeded", "instance_id": "i-0late"},
+        "td-late": {
+            "state": TED,
+            "phase": "Succeeded",
+            "instance_id": "i-0late",
+            "ready.status": "False",  # DeletePod of a Ready pod: never Ready once Terminated
+            "ready.last_transition_time": "2026-11-30T10:05:01+00:00",
+        },
         "td-late-claim": {"state": DEL, "deleting": True, "instance_id": "i-0late"},
     },
     "legacy-claim.jsonl": {

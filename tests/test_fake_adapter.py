@@ -307,6 +307,7 @@ def test_fake_node_drives_pods_and_claims(live_store: Store) -> None:
         return [(e.type.value, e.source, e.target) for e in emitter.for_uid(uid)]
 
     boot = [("Normal", "", "Provisioning"), ("Normal", "Provisioning", "Initializing")]
+    boot.append(("Normal", "Initializing", "Initializing"))  # first poll: Ready absent -> False
     boot.append(("Normal", "Initializing", "Running"))
     assert seq("pod-a") == [*boot, ("Warning", "Running", "Failed")]
     assert seq("pod-b") == [*boot, ("Warning", "Running", "Terminated")]

@@ -75,11 +75,14 @@ def test_controller_quick_start(tmp_path: Path, capsys: pytest.CaptureFixture[st
     module = runpy.run_path(str(EXAMPLES / "quickstart_controller.py"))
     lines = module["main"](str(tmp_path / "controller.db"))
     # One event per flip: the repeated Running poll adds nothing; the claim follows its pod.
+    # The first poll adds Ready=False to the booting pod: a flip of its signature (phase,
+    # reason, Ready, pod IP), so an event that stays Initializing.
     assert lines == [
         "Pod/trainer-0: - -> Provisioning",
         "NodeClaim/ml-trainer-0: - -> Provisioning",
         "Pod/trainer-0: Provisioning -> Initializing",
         "NodeClaim/ml-trainer-0: Provisioning -> Bound",
+        "Pod/trainer-0: Initializing -> Initializing",
         "Pod/trainer-0: Initializing -> Running",
         "NodeClaim/ml-trainer-0: Bound -> Terminating",
         "Pod/trainer-0: Running -> Terminated",

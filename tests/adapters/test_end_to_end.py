@@ -182,6 +182,7 @@ def test_aws_observations_drive_events_and_replay(tmp_path: Path) -> None:
         ("a-1-claim", "Normal", "", "Provisioning"),
         ("a-1", "Warning", "Provisioning", "ProvisionFailed"),
         ("a-1-claim", "Normal", "Provisioning", "Terminated"),
+        ("a-0", "Normal", "Initializing", "Initializing"),  # first poll: Ready absent -> False
         ("a-0", "Normal", "Initializing", "Running"),  # both checks ok; the failed read: nothing
         ("a-0", "Warning", "Running", "Terminated"),  # spot reclaim
         ("a-0-claim", "Normal", "Bound", "Terminated"),

@@ -317,6 +317,7 @@ case(
     INIT,
     pending,
     attrs.evolve(INIT, ready=F_AT, start_time=AT),
+    N,  # Ready absent -> False changes the flip signature: an event, as upstream's
 )
 case("pending/initializing-repeat", INIT_POLLED, pending, INIT_POLLED)
 case(
@@ -375,6 +376,19 @@ case(
     N,
 )
 case("running/running-repeat", RUN, running, RUN)
+case(
+    "running/new-pod-ip",
+    RUN,
+    InstanceRunning(at=AT, instance_id="i-1", endpoint="10.0.0.8"),
+    attrs.evolve(RUN, endpoint="10.0.0.8", pod_ip="10.0.0.8"),
+    N,  # the pod IP alone changes the flip signature
+)
+case(
+    "running/dns-endpoint-keeps-pod-ip",
+    RUN,
+    InstanceRunning(at=AT, instance_id="i-1", endpoint="ec2-1-2-3-4.compute-1.amazonaws.com"),
+    attrs.evolve(RUN, endpoint="ec2-1-2-3-4.compute-1.amazonaws.com"),
+)
 
 probing = InstanceRunning(at=AT, instance_id="i-1", endpoint="10.0.0.7", readiness_confirmed=False)
 for name, before in UNTRACKED.items():
@@ -399,6 +413,7 @@ case(
     INIT,
     probing,
     attrs.evolve(INIT, message=MSG_AWAITING_READINESS, ready=F_AT, start_time=AT),
+    N,  # Ready absent -> False
 )
 case(
     "probing/initializing-polled-message-only",
@@ -531,6 +546,8 @@ for name, before in LIVE_STATUSES.items():
             state=TERMINATED,
             phase="Succeeded",
             message=MSG_TERMINATED,
+            # a present Ready turns False (never Ready once Terminated); absent stays absent
+            ready=None if before.ready is None else F_AT,
             deletion_timestamp=AT,
         ),
         N,
@@ -839,6 +856,7 @@ def test_repeated_observations_emit_nothing() -> None:
     assert [(f.source, f.target, f.type) for f in flips_of(*obs)] == [
         ("", PROVISIONING, N),
         (PROVISIONING, INITIALIZING, N),
+        (INITIALIZING, INITIALIZING, N),  # the first poll adds Ready=False: a flip
         (INITIALIZING, RUNNING, N),
         (RUNNING, TERMINATED, W),
     ]
@@ -858,7 +876,7 @@ def test_start_time_and_deletion_timestamp_are_stamped_once() -> None:
     done = POD.apply(s, TerminateSucceeded(at=t(55)))
     assert (done.state, done.phase, done.message) == (TERMINATED, "Succeeded", MSG_TERMINATED)
     assert done.deletion_timestamp == t(40)
-    assert done.ready == s.ready  # DeletePod writes phase/reason/message only
+    assert done.ready == ready("False", t(55))  # a Terminated pod is never Ready
     (flip,) = POD.flips(s, done)
     assert (flip.source, flip.target, flip.reason, flip.type) == (
         RUNNING,

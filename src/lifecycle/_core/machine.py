@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Hashable, Iterable, Mapping
 from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
 import attrs
@@ -234,9 +234,12 @@ class Machine(Generic[S]):
         self._type_by_state = type(self).event_type is Machine.event_type
         self._warning_states = self._declared_warnings() if self._type_by_state else None
         self._flip_memo: dict[tuple[str, str, str, str], tuple[Flip, ...]] = {}
+        # A machine declaring a wider flip signature (the Pod) also flips without a change of
+        # state; every other machine keeps the state-only test below.
+        self._signed = type(self).signature is not Machine.signature
         # ``verdicts``, ``event_type`` and ``controller`` are declared on the class, so what
         # a flip is depends only on (from, to, reason, message) when no verdict is declared.
-        self._memoise_flips = not self.verdicts and self._type_by_state
+        self._memoise_flips = not self.verdicts and self._type_by_state and not self._signed
 
     def _compile(self, steps: tuple[Step, ...]) -> Callable[[Any, Any], Any]:
         """The rows of one (state, observation type) as one function: each guard in table
@@ -403,8 +406,16 @@ class Machine(Generic[S]):
         warnings = self._warning_states or self.warning_states
         return EventType.WARNING if status.state in warnings else EventType.NORMAL
 
+    def signature(self, status: S) -> Hashable:
+        """What an exclusive-state event is a change of: the state itself by default. A
+        machine whose events follow more declares it here (the Pod: phase, reason, Ready and
+        pod IP); the event still names the state it leaves and enters, and its reason and
+        message are the status's own (ADR 0001)."""
+        return status.state
+
     def flips(self, before: S, after: S) -> tuple[Flip, ...]:
-        """What changed that people should hear about: the exclusive state, or a verdict."""
+        """What changed that people should hear about: the exclusive state (or the declared
+        :meth:`signature`), or a verdict."""
         if self._memoise_flips:
             if before.state == after.state:
                 return ()
@@ -420,7 +431,9 @@ class Machine(Generic[S]):
 
     def _state_flips(self, before: S, after: S) -> tuple[Flip, ...]:
         out: tuple[Flip, ...] = ()
-        if before.state != after.state:
+        if before.state != after.state or (
+            self._signed and self.signature(before) != self.signature(after)
+        ):
             out = (
                 Flip(
                     before.state,

@@ -31,10 +31,11 @@ def assert_flip_only(
     machine: Machine[Any], before: Any, after: Any, transitions: Sequence[Transition]
 ) -> None:
     """``transitions`` are exactly the flips from ``before`` to ``after``: one for a change of
-    the exclusive state, one per declared verdict that flipped to True, and nothing else."""
+    the exclusive state (or of the machine's declared flip signature), one per declared verdict
+    that flipped to True, and nothing else."""
     verdicts = {v.condition: v for v in machine.verdicts}
     state_events = [t for t in transitions if not t.condition]
-    changed = before.state != after.state
+    changed = machine.signature(before) != machine.signature(after)
     for t in state_events:
         if not changed:
             raise AssertionError(
@@ -48,7 +49,8 @@ def assert_flip_only(
             )
     if changed and len(state_events) != 1:
         raise AssertionError(
-            f"state {before.state!r}->{after.state!r} gave {len(state_events)} state events"
+            f"state {before.state!r}->{after.state!r} (signature {machine.signature(before)!r}->"
+            f"{machine.signature(after)!r}) gave {len(state_events)} state events"
         )
     for t in transitions:
         if not t.condition:

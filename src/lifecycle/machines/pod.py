@@ -7,6 +7,12 @@ as "absent, therefore terminated".
 
 The exclusive state is the Pod *reason* (``Provisioning``, ``Initializing`` ...): it is what the
 NodeClaim controller reads, so the strings are a contract.
+
+An event fires when the pod's *flip signature* changes, as upstream's: its phase, reason, Ready
+status and pod IP (ADR 0017). So a Ready change alone (absent -> False when a reserved pod's
+instance is first seen pending) or a new pod IP is an event too; it names the state it stays
+in, and carries the pod's reason and message. DeletePod sets a present Ready condition to False
+(upstream leaves it as it was): a Terminated pod never reads Ready.
 """
 
 from __future__ import annotations
@@ -226,9 +232,16 @@ def deleting(status: PodStatus, obs: Observation, row: Row) -> PodStatus:
 
 
 def deleted(status: PodStatus, obs: Observation, row: Row) -> PodStatus:
+    """DeletePod's markStatus (phase, reason, message), and a Ready condition that is present
+    turns False: a Terminated pod is never Ready (ADR 0017; upstream leaves Ready as it was).
+    An absent Ready stays absent, as markStatus adds no condition."""
+    ready = status.ready
+    if ready is not None:
+        ready = set_condition(ready, "Ready", "False", "", "", obs.at)
     return _evolve(
         mark(status, obs, row),
         phase=SUCCEEDED_PHASE,
+        ready=ready,
         deletion_timestamp=status.deletion_timestamp or obs.at,
     )
 
@@ -449,6 +462,12 @@ class PodMachine(Machine[PodStatus]):
         if status.phase == FAILED_PHASE or status.state == CONFIG_ERROR:
             return EventType.WARNING
         return EventType.NORMAL
+
+    def signature(self, status: PodStatus) -> tuple[str, str, str, str]:
+        """Upstream's flip signature ``phase|reason|ready|podIP``: a change of any of the four
+        is an event (ADR 0017). Ready is ``""`` while the condition is absent."""
+        ready = status.ready
+        return (status.phase, status.state, "" if ready is None else ready.status, status.pod_ip)
 
 
 POD = PodMachine()
