@@ -62,7 +62,9 @@ class PgServer:
     """One server. ``url(...)`` gives a store URL; ``stop``/``start`` restart it in place
     (same port, same data) for fault tests; ``destroy`` stops it and removes its folder."""
 
-    def __init__(self, *, durable: bool = False, port: int | None = None) -> None:
+    def __init__(
+        self, *, durable: bool = False, port: int | None = None, initdb: bool = True
+    ) -> None:
         self.bin = find_bin_dir()
         self.port = port if port is not None else free_port()
         self.durable = durable
@@ -79,7 +81,74 @@ class PgServer:
                 ) from e
             os.chown(self.root, entry.pw_uid, entry.pw_gid)
         self.root.chmod(0o700)
-        self._initdb()
+        if initdb:
+            self._initdb()
+
+    @classmethod
+    def standby_of(cls, primary: PgServer, name: str = "standby1") -> PgServer:
+        """A streaming standby of ``primary`` (started), on its own port and folder, from
+        ``pg_basebackup``; it reports to the primary as ``name`` (for
+        ``synchronous_standby_names``)."""
+        standby = cls(durable=primary.durable, initdb=False)
+        standby._run(
+            "pg_basebackup",
+            "-D",
+            str(standby.data),
+            "-d",
+            f"host=127.0.0.1 port={primary.port} user={USER} password={PASSWORD}",
+            "-X",
+            "stream",
+            "--no-sync",
+        )
+        conninfo = (
+            f"host=127.0.0.1 port={primary.port} user={USER} password={PASSWORD} "
+            f"application_name={name}"
+        )
+        with (standby.data / "postgresql.auto.conf").open("a") as f:
+            f.write(
+                f"port = {standby.port}\n"
+                f"unix_socket_directories = '{standby.root}'\n"
+                f"primary_conninfo = '{conninfo}'\n"
+            )
+        signal_file = standby.data / "standby.signal"
+        signal_file.write_text("")
+        if standby._as_postgres:
+            entry = pwd.getpwnam("postgres")
+            os.chown(signal_file, entry.pw_uid, entry.pw_gid)
+        standby.start()
+        return standby
+
+    def configure(self, *settings: str) -> None:
+        """Append settings to ``postgresql.conf`` (takes effect on start or reload)."""
+        with (self.data / "postgresql.conf").open("a") as f:
+            f.write("\n".join(settings) + "\n")
+
+    def promote(self) -> None:
+        self._run("pg_ctl", "-D", str(self.data), "-w", "-t", "30", "promote")
+
+    def processes(self) -> list[int]:
+        """The postmaster's pid and its children's (backends, walsender, ...)."""
+        postmaster = int((self.data / "postmaster.pid").read_text().split()[0])
+        out = [postmaster]
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit():
+                continue
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[1]) == postmaster:
+                out.append(int(entry))
+        return out
+
+    def kill(self) -> None:
+        """A host crash: SIGKILL the postmaster and every process of the server at once."""
+        import signal
+
+        for pid in self.processes():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
 
     # -- commands -----------------------------------------------------------------------
     def _run(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:

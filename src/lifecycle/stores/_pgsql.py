@@ -796,7 +796,7 @@ class PgSettings:
     _resolve_timeout: float
     _keep_journal: bool
     _sql: Statements
-    _acked: dict[str, int]
+    _acked: dict[str, tuple[int, str]]
 
     def _settle(
         self,
@@ -850,25 +850,25 @@ class PgSettings:
         }
 
     # -- what both stores remember of their own commits ----------------------------------
-    def _acknowledge(self, uid: str, version: int) -> None:
-        """Remember the highest version this handle committed of ``uid`` (bounded)."""
+    def _acknowledge(self, uid: str, version: int, token: str) -> None:
+        """Remember the highest version this handle committed of ``uid``, with its commit
+        token (bounded: the oldest half is forgotten past :data:`_ACKED_LIMIT` objects)."""
         acked = self._acked
         if len(acked) >= _ACKED_LIMIT:
             for old in list(itertools.islice(acked, _ACKED_LIMIT // 2)):
                 del acked[old]
-        acked[uid] = version
+        acked[uid] = (version, token)
 
-    def _rewound(self, uid: str, found: int | None) -> Rewind | None:
+    def _rewound(self, uid: str, found: int | None, *, replaced: bool = False) -> Rewind | None:
         """A :class:`Rewind` when the store holds ``uid`` behind what this handle committed
-        (logged at error level and kept in :attr:`rewinds`; reported once)."""
-        acknowledged = self._acked.get(uid)
-        if acknowledged is None or (found is not None and found >= acknowledged):
+        -- or, ``replaced``, holds another write at that version -- logged at error level and
+        kept in :attr:`rewinds`; reported once."""
+        acked = self._acked.get(uid)
+        if acked is None or (not replaced and found is not None and found >= acked[0]):
             return None
+        acknowledged = acked[0]
         rewind = Rewind(uid, acknowledged, found, self.epoch)
-        if found is None:
-            self._acked.pop(uid, None)
-        else:
-            self._acked[uid] = found
+        self._acked.pop(uid, None)
         self.rewinds.append(rewind)
         del self.rewinds[:-_REWINDS_KEPT]
         _log.error(
@@ -880,6 +880,28 @@ class PgSettings:
             store=self.target.where,
         )
         return rewind
+
+    def _acks_to_verify(self) -> list[list[tuple[str, int, str]]]:
+        """What this handle acknowledged, in chunks: checked by commit token when the epoch
+        changes, so a lost write is reported even where a later one took its version."""
+        acked = [(uid, v, token) for uid, (v, token) in self._acked.items()]
+        return [acked[i : i + 5000] for i in range(0, len(acked), 5000)]
+
+    def _verified(
+        self, chunk: list[tuple[str, int, str]], rows: Sequence[Sequence[Any]]
+    ) -> list[Rewind]:
+        """The rewinds among ``chunk`` (``rows``: its :attr:`Statements.tokens` rows)."""
+        found = {(str(r[0]), int(r[1])): r for r in rows}
+        out = []
+        for uid, version, token in chunk:
+            row = found.get((uid, version))
+            if row is None or landed(row, token) is not Landed.NO:
+                continue
+            stored = None if row[2] is None else int(row[2])
+            rewind = self._rewound(uid, stored, replaced=True)
+            if rewind is not None:
+                out.append(rewind)
+        return out
 
     def _new_epoch(self, old: str, new: str, history: str) -> None:
         if new != old:

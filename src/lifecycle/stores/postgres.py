@@ -417,18 +417,30 @@ class PostgresStore(sql.PgSettings):
             if history != current:
                 tag = sql.new_epoch_tag(current)
                 conn.execute(self._sql.epoch_add, (tag, self.owner))
-        self._new_epoch(self.epoch, tag, current)
+        old = self.epoch
+        self._new_epoch(old, tag, current)
+        if tag != old and self._acked:
+            for chunk in self._acks_to_verify():
+                rows = conn.execute(
+                    self._sql.tokens, ([c[0] for c in chunk], [c[1] for c in chunk])
+                ).fetchall()
+                for rewind in self._verified(chunk, rows):
+                    self._report(conn, rewind)
 
     def _check_rewind(
         self, conn: psycopg.Connection[Any] | None, uid: str, found: int | None
     ) -> None:
         rewind = self._rewound(uid, found)
         if rewind is not None and conn is not None:
-            with contextlib.suppress(psycopg.Error):
-                conn.execute(
-                    self._sql.rewind_add,
-                    (uid, rewind.acknowledged, found, rewind.epoch, self.owner),
-                )
+            self._report(conn, rewind)
+
+    def _report(self, conn: psycopg.Connection[Any], rewind: sql.Rewind) -> None:
+        """Record a rewind in the store, for ``lifecycle db check`` (best effort)."""
+        with contextlib.suppress(psycopg.Error):
+            conn.execute(
+                self._sql.rewind_add,
+                (rewind.uid, rewind.acknowledged, rewind.found, rewind.epoch, self.owner),
+            )
 
     def _resolve(
         self, writes: Sequence[dict[str, Any]], lost: Lost
@@ -524,7 +536,7 @@ class PostgresStore(sql.PgSettings):
                     except pg_errors.UniqueViolation as e:
                         raise sql.unique_violation(self.target, e, ref.uid, expected) from None
                     if row is not None and row[0] == 1:
-                        self._acknowledge(ref.uid, expected + 1)
+                        self._acknowledge(ref.uid, expected + 1, params["token"])
                         return expected + 1
                     if row is not None and not row[1]:  # the epoch changed under us
                         self._refresh_epoch(conn)
@@ -540,7 +552,7 @@ class PostgresStore(sql.PgSettings):
             except Lost as lost:
                 (outcome, stored), *_ = self._resolve([params], lost)
                 if outcome is Landed.YES:
-                    self._acknowledge(ref.uid, expected + 1)
+                    self._acknowledge(ref.uid, expected + 1, params["token"])
                     return expected + 1
                 if outcome is Landed.UNKNOWN:
                     raise CommitUnknown(
@@ -677,7 +689,7 @@ class PostgresStore(sql.PgSettings):
                     out[index] = n
                 else:
                     out[index] = p["version"]
-                    self._acknowledge(p["uid"], p["version"])
+                    self._acknowledge(p["uid"], p["version"], p["token"])
         return [r for r in out if r is not None]
 
     def _commit_batch(
