@@ -385,6 +385,43 @@ def test_async_runner_refuses_an_impostor(tmp_path: Path, store_kind: str, impos
     asyncio.run(main())
 
 
+@pytest.mark.postgres
+@pytest.mark.parametrize("impostor", BY_KIND)
+def test_async_runner_on_async_postgres_refuses_an_impostor(pg_url: str, impostor: str) -> None:
+    """AsyncRunner over AsyncPostgresStore (psycopg's asyncio pool)."""
+    from lifecycle import open_async_store
+    from lifecycle.stores.postgres import PostgresStore
+
+    sync = PostgresStore(pg_url)
+    boot(sync)
+    before = seen(sync)
+    machine, ref = IMPOSTORS[impostor]
+
+    async def main() -> None:
+        store: Any = await open_async_store(pg_url)
+        runner = AsyncRunner(store, policy=FAST, links=())
+        try:
+            with pytest.raises(IdentityMismatch):
+                await runner.observe(ref, first(machine))
+            results = await runner.observe_many(
+                [(pod_ref("pod-b"), pod.CreateRequested(at=t(10))), (ref, first(machine))]
+            )
+            assert results[0].committed
+            assert isinstance(results[1].error, IdentityMismatch)
+            with pytest.raises(IdentityMismatch):
+                await store.commit_many(
+                    [write_of(POD, pod_ref("pod-c"), 0), write_of(machine, ref, 2)]
+                )
+        finally:
+            await runner.close()
+
+    asyncio.run(main())
+    assert sync.load(POD, pod_ref("pod-c")) is None
+    assert seen(sync)[:3] == before[:3]
+    assert_journal_folds(POD, sync, STORED)
+    sync.close()
+
+
 # -- any identity that differs, in any component --------------------------------------------
 _TEXT = st.text(st.characters(blacklist_categories=["Cs"]), max_size=12)  # (no lone surrogates)
 _MACHINES: list[Machine[Any]] = [POD, JOB, NODECLAIM]
