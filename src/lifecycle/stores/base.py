@@ -136,7 +136,9 @@ class BatchStore(Protocol):
     ``commit_many`` compares and sets each object on its own: the result holds, per item, the
     new version or the :class:`~lifecycle.Conflict` (nothing written for that item) or
     :class:`~lifecycle.StoreError` that refused it. It raises :class:`StoreError` only when
-    the batch as a whole failed, and then nothing of it was written. Items of one object are
+    the batch as a whole failed, and then nothing of it was written -- except
+    :class:`~lifecycle.CommitUnknown`: the connection was lost in flight and whether the batch
+    landed could not be found out (it may have; send no fallback). Items of one object are
     applied in order (the second expects the version the first writes).
 
     An item whose uid is stored for another object (:func:`check_identity`) is bad input,
