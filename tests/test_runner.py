@@ -354,8 +354,8 @@ def test_store_error_on_commit_fails_at_once_with_a_fallback_for_a_warning_flip(
     boot(runner)
     before = snapshot(store)
     emitted = len(emitter.events)
-    claim = ObjectRef("NodeClaim", "", "ml-trainer-0", CLAIM_UID)  # (a uid names one object)
-    claim_version = len(store.journal(nc.NODECLAIM, claim))
+    claim_of_ref = ObjectRef("NodeClaim", "", "ml-trainer-0", CLAIM_UID)  # a uid: one object
+    claim_version = len(store.journal(nc.NODECLAIM, claim_of_ref))
     faulty.inject(REF.uid, "write-error", 2)
 
     result = runner.observe(REF, pod.InstanceTerminated(at=t(3), exit_code=137))
