@@ -4,7 +4,7 @@
 
 ``MANIFEST`` is the snapshot's ``manifest.yaml`` (shape of ``docs/upstream/restore-gate.md``,
 "The manifest", camelCase). ``TARGET`` holds the destination's facts (every key optional; a
-missing one is an unknown target fact, an unknown key is refused)::
+missing string fact is unknown, a missing list is empty, an unknown key is refused)::
 
     cpuArch: amd64
     kernelVersion: 6.8.0-1015-aws
