@@ -875,3 +875,168 @@ def test_nothing_but_attempt_opened_is_accepted_before_the_attempt_is_opened() -
                 RESTORE.apply(fresh(), obs)
     s = pending()
     assert (s.state, s.reason, s.key.uid) == ("Pending", "RestoreAttemptOpened", REF.uid)
+
+
+# -- gate A finds every fact it cannot know (before anything is claimed) ----------------------
+CUDA = M.cuda
+assert CUDA is not None
+
+
+@pytest.mark.parametrize(
+    ("manifest", "gap"),
+    [
+        (attrs.evolve(M, facts={"k8s.imageId": "unavailable:EIO"}), "k8s.imageId unavailable"),
+        (attrs.evolve(M, image_id=""), "k8s.imageId not recorded"),
+        (attrs.evolve(M, image_id="registry.example/trainer:2.4"), "k8s.imageId has no digest"),
+        (
+            attrs.evolve(M, facts={"cudaRestore.sourceDriverVersion": "unavailable:NvmlError"}),
+            "cudaRestore.sourceDriverVersion unavailable (NvmlError)",
+        ),
+        (
+            attrs.evolve(M, cuda=attrs.evolve(CUDA, driver_version="")),
+            "cudaRestore.sourceDriverVersion not recorded",
+        ),
+        (
+            attrs.evolve(M, facts={"cudaRestore.sourceGpus": "unavailable:NvmlError"}),
+            "cudaRestore.sourceGpus unavailable",
+        ),
+        (
+            attrs.evolve(M, cuda=attrs.evolve(CUDA, gpus=())),
+            "cudaRestore.sourceGpus empty",
+        ),
+        (
+            attrs.evolve(M, cuda=None, facts={"cudaRestore.pids": "unavailable:EIO"}),
+            "CUDA state unknown",
+        ),
+        (attrs.evolve(M, facts={"criuDump.extMnt": "unavailable:EACCES"}), "criuDump.extMnt"),
+        (attrs.evolve(M, ext_mounts=()), "criuDump.extMnt not recorded"),
+        (
+            attrs.evolve(M, volumes=(Volume("/models", "PersistentVolumeClaim"),)),
+            "/models recorded without its identity",
+        ),
+    ],
+)
+def test_gate_a_ends_an_attempt_whose_gate_b_facts_cannot_be_known(
+    manifest: Manifest, gap: str
+) -> None:
+    """Upstream ends such an attempt at gate A (Unknown) before claiming; it used to pass
+    gate A, claim, and only then block at gate B."""
+    before = gate_a()
+    s = drive(facts_a(manifest=manifest), status=before)
+    assert (s.state, s.recording, s.code, s.gate) == (
+        "Recording",
+        "Unknown",
+        "FactsIncomplete",
+        "A",
+    )
+    assert s.cleanup_pending == ("remove-finalizer",)  # nothing was claimed
+    assert s.restored is None  # no RestoreInProgress: no RestoreRequested
+    (flip,) = RESTORE.flips(before, s)
+    assert (flip.reason, flip.type) == ("RestoreCompatUnknown", EventType.WARNING)
+    assert flip.message.startswith("code=FactsIncomplete gate=A")
+    assert gap in flip.message
+    assert "gate B facts unknown" in flip.message
+    warned = drive(facts_a(manifest=manifest), status=gate_a(WARN))
+    assert warned.state == "Claimed"  # on_unknown=warn allows it, with RestoreCompatUnchecked
+    (action,) = RESTORE.actions(gate_a(WARN), facts_a(manifest=manifest))
+    assert action.reason == "RestoreCompatUnchecked"
+
+
+def test_a_complete_manifest_still_passes_gate_a() -> None:
+    assert drive(facts_a(), status=gate_a()).state == "Claimed"
+    no_cuda = attrs.evolve(M, cuda=None)  # a CPU-only snapshot: the GPU checks are n/a
+    assert drive(facts_a(manifest=no_cuda), status=gate_a()).state == "Claimed"
+
+
+def test_an_error_class_that_is_free_text_is_not_shown() -> None:
+    leaky = "unavailable:open /var/lib/kubelet/pods/4b1c/volumes/pvc-0f3a: EIO"
+    s = drive(facts_a(manifest=attrs.evolve(M, facts={"k8s.imageId": leaky})), status=gate_a())
+    assert s.compatible is not None
+    for text in (s.message, s.compatible.message):
+        assert "k8s.imageId unavailable (unclassified)" in text
+        assert "/var/lib/kubelet" not in text and "pvc-0f3a" not in text
+
+
+# -- the identity volume policy: a path without its identity proves nothing --------------------
+@pytest.mark.parametrize(
+    "target",
+    [
+        {"paths": ("/models",), "volumes": ()},
+        {"paths": ("/models",), "volumes": (Volume("/models"),)},
+        {"paths": (), "volumes": (Volume("/models", "PersistentVolumeClaim"),)},
+    ],
+)
+def test_under_identity_a_target_without_the_volumes_identity_does_not_pass(
+    target: dict[str, Any],
+) -> None:
+    before = gate_b()
+    s = drive(facts_b(**target), status=before)
+    assert (s.state, s.code) == ("GateB", "TargetFactsUnavailable")  # T10: retried, not passed
+    assert s.compatible is not None
+    assert "/models identity not reported by the target" in s.compatible.message
+    presence = drive(facts_b(**target), status=gate_b(RestorePolicy(volumes="presence")))
+    assert presence.state == "Restoring"
+
+
+# -- free-text errors leave only redacted -----------------------------------------------------
+KUBELET_PATH = "/var/lib/kubelet/pods/4b1c9d/volumes/kubernetes.io~csi/pvc-0f3a77/mount"
+LEAKY = f'open {KUBELET_PATH}: permission denied; persistentvolumeclaims "models-claim"'
+PRIVATE = ("/var/lib/kubelet", "4b1c9d", "pvc-0f3a77", "models-claim")
+
+
+def _shown(status: RestoreStatus, *extra: str) -> str:
+    conditions = [c.message for c in (status.compatible, status.restored) if c is not None]
+    return "\n".join([status.message, status.write_error, *conditions, *extra])
+
+
+def _assert_private(text: str) -> None:
+    for private in PRIVATE:
+        assert private not in text, (private, text)
+    assert "permission denied" in text  # the plain words still tell what went wrong
+
+
+def test_an_unreadable_manifest_error_is_redacted_in_conditions_and_events() -> None:
+    before = gate_a()
+    s = drive(ManifestUnreadable(at=t(2), error=LEAKY), status=before)
+    (flip,) = RESTORE.flips(before, s)
+    _assert_private(_shown(s, flip.message))
+    (action,) = RESTORE.actions(gate_a(WARN), ManifestUnreadable(at=t(2), error=LEAKY))
+    warned = drive(ManifestUnreadable(at=t(2), error=LEAKY), status=gate_a(WARN))
+    _assert_private(_shown(warned, action.message))
+
+
+def test_a_target_discovery_error_is_redacted() -> None:
+    before = gate_b()
+    obs = TFU(at=t(5), error=LEAKY)
+    (action,) = RESTORE.actions(before, obs)
+    s = drive(obs, status=before)
+    _assert_private(_shown(s, action.message))
+    failed = drive(TFU(at=t(400), error=LEAKY), status=s)
+    (flip,) = RESTORE.flips(s, failed)
+    _assert_private(_shown(failed, flip.message))
+
+
+def test_a_restore_error_is_redacted() -> None:
+    before = restoring()
+    s = drive(RestoreErrored(at=t(6), error=LEAKY), status=before)
+    (flip,) = RESTORE.flips(before, s)
+    _assert_private(_shown(s, flip.message))
+
+
+def test_a_status_write_error_is_redacted() -> None:
+    before = recording("Rejected")
+    obs = StatusWriteFailed(at=t(7), error=LEAKY)
+    (action,) = RESTORE.actions(before, obs)
+    _assert_private(_shown(drive(obs, status=before), action.message))
+
+
+def test_a_redacted_error_is_one_bounded_line_without_secrets() -> None:
+    from lifecycle.machines._restore_checks import ERROR_MAX, redact_error
+
+    text = redact_error("token=s3cr3t-value\n" + "word " * 200 + 'claim "a b"')
+    assert "\n" not in text and len(text) <= ERROR_MAX
+    assert "s3cr3t" not in text
+    assert redact_error('claim "models"') == redact_error('claim "models"')  # stable
+    assert redact_error("CRIU restore failed: exit status 1") == (
+        "CRIU restore failed: exit status 1"
+    )

@@ -237,7 +237,7 @@ SHOWN_MAX = 64
 #: Longest redacted free-text error in a condition or Event.
 ERROR_MAX = 160
 _QUOTED = re.compile(r"\"[^\"]*\"|'[^']*'|`[^`]*`")
-_PLAIN = re.compile(r"[A-Za-z]+(?:[-_][A-Za-z]+)*|[0-9]{1,6}|<redacted>")
+_PLAIN = re.compile(r"[A-Za-z]+(?:[-_][A-Za-z]+)*|[0-9]{1,6}|<redacted>|([\"'`]?)#[0-9a-f]{8}\1")
 _EDGE = "()[]{},;:.!?"
 
 
@@ -549,8 +549,21 @@ def source_gaps(manifest: Manifest, policy: RestorePolicy) -> tuple[CheckResult,
     """Gate B's checks that can never pass on this manifest, whatever the target: a recorded
     fact they read is unavailable, empty or malformed (``FactsIncomplete``). Gate A reports
     them, so such an attempt ends Unknown before anything is claimed."""
-    results, _ = _run("B", manifest, TargetFacts(), policy)
+    results, _ = _run("B", manifest, _mirror(manifest), policy)
     return tuple(r for r in results if r.outcome == UNKNOWN and r.code == FACTS_INCOMPLETE)
+
+
+def _mirror(m: Manifest) -> TargetFacts:
+    """A target identical to the snapshot's source, as far as the manifest tells: against it
+    every comparison passes, so what is still unknown is unknown on the source side."""
+    cuda = m.cuda
+    return TargetFacts(
+        image_id=m.image_id or "",
+        paths=tuple(m.ext_mounts),
+        volumes=m.volumes,
+        gpus=tuple(cuda.gpus or ()) if cuda else (),
+        driver_version=(cuda.driver_version or "") if cuda else "",
+    )
 
 
 def evaluate(

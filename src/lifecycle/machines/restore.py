@@ -1,15 +1,19 @@
 """The Restore compatibility gate: one restore attempt of a GPU pod from a checkpoint.
 
 Behaviour follows ``docs/upstream/restore-gate.md`` (states T1-T15, and the reviewed
-recommendations on versions, volume identity, privacy and the verdict memo). Before any restore work, gate A compares the
-manifest's recorded facts with the node, gate B with the placeholder and its GPUs; every check
-runs, the first failure is the primary code, and one CamelCase code is on every surface
-(condition reason, log field ``code``, Event note prefix ``code=… gate=…``). A verdict that
-ends the attempt is memoised in ``Recording`` before the host writes the Pod conditions, so a
-failing write is retried alone (capped backoff) and never re-enters a gate. The attempt is
-keyed by (pod UID, content UID + source container, policy hash), never by container ID; the
-bypass (strict annotation or node switch) is evaluated before suppression, and adding it is
-the one way to reopen a refused attempt.
+recommendations on versions, volume identity, privacy and the verdict memo). Before any
+restore work, gate A compares the manifest's recorded facts with the node, and finds every
+fact gate B could not know (an unavailable or empty image id, mounts, GPUs or driver), so such
+an attempt ends Unknown before anything is claimed; gate B compares with the placeholder and
+its GPUs. Every check runs, the first failure is the primary code, and one CamelCase code is
+on every surface (condition reason, log field ``code``, Event note prefix ``code=… gate=…``).
+Compared values are shown by privacy class, and a free-text error (a provider's, CRIU's, the
+API server's) only redacted; the full text stays in the observation, for debug logs. A verdict
+that ends the attempt is memoised in ``Recording`` before the host writes the Pod conditions,
+so a failing write is retried alone (capped backoff) and never re-enters a gate. The attempt
+is keyed by (pod UID, content UID + source container, policy hash), never by container ID;
+the bypass (strict annotation or node switch) is evaluated before suppression, and adding it
+is the one way to reopen a refused attempt.
 """
 
 from __future__ import annotations
@@ -289,7 +293,8 @@ RESTORE = RestoreMachine()
 
 def log_fields(status: RestoreStatus) -> dict[str, Any]:
     """Structured log fields for the attempt: ``code``, ``gate``, ``checks`` (privacy-safe).
-    Full compared values are in :attr:`GateReport.debug`, for debug-level logs only."""
+    Full compared values are in :attr:`GateReport.debug`, and a free-text error in full in its
+    observation's ``error``: both for debug-level logs only."""
     return {
         "attempt": status.key.uid if status.opened else "",
         "state": status.state,
