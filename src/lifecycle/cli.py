@@ -342,16 +342,30 @@ def _replay(args: argparse.Namespace, out: TextIO, progress: Progress) -> int:
             update(done)
 
     try:
-        replay(
-            trace,
-            store,
-            [collector],
-            name=args.trace,
-            machines=machines,
-            on_result=show,
-            dry_run=not throwaway,
-            keep_results=False,
-        )
+        if not throwaway and not new_file:  # (a new file's trace was checked above)
+            check(trace, store, name=args.trace, machines=machines)
+        try:
+            replay(
+                trace,
+                store,
+                [collector],
+                name=args.trace,
+                machines=machines,
+                on_result=show,
+                dry_run=False,
+                keep_results=False,
+            )
+        except TraceError as e:
+            if throwaway:  # nothing outlives the command: a plain refusal
+                raise
+            # The dry run accepted this line: the store no longer agrees with it, because a
+            # write failed (or another writer got in). Lines before it were written.
+            progress.clear()
+            _say(
+                f"{e} (the dry run accepted this line; the replay stopped here after "
+                f"{unplanned} failed status write(s): the lines before it were written)"
+            )
+            return EXIT_WRITE_FAILED
         progress.clear()
         if pending_header:
             write(pending_header.pop())
