@@ -34,6 +34,7 @@ from lifecycle.stores.base import JournalEntry, Record
 from lifecycle.testing import FailingEmitter, FaultyStore
 
 from .conftest import pod_ref, t
+from .fallback_machines import with_fallback_pod
 
 REF = pod_ref()
 CLAIM_UID = f"{REF.uid}-claim"
@@ -288,7 +289,9 @@ def test_exhausted_budget_fails_without_a_transition_event_and_one_fallback_warn
     store: Store, emitter: MemoryEmitter
 ) -> None:
     faulty = FaultyStore(store)
-    runner = Runner(faulty, [emitter], policy=RetryPolicy(backoff=0.0))
+    runner = Runner(
+        faulty, [emitter], machines=with_fallback_pod(), policy=RetryPolicy(backoff=0.0)
+    )
     boot(runner)
     before = snapshot(store)
     emitted = len(emitter.events)
@@ -315,6 +318,26 @@ def test_exhausted_budget_fails_without_a_transition_event_and_one_fallback_warn
     assert "also failed" in fallback.message
     assert not NOT_CLAIMED.search(fallback.message)
     assert faulty.pending_faults(REF.uid) == 0
+
+
+def test_a_lost_warning_on_a_row_without_a_declared_fallback_sends_nothing(
+    store: Store, emitter: MemoryEmitter
+) -> None:
+    """The shipped Pod declares no fallback row: the next poll redoes a lost write and sends
+    the real Warning once, so a fallback first would say it twice (ADR 0091)."""
+    faulty = FaultyStore(store)
+    runner = Runner(faulty, [emitter], policy=RetryPolicy(backoff=0.0))
+    boot(runner)
+    emitted = len(emitter.events)
+    faulty.inject(REF.uid, "conflict", 5)
+    lost = runner.observe(REF, pod.InstanceFailed(at=t(3), exit_code=1))
+    assert (lost.outcome, lost.fallback) == (Outcome.FAILED, ())
+    faulty.inject(REF.uid, "write-error")
+    lost = runner.observe(REF, pod.InstanceFailed(at=t(3), exit_code=1))
+    assert (lost.outcome, lost.fallback) == (Outcome.FAILED, ())
+    redone = runner.observe(REF, pod.InstanceFailed(at=t(4), exit_code=1))
+    assert redone.committed
+    assert [e.reason for e in emitter.events[emitted:] if e.ref == REF] == ["Failed"]
 
 
 def test_exhausted_budget_on_a_normal_flip_emits_nothing(
@@ -350,7 +373,9 @@ def test_store_error_on_commit_fails_at_once_with_a_fallback_for_a_warning_flip(
     store: Store, emitter: MemoryEmitter
 ) -> None:
     faulty = FaultyStore(store)
-    runner = Runner(faulty, [emitter], policy=RetryPolicy(backoff=0.0))
+    runner = Runner(
+        faulty, [emitter], machines=with_fallback_pod(), policy=RetryPolicy(backoff=0.0)
+    )
     boot(runner)
     before = snapshot(store)
     emitted = len(emitter.events)
@@ -501,7 +526,13 @@ def test_lifecycle_errors_are_typed() -> None:
 def test_two_different_lost_warnings_at_one_version_have_distinct_fallback_ids() -> None:
     store = FaultyStore(MemoryStore())
     emitter = MemoryEmitter()
-    runner = Runner(store, [emitter], links=(), policy=RetryPolicy(backoff=0.0))
+    runner = Runner(
+        store,
+        [emitter],
+        machines=with_fallback_pod(),
+        links=(),
+        policy=RetryPolicy(backoff=0.0),
+    )
     runner.observe(REF, pod.CreateRequested(at=t(0)))
     store.inject(REF.uid, "write-error")
     first = runner.observe(REF, pod.ProvisionRejected(at=t(1), error="quota"))

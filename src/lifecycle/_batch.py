@@ -286,7 +286,7 @@ def _fail(core: Runner, item: _Item) -> Result:
         "status write failed", ref=str(item.ref), uid=item.ref.uid, error=str(item.error)
     )
     fallback = core._fallback(
-        item.ref, item.machine, item.flips, item.version, item.observation, item.error
+        item.ref, item.machine, item.flips, item.version, item.observation, item.error, item.before
     )
     core._send(fallback)
     return Result(

@@ -49,7 +49,7 @@ from ._cli_db import STORE_HELP, add_db_commands
 from ._core.errors import LifecycleError, TraceError, preview
 from ._core.machine import Machine
 from ._core.redact import redact
-from ._core.refs import EventType, ObjectRef
+from ._core.refs import ObjectRef
 from ._core.transition import Transition
 from .machines import MachineRegistry, default_registry
 from .runner import Result
@@ -442,11 +442,7 @@ def describe(machine: Machine[Any]) -> dict[str, Any]:
         "observations": observations,
         "required": required,
         "reasons": {reason: sorted(types) for reason, types in reasons.items()},
-        "fallback_reasons": [
-            f"{reason}StatusUpdateFailed"
-            for reason, types in reasons.items()
-            if EventType.WARNING.value in types
-        ],
+        "fallback_reasons": list(machine.table.fallback_reasons),
     }
 
 

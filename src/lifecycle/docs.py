@@ -27,8 +27,7 @@ from typing import Any
 import attrs
 
 from ._core.machine import Machine
-from ._core.refs import EventType
-from ._core.table import ANY, SAME, Row
+from ._core.table import ANY, FALLBACK_SUFFIX, SAME, Row
 from .machines import default_registry
 
 #: Where the pages live in this repository.
@@ -230,12 +229,18 @@ def _reasons(machine: Machine[Any]) -> list[tuple[str, str, str, str]]:
             key = (row.action.reason, row.action.type.value, "action (not a transition)")
             seen.setdefault(key, []).append(str(n))
     out = [(r, t, how, ", ".join(rows)) for (r, t, how), rows in seen.items()]
-    warnings = dict.fromkeys(
-        r for (r, t, how) in seen if t == EventType.WARNING.value and how == "transition"
-    )
+    fallbacks: dict[str, list[str]] = {}
+    for n, row in enumerate(machine.table.rows, start=1):
+        if row.fallback:
+            fallbacks.setdefault(row.reason, []).append(str(n))
     out += [
-        (f"{r}StatusUpdateFailed", "Warning", f"fallback, when the write carrying {r} failed", "")
-        for r in warnings
+        (
+            f"{r}{FALLBACK_SUFFIX}",
+            "Warning",
+            f"fallback, when the write carrying {r} failed (no later pass redoes it)",
+            ", ".join(rows),
+        )
+        for r, rows in fallbacks.items()
     ]
     return out
 

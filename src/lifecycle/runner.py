@@ -179,6 +179,7 @@ class Runner:
         check_observation(observation)
         flips: tuple[Flip, ...] = ()
         actions: tuple[Transition, ...] = ()
+        before: Any = None
         version = 0
         error: StoreError | None = None
         policy: RetryPolicy | None = None  # looked up on the first conflict only
@@ -250,7 +251,7 @@ class Runner:
             )
         assert error is not None
         self._log.warning("status write failed", ref=str(ref), uid=ref.uid, error=str(error))
-        fallback = self._fallback(ref, machine, flips, version, observation, error)
+        fallback = self._fallback(ref, machine, flips, version, observation, error, before)
         self._send(fallback)
         return Result(
             Outcome.FAILED,
@@ -375,12 +376,16 @@ class Runner:
         version: int,
         observation: Observation,
         error: Exception,
+        before: Any,
     ) -> tuple[Transition, ...]:
-        if isinstance(error, CommitUnknown):  # that write may have landed: no fallback
+        """The fallback Warning for a lost write from ``before``: sent only where the row taken
+        declares ``fallback=True`` (a write no later pass redoes) and a Warning flip was lost.
+        None for a :class:`~lifecycle.CommitUnknown`: that write may have landed."""
+        if isinstance(error, CommitUnknown):
             return ()
         warning = next((f for f in flips if f.type is EventType.WARNING), None)
-        if warning is None:
-            return ()
+        if warning is None or not machine.select(before, observation).fallback:
+            return ()  # the next pass redoes this write and sends the real Warning
         message = machine.fallback_message(ref, warning, error)
         return (
             Transition(

@@ -21,7 +21,8 @@ beside a recording :class:`MemoryEmitter`, and checks after every step that
   verdict flip; message-only changes and repeats emit nothing;
 - **post-write**: each event carries the version it was committed at and is the journal entry's
   own; a write that did not land emits nothing but at most one fallback Warning
-  (``fallback=True``, reason ``<Reason>StatusUpdateFailed``) and only for a Warning flip;
+  (``fallback=True``, reason ``<Reason>StatusUpdateFailed``), only for a Warning flip and
+  only where the row taken declares ``fallback=True``;
 - **the retry budget**: conflicts are retried exactly until the budget runs out;
 - **terminal states are absorbing** (except rows declared ``recovery=True``), redelivery
   resends outbox events under their ids, and a row's action events (no id) are sent as

@@ -76,13 +76,13 @@ def test_a_refusal_never_loops_when_writes_fail() -> None:
     runner.observe(REF, pod())
     refuse = facts_a(3, cpu_arch="arm64")
 
-    # The store's commit of the verdict fails: no transition event, one fallback Warning that
-    # claims nothing; the attempt is still in gate A, so the next reconcile decides again.
+    # The store's commit of the verdict fails: no event at all (no Restore row declares a
+    # fallback); the attempt is still in gate A, so the next reconcile decides again and sends
+    # the real Warning.
     faulty.inject(REF.uid, "write-error")
     failed = runner.observe(REF, refuse)
     assert failed.outcome is Outcome.FAILED
-    assert [t.reason for t in failed.fallback] == ["RestoreIncompatibleStatusUpdateFailed"]
-    assert "recording the RestoreAttempt" in failed.fallback[0].message
+    assert failed.fallback == ()
     assert _state(runner).state == "GateA"
 
     # Conflicts are retried; the same facts give the same verdict, memoised in Recording.

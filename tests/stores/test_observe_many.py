@@ -29,6 +29,7 @@ from lifecycle.machines import nodeclaim as nc
 from lifecycle.stores.base import CommitItem, Record
 from lifecycle.testing import FailingEmitter
 
+from ..fallback_machines import with_fallback_pod
 from .helpers import check_invariants, pod_ref, t
 
 Open = Callable[..., Store]
@@ -273,6 +274,7 @@ def test_an_exhausted_budget_fails_that_object_with_its_fallback(open_kind: Open
     runner = Runner(
         faulty,
         [emitter],
+        machines=with_fallback_pod(),  # a Pod whose Failed row declares a fallback
         policy=FAST,
         links=(),
         policies={"pod": RetryPolicy(attempts=3, backoff=0)},
@@ -324,9 +326,8 @@ def test_a_failed_batch_fails_every_object_and_writes_nothing(open_kind: Open) -
     faulty = Batches(store)
     faulty.batch_error = StoreError("connection lost")
     emitter = MemoryEmitter()
-    results = Runner(faulty, [emitter], policy=FAST, links=()).observe_many(
-        [(r, pod.InstanceFailed(at=t(3), exit_code=1)) for r in pods(3)]
-    )
+    runner = Runner(faulty, [emitter], machines=with_fallback_pod(), policy=FAST, links=())
+    results = runner.observe_many([(r, pod.InstanceFailed(at=t(3), exit_code=1)) for r in pods(3)])
     assert [r.outcome for r in results] == [Outcome.FAILED] * 3
     assert all(str(r.error) == "connection lost" for r in results)
     assert [e.reason for e in emitter.events] == ["FailedStatusUpdateFailed"] * 3

@@ -21,6 +21,8 @@ from .refs import EventType
 ANY = "*"
 #: A row target meaning "stay in the current state" (fields may still change).
 SAME = "="
+#: Appended to a Warning's reason for the fallback sent when its write was lost.
+FALLBACK_SUFFIX = "StatusUpdateFailed"
 
 Guard = Callable[[Any, Any], bool]
 Effect = Callable[[Any, Any, "Row"], Any]
@@ -46,6 +48,10 @@ class Row:
     ``recovery`` declares the one kind of row allowed to leave a terminal state (tables refuse
     any other); :attr:`Table.recovery_rows` lists them so property tests exempt exactly those.
     ``action`` is an extra, non-transition event sent whenever the row is taken.
+    ``fallback`` declares that a lost write of this row is never redone by a later pass, so
+    the runner sends one ``<Reason>StatusUpdateFailed`` Warning in its place (the row must
+    enter a state with a Warning event); elsewhere the next pass redoes the write and sends
+    the real Warning, and a fallback would say the same thing twice (ADR 0091).
     """
 
     source: str | tuple[str, ...]
@@ -60,6 +66,7 @@ class Row:
     note: str = ""
     recovery: bool = False
     action: Action | None = None
+    fallback: bool = False
 
     @property
     def sources(self) -> tuple[str, ...]:
@@ -132,6 +139,7 @@ class Table:
     __slots__ = (
         "context",
         "dispatch",
+        "fallback_reasons",
         "guards",
         "initial",
         "machine",
@@ -166,6 +174,10 @@ class Table:
         self.context = frozenset(context)
         #: The declared exceptions to terminal absorption.
         self.recovery_rows = tuple(r for r in self.rows if r.recovery)
+        #: ``<Reason>StatusUpdateFailed`` for each row declared ``fallback=True``, in order.
+        self.fallback_reasons = tuple(
+            dict.fromkeys(f"{r.reason}{FALLBACK_SUFFIX}" for r in self.rows if r.fallback)
+        )
         self.dispatch = self._compile(effects)
 
     def _fail(self, problem: str) -> TableError:
@@ -201,6 +213,11 @@ class Table:
                 raise self._fail(f"{where}: a state-changing row must declare its event type")
             if row.recovery and not any(s in self.terminal for s in row.sources):
                 raise self._fail(f"{where}: a recovery row must leave a terminal state")
+            warns = row.event is EventType.WARNING and bool(row.reason)
+            if row.fallback and (row.ignore or not warns):
+                raise self._fail(
+                    f"{where}: a fallback row must enter a state with a Warning event and a reason"
+                )
             if row.recovery and (row.ignore or row.target in (SAME, *row.sources)):
                 raise self._fail(f"{where}: a recovery row must change state")
             templates = [row.message] + ([row.action.message] if row.action else [])

@@ -284,11 +284,11 @@ ROWS: tuple[Row, ...] = (
     Row(NEW, Submitted, SAME, effect="submitted", note="the spec; no condition yet"),
     *SPEC_UPDATED_ROWS,
     # Discovery and partitioning (the first pass)
-    Row(NEW, OverridesFailed, F, OVERRIDE_ERROR, W, MSG_OVERRIDE, None, "enter"),
+    Row(NEW, OverridesFailed, F, OVERRIDE_ERROR, W, MSG_OVERRIDE, None, "enter", fallback=True),
     Row(NEW, CheckpointPVCMissing, F, CHECKPOINT_PVC_MISSING, W, MSG_PVC, None, "enter"),
     Row(NEW, NodeListFailed, F, NODE_DISCOVERY_ERROR, W, MSG_DISCOVERY, None, "enter"),
     Row(NEW, NoNodesFound, F, NODE_DISCOVERY_ERROR, W, MSG_NO_NODES, None, "enter"),
-    Row(NEW, PlatformsMixed, F, HETEROGENEOUS_PLATFORM, W, "{error}", None, "enter"),
+    Row(NEW, PlatformsMixed, F, HETEROGENEOUS_PLATFORM, W, "{error}", None, "enter", fallback=True),
     Row(NEW, PartitionFailed, F, PARTITION_ERROR, W, "{error}", None, "enter"),
     Row(
         LIVE,

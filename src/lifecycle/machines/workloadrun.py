@@ -232,7 +232,16 @@ N, W = EventType.NORMAL, EventType.WARNING
 STOP = "a terminal WorkloadRun returns early: no write, no event"
 
 ROWS: tuple[Row, ...] = (
-    Row(NEW, ExecFrameworkMissing, FAILED, BUILD_FAILED, W, MSG_BUILD_FAILED, effect="enter"),
+    Row(
+        NEW,
+        ExecFrameworkMissing,
+        FAILED,
+        BUILD_FAILED,
+        W,
+        MSG_BUILD_FAILED,
+        effect="enter",
+        fallback=True,
+    ),
     ignore((IN_PROGRESS, *TERMINAL), ExecFrameworkMissing, "the build guard runs before create"),
     Row(NEW, WorkflowCreated, IN_PROGRESS, WORKFLOW_CREATED, N, MSG_CREATED, effect="created"),
     ignore((IN_PROGRESS, *TERMINAL), WorkflowCreated, "the run has its Workflow"),
