@@ -64,7 +64,8 @@ def refused(tmp: Path, manifest: Any, target: Any, needle: str) -> str:
     t = target if isinstance(target, str | bytes) else dump(target)
     code, out, err = run(tmp, m, t)
     assert (code, out) == (2, ""), err
-    assert err.count("\n") == 1 and err.endswith("\n"), err
+    assert err.count("\n") == 1, err
+    assert err.endswith("\n"), err
     assert len(err) <= MAX_ERR, len(err)
     assert needle in err, err
     return err
@@ -99,6 +100,34 @@ def test_the_shipped_examples_through_the_installed_command() -> None:
     )
     assert (done.returncode, done.stderr) == (1, "")
     assert "gpu pairing: none" in done.stdout
+
+
+@pytest.mark.parametrize(
+    ("body", "needle"),
+    [
+        ("[" * 100_000 + "]" * 100_000, "nested deeper than"),
+        (None, "anchors and aliases"),  # the alias bomb
+    ],
+)
+def test_hostile_files_through_the_installed_command_exit_2_with_one_line(
+    tmp_path: Path, body: str | None, needle: str
+) -> None:
+    """A separate process: no traceback, exit 2 (not 1, "incompatible"), one line."""
+    manifest = tmp_path / "manifest.json"
+    manifest.write_text(body if body is not None else BOMB + "host: {cpuArch: *g}\n")
+    cmd = [sys.executable, "-m", "lifecycle.cli", "restore", "check"]
+    done = subprocess.run(
+        [*cmd, str(manifest), str(EXAMPLES / "target.yaml")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr.count("\n") == 1
+    assert len(done.stderr) <= MAX_ERR
+    assert needle in done.stderr
+    assert "Traceback" not in done.stderr
 
 
 def test_help_documents_exit_codes_and_bounds() -> None:
@@ -347,7 +376,7 @@ def _paths(doc: Any, prefix: str = "") -> list[str]:
     return found
 
 
-MANIFEST_PATHS = _paths(MANIFEST) + ["compat.facts.k8s", "extra", "host.extra"]
+MANIFEST_PATHS = [*_paths(MANIFEST), "compat.facts.k8s", "extra", "host.extra"]
 TARGET_PATHS = _paths(TARGET)
 
 
@@ -413,7 +442,9 @@ def test_hostile_files_give_a_verdict_or_one_line_never_an_exception(
     assert code in (0, 1, 2, 3)
     if code == 2:
         assert out == ""
-        assert err.count("\n") == 1 and err.endswith("\n") and len(err) <= MAX_ERR
+        assert err.count("\n") == 1
+        assert err.endswith("\n")
+        assert len(err) <= MAX_ERR
     else:
         assert err == ""
         assert out.startswith(("verdict: compatible", "verdict: incompatible", "verdict: unknown"))

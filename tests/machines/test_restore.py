@@ -954,7 +954,8 @@ def test_an_error_class_that_is_free_text_is_not_shown() -> None:
     assert s.compatible is not None
     for text in (s.message, s.compatible.message):
         assert "k8s.imageId unavailable (unclassified)" in text
-        assert "/var/lib/kubelet" not in text and "pvc-0f3a" not in text
+        assert "/var/lib/kubelet" not in text
+        assert "pvc-0f3a" not in text
 
 
 # -- the identity volume policy: a path without its identity proves nothing --------------------
@@ -1034,7 +1035,8 @@ def test_a_redacted_error_is_one_bounded_line_without_secrets() -> None:
     from lifecycle.machines._restore_checks import ERROR_MAX, redact_error
 
     text = redact_error("token=s3cr3t-value\n" + "word " * 200 + 'claim "a b"')
-    assert "\n" not in text and len(text) <= ERROR_MAX
+    assert "\n" not in text
+    assert len(text) <= ERROR_MAX
     assert "s3cr3t" not in text
     assert redact_error('claim "models"') == redact_error('claim "models"')  # stable
     assert redact_error("CRIU restore failed: exit status 1") == (
