@@ -257,8 +257,11 @@ and duplicate keys are refused."""
 
 
 def main(
-    argv: Sequence[str] | None = None, out: TextIO = sys.stdout, err: TextIO = sys.stderr
+    argv: Sequence[str] | None = None, out: TextIO | None = None, err: TextIO | None = None
 ) -> int:
+    """Run the check; ``out`` and ``err`` default to the streams current at call time."""
+    out = sys.stdout if out is None else out
+    err = sys.stderr if err is None else err
     parser = argparse.ArgumentParser(
         prog="lifecycle restore check",
         description=(__doc__ or "").split("\n")[0],

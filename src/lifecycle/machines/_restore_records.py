@@ -78,7 +78,9 @@ class RestoreStatus:
     writes (``SnapshotRestoreCompatible``, ``Restored``). In ``Recording``, ``recording`` names
     the settled state the verdict will enter once the Pod write succeeded: the verdict is
     memoised here, before that write, and nothing re-enters a gate while it holds.
-    ``pairing`` is gate B's GPU pairing for the device-map builder.
+    ``pairing`` is gate B's GPU pairing for the device-map builder. ``message``, the
+    conditions' messages and ``write_error`` hold free-text errors only redacted (the full
+    text is in the observation).
     """
 
     state: str = NEW
