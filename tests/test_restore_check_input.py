@@ -420,7 +420,7 @@ def hostile_pair(draw: st.DrawFn) -> tuple[str | bytes, str | bytes]:
         for path in draw(st.lists(st.sampled_from(paths), max_size=3)):
             try:
                 doc = with_(doc, path, draw(HOSTILE))
-            except (KeyError, IndexError, ValueError, TypeError):
+            except (KeyError, IndexError, ValueError, TypeError, AttributeError):
                 continue  # a path that an earlier change removed
         out.append(_yaml_text(doc) if draw(st.booleans()) else json.dumps(doc))
     return out[0], out[1]
