@@ -7,6 +7,7 @@
     lifecycle table MACHINE
     lifecycle docs [--out DIR] [--check]
     lifecycle db migrate|status|compact --store URL
+    lifecycle check [MACHINE | module:Class] [--format text|json] [--allow FILE]
     lifecycle restore check MANIFEST TARGET   (its own exit codes: see its --help)
 
 Exit codes:
@@ -45,6 +46,7 @@ import attrs
 import orjson
 import structlog
 
+from ._cli_check import add_check_command
 from ._cli_db import STORE_HELP, add_db_commands
 from ._core.errors import LifecycleError, TraceError, preview
 from ._core.machine import Machine
@@ -592,6 +594,7 @@ def build_parser() -> argparse.ArgumentParser:
     mp.set_defaults(func=cmd_machines)
     _add_docs_commands(sub)
     add_db_commands(sub)
+    add_check_command(sub)
     restore = sub.add_parser("restore", help="offline tools of the Restore compatibility gate")
     restore_sub = restore.add_subparsers(dest="restore_command", required=True)
     check = restore_sub.add_parser(

@@ -206,6 +206,11 @@ class Machine(Generic[S]):
     #: Write attempts this machine allows per observation (``None``: the runner's policy).
     #: ``1`` is a direct write: a conflict is not retried, the next observation re-reads.
     write_attempts: ClassVar[int | None] = None
+    #: Findings of ``lifecycle check`` that are deliberate: finding key -> reason (ADR 0085).
+    analysis_allowances: ClassVar[Mapping[str, str]] = {}
+    #: Effects that may enter a state other than their row's target: effect -> those states
+    #: (``lifecycle check`` counts them as possible targets of every row with that effect).
+    effect_targets: ClassVar[Mapping[str, tuple[str, ...]]] = {}
 
     def __init__(self) -> None:
         self._vocabulary = {o.name(): o for o in self.table.observations}

@@ -23,6 +23,7 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any, ClassVar
 
+from .._core.analysis import allow_refused
 from .._core.machine import Verdict, replace
 from .._core.observation import Observation
 from .._core.refs import Condition, EventType
@@ -391,6 +392,13 @@ class JobMachine(ConditionMachine[JobStatus]):
     status_type: ClassVar[type[Any]] = JobStatus
     table: ClassVar[Table] = TABLE
     controller: ClassVar[str] = JOB_CONTROLLER
+    analysis_allowances: ClassVar[Mapping[str, str]] = allow_refused(
+        "the workload does not exist before WorkloadCreated: a report of its progress or end "
+        "for a Job that never created one is a host bug, refused loudly",
+        (NEW,),
+        (WorkloadPending, WorkloadRunning, TrainingStepObserved, WorkloadFailed,
+         WorkloadMissing, WorkloadSucceeded),
+    )  # fmt: skip
     verdicts: ClassVar[tuple[Verdict[Any], ...]] = (
         Verdict(HARDWARE_FAILED, _hardware),
         Verdict(VALIDATION_FAILED, _validation, on_absent_to_false=EventType.NORMAL),

@@ -19,11 +19,13 @@ from __future__ import annotations
 
 import functools
 import ipaddress
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Any, ClassVar
 
 import attrs
 
+from .._core.analysis import allow_refused
 from .._core.machine import Machine, evolver
 from .._core.observation import Observation
 from .._core.refs import Condition, EventType, ObjectRef, set_condition
@@ -452,6 +454,12 @@ class PodMachine(Machine[PodStatus]):
     kind: ClassVar[str] = "Pod"
     status_type: ClassVar[type[Any]] = PodStatus
     table: ClassVar[Table] = TABLE
+    analysis_allowances: ClassVar[Mapping[str, str]] = allow_refused(
+        "a provision result for a pod that CreatePod never sent to provisioning is a host bug: "
+        "refused loudly, never ignored",
+        PRE_PLACEMENT,
+        (ProvisionSucceeded, ProvisionRejected, ProvisionErrored),
+    )
 
     def initial(self, ref: ObjectRef) -> PodStatus:
         return PodStatus()

@@ -21,6 +21,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
+from .._core.analysis import allow_refused
 from .._core.machine import Machine
 from .._core.observation import Observation, Tick
 from .._core.refs import EventType, ObjectRef
@@ -271,12 +272,49 @@ TABLE = Table(
     context=("note",),
 )
 
+#: Observations of the steps after gate A claims the attempt, in order.
+_AFTER_CLAIM = (
+    PlaceholderResolved,
+    GateBFacts,
+    TargetFactsUnavailable,
+    RestoreCompleted,
+    RestoreErrored,
+)
+
 
 class RestoreMachine(Machine[RestoreStatus]):
     name: ClassVar[str] = "restore"
     kind: ClassVar[str] = "RestoreAttempt"
     status_type: ClassVar[type[Any]] = RestoreStatus
     table: ClassVar[Table] = TABLE
+    #: An attempt's steps come in order; a step's result before the step is a host bug.
+    analysis_allowances: ClassVar[Mapping[str, str]] = {
+        **allow_refused(
+            "nothing but AttemptOpened is accepted before the attempt is keyed",
+            (NEW,),
+            (PodObserved, GateAFacts, ManifestUnreadable, *_AFTER_CLAIM),
+        ),
+        **allow_refused(
+            "gate A's facts and later results come after the pod is admitted to gate A",
+            (PENDING,),
+            (GateAFacts, ManifestUnreadable, *_AFTER_CLAIM),
+        ),
+        **allow_refused(
+            "the placeholder is resolved, and gate B runs, only after the attempt is claimed",
+            (GATE_A, SKIPPED),
+            _AFTER_CLAIM,
+        ),
+        **allow_refused(
+            "gate B's facts and the restore's result come after the placeholder is resolved",
+            (CLAIMED,),
+            _AFTER_CLAIM[1:],
+        ),
+        **allow_refused(
+            "the restore runs only after gate B lets it",
+            (GATE_B,),
+            (RestoreCompleted, RestoreErrored),
+        ),
+    }
 
     def initial(self, ref: ObjectRef) -> RestoreStatus:
         return RestoreStatus()

@@ -20,6 +20,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
+from .._core.analysis import allow_refused
 from .._core.errors import InvalidObservation
 from .._core.machine import replace
 from .._core.observation import Observation
@@ -361,6 +362,12 @@ class WorkflowMachine(ConditionMachine[WorkflowStatus]):
     status_type: ClassVar[type[Any]] = WorkflowStatus
     table: ClassVar[Table] = TABLE
     controller: ClassVar[str] = WORKFLOW_CONTROLLER
+    analysis_allowances: ClassVar[Mapping[str, str]] = allow_refused(
+        "a Job is launched for a planned group: before Partitioned there is none, so a launch "
+        "is a host bug, refused loudly",
+        (NEW,),
+        (JobLaunched,),
+    )
 
     def context(self, status: WorkflowStatus, obs: Observation) -> Mapping[str, Any]:
         return context(status)
