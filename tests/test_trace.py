@@ -393,7 +393,7 @@ def test_redaction_reaches_into_nested_values() -> None:
     )
     cleaned = redact_observation(obs)
     assert cleaned.notes == ("Bearer <redacted>", "fine")
-    assert cleaned.facts == {"auth": "token=<redacted>", "arch": "amd64"}
+    assert cleaned.facts == {"auth": "<redacted>", "arch": "amd64"}  # a secret key: all of it
     assert cleaned.code == 7
     clean = Seen(at=t(0), notes=("fine",))
     assert redact_observation(clean) is clean  # nothing to scrub: the same object

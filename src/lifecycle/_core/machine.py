@@ -16,7 +16,9 @@ from .errors import (
     preview,
 )
 from .observation import Observation
+from .redact import redact
 from .refs import Condition, EventType, ObjectRef
+from .schema import Schema, Upcaster
 from .table import SAME, Row, Step, Table, render
 from .transition import Flip
 
@@ -211,6 +213,14 @@ class Machine(Generic[S]):
     #: Effects that may enter a state other than their row's target: effect -> those states
     #: (``lifecycle check`` counts them as possible targets of every row with that effect).
     effect_targets: ClassVar[Mapping[str, tuple[str, ...]]] = {}
+    #: The version of this machine's stored records (statuses, journal entries): bump it when
+    #: the status, the observations or the states change, and declare how older records read
+    #: in ``upcasters`` (ADR 0088).
+    schema_version: ClassVar[int] = 1
+    #: Per older version N, the :class:`~lifecycle.Upcaster` from N's records to N+1's.
+    upcasters: ClassVar[Mapping[int, Upcaster]] = {}
+    #: The version and fingerprint stores write beside each record (computed once).
+    schema: Schema
 
     def __init__(self) -> None:
         self._vocabulary = {o.name(): o for o in self.table.observations}
@@ -245,6 +255,7 @@ class Machine(Generic[S]):
         # ``verdicts``, ``event_type`` and ``controller`` are declared on the class, so what
         # a flip is depends only on (from, to, reason, message) when no verdict is declared.
         self._memoise_flips = not self.verdicts and self._type_by_state and not self._signed
+        self.schema = Schema.of(self)
 
     def _compile(self, steps: tuple[Step, ...]) -> Callable[[Any, Any], Any]:
         """The rows of one (state, observation type) as one function: each guard in table
@@ -378,10 +389,11 @@ class Machine(Generic[S]):
 
     def fallback_message(self, ref: ObjectRef, flip: Flip, error: Exception) -> str:
         """The message of the fallback Warning sent when the write carrying ``flip`` failed.
-        It names both the cause and the error, and never claims the status was written."""
+        It names both the cause and the error (redacted: a store error can quote a connection
+        string), and never claims the status was written."""
         what = flip.condition or flip.target
         cause = flip.message or flip.reason
-        return f"{cause}; recording the {ref.kind} {what} status also failed: {error}"
+        return f"{cause}; recording the {ref.kind} {what} status also failed: {redact(str(error))}"
 
     def _declared_warnings(self) -> frozenset[str]:
         """The states whose entry the table declares a Warning: the table is the source of

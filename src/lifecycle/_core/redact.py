@@ -1,10 +1,35 @@
-"""Scrubbing credentials and tokens out of recorded text (provider error messages can quote
-signed URLs, session tokens or key ids). Every trace recorder applies it, so a recorded trace
-never holds a secret."""
+"""The library's one redactor: credentials and tokens scrubbed out of text and values.
+
+Provider error messages can quote signed URLs, session tokens, key ids, connection strings or
+private keys. :func:`redact` replaces each secret in a text with ``<redacted>``;
+:func:`scrub` does it to every string inside a value (mappings, sequences, sets, attrs records)
+without changing its structure; :func:`redact_observation` is :func:`scrub` for an
+observation. See ``docs/adr/0080-one-redactor.md`` for the shapes recognised, where the library
+applies it, and why it is a pattern set of its own rather than a detector library.
+
+Two kinds of rule:
+
+- *shapes* that are secrets wherever they appear: URL userinfo passwords, PEM private-key
+  blocks, ``Bearer``/``Basic`` credentials, vendor tokens by their documented prefixes (AWS key
+  ids, GitHub, GitLab, Slack, OpenAI/Anthropic ``sk-``, Stripe, Hugging Face, Google, npm,
+  PyPI, SendGrid, Twilio, Azure AD client secrets, Modal ``ak-``/``as-``), JWTs, and long
+  high-entropy base64 runs (AWS secret access keys and session tokens, storage account keys);
+- *pairs* whose key names a secret (``password``, ``pwd``, ``pass``, ``secret(s)``,
+  ``token(s)``, ``credential(s)``, ``api key``, ``private key``, ``signature``, ``sig``,
+  ``auth``, ``authorization``, ``cookie`` ...), written ``key=value``, ``key: value``,
+  ``"key": "value"``, ``--key value``, URL-encoded (``key%3Dvalue``) or as a mapping entry.
+
+Every pattern is linear: runs are possessive and start only at a token boundary, so a
+megabyte of adversarial text is scanned in one pass (tests/test_redaction_corpus.py).
+"""
 
 from __future__ import annotations
 
+import functools
+import itertools
+import math
 import re
+from collections import Counter
 from collections.abc import Mapping
 from typing import Any, TypeVar
 
@@ -12,53 +37,403 @@ import attrs
 
 from .observation import Observation
 
+__all__ = [
+    "REDACTED",
+    "is_secret_key",
+    "redact",
+    "redact_observation",
+    "scrub",
+]
+
 REDACTED = "<redacted>"
 
-_PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
-    # AWS access key ids (long-term AKIA, temporary ASIA, and the other documented prefixes).
-    (re.compile(r"\b(?:AKIA|ASIA|AIDA|AROA|AGPA|ANPA|ANVA|AIPA)[A-Z0-9]{12,}\b"), REDACTED),
-    # Modal token ids and secrets (ak-..., as-...), and connect/bearer tokens.
-    (re.compile(r"\b(?:ak|as)-[A-Za-z0-9]{8,}\b"), REDACTED),
-    (re.compile(r"(?i)\b(bearer|basic)\s+[A-Za-z0-9._~+/=-]{8,}"), rf"\1 {REDACTED}"),
-    # key=value / key: value pairs whose key names a secret (headers, query strings, JSON).
-    (
-        re.compile(
-            r"(?i)((?:x-amz-)?(?:security[-_]?token|session[-_]?token|secret(?:[-_]?access)?"
-            r"(?:[-_]?key)?|access[-_]?token|token[-_]?secret|token|password|passwd|signature"
-            r"|credential|authorization|api[-_]?key)[\"']?\s*[:=]\s*[\"']?)([^\s&\"',;}]+)"
-        ),
-        rf"\1{REDACTED}",
-    ),
-    # Any remaining query-string values of URLs (presigned URLs, connect links).
-    (re.compile(r"([?&][A-Za-z0-9._~-]+=)[^&\s\"']+"), rf"\1{REDACTED}"),
+# -- what names a secret ---------------------------------------------------------------------
+#: A key segment containing one of these names a secret (``db_password``, ``accessToken``).
+_SECRET_STEMS = (
+    "password",
+    "passwd",
+    "passphrase",
+    "secret",
+    "token",
+    "credential",
+    "apikey",
+    "privatekey",
+    "accesskey",
+    "secretkey",
+    "accountkey",
+    "signature",
+    "cookie",
+    "authorization",
 )
+#: A key segment equal to one of these names a secret.
+_SECRET_WORDS = frozenset({"pwd", "pass", "pw", "sig", "auth", "creds", "jwt", "bearer", "otp"})
+#: ``<word> key`` names a secret for these words (``api_key``, ``x-functions-key``).
+_KEY_QUALIFIERS = frozenset(
+    {
+        "api",
+        "private",
+        "access",
+        "secret",
+        "account",
+        "session",
+        "master",
+        "subscription",
+        "signing",
+        "encryption",
+        "functions",
+        "shared",
+        "storage",
+        "client",
+        "app",
+        "service",
+        "admin",
+        "sas",
+        "host",
+        "auth",
+    }
+)
+#: A key with one of these segments describes a secret rather than holding one
+#: (``token_type``, ``max_tokens``, ``tokens_per_second``, ``secret_name``, ``password_file``).
+_HARMLESS = frozenset(
+    {
+        "type",
+        "types",
+        "count",
+        "counts",
+        "num",
+        "number",
+        "per",
+        "rate",
+        "limit",
+        "limits",
+        "used",
+        "usage",
+        "max",
+        "min",
+        "total",
+        "expiry",
+        "expires",
+        "expiration",
+        "expired",
+        "ttl",
+        "url",
+        "uri",
+        "endpoint",
+        "file",
+        "path",
+        "dir",
+        "name",
+        "names",
+        "ref",
+        "length",
+        "len",
+        "size",
+        "version",
+        "hint",
+        "policy",
+        "algorithm",
+        "alg",
+        "method",
+        "mode",
+        "scheme",
+        "provider",
+        "required",
+        "enabled",
+        "format",
+        "kind",
+        "second",
+        "seconds",
+    }
+)
+_SEGMENT = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|[0-9]+")
+
+
+@functools.lru_cache(maxsize=1024)
+def is_secret_key(key: str) -> bool:
+    """Whether a key (a field, header, flag or parameter name) names a secret's value:
+    ``password``, ``DB_PASSWORD``, ``aws_secret_access_key``, ``X-Amz-Security-Token``,
+    ``privateKey``, ``tokens``, ``--token`` -- but not ``token_type`` or ``secret_name``."""
+    if len(key) > 100:
+        return False
+    segments = [s.lower() for s in _SEGMENT.findall(key)]
+    if not segments or any(s in _HARMLESS for s in segments):
+        return False
+    joined = "".join(segments)
+    if any(stem in joined for stem in _SECRET_STEMS):
+        return True
+    if any(s in _SECRET_WORDS for s in segments):
+        return True
+    return any(
+        a in _KEY_QUALIFIERS and b in ("key", "keys") for a, b in itertools.pairwise(segments)
+    )
+
+
+# -- the scanner -----------------------------------------------------------------------------
+#: One pass finds every place a rule may apply; each named group is one rule. Rules that read
+#: a run start only where the run starts (a negative lookbehind of the run's own characters)
+#: and read it possessively, so no position is read twice by a failing attempt.
+_STEM = r"(?i:p(?:ass|w)|s(?:ecret|ig)|token|c(?:red|ookie)|key|auth|jwt|bearer|otp)"
+_KV = r"""
+    (?P<{p}dash>--?)?
+    (?=[\w.-]{{0,80}}?{stem})
+    (?P<{p}key>[A-Za-z][\w.-]{{0,80}}+)
+    (?P<{p}sep>(?:\\?["'])?[ \t]*(?:[:=]|(?:%22)?%3[DdAa](?:%22)?)[ \t]*
+              |(?({p}dash)[ \t]+|(?!)))
+"""
+_SCAN = re.compile(
+    r"""
+    (?P<pem>-----BEGIN[ A-Z0-9]{0,40}PRIVATE[ ]KEY(?:[ ]BLOCK)?-----
+        (?:[^-]|-(?!----))*+
+        (?:-----END[ A-Z0-9]{0,40}PRIVATE[ ]KEY(?:[ ]BLOCK)?-----)?)
+  | (?P<ui_head>://[^\s/?#@:]{0,256}+:)(?P<ui_pw>[^\s/?#]+)(?=@)
+  | (?=[\w+/-])(?<![\w-])(?:
+      (?P<vendor>
+        (?:AKIA|ASIA|AIDA|AROA|AGPA|ANPA|ANVA|AIPA|ABIA|ACCA)[A-Z0-9]{12,}+
+      | gh[pousr]_[A-Za-z0-9]{20,}+
+      | github_pat_\w{20,}+
+      | gl(?:pat|dt|ptt|rt|cbt|imt|oas|ft|soat|agent)-[\w-]{20,}+
+      | xox[abposrce]-[A-Za-z0-9-]{10,}+
+      | xapp-[\w-]{10,}+
+      | (?:sk|rk)_(?:live|test)_[A-Za-z0-9]{10,}+
+      | whsec_[A-Za-z0-9+/=]{20,}+
+      | hf_[A-Za-z0-9]{20,}+
+      | api_org_[A-Za-z0-9]{20,}+
+      | AIza[\w-]{30,}+
+      | ya29\.[\w-]{20,}+
+      | GOCSPX-[\w-]{20,}+
+      | npm_[A-Za-z0-9]{30,}+
+      | pypi-AgE[\w-]{50,}+
+      | SG\.[\w-]{16,}+\.[\w-]{16,}+
+      | SK[0-9a-fA-F]{32}(?![0-9a-fA-F])
+      | [\w.~-]{3}\dQ~[\w.~-]{31,34}+
+      | eyJ[\w-]{5,}+\.[\w-]{5,}+(?:\.[\w-]*+)?
+      )
+    | (?P<loose>(?:sk-[\w-]{20,}+|(?:ak|as)-[A-Za-z0-9]{8,}+)(?![\w-]))
+    | (?P<scheme>(?i:bearer|basic)[ \t]{1,8}+)(?P<scheme_v>[\w.~+/-]{6,}+=*+)
+    | (?<![.%])(?P<kv>"""
+    + _KV.format(p="kv_", stem=_STEM)
+    + r""")
+    | (?<![+/])(?P<blob>[A-Za-z0-9+/_-]{32,}+=*+)
+    )
+  | (?<=[0-9A-Fa-f])(?:(?<=%2[6CcBb0])|(?<=%3[FfBbAaDd])|(?<=%22))(?=[A-Za-z-])(?P<kve>"""
+    + _KV.format(p="kve_", stem=_STEM)
+    + r""")
+    """,
+    re.VERBOSE | re.ASCII,
+)
+
+#: The value after a secret key: quoted (to the closing quote), or bare (to the next
+#: whitespace or separator; an authorization scheme word is kept with its credential).
+_VALUE = re.compile(
+    r"""
+    "(?P<dq>(?:[^"\\\r\n]|\\[^\r\n])*+)
+  | '(?P<sq>[^'\r\n]*+)
+  | \\"(?P<eq>(?:\\\\|[^\\"\r\n])*+)
+  | (?P<bare>(?:(?i:bearer|basic|token|digest|negotiate|ntlm|aws4-hmac-sha256|sharedkey)[ \t]+)?
+             [^\s"'&,;<>(){}\[\]\\]++)
+    """,
+    re.VERBOSE | re.ASCII,
+)
+#: The value of an ``Authorization`` or ``Cookie`` header written bare: the rest of the line.
+_LINE_VALUE = re.compile(r"[^\r\n]++")
+_KEY = re.compile(r"[A-Za-z][\w.-]*+", re.ASCII)
+#: A URL-encoded value: up to an encoded ``&``, ``,``, ``"``, ``;`` or space.
+_ENCODED_VALUE = re.compile(r"(?:(?!%2[6Cc2]|%3[Bb]|%20)[^\s\"'&,;<>(){}\[\]\\+])++")
+
+
+def _looks_random(token: str) -> bool:
+    """Upper, lower and digit all present: keeps ``sk-worker-pool-...`` style names."""
+    return (
+        any(c.isdigit() for c in token)
+        and any(c.isupper() for c in token)
+        and any(c.islower() for c in token)
+    )
+
+
+def _mixed_case(token: str) -> bool:
+    return any(c.isupper() for c in token) and any(c.islower() for c in token)
+
+
+#: A credential after ``Basic`` has a digit or a symbol or mixed case; a word (``basic
+#: authentication failed``) has none of them.
+_TOKENISH = re.compile(r"[0-9.~+/=_-]")
+_WORD = re.compile(r"\w", re.ASCII)
+
+
+def _entropy(text: str) -> float:
+    n = len(text)
+    return -sum(c / n * math.log2(c / n) for c in Counter(text).values())
+
+
+#: Shannon entropy (bits per character) a run must reach to count as a key: tuned so that a
+#: random base64 or base62 run of that length reaches it in more than 99.99 % of cases, while
+#: CamelCase identifiers and paths (about 4.0-4.3) stay below it from 48 characters on.
+def _threshold(n: int) -> float:
+    return min(4.5, math.log2(n) - 1.2)
+
+
+_WORDY = re.compile(r"[A-Z]?[a-z]+[0-9]*|[A-Z]+[0-9]*|[0-9]+|")
+
+
+def _is_blob_secret(run: str) -> bool:
+    """A long base64-ish run is a secret when it mixes letter cases, has a digit, is not a
+    path of plain words, and its entropy is that of random data of its length. A run mixing
+    the two base64 alphabets (``-_`` and ``+/``) is no one token: its ``/`` parts are judged
+    one by one (``<uid>/<sandbox id>`` is two ids, not a key)."""
+    if ("-" in run or "_" in run) and ("/" in run or "+" in run):
+        return any(_is_blob_secret(part) for part in re.split(r"[/+]", run))
+    body = run.rstrip("=")
+    if len(body) < 32 or not _looks_random(body):
+        return False
+    if "/" in body and all(_WORDY.fullmatch(part) for part in body.split("/")):
+        return False  # /Users/Alice/Library/Caches2: a path, not a key
+    return _entropy(body) >= _threshold(len(body))
+
+
+def _value_end(text: str, at: int, key: str, encoded: bool) -> tuple[int, int]:
+    """The span of the value of secret ``key`` starting at ``at`` (empty: none)."""
+    m = (_ENCODED_VALUE if encoded else _VALUE).match(text, at)
+    if m is None:
+        return at, at
+    group = m.lastgroup
+    if group is None:  # an encoded value
+        return m.span()
+    if group == "bare":
+        lowered = key.lower()
+        if "authorization" in lowered or "cookie" in lowered:
+            line = _LINE_VALUE.match(text, at)
+            assert line is not None
+            return at, line.end()
+        value = m.group(group)
+        if value.endswith(":"):
+            if _KEY.fullmatch(value, 0, len(value) - 1) and is_secret_key(value[:-1]):
+                return at, at  # ``credentials: api_key: x``: read on from the next key
+            return m.start(group), m.end(group) - 1
+    return m.span(group)
 
 
 def redact(text: str) -> str:
-    """``text`` with credentials and tokens replaced by ``<redacted>``."""
-    for pattern, replacement in _PATTERNS:
-        text = pattern.sub(replacement, text)
-    return text
+    """``text`` with every credential and token in it replaced by ``<redacted>``.
+
+    Idempotent, bounded (one linear pass), and it returns ``text`` itself when there is
+    nothing to redact."""
+    m = _SCAN.search(text)
+    if m is None:
+        return text
+    out: list[str] = []
+    pos = 0  # text[:pos] is dealt with
+    while m is not None:
+        start = m.start()
+        rule = m.lastgroup
+        resume = m.end()
+        if rule == "kv" or rule == "kve":
+            key = m.group(f"{rule}_key")
+            sep_end = m.end(f"{rule}_sep")
+            if is_secret_key(key):
+                v_start, v_end = _value_end(text, sep_end, key, "%" in m.group(f"{rule}_sep"))
+                if v_end > v_start and text[v_start:v_end] != REDACTED:
+                    out.append(text[pos:v_start])
+                    out.append(REDACTED)
+                    pos = v_end
+                resume = max(v_end, sep_end)
+            else:  # the key itself may be a token (``AKIA...:``); what follows is scanned on
+                cleaned = redact(key) if len(key) >= 8 else key
+                if cleaned is not key:
+                    out.append(text[pos : m.start(f"{rule}_key")])
+                    out.append(cleaned)
+                    pos = m.end(f"{rule}_key")
+                resume = m.end(f"{rule}_key")
+        elif rule == "ui_pw":
+            out.append(text[pos : m.start("ui_pw")])
+            out.append(REDACTED)
+            pos = m.end("ui_pw")
+        elif rule == "scheme_v":
+            value = m.group("scheme_v")
+            if value.endswith("=") and _WORD.match(text, m.end()):  # ``bearer name=value``
+                secret = any(c.isdigit() for c in value)
+            elif m.group("scheme")[:2].lower() == "be":  # Bearer: what follows is the credential
+                secret = value != REDACTED
+            else:
+                secret = value != REDACTED and bool(_TOKENISH.search(value) or _mixed_case(value))
+            if secret:
+                out.append(text[pos : m.start("scheme_v")])
+                out.append(REDACTED)
+                pos = m.end("scheme_v")
+        elif rule == "loose" or rule == "blob":
+            token = m.group()
+            if rule == "blob":
+                secret = _is_blob_secret(token)
+            elif token.startswith("sk-"):
+                secret = _looks_random(token)
+            else:  # Modal ak-/as-: letters and digits
+                secret = any(c.isdigit() for c in token) and any(c.isalpha() for c in token)
+            if secret:
+                out.append(text[pos:start])
+                out.append(REDACTED)
+                pos = m.end()
+        else:  # pem, vendor: the whole match is the secret
+            out.append(text[pos:start])
+            out.append(REDACTED)
+            pos = m.end()
+        m = _SCAN.search(text, max(resume, start + 1))
+    if not out:
+        return text
+    out.append(text[pos:])
+    return "".join(out)
 
 
-def _scrub(value: Any) -> Any:
-    """``value`` with every string inside it redacted: strings; tuples (NamedTuples too),
-    lists, sets and frozensets; mapping keys and values; nested attrs records. What has
-    nothing to redact comes back as the same object."""
+# -- values ----------------------------------------------------------------------------------
+def _distinct(items: list[Any], originals: list[Any]) -> list[Any]:
+    """``items`` (scrubbed ``originals``) with no two made equal by redaction: a string that
+    changed and now equals another gets numbered placeholders ``<redacted:N>``."""
+    seen: set[Any] = set()
+    unchanged = {o for o, i in zip(originals, items, strict=True) if o is i or o == i}
+    n = 0
+    out = []
+    for original, item in zip(originals, items, strict=True):
+        if isinstance(item, str) and item != original:
+            candidate = item
+            while candidate in seen or candidate in unchanged:
+                n += 1
+                candidate = item.replace(REDACTED, f"<redacted:{n}>")
+                if candidate == item:  # nothing to number: give it its own placeholder
+                    candidate = f"<redacted:{n}>"
+            item = candidate
+        seen.add(item)
+        out.append(item)
+    return out
+
+
+def _walk(value: Any, secret: bool) -> Any:
     if isinstance(value, str):
+        if secret:
+            return REDACTED if value and value != REDACTED else value
         return redact(value)
-    if isinstance(value, tuple | list | set | frozenset):
-        cleaned = [_scrub(v) for v in value]
+    if isinstance(value, tuple | list):
+        cleaned = [_walk(v, secret) for v in value]
         if all(a is b for a, b in zip(cleaned, value, strict=True)):
             return value
         kind: Any = type(value)
         if hasattr(value, "_fields"):  # a NamedTuple
             return kind._make(cleaned)
         return kind(cleaned)
-    if isinstance(value, Mapping):
-        pairs = [(_scrub(k), _scrub(v)) for k, v in value.items()]
-        if all(a is k and b is v for (a, b), (k, v) in zip(pairs, value.items(), strict=True)):
+    if isinstance(value, set | frozenset):
+        originals = list(value)
+        cleaned = [_walk(v, secret) for v in originals]
+        if all(a is b for a, b in zip(cleaned, originals, strict=True)):
             return value
+        return type(value)(_distinct(cleaned, originals))
+    if isinstance(value, Mapping):
+        keys = list(value.keys())
+        new_keys = _distinct([_walk(k, False) for k in keys], keys)
+        values = [
+            _walk(v, secret or (isinstance(k, str) and is_secret_key(k))) for k, v in value.items()
+        ]
+        if all(a is b for a, b in zip(new_keys, keys, strict=True)) and all(
+            a is b for a, b in zip(values, value.values(), strict=True)
+        ):
+            return value
+        pairs = list(zip(new_keys, values, strict=True))
         mapping: Any = type(value)
         try:
             return mapping(pairs)
@@ -70,17 +445,30 @@ def _scrub(value: Any) -> Any:
             if not field.init:
                 continue
             old = getattr(value, field.name)
-            new = _scrub(old)
+            new = _walk(old, secret or is_secret_key(field.alias or field.name))
             if new is not old:
                 changes[field.alias] = new
         return attrs.evolve(value, **changes) if changes else value
     return value
 
 
+def scrub(value: Any) -> Any:
+    """``value`` with every string inside it redacted, its structure unchanged: strings;
+    tuples (NamedTuples too), lists, sets and frozensets; mapping keys and values; nested
+    attrs records. A string held under a secret key (``{"password": "x"}``, a field named
+    ``token``) is replaced whole. No two keys of a mapping (or members of a set) are made
+    equal: a changed one that would collide is numbered ``<redacted:1>``, ``<redacted:2>``.
+    What has nothing to redact comes back as the same object."""
+    return _walk(value, False)
+
+
+#: The old private name (tests and recorders used it).
+_scrub = scrub
+
 ObsT = TypeVar("ObsT", bound=Observation)
 
 
 def redact_observation(observation: ObsT) -> ObsT:
     """The same observation with every string in it (nested ones too) redacted."""
-    cleaned: ObsT = _scrub(observation)
+    cleaned: ObsT = scrub(observation)
     return cleaned

@@ -14,6 +14,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from .._core.observation import Observation
+from .._core.redact import redact_observation
 from .._core.refs import ObjectRef
 from ..machines.pod import (
     InstanceFailed,
@@ -102,16 +103,17 @@ def utc_now() -> datetime:
 
 
 class RecordingMixin:
-    """Mixin for a live adapter: every observation it returns is also handed to ``recorder``."""
+    """Mixin for a live adapter: every observation it returns is redacted (a provider's text
+    enters the library here, so the journal, traces and events only ever see the redacted
+    form) and also handed to ``recorder``."""
 
     recorder: Recorder | None
 
     def _emit(self, ref: ObjectRef, obs: Observation) -> Observation:
+        obs = redact_observation(obs)
         if self.recorder is not None:
             self.recorder.record(ref, obs)
         return obs
 
     def _emit_all(self, out: dict[ObjectRef, Observation]) -> dict[ObjectRef, Observation]:
-        for ref, obs in out.items():
-            self._emit(ref, obs)
-        return out
+        return {ref: self._emit(ref, obs) for ref, obs in out.items()}

@@ -30,6 +30,7 @@ from typing import Any, Protocol
 import attrs
 
 from .._core.observation import Observation
+from .._core.redact import redact, redact_observation
 from .._core.refs import ObjectRef
 from ..links import claim_ref
 from ..machines.nodeclaim import PodAbsent
@@ -139,8 +140,8 @@ class FakeProvider:
         if self._provision_script:
             kind, error = self._provision_script.popleft()
             if kind == "reject":
-                return ProvisionRejected(at=at, error=error)
-            return ProvisionErrored(at=at, error=error)
+                return ProvisionRejected(at=at, error=redact(error))
+            return ProvisionErrored(at=at, error=redact(error))
         existing = self._by_claim.get(claim)
         if existing is not None:
             inst = self._instances[existing]
@@ -210,7 +211,7 @@ class FakeProvider:
         try:
             listing = self.list()
         except ProviderError as e:
-            return {c: InstanceUnknown(at=at, error=str(e)) for c in wanted}
+            return {c: InstanceUnknown(at=at, error=redact(str(e))) for c in wanted}
         by_claim = {inst.claim: inst for inst in listing}
         out: dict[str, Observation] = {}
         for claim in wanted:
@@ -346,7 +347,8 @@ class FakeNode:
         return claim_ref(ref).name
 
     def feed(self, ref: ObjectRef, observation: Observation) -> Any:
-        """Record ``observation`` (if recording) and hand it to the sink."""
+        """Redact ``observation``, record it (if recording) and hand it to the sink."""
+        observation = redact_observation(observation)
         if self.recorder is not None:
             self.recorder.record(ref, observation)
         return self.sink.observe(ref, observation)

@@ -32,6 +32,7 @@ from datetime import datetime, timedelta
 from types import TracebackType
 from typing import Any
 
+from .._core.redact import redact
 from .._core.transition import Transition
 from ._k8s.collector import EventCollector, EventRow, project
 from ._k8s.correlator import (
@@ -388,7 +389,7 @@ class KubernetesEmitter:
                     self.correlator.record(item)
                     self._run_timers()
             except Exception as e:  # the worker must outlive a broken sink
-                self.correlator.log.error("event worker failed", error=repr(e))
+                self.correlator.log.error("event worker failed", error=redact(repr(e)))
             finally:
                 with self._lock:
                     self._pending -= 1
@@ -405,7 +406,7 @@ class KubernetesEmitter:
             try:
                 self.correlator.tick()
             except Exception as e:
-                self.correlator.log.error("event timers failed", error=repr(e))
+                self.correlator.log.error("event timers failed", error=redact(repr(e)))
 
     def _interruptible_sleep(self, seconds: float) -> None:
         self._stopping.wait(seconds)

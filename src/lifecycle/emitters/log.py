@@ -1,4 +1,5 @@
-"""An emitter that writes one structlog line per transition, with the object ref bound."""
+"""An emitter that writes one structlog line per transition, with the object ref bound. The
+message is redacted (:func:`lifecycle.adapters.recording.redact`) on its way out."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ from typing import Any
 
 import structlog
 
+from .._core.redact import redact
 from .._core.refs import EventType
 from .._core.transition import Transition
 
@@ -29,7 +31,7 @@ class LogEmitter:
             type=t.type.value,
             **{"from": t.source, "to": t.target},
             condition=t.condition or None,
-            message=t.message,
+            message=redact(t.message),
             version=t.version,
             id=t.id,
             at=t.at.isoformat(),

@@ -24,6 +24,7 @@ from typing import Any, Protocol
 import attrs
 import structlog
 
+from ..._core.redact import redact
 from .event import Event, EventKey, EventSeries
 
 FINISH_TIME = timedelta(minutes=6)
@@ -295,7 +296,7 @@ class Correlator:
                 name=event.name,
                 namespace=event.namespace,
                 reason=event.reason,
-                error=str(error).strip(),
+                error=redact(str(error).strip()),
             )
         return sent
 

@@ -13,6 +13,8 @@ from typing import Any
 
 import attrs
 
+from ..._core.redact import redact
+
 #: ``events.k8s.io/v1`` refuses a note longer than this many bytes.
 NOTE_LIMIT = 1024
 #: Appended to a note cut to fit :data:`NOTE_LIMIT`.
@@ -149,13 +151,14 @@ def _utc(at: datetime) -> datetime:
 
 
 def truncate_note(note: str | bytes, limit: int = NOTE_LIMIT) -> str:
-    """Make ``note`` valid UTF-8 of at most ``limit`` bytes.
+    """Make ``note`` valid UTF-8 of at most ``limit`` bytes, with any secret in it redacted
+    (before the cut, so a secret cut in half is still found).
 
     Invalid UTF-8 (undecodable bytes; lone surrogates in a ``str``) becomes U+FFFD. A note
     over the limit is cut on a character boundary and ends in :data:`TRUNCATED_SUFFIX`, the
     whole staying within ``limit`` bytes.
     """
-    text = (
+    text = redact(
         note.decode("utf-8", "replace")
         if isinstance(note, bytes)
         else _SURROGATES.sub("\ufffd", note)
