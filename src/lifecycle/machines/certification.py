@@ -1,7 +1,8 @@
 """The Certification lifecycle: one Workflow per certification category, run in turn.
 
-Behaviour follows ``docs/upstream/workflow-job-certification.md`` ("Certification"). The Certification reads its Workflows through their committed statuses
-(:class:`WorkflowObserved`, wired by :mod:`lifecycle.links`).
+Behaviour follows ``docs/upstream/workflow-job-certification.md`` ("Certification"). The
+Certification reads its Workflows through their committed statuses (:class:`WorkflowObserved`,
+wired by :mod:`lifecycle.links`).
 
 - No schedulable nodes: InProgress / ``WaitingForNodes`` with a countdown (the message changes
   each pass, the event fires on the first only); after the window (5 minutes from creation,
