@@ -26,6 +26,7 @@ from typing import Any
 
 import attrs
 
+from . import _cascade
 from ._core.bounds import check_ref
 from ._core.errors import (
     Conflict,
@@ -91,6 +92,7 @@ class _Item:
     flips: tuple[Flip, ...] = ()
     actions: tuple[Transition, ...] = ()
     transitions: tuple[Transition, ...] = ()
+    intents: tuple[Transition, ...] = ()
     before: Any = None
     after: Any = None
     error: Exception | None = None
@@ -116,7 +118,7 @@ def validate(core: Runner, items: Sequence[tuple[ObjectRef, Observation]]) -> li
                 f"observations ({', '.join(sorted(machine.vocabulary))})"
             )
         check_observation(observation)
-        out.append(_Item(index, ref, observation, machine, core.policy_for(machine)))
+        out.append(_Item(index, ref, observation, machine, core.write_policy(machine, observation)))
     return out
 
 
@@ -134,12 +136,25 @@ def _waves(items: list[_Item]) -> list[list[_Item]]:
 
 
 def protocol(
-    core: Runner, items: Sequence[tuple[ObjectRef, Observation]], *, refuse: bool
+    core: Runner,
+    items: Sequence[tuple[ObjectRef, Observation]],
+    *,
+    refuse: bool,
+    catch_up: bool = True,
 ) -> Protocol:
     """Observe ``items`` through ``core``'s machines, policies, emitters and links; returns
-    one :class:`Result` per item, in order."""
+    one :class:`Result` per item, in order. With ``catch_up`` (a caller's own call, not a
+    cascade) the runner's pending cascade intents are retried first (ADR 0090); their results
+    go in the first result's ``caught_up``."""
     work = validate(core, items)
     results: list[Result | None] = [None] * len(work)
+    retried: tuple[Result, ...] = ()
+    if catch_up and core.pending and core.pending.retrying.acquire(blocking=False):
+        try:
+            found = yield from apply_intents(core, core.pending.take(), batch=not refuse)
+            retried = tuple(r for r in found if r is not None)
+        finally:
+            core.pending.retrying.release()
     for wave in _waves(work):
         pending = wave
         while pending:
@@ -220,6 +235,19 @@ def protocol(
                     if item.flips
                     else ()
                 )
+                links = core._links.get(machine.name)
+                if links is not None:
+                    item.intents = _cascade.derive(
+                        links,
+                        item.ref,
+                        machine.name,
+                        before,
+                        after,
+                        item.observation.at,
+                        version + 1,
+                        len(item.transitions),
+                        store_epoch(core.epoch_source),
+                    )
                 writes.append(item)
             if not writes:
                 break
@@ -227,7 +255,12 @@ def protocol(
                 outcomes: list[int | StoreError | IdentityMismatch] = yield Commit(
                     tuple(
                         CommitItem(
-                            i.machine, i.ref, i.version, i.after, i.observation, i.transitions
+                            i.machine,
+                            i.ref,
+                            i.version,
+                            i.after,
+                            i.observation,
+                            i.transitions + i.intents if i.intents else i.transitions,
                         )
                         for i in writes
                     )
@@ -251,7 +284,7 @@ def protocol(
                     committed.append((item, outcome))
             if committed:
                 yield from _deliver(core, [t for i, _ in committed for t in i.transitions])
-                cascades = yield from _follow(core, [i for i, _ in committed], refuse=refuse)
+                cascades = yield from _follow(core, [i for i, _ in committed], batch=not refuse)
                 for (item, version), cascade in zip(committed, cascades, strict=True):
                     results[item.index] = Result(
                         Outcome.COMMITTED,
@@ -267,7 +300,10 @@ def protocol(
                 yield Pause(retry[0].policy, delay(retry[0].policy))
             pending = retry
     assert all(r is not None for r in results)
-    return [r for r in results if r is not None]
+    done = [r for r in results if r is not None]
+    if retried and done:
+        done[0] = done[0]._replace(caught_up=retried)
+    return done
 
 
 def _refused(core: Runner, item: _Item, error: IdentityMismatch) -> Result:
@@ -315,48 +351,98 @@ def _deliver(core: Runner, transitions: Sequence[Transition]) -> Generator[Reque
 
 
 def _follow(
-    core: Runner, committed: list[_Item], *, refuse: bool
+    core: Runner, committed: list[_Item], *, batch: bool
 ) -> Generator[Request, Any, list[tuple[Result, ...]]]:
-    """What each committed change tells linked machines, observed in turn: depth-first and
-    one by one for ``observe`` (as ``Runner.observe``), as one batch for a batch."""
-    derived: list[tuple[int, ObjectRef, ObjectRef, Observation]] = []
-    for n, item in enumerate(committed):
-        for link in core._links.get(item.machine.name, ()):
-            for target, obs in link.derive(item.ref, item.before, item.after, item.observation.at):
-                derived.append((n, item.ref, target, obs))
-    out: list[list[Result]] = [[] for _ in committed]
-    if not derived:
+    """Apply the cascade intents each committed item recorded; one tuple of results per item."""
+    flat = [t for item in committed for t in item.intents]
+    if not flat:
         return [()] * len(committed)
-    if refuse:
-        for n, source, target, obs in derived:
+    found = yield from apply_intents(core, flat, batch=batch)
+    out: list[tuple[Result, ...]] = []
+    at = 0
+    for item in committed:
+        mine = found[at : at + len(item.intents)]
+        at += len(item.intents)
+        out.append(tuple(r for r in mine if r is not None))
+    return out
+
+
+def apply_intents(
+    core: Runner, intents: Sequence[Transition], *, batch: bool = False
+) -> Generator[Request, Any, list[Result | None]]:
+    """Apply cascade intents to their targets (ADR 0090); one result per intent (``None``:
+    held behind an earlier pending intent of its lane). An intent its target confirms is
+    marked done; one whose target write failed is held pending and blocks its lane. One by one,
+    depth-first (``observe``), or in rounds of one intent per lane (``batch``)."""
+    results: list[Result | None] = [None] * len(intents)
+    blocked = core.pending.lanes() if core.pending else set()
+    done: list[str] = []
+    todo = list(range(len(intents)))
+    while todo:
+        chosen: list[int] = []
+        later: list[int] = []
+        lanes: set[_cascade.Lane] = set()
+        for i in todo:
+            key = _cascade.lane(intents[i])
+            if key in blocked:
+                core.pending.hold(intents[i])
+            elif key in lanes or (chosen and not batch):
+                later.append(i)
+            else:
+                lanes.add(key)
+                chosen.append(i)
+        pairs: list[tuple[int, ObjectRef, Observation]] = []
+        for i in chosen:
+            t = intents[i]
+            assert t.intent is not None
             try:
-                found = yield from protocol(core, [(target, obs)], refuse=True)
-                out[n].append(found[0])
+                machine = core.machine_for(t.intent.target)
+                obs = _cascade.observation_of(machine, t)
+                if batch:
+                    validate(core, [(t.intent.target, obs)])
             except LifecycleError as e:
-                core._log.warning(
-                    "linked observation refused",
-                    source=str(source),
-                    target=str(target),
-                    error=str(e),
-                )
-                out[n].append(Result(Outcome.FAILED, target, None, 0, error=e))
-        return [tuple(r) for r in out]
-    valid: list[tuple[int, ObjectRef, ObjectRef, Observation]] = []
-    for entry in derived:
-        n, source, target, obs = entry
-        try:
-            validate(core, [(target, obs)])
-        except LifecycleError as e:
-            core._log.warning(
-                "linked observation refused", source=str(source), target=str(target), error=str(e)
+                results[i] = _refused_link(core, t, e)
+                continue
+            pairs.append((i, t.intent.target, obs))
+        if batch and pairs:
+            found = yield from protocol(
+                core, [(r, o) for _, r, o in pairs], refuse=False, catch_up=False
             )
-            out[n].append(Result(Outcome.FAILED, target, None, 0, error=e))
-            continue
-        valid.append(entry)
-    found = yield from protocol(core, [(t, o) for _, _, t, o in valid], refuse=False)
-    for (n, _, _, _), result in zip(valid, found, strict=True):
-        out[n].append(result)
-    return [tuple(r) for r in out]
+            for (i, _, _), result in zip(pairs, found, strict=True):
+                results[i] = result
+        for i, target, obs in pairs if not batch else ():
+            try:
+                (results[i],) = yield from protocol(
+                    core, [(target, obs)], refuse=True, catch_up=False
+                )
+            except LifecycleError as e:
+                results[i] = _refused_link(core, intents[i], e)
+        for i in chosen:
+            result = results[i]
+            assert result is not None
+            if _cascade.confirmed(result.error):
+                done.append(intents[i].id)
+            else:
+                blocked.add(_cascade.lane(intents[i]))
+                core.pending.hold(intents[i])
+        todo = later
+    if done:
+        try:
+            yield Mark(tuple(done))
+        except StoreError as e:
+            core._log.warning("could not mark cascade intents done; they will repeat", error=str(e))
+    return results
+
+
+def _refused_link(core: Runner, t: Transition, error: LifecycleError) -> Result:
+    assert t.intent is not None
+    core._log.warning(
+        "linked observation refused",
+        source=str(t.ref),
+        target=str(t.intent.target),
+        error=str(error),
+    )
+    return Result(Outcome.FAILED, t.intent.target, None, 0, error=error)
 
 
 # -- the synchronous driver -----------------------------------------------------------------

@@ -20,7 +20,8 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
-from ._batch import Commit, Load, Mark, Pause, Request, protocol
+from . import _cascade
+from ._batch import Commit, Load, Mark, Pause, Request, apply_intents, protocol
 from ._core.errors import IdentityMismatch, StoreError
 from ._core.machine import Machine
 from ._core.observation import Observation
@@ -278,7 +279,8 @@ class AsyncRunner:
         """Send committed but undelivered events again, under their ids (see
         :meth:`Runner.redeliver`)."""
         pending = await self.store.claim_undelivered(limit)
-        delivered = [t.id for t in pending if self.core._send((t,))]
+        events, intents = _cascade.split(pending)
+        delivered = [t.id for t in events if self.core._send((t,))]
         if delivered:
             try:
                 await self.store.mark_delivered(delivered)
@@ -286,6 +288,9 @@ class AsyncRunner:
                 self.core._log.warning(
                     "could not mark events delivered; they will repeat", error=str(e)
                 )
+        if intents:  # cascade writes not confirmed yet (ADR 0090): apply them, in order
+            self.core.pending.drop(t.id for t in intents)
+            await self._drive(apply_intents(self.core, intents))
         return len(delivered)
 
     async def close(self) -> None:

@@ -6,20 +6,28 @@ LOCKED``, an object's events going to one replica at a time), sends each object'
 version order, stops an object at its first failed delivery (so a later event never overtakes
 an earlier one; the rest stay leased to this replica and are retried next round), and marks
 what was delivered. Delivery is at least once, under each event's stable id.
+
+Cascade intents in the outbox (ADR 0090) are applied to their targets through a
+:class:`~lifecycle.Runner` on the same store, each (source, target) lane in commit order, and
+marked done once the target confirms them; a failed target write stops its lane for the round.
 """
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import structlog
 
+from . import _cascade
 from ._core.errors import StoreError
 from ._core.transition import Transition
 from .emitters.base import Emitter
 from .stores.base import Store
+
+if TYPE_CHECKING:
+    from .runner import Runner
 
 _log = structlog.get_logger("lifecycle.dispatch")
 
@@ -29,6 +37,9 @@ class Dispatcher:
 
     Give it its own store (its own ``owner``): the runner's store already delivers the
     events it commits, and a dispatcher sharing that owner could send them at the same time.
+    ``runner`` applies cascade intents (default: a :class:`~lifecycle.Runner` on ``store``
+    with ``emitters``, the default machines and links); the events of the writes it makes are
+    delivered by that runner.
     """
 
     def __init__(
@@ -38,6 +49,7 @@ class Dispatcher:
         *,
         batch: int = 500,
         logger: Any = None,
+        runner: Runner | None = None,
     ) -> None:
         if batch < 1:
             raise ValueError(f"batch must be at least 1, got {batch}")
@@ -45,6 +57,16 @@ class Dispatcher:
         self.emitters = tuple(emitters)
         self.batch = batch
         self._log = logger if logger is not None else _log
+        self._runner = runner
+
+    @property
+    def runner(self) -> Runner:
+        """The runner that applies cascade intents (made on first use)."""
+        if self._runner is None:
+            from .runner import Runner
+
+            self._runner = Runner(self.store, self.emitters, logger=self._log)
+        return self._runner
 
     def _send(self, t: Transition) -> bool:
         ok = True
@@ -62,18 +84,31 @@ class Dispatcher:
         return ok
 
     def dispatch_once(self) -> int:
-        """One round: claim, deliver per object in order, mark. Returns events delivered.
+        """One round: claim, deliver per object in order, mark; apply cascade intents. Returns
+        the events delivered plus the intents confirmed.
         Raises :class:`~lifecycle.StoreError` if the store cannot be reached."""
         pending = self.store.claim_undelivered(self.batch)
+        events, intents = _cascade.split(pending)
         delivered: list[str] = []
         blocked: set[str] = set()
-        for t in sorted(pending, key=lambda t: (t.ref.uid, t.version, t.n)):
+        for t in sorted(events, key=lambda t: (t.ref.uid, t.version, t.n)):
             if t.ref.uid in blocked:
                 continue
             if self._send(t):
                 delivered.append(t.id)
             else:
                 blocked.add(t.ref.uid)
+        count = self._mark(delivered)
+        if intents:  # the runner marks each one its target confirmed
+            runner = self.runner
+            ids = [t.id for t in intents]
+            runner.pending.drop(ids)
+            results = runner._cascade(sorted(intents, key=lambda t: (t.ref.uid, t.version, t.n)))
+            runner.pending.drop(ids)  # what failed stays in the outbox for the next round
+            count += sum(1 for r in results if _cascade.confirmed(r.error))
+        return count
+
+    def _mark(self, delivered: list[str]) -> int:
         if delivered:
             try:
                 self.store.mark_delivered(delivered)

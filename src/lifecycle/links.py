@@ -5,8 +5,12 @@
 - Job -> Workflow: a Job's committed status feeds its Workflow's group bookkeeping.
 - Workflow -> Certification and Workflow -> WorkloadRun: the owner reads its Workflow.
 - Workflow -> Job (fan-out): a launched Job gets its spec (``Submitted``), and a Job the
-  Workflow timed out gets the Workflow controller's timeout write (``TimedOut``) until it is
-  seen terminal. This link runs last, so an owner hears a Workflow's statuses in order.
+  Workflow timed out gets the Workflow controller's timeout write (``TimedOut``, one direct
+  write per pass, as upstream's). This link runs last, so an owner hears a Workflow's statuses
+  in order.
+
+What a link derives is pure and decided before the source's commit: it is written in that same
+commit as an intent (ADR 0090) and applied until the target confirms it.
 """
 
 from __future__ import annotations
@@ -49,10 +53,20 @@ class Link:
     observe: Callable[[ObjectRef, Any, Any, datetime], Observation | None]
     target_ref: Callable[[ObjectRef, Any], ObjectRef]
     fan_out: Derive | None = None
+    #: Observations this link carries that are the source controller's *direct* write on the
+    #: target: one attempt, a conflict not retried (the intent stays pending and the next pass
+    #: writes it again), as upstream's Workflow writing a Job's timeout (ADR 0090).
+    direct: frozenset[type[Observation]] = frozenset()
 
     @classmethod
-    def fanning(cls, source: str, target: str, fan_out: Derive) -> Link:
-        return cls(source, target, _nothing, _no_ref, fan_out)
+    def fanning(
+        cls,
+        source: str,
+        target: str,
+        fan_out: Derive,
+        direct: frozenset[type[Observation]] = frozenset(),
+    ) -> Link:
+        return cls(source, target, _nothing, _no_ref, fan_out, direct)
 
     def derive(
         self, ref: ObjectRef, before: Any, after: Any, at: datetime
@@ -213,7 +227,9 @@ def _workflow_to_jobs(
 JOB_TO_WORKFLOW = Link("job", "workflow", _job_to_workflow, workflow_ref)
 WORKFLOW_TO_CERTIFICATION = Link("workflow", "certification", _workflow_to_certification, owner_ref)
 WORKFLOW_TO_WORKLOADRUN = Link("workflow", "workloadrun", _workflow_to_workloadrun, owner_ref)
-WORKFLOW_TO_JOBS = Link.fanning("workflow", "job", _workflow_to_jobs)
+WORKFLOW_TO_JOBS = Link.fanning(
+    "workflow", "job", _workflow_to_jobs, direct=frozenset({job.TimedOut})
+)
 
 
 def default_links() -> tuple[Link, ...]:

@@ -30,6 +30,8 @@ from typing import Any, NamedTuple
 import attrs
 import structlog
 
+from . import _cascade
+from ._cascade import PendingIntents
 from ._core.bounds import check_ref
 from ._core.errors import (
     CommitUnknown,
@@ -102,6 +104,9 @@ class Result(NamedTuple):
     cascade: tuple[Result, ...] = ()
     #: Action events (not transitions, no id) sent for this observation before its write.
     actions: tuple[Transition, ...] = ()
+    #: Results of earlier cascade writes that had failed, applied before this observation
+    #: (the runner's pending intents, ADR 0090).
+    caught_up: tuple[Result, ...] = ()
 
     @property
     def committed(self) -> bool:
@@ -109,7 +114,10 @@ class Result(NamedTuple):
 
     def all_transitions(self) -> list[Transition]:
         """This result's events and those of its cascade, in the order they were emitted."""
-        out = [*self.actions, *self.transitions, *self.fallback]
+        out: list[Transition] = []
+        for r in self.caught_up:
+            out.extend(r.all_transitions())
+        out += [*self.actions, *self.transitions, *self.fallback]
         for r in self.cascade:
             out.extend(r.all_transitions())
         return out
@@ -118,7 +126,9 @@ class Result(NamedTuple):
 class Runner:
     """Feeds observations to machines, persists their statuses, and emits their events.
 
-    One runner serves every object of every registered machine; it keeps no per-object state.
+    One runner serves every object of every registered machine. Its only state is the cascade
+    intents whose target write failed (ADR 0090): they are retried at the start of its next
+    call, and stay in the store's outbox for :meth:`redeliver` and the ``Dispatcher``.
     """
 
     def __init__(
@@ -143,11 +153,27 @@ class Runner:
         #: structlog-style logger for failed writes and emitters (a dry run passes a silent one)
         self._log = logger if logger is not None else _log
         self._links: dict[str, list[Link]] = {}
+        direct: set[type[Observation]] = set()
         for link in default_links() if links is None else links:
             self._links.setdefault(link.source, []).append(link)
+            direct |= link.direct
+        #: Observations that are another controller's direct write: one attempt (ADR 0090).
+        self._direct = frozenset(direct)
+        #: Cascade intents whose target write failed, retried at the start of the next call.
+        self.pending = PendingIntents()
+        self._in_cascade = False
 
     def machine_for(self, ref: ObjectRef) -> Machine[Any]:
         return self.machines.for_kind(ref.kind)
+
+    def write_policy(self, machine: Machine[Any], observation: Observation) -> RetryPolicy:
+        """The retry policy for writing ``observation`` on ``machine``: one attempt for an
+        observation a link declares a direct write (a conflict is not retried: the cascade
+        intent stays pending and the next pass writes it again), else :meth:`policy_for`."""
+        policy = self.policy_for(machine)
+        if observation.__class__ in self._direct and policy.attempts != 1:
+            return attrs.evolve(policy, attempts=1)
+        return policy
 
     def policy_for(self, machine: Machine[Any]) -> RetryPolicy:
         """The retry policy for ``machine``'s writes: ``policies[name]`` if given, else the
@@ -177,6 +203,9 @@ class Runner:
                 f"observations ({', '.join(sorted(machine.vocabulary))})"
             )
         check_observation(observation)
+        caught: tuple[Result, ...] = ()
+        if self.pending and not self._in_cascade:
+            caught = self.catch_up()
         flips: tuple[Flip, ...] = ()
         actions: tuple[Transition, ...] = ()
         before: Any = None
@@ -184,6 +213,8 @@ class Runner:
         error: StoreError | None = None
         policy: RetryPolicy | None = None  # looked up on the first conflict only
         store = self.store
+        links = self._links.get(machine.name)
+        intents: tuple[Transition, ...] = ()
         attempt = 0
         while True:
             attempt += 1
@@ -208,7 +239,17 @@ class Runner:
                 actions = self._actions(machine, ref, before, observation, version)
             if after is before or after == before:
                 return Result(
-                    Outcome.UNCHANGED, ref, before, version, (), (), None, attempt, (), actions
+                    Outcome.UNCHANGED,
+                    ref,
+                    before,
+                    version,
+                    (),
+                    (),
+                    None,
+                    attempt,
+                    (),
+                    actions,
+                    caught,
                 )
             try:
                 flips = machine.flips(before, after)
@@ -221,12 +262,27 @@ class Runner:
                 if flips
                 else ()
             )
+            written = transitions
+            if links is not None:
+                intents = _cascade.derive(
+                    links,
+                    ref,
+                    machine.name,
+                    before,
+                    after,
+                    observation.at,
+                    version + 1,
+                    len(transitions),
+                    store_epoch(store),
+                )
+                if intents:
+                    written = transitions + intents
             try:
-                committed = store.commit(machine, ref, version, after, observation, transitions)
+                committed = store.commit(machine, ref, version, after, observation, written)
             except Conflict as e:
                 error = e
                 if policy is None:
-                    policy = self.policy_for(machine)
+                    policy = self.write_policy(machine, observation)
                 if attempt >= policy.attempts:
                     break
                 policy.pause()
@@ -236,7 +292,7 @@ class Runner:
                 break
             if transitions:
                 self._deliver(transitions)
-            cascade = self._follow(machine, ref, before, after, observation)
+            cascade = self._cascade(intents) if intents else ()
             return Result(
                 Outcome.COMMITTED,
                 ref,
@@ -248,6 +304,7 @@ class Runner:
                 attempt,
                 cascade,
                 actions,
+                caught,
             )
         assert error is not None
         self._log.warning("status write failed", ref=str(ref), uid=ref.uid, error=str(error))
@@ -262,6 +319,7 @@ class Runner:
             error=error,
             attempts=attempt,
             actions=actions,
+            caught_up=caught,
         )
 
     def observe_many(self, items: Iterable[tuple[ObjectRef, Observation]]) -> list[Result]:
@@ -295,16 +353,31 @@ class Runner:
         pending = self.store.claim_undelivered(limit)
         if not pending:
             return 0
-        return self._deliver(pending)
+        events, intents = _cascade.split(pending)
+        delivered = self._deliver(events)
+        if intents:  # cascade writes not confirmed yet (ADR 0090): apply them, in order
+            self.pending.drop(t.id for t in intents)
+            self._cascade(intents)
+        return delivered
+
+    def catch_up(self) -> tuple[Result, ...]:
+        """Retry the cascade intents whose target write failed (this runner's pending ones);
+        :meth:`observe` calls it first whenever there are any. Returns their results."""
+        if not self.pending.retrying.acquire(blocking=False):
+            return ()  # another thread is at it
+        try:
+            return self._cascade(self.pending.take())
+        finally:
+            self.pending.retrying.release()
 
     def resync(self, ref: ObjectRef, at: datetime) -> tuple[Result, ...]:
         """Feed ``ref``'s committed status to the machines linked to it again, as of ``at``.
 
-        A cascade (a Pod's NodeClaim) is its own commit after the source's: a crash, or a
-        failed write of the target, between the two leaves the target behind until the source
-        changes again. Link observations carry the whole committed source status, so feeding
-        them again is safe: a target that is already in step changes nothing. Hosts call this
-        on start-up for the objects they track, and after a cascade result that failed.
+        Not needed to recover a cascade: every link observation is an intent in its source's
+        commit, applied until its target confirms it (ADR 0090). This re-derives them from the
+        committed status as if the object were new (a host that edited a target behind the
+        library's back uses it). Link observations carry the whole committed source status, so
+        feeding them again is safe: a target that is already in step changes nothing.
         """
         machine = self.machines.for_kind(ref.kind)
         record = self.store.load(machine, ref)
@@ -333,6 +406,51 @@ class Runner:
                         error=repr(e),
                     )
         return failed
+
+    def _cascade(self, intents: Sequence[Transition]) -> tuple[Result, ...]:
+        """Apply cascade intents in order; mark those their target confirmed, keep the others
+        pending. An intent whose lane (source, target) has an earlier pending one waits."""
+        outer, self._in_cascade = self._in_cascade, True
+        try:
+            blocked = self.pending.lanes() if self.pending else set()
+            results: list[Result] = []
+            done: list[str] = []
+            for t in intents:
+                key = _cascade.lane(t)
+                if key in blocked:
+                    self.pending.hold(t)
+                    continue
+                result = self._apply(t)
+                results.append(result)
+                if _cascade.confirmed(result.error):
+                    done.append(t.id)
+                else:
+                    blocked.add(key)
+                    self.pending.hold(t)
+            if done:
+                self._mark(done)
+            return tuple(results)
+        finally:
+            self._in_cascade = outer
+
+    def _apply(self, t: Transition) -> Result:
+        """Observe one intent on its target (a refusal is that target's failed result)."""
+        assert t.intent is not None
+        target = t.intent.target
+        try:
+            machine = self.machine_for(target)
+            return self.observe(target, _cascade.observation_of(machine, t))
+        except LifecycleError as e:
+            self._log.warning(
+                "linked observation refused", source=str(t.ref), target=str(target), error=str(e)
+            )
+            return Result(Outcome.FAILED, target, None, 0, error=e)
+
+    def _mark(self, ids: Sequence[str]) -> None:
+        try:
+            self.store.mark_delivered(ids)
+        except StoreError as e:
+            self._log.warning("could not mark cascade intents done; they will repeat", error=str(e))
 
     def _deliver(self, transitions: Sequence[Transition]) -> int:
         if not transitions:

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import json
+from collections.abc import Mapping
 from datetime import datetime
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import attrs
 
+from . import serde
+from .observation import Observation
 from .refs import EventType, ObjectRef
 
 
@@ -26,6 +30,67 @@ class Flip:
     message: str
     condition: str = ""
     controller: str = ""
+
+
+@attrs.frozen(slots=True, eq=False)
+class Intent:
+    """A cascade write recorded in its source's commit: observe ``observation`` (by name) on
+    ``target`` of machine ``machine``, at the source's ``at`` (ADR 0090).
+
+    It rides in the outbox as a :class:`Transition` whose ``intent`` is set (never handed to an
+    emitter) and is applied until the target confirms it. ``live`` is the observation itself
+    when this process derived it; ``fields`` its stored form (JSON-ready, ``at`` left out) when
+    read back from a store. Two intents are equal when they name the same write, whichever
+    form they hold.
+    """
+
+    target: ObjectRef
+    machine: str
+    observation: str
+    live: Observation | None = None
+    fields: Mapping[str, Any] | None = None
+
+    def data(self) -> Mapping[str, Any]:
+        """The observation's fields, JSON-ready, without ``at``."""
+        if self.fields is not None:
+            return self.fields
+        assert self.live is not None
+        data = serde.dump(self.live)
+        data.pop("at", None)
+        return data
+
+    def _key(self) -> tuple[Any, ...]:
+        text = json.dumps(self.data(), sort_keys=True, separators=(",", ":"))
+        return (self.target, self.machine, self.observation, text)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Intent):
+            return NotImplemented
+        return self._key() == other._key()
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
+    def as_row(self) -> dict[str, Any]:
+        """JSON-ready data for the outbox and journal payload."""
+        t = self.target
+        return {
+            "ref": [t.kind, t.namespace, t.name, t.uid],
+            "machine": self.machine,
+            "observe": self.observation,
+            "with": self.data(),
+        }
+
+    @classmethod
+    def from_row(cls, data: Mapping[str, Any]) -> Intent:
+        kind, namespace, name, uid = data["ref"]
+        return cls(
+            ObjectRef(kind, namespace, name, uid),
+            data["machine"],
+            data["observe"],
+            None,
+            dict(data["with"]),
+        )
 
 
 class Transition(NamedTuple):
@@ -58,6 +123,9 @@ class Transition(NamedTuple):
     action: bool = False
     #: the store epoch of the commit ("" unless the store's history changed: ADR 0068)
     epoch: str = ""
+    #: Set on a cascade intent (ADR 0090): an outbox entry applied to ``intent.target``,
+    #: never an event; its id follows the source's events, ``<uid>:<version>:<n>``.
+    intent: Intent | None = None
 
     @property
     def id(self) -> str:

@@ -12,7 +12,7 @@ from .._core.machine import Machine
 from .._core.observation import Observation
 from .._core.refs import EventType, ObjectRef
 from .._core.serde import parse_time
-from .._core.transition import Transition
+from .._core.transition import Intent, Transition
 
 
 @attrs.frozen(slots=True)
@@ -27,7 +27,11 @@ class Record:
 
 @attrs.frozen(slots=True)
 class JournalEntry:
-    """What produced ``version``: the observation, and the transitions it committed."""
+    """What produced ``version``: the observation, and the transitions it committed.
+
+    ``intents`` are the cascade writes the commit recorded for linked objects (ADR 0090); a
+    store hands them in with the events and the entry sorts them out of ``transitions``.
+    """
 
     version: int
     observation: Observation
@@ -36,6 +40,14 @@ class JournalEntry:
 
 @attrs.frozen(slots=True)
 class Snapshot:
+    intents: tuple[Transition, ...] = ()
+
+    def __attrs_post_init__(self) -> None:
+        if any(t.intent is not None for t in self.transitions):
+            events = tuple(t for t in self.transitions if t.intent is None)
+            intents = tuple(t for t in self.transitions if t.intent is not None)
+            object.__setattr__(self, "transitions", events)
+            object.__setattr__(self, "intents", self.intents + intents)
     """An object's status at ``version``, standing in for journal entries ``1..version`` that
     retention removed: the journal then holds ``version + 1 ..`` and folding starts here."""
 
@@ -261,3 +273,6 @@ def transition_from_row(data: dict[str, Any]) -> Transition:
         controller=data.get("controller", ""),
         epoch=data.get("epoch", ""),
     )
+    if t.intent is not None:  # a cascade intent (ADR 0090): its target and observation
+        row["intent"] = t.intent.as_row()
+        intent=Intent.from_row(data["intent"]) if "intent" in data else None,

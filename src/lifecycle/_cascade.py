@@ -1,0 +1,137 @@
+"""Durable cascades (ADR 0090): a link's observation is an intent in its source's own commit.
+
+A committed status of one object is an observation for another (links). What a link derives is
+pure, so it is derived *before* the source's commit, from the status read in that attempt, and
+written in the same atomic commit as outbox entries after the source's events: a
+:class:`~lifecycle.Transition` whose ``intent`` names the target, its machine and the
+observation (never handed to an emitter). After the commit the runner applies the intents in
+order; an intent is marked done only when its target confirms it (the target's write committed,
+or it had nothing to change). A target write that fails keeps the intent pending, in this
+process (:class:`PendingIntents`, retried at the start of the runner's next call) and in the
+store's outbox (applied by ``Runner.redeliver``, ``AsyncRunner.redeliver`` and the
+``Dispatcher`` after a crash or once a lease ran out).
+
+Intents of one source to one target form a *lane*, applied in commit order: an intent never
+overtakes an earlier one of its lane that is still pending. A target that refuses the
+observation (a :class:`~lifecycle.LifecycleError`) will refuse it again: that intent is logged
+and dropped, as a refused linked observation always was.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable, Sequence
+from datetime import datetime
+from typing import Any
+
+from ._core.errors import LifecycleError
+from ._core.machine import Machine
+from ._core.observation import Observation
+from ._core.refs import EventType, ObjectRef
+from ._core.transition import Intent, Transition
+from .links import Link
+
+Lane = tuple[str, str]
+
+
+def lane(t: Transition) -> Lane:
+    """The (source uid, target uid) an intent belongs to."""
+    assert t.intent is not None
+    return (t.ref.uid, t.intent.target.uid)
+
+
+def derive(
+    links: Sequence[Link],
+    ref: ObjectRef,
+    machine: str,
+    before: Any,
+    after: Any,
+    at: datetime,
+    version: int,
+    first: int,
+    epoch: str = "",
+) -> tuple[Transition, ...]:
+    """The intents the change ``before -> after`` of ``ref`` (to be committed as ``version``)
+    makes, numbered from ``first`` (after the commit's events)."""
+    out: list[Transition] = []
+    for link in links:
+        for target, observation in link.derive(ref, before, after, at):
+            name = observation.name()
+            out.append(
+                Transition(
+                    ref,
+                    machine,
+                    "",
+                    "",
+                    name,
+                    EventType.NORMAL,
+                    "",
+                    version,
+                    at,
+                    first + len(out),
+                    epoch=epoch,
+                    intent=Intent(target, link.target, name, observation),
+                )
+            )
+    return tuple(out)
+
+
+def observation_of(machine: Machine[Any], t: Transition) -> Observation:
+    """The observation an intent carries: the one this process derived, or its stored form
+    rebuilt by the target's machine."""
+    intent = t.intent
+    assert intent is not None
+    if intent.live is not None:
+        return intent.live
+    return machine.load_observation(intent.observation, t.at.isoformat(), intent.data())
+
+
+def split(pending: Iterable[Transition]) -> tuple[list[Transition], list[Transition]]:
+    """Outbox rows as (events, intents)."""
+    events: list[Transition] = []
+    intents: list[Transition] = []
+    for t in pending:
+        (events if t.intent is None else intents).append(t)
+    return events, intents
+
+
+def confirmed(error: Exception | None) -> bool:
+    """Whether a target's result settles its intent: it committed, changed nothing, or refused
+    the observation (it would refuse it again). A store failure leaves it pending."""
+    return error is None or isinstance(error, LifecycleError)
+
+
+class PendingIntents:
+    """Intents this process could not apply yet, in commit order; thread-safe."""
+
+    def __init__(self) -> None:
+        self._items: list[Transition] = []
+        self._lock = threading.Lock()
+        #: Held while the pending intents are being retried (one retrier at a time).
+        self.retrying = threading.Lock()
+
+    def __bool__(self) -> bool:
+        return bool(self._items)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def hold(self, t: Transition) -> None:
+        with self._lock:
+            if all(p.id != t.id for p in self._items):
+                self._items.append(t)
+
+    def lanes(self) -> set[Lane]:
+        with self._lock:
+            return {lane(t) for t in self._items}
+
+    def take(self) -> list[Transition]:
+        """Every pending intent, removed (the caller retries them, holding what fails)."""
+        with self._lock:
+            items, self._items = self._items, []
+            return items
+
+    def drop(self, ids: Iterable[str]) -> None:
+        gone = set(ids)
+        with self._lock:
+            self._items = [t for t in self._items if t.id not in gone]
