@@ -36,10 +36,6 @@ class JournalEntry:
     version: int
     observation: Observation
     transitions: tuple[Transition, ...] = ()
-
-
-@attrs.frozen(slots=True)
-class Snapshot:
     intents: tuple[Transition, ...] = ()
 
     def __attrs_post_init__(self) -> None:
@@ -48,6 +44,10 @@ class Snapshot:
             intents = tuple(t for t in self.transitions if t.intent is not None)
             object.__setattr__(self, "transitions", events)
             object.__setattr__(self, "intents", self.intents + intents)
+
+
+@attrs.frozen(slots=True)
+class Snapshot:
     """An object's status at ``version``, standing in for journal entries ``1..version`` that
     retention removed: the journal then holds ``version + 1 ..`` and folding starts here."""
 
@@ -253,6 +253,8 @@ def transition_to_row(t: Transition) -> dict[str, Any]:
     }
     if t.epoch:
         row["epoch"] = t.epoch
+    if t.intent is not None:  # a cascade intent (ADR 0090): its target and observation
+        row["intent"] = t.intent.as_row()
     return row
 
 
@@ -272,7 +274,5 @@ def transition_from_row(data: dict[str, Any]) -> Transition:
         data.get("condition", ""),
         controller=data.get("controller", ""),
         epoch=data.get("epoch", ""),
-    )
-    if t.intent is not None:  # a cascade intent (ADR 0090): its target and observation
-        row["intent"] = t.intent.as_row()
         intent=Intent.from_row(data["intent"]) if "intent" in data else None,
+    )
