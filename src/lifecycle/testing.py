@@ -77,6 +77,14 @@ from ._testing.doubles import (
     Step,
     sqlite_factory,
 )
+from ._testing.hostile import (
+    hostile_built,
+    hostile_fields,
+    hostile_observations,
+    hostile_refs,
+    hostile_times,
+    hostile_values,
+)
 from ._testing.stateful import stateful_test
 from ._testing.store import check_store
 from ._testing.strategies import (
@@ -118,6 +126,12 @@ __all__ = [
     "check_scenario",
     "check_store",
     "default_ref",
+    "hostile_built",
+    "hostile_fields",
+    "hostile_observations",
+    "hostile_refs",
+    "hostile_times",
+    "hostile_values",
     "observation_sequences",
     "observations",
     "row_paths",

@@ -82,7 +82,8 @@ _STEP_SECONDS = st.sampled_from((0, 0, 1, 2, 5, 10, 14, 15, 16, 30, 60, 600))
 
 # -- strategies -------------------------------------------------------------------------------
 #: Characters a field may hold: any but NUL and lone surrogates (the input bounds, ADR 0073).
-TEXT_ALPHABET = st.characters(exclude_categories=("Cs",), exclude_characters="\x00")
+_SURROGATES: tuple[Literal["Cs"]] = ("Cs",)
+TEXT_ALPHABET = st.characters(exclude_categories=_SURROGATES, exclude_characters="\x00")
 
 
 def text(max_size: int | None = None) -> st.SearchStrategy[str]:
@@ -203,7 +204,17 @@ def _field_strategies(
 def _builds(
     cls: type[Any], strings: st.SearchStrategy[str], samples: Samples, where: str
 ) -> st.SearchStrategy[Any]:
-    return st.fixed_dictionaries(_field_strategies(cls, strings, samples)).map(lambda kw: cls(**kw))
+    def build(kw: dict[str, Any]) -> Any:
+        try:
+            return cls(**kw)
+        except (ValueError, TypeError):  # a validator refused the combination
+            return _REFUSED
+
+    fields = st.fixed_dictionaries(_field_strategies(cls, strings, samples))
+    return fields.map(build).filter(lambda v: v is not _REFUSED)
+
+
+_REFUSED = object()
 
 
 class _Draw(Protocol):
