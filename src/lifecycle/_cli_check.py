@@ -25,6 +25,14 @@ from .analysis import LinkedGroup, Report, check_group, check_machine, load_allo
 from .machines import default_registry
 
 Target = Machine[Any] | LinkedGroup
+DESCRIPTION = """Analyse transition tables (ADR 0085). Without a target: every registered machine
+and every shipped linked group. A target is a machine or group name, module:Class (imported
+from the current directory first) or path/to/file.py:Class: a Machine subclass or instance,
+or a LinkedGroup.
+
+exit codes: 0 no findings (or every one allowed), 1 findings, 2 bad input (an unknown
+machine, a module that cannot be imported, a name that is not a machine, an unreadable
+allowances file)"""
 
 
 def add_check_command(sub: Any) -> None:
@@ -33,7 +41,7 @@ def add_check_command(sub: Any) -> None:
         "check",
         help="analyse transition tables: unreachable states, dead rows, stuck states, "
         "pairs that raise, linked objects that wait forever (exit 1 on findings)",
-        description=__doc__,
+        description=DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     ck.add_argument(
