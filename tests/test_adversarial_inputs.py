@@ -374,3 +374,36 @@ def test_a_machine_failure_is_a_typed_refusal_and_writes_nothing(make_store: Any
     assert isinstance(result.error, InvalidObservation)  # that item's failed result
     assert said in str(result.error)
     assert runner.store.load(registry["pod"], ref) is None
+
+
+def test_every_number_added_to_a_time_is_a_declared_duration() -> None:
+    """The duration bound applies by name (``*_s``, ``*_seconds``); every other float field
+    of a shipped observation (nested records included) is listed here, so a new time-like
+    field without the naming rule fails this test instead of overflowing a deadline."""
+    import typing
+
+    import attrs
+
+    from lifecycle._core.bounds import is_duration
+
+    seen: set[type[Any]] = set()
+    plain: set[str] = set()
+
+    def walk(cls: type[Any]) -> None:
+        if cls in seen:
+            return
+        seen.add(cls)
+        attrs.resolve_types(cls)
+        for f in attrs.fields(cls):
+            found = [f.type, *typing.get_args(f.type)]
+            found += [u for t in found for u in typing.get_args(t)]
+            for tp in found:
+                if isinstance(tp, type) and attrs.has(tp):
+                    walk(tp)
+            if float in found and not is_duration(f.name):
+                plain.add(f"{cls.__name__}.{f.name}")
+
+    for name in MACHINES:
+        for cls in REGISTRY[name].vocabulary.values():
+            walk(cls)
+    assert plain == {"Measurement.value"}

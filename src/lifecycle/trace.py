@@ -359,7 +359,7 @@ def _one_uid_one_object(
     raise TraceError(
         name,
         number,
-        f"uid {preview(ref.uid)} names {_full(ref)} here, but {known[1]} it names "
+        f"uid {preview(ref.uid)} names {_short(ref)} here, but {known[1]} it names "
         f"{_full(known[0])}; "
         "one uid must name one object",
     )
@@ -380,7 +380,7 @@ def _claim_uids(
             raise TraceError(
                 name,
                 number,
-                f"uid {preview(target.uid)} is the {link.target} of {preview(str(ref))} "
+                f"uid {preview(target.uid)} is the {link.target} of {_short(ref)} "
                 f"({_full(target)}), "
                 f"but {derived[1]} it names {_full(derived[0])}; one uid must name one object",
             )
@@ -410,8 +410,14 @@ def _shown(ref: ObjectRef) -> str:
     return text if len(text) <= 120 else text[:117] + "..."
 
 
+def _short(ref: ObjectRef) -> str:
+    """``Kind/namespace/name``, cut to a bounded length."""
+    text = str(ref)
+    return text if len(text) <= 200 else text[:197] + "..."
+
+
 def _full(ref: ObjectRef) -> str:
-    return f"{ref.kind} (namespace {preview(ref.namespace)}, name {preview(ref.name)})"
+    return f"{_short(ref)} (namespace {preview(ref.namespace)}, name {preview(ref.name)})"
 
 
 class InjectedWriteError(StoreError):

@@ -105,8 +105,24 @@ def check_ref(ref: object) -> None:
     (:class:`~lifecycle.InvalidReference`). A reference once accepted is remembered by
     identity (references are immutable), so a host that reuses its refs pays once."""
     exact = type(ref) is ObjectRef
-    if exact and _ACCEPTED.get(id(ref)) is ref:
-        return
+    if exact:
+        if _ACCEPTED.get(id(ref)) is ref:
+            return
+        kind, namespace, name, uid = ref.kind, ref.namespace, ref.name, ref.uid  # type: ignore[attr-defined]
+        if (
+            type(kind) is str
+            and type(namespace) is str
+            and type(name) is str
+            and type(uid) is str
+            and 0 < len(kind) <= REF_MAX
+            and len(namespace) <= REF_MAX
+            and 0 < len(name) <= REF_MAX
+            and 0 < len(uid) <= REF_MAX
+            and (joined := kind + namespace + name + uid).isascii()
+            and "\x00" not in joined
+        ):
+            _accept(ref)
+            return
     for field in _REF_FIELDS:
         value = getattr(ref, field, None)
         if not isinstance(value, str):
@@ -117,9 +133,13 @@ def check_ref(ref: object) -> None:
         if problem is not None:
             raise InvalidReference(f"object {field} {preview(value)} {problem}")
     if exact:
-        if len(_ACCEPTED) >= _ACCEPTED_MAX:
-            _ACCEPTED.clear()
-        _ACCEPTED[id(ref)] = ref  # holding the ref keeps its id from being reused
+        _accept(ref)
+
+
+def _accept(ref: object) -> None:
+    if len(_ACCEPTED) >= _ACCEPTED_MAX:
+        _ACCEPTED.clear()
+    _ACCEPTED[id(ref)] = ref  # holding the ref keeps its id from being reused
 
 
 _ACCEPTED: dict[int, object] = {}

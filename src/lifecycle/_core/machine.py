@@ -299,6 +299,7 @@ class Machine(Generic[S]):
             if build is not None:
                 built: Observation | None = build(fields, at)
                 if built is not None:
+                    serde.built[0] = built
                     return built
         cls = self.observation_type(name)
         if not isinstance(fields, Mapping):
@@ -307,7 +308,9 @@ class Machine(Generic[S]):
             )
         if "at" in fields:
             raise InvalidObservation(f"{name}: 'at' is given once, beside the fields")
-        return serde.strict_structure(cls, {**fields, "at": at}, name)
+        made = serde.strict_structure(cls, {**fields, "at": at}, name)
+        serde.built[0] = made
+        return made
 
     # -- the pure core ------------------------------------------------------------------
     def initial(self, ref: ObjectRef) -> S:
