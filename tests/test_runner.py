@@ -547,26 +547,31 @@ def test_two_different_lost_warnings_at_one_version_have_distinct_fallback_ids()
     }
 
 
-def test_resync_brings_a_cascade_target_back_in_step_after_its_write_failed() -> None:
+def test_a_cascade_target_whose_write_failed_catches_up_without_resync() -> None:
+    """ADR 0090 (was 0016's resync): the claim's observation is an intent in the pod's commit;
+    its failed write stays pending and the runner's next call applies it first."""
     store = FaultyStore(MemoryStore())
     emitter = MemoryEmitter()
     runner = Runner(store, [emitter], policy=RetryPolicy(backoff=0.0))
     claim = claim_ref(REF)
     runner.observe(REF, pod.CreateRequested(at=t(0)))
-    store.inject(claim.uid, "write-error")  # the claim's commit is lost (a crash would be alike)
+    store.inject(claim.uid, "write-error")  # the claim's commit is lost
     result = runner.observe(REF, pod.ProvisionSucceeded(at=t(1), reserved=True, instance_id="i"))
     assert result.committed
     assert [r.outcome for r in result.cascade] == [Outcome.FAILED]
     behind = store.load(nc.NODECLAIM, claim)
     assert behind is not None
     assert behind.status.state == nc.PROVISIONING  # behind the pod
-    (resynced,) = runner.resync(REF, t(2))
-    assert resynced.committed
+    assert [t.intent.target for t in store.claim_undelivered() if t.intent] == [claim]
+    # the next call, on any object, applies the pending intent first
+    other = runner.observe(pod_ref(uid="other"), pod.CreateRequested(at=t(2)))
+    assert [r.outcome for r in other.caught_up] == [Outcome.COMMITTED]
     caught_up = store.load(nc.NODECLAIM, claim)
     assert caught_up is not None
     assert caught_up.status.state == nc.BOUND
     assert [e.target for e in emitter.for_uid(claim.uid)] == [nc.PROVISIONING, nc.BOUND]
-    # in step now: feeding it again changes nothing and emits nothing
+    assert not [t for t in store.claim_undelivered() if t.intent]
+    # in step now: resync changes nothing and emits nothing
     (again,) = runner.resync(REF, t(3))
     assert again.outcome is Outcome.UNCHANGED
     assert runner.resync(pod_ref(uid="never-seen"), t(4)) == ()

@@ -418,9 +418,9 @@ def apply_intents(
             except LifecycleError as e:
                 results[i] = _refused_link(core, intents[i], e)
         for i in chosen:
-            result = results[i]
-            assert result is not None
-            if _cascade.confirmed(result.error):
+            settled = results[i]
+            assert settled is not None
+            if _cascade.confirmed(settled.error):
                 done.append(intents[i].id)
             else:
                 blocked.add(_cascade.lane(intents[i]))

@@ -24,7 +24,7 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
-from ._core.errors import LifecycleError
+from ._core.errors import LifecycleError, StoreError
 from ._core.machine import Machine
 from ._core.observation import Observation
 from ._core.refs import EventType, ObjectRef
@@ -98,7 +98,9 @@ def split(pending: Iterable[Transition]) -> tuple[list[Transition], list[Transit
 def confirmed(error: Exception | None) -> bool:
     """Whether a target's result settles its intent: it committed, changed nothing, or refused
     the observation (it would refuse it again). A store failure leaves it pending."""
-    return error is None or isinstance(error, LifecycleError)
+    if error is None:
+        return True
+    return isinstance(error, LifecycleError) and not isinstance(error, StoreError)
 
 
 class PendingIntents:
