@@ -217,8 +217,10 @@ def test_the_journal_gives_back_the_committed_object_not_the_callers() -> None:
     after = pod.apply(pod.initial(REF), obs)
     made = stamp(pod.flips(pod.initial(REF), after), REF, pod.name, 1, obs.at)
     store.commit(pod, REF, 0, after, obs, made)
-    renamed = ObjectRef(REF.kind, "elsewhere", "other", REF.uid)  # same uid, another name
-    assert store.journal(pod, renamed)[0].transitions == made
+    equal = ObjectRef(REF.kind, REF.namespace, REF.name, REF.uid)  # equal, not the same object
+    (entry,) = store.journal(pod, equal)
+    assert entry.transitions == made
+    assert all(t.ref is REF for t in entry.transitions)  # the committed ref, not the caller's
 
 
 def test_event_time_text_keeps_each_side_of_a_dst_fold() -> None:
