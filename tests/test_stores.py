@@ -130,7 +130,11 @@ def test_a_commit_failing_at_the_journal_leaves_everything_unchanged(sqlite: SQL
     step(store, pod.CreateRequested(at=t(0)))
     before = state_of(store)
     with sqlite3.connect(sqlite.path) as db:
-        db.execute("INSERT INTO journal VALUES (?, 2, 'x', 'x', '{}', '[]')", (REF.uid,))
+        db.execute(
+            "INSERT INTO journal (uid, version, at, observation, fields, transitions) "
+            "VALUES (?, 2, 'x', 'x', '{}', '[]')",
+            (REF.uid,),
+        )
     with pytest.raises(StoreError):
         step(store, pod.ConfigInvalid(at=t(1), error="pool unreadable"))
     record = store.load(POD, REF)
@@ -309,7 +313,8 @@ def test_a_legacy_initializing_claim_is_read_as_bound(tmp_path: Path) -> None:
     }
     with sqlite3.connect(path) as db:  # written by a controller from before Nebula #38
         db.execute(
-            "INSERT INTO objects VALUES (?, 'nodeclaim', 'NodeClaim', '', ?, 'Initializing', 4, ?)",
+            "INSERT INTO objects (uid, machine, kind, namespace, name, state, version, status) "
+            "VALUES (?, 'nodeclaim', 'NodeClaim', '', ?, 'Initializing', 4, ?)",
             (claim.uid, claim.name, json.dumps(legacy)),
         )
     store = SQLiteStore(path)

@@ -14,15 +14,18 @@ from ._core.errors import (
     InvalidReference,
     InvalidTransition,
     LifecycleError,
+    SchemaRefused,
     StoreError,
     TableError,
     TraceError,
     UnknownMachine,
     UnknownObservation,
+    UnknownSchema,
 )
 from ._core.machine import Machine, Verdict
 from ._core.observation import Observation, Tick
 from ._core.refs import Condition, EventType, ObjectRef
+from ._core.schema import Schema, Upcaster
 from ._core.table import ANY, SAME, Action, Row, Table, ignore
 from ._core.transition import Flip, Transition
 from .dispatch import Dispatcher
@@ -82,6 +85,8 @@ __all__ = [
     "Row",
     "Runner",
     "SQLiteStore",
+    "Schema",
+    "SchemaRefused",
     "Store",
     "StoreError",
     "Table",
@@ -92,6 +97,8 @@ __all__ = [
     "Transition",
     "UnknownMachine",
     "UnknownObservation",
+    "UnknownSchema",
+    "Upcaster",
     "Verdict",
     "default_registry",
     "ignore",

@@ -3,26 +3,41 @@
     lifecycle db migrate --store URL
     lifecycle db status  --store URL
     lifecycle db compact --store URL [--keep N] [--machine NAME ...]
-    lifecycle db check   --store URL
+    lifecycle db check   --store URL [--sample N] [--machines SPEC]
+    lifecycle db upgrade --store URL [--batch N] [--machines SPEC] [--machine NAME ...]
 
 ``migrate`` creates or upgrades a PostgreSQL store's tables (idempotent; an SQLite file is
 created or upgraded on open, so it only opens it). ``status`` only reads: it never creates or
 changes a store (an SQLite file is opened read-only; a missing one is reported, exit 1; a file
 that is not a store is refused, exit 2). ``compact`` drops old journal entries behind a
 snapshot, keeping each object's journal folding to its stored status; it refuses a store that
-does not exist rather than create an empty one.
+does not exist rather than create an empty one. ``check`` reports the records' schema versions
+(ADR 0088: records no upcaster path reads, or written by an undeclared table change), whether
+each object's journal folds to its stored status, and a PostgreSQL store's history (exit 1 on
+any finding). ``upgrade`` rewrites records below their machine's schema version, in batches,
+compare-and-set (a concurrent writer wins); interrupted, run it again. ``--machines`` names
+the machines to judge by: ``MODULE:NAME`` or ``FILE.py:NAME`` (a registry, a machine, or a
+list of machines); the shipped ones by default.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
+import importlib.util
+import random
 import sqlite3
+import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, TextIO
 
-from ._core.errors import StoreError, preview
-from .machines import default_registry
+from ._core.errors import LifecycleError, StoreError, UnknownMachine, preview
+from ._core.machine import Machine
+from ._core.schema import review
+from .machines import MachineRegistry, default_registry
 from .stores import POSTGRES_SCHEMES, open_store, parse_sqlite_url, redact_url
+from .stores.base import fold_problem
 from .stores.sqlite import SCHEMA_VERSION as SQLITE_SCHEMA
 
 STORE_HELP = (
@@ -139,17 +154,139 @@ def cmd_compact(args: argparse.Namespace, out: TextIO) -> int:
 
 
 def cmd_check(args: argparse.Namespace, out: TextIO) -> int:
-    """A PostgreSQL store's history: its epochs (each failover or restore that changed the
-    database's history starts one) and the acknowledged writes replicas found lost. Exit 1
-    when the history changed or writes were lost."""
-    if not args.store.startswith(POSTGRES_SCHEMES):
-        out.write(f"{redact_url(args.store)}: no history to check (PostgreSQL stores only)\n")
-        return 0
-    from .stores.postgres import check_history
+    """The store's records and history: their schema versions (records no upcaster path
+    reads, or that an undeclared table change wrote), whether each object's journal folds
+    to its stored status (``--sample N`` objects per machine), and for PostgreSQL its epochs
+    (each failover or restore that changed the database's history starts one) and the
+    acknowledged writes replicas found lost. Exit 1 on any finding."""
+    if args.sample is not None and args.sample < 1:
+        raise StoreError(f"--sample must be a positive number, got {args.sample}")
+    machines = load_machines(args.machines)
+    ok = True
+    if args.store.startswith(POSTGRES_SCHEMES):
+        from .stores.postgres import check_history
 
-    report = check_history(args.store)
-    out.write("\n".join(report.lines()) + "\n")
-    return 0 if report.ok else 1
+        report = check_history(args.store)
+        out.write("\n".join(report.lines()) + "\n")
+        ok = report.ok
+    store = _open_existing(args.store, "check", migrate=False)
+    try:
+        ok = _check_records(store, machines, args.sample, out) and ok
+    finally:
+        store.close()
+    return 0 if ok else 1
+
+
+def _check_records(
+    store: Any, machines: Mapping[str, Machine[Any]], sample: int | None, out: TextIO
+) -> bool:
+    """Print the schema report and the fold check; whether both found nothing."""
+    ok = True
+    versions = getattr(store, "schema_versions", None)
+    if versions is not None:
+        found = review(versions(), machines)
+        out.write("\n".join(found.lines()) + "\n")
+        ok = not found.findings
+    chooser = random.Random()
+    for machine in machines.values():
+        try:
+            records = list(store.records(machine))
+        except LifecycleError as e:
+            out.write(f"NOT READABLE {machine.name}: {e}\n")
+            ok = False
+            continue
+        chosen = (
+            records if sample is None or sample >= len(records) else chooser.sample(records, sample)
+        )
+        bad = 0
+        for record in sorted(chosen, key=lambda r: r.ref.uid):
+            problem = fold_problem(store, machine, record)
+            if problem is not None:
+                bad += 1
+                out.write(f"NOT FOLDING {machine.name} {record.ref.uid}: {problem}\n")
+        if records:
+            out.write(
+                f"journals: {machine.name}: {len(chosen)} of {len(records)} object(s) checked, "
+                f"{bad} not folding to the stored status\n"
+            )
+        ok = ok and not bad
+    return ok
+
+
+def cmd_upgrade(args: argparse.Namespace, out: TextIO) -> int:
+    """Rewrite records below their machine's schema version (ADR 0088). Refuses, writing
+    nothing, while the store holds records no upcaster path reads (exit 1)."""
+    if args.batch < 1:
+        raise StoreError(f"--batch must be a positive number, got {args.batch}")
+    machines = load_machines(args.machines)
+    chosen = [machines[name] for name in args.machine] if args.machine else list(machines.values())
+    store = _open_existing(args.store, "upgrade")
+    try:
+        if not hasattr(store, "upgrade"):
+            raise StoreError(f"{redact_url(args.store)} keeps no record schemas to upgrade")
+        found = review(store.schema_versions(), {m.name: m for m in chosen})
+        if found.findings:
+            out.write("\n".join(f"FINDING {f}" for f in found.findings) + "\n")
+            out.write("nothing upgraded: these records have no upcaster path (see db check)\n")
+            return 1
+        for machine in chosen:
+            out.write(f"{store.upgrade(machine, batch=args.batch)}\n")
+    finally:
+        store.close()
+    return 0
+
+
+def _open_existing(url: str, what: str, *, migrate: bool = True) -> Any:
+    """The store at ``url``; an SQLite file that does not exist is refused, not created."""
+    if url[:7].lower() == "sqlite:":
+        path = parse_sqlite_url(url).path
+        if sqlite_schema_version(path) is None:
+            raise StoreError(f"{redact_url(url)}: no store to {what} (no such file)")
+    if url.startswith(POSTGRES_SCHEMES) and not migrate:
+        from .stores.postgres import PostgresStore
+
+        return PostgresStore(url, migrate=False)
+    return open_store(url)
+
+
+def load_machines(spec: str | None) -> MachineRegistry:
+    """The machines ``--machines`` names: ``MODULE:NAME`` or ``FILE.py:NAME``, where NAME is
+    a :class:`MachineRegistry`, a mapping or list of machines, a machine, or a function
+    returning one; ``None``: the shipped machines."""
+    if spec is None:
+        return default_registry()
+    where, sep, name = spec.rpartition(":")
+    if not sep or not where or not name:
+        raise UnknownMachine(f"--machines {preview(spec)}: expected MODULE:NAME or FILE.py:NAME")
+    try:
+        if where.endswith(".py"):
+            path = Path(where)
+            module_name = f"_lifecycle_machines_{path.stem}"
+            spec_ = importlib.util.spec_from_file_location(module_name, path)
+            if spec_ is None or spec_.loader is None or not path.is_file():
+                raise UnknownMachine(f"--machines {preview(spec)}: no such file")
+            module = importlib.util.module_from_spec(spec_)
+            sys.modules[module_name] = module  # (attrs resolves postponed annotations there)
+            spec_.loader.exec_module(module)
+        else:
+            module = importlib.import_module(where)
+    except ImportError as e:
+        raise UnknownMachine(f"--machines {preview(spec)}: cannot import it: {e}") from None
+    found = getattr(module, name, None)
+    if callable(found) and not isinstance(found, type | Machine | Mapping):
+        found = found()
+    if isinstance(found, MachineRegistry):
+        return found
+    if isinstance(found, Machine):
+        return MachineRegistry([found])
+    items: Any = found.values() if isinstance(found, Mapping) else (found or ())
+    try:
+        machines = list(items)
+    except TypeError:
+        machines = []
+    if not machines or not all(isinstance(m, Machine) for m in machines):
+        raise UnknownMachine(f"--machines {preview(spec)}: {name} names no machines")
+    return MachineRegistry(machines)
 
 
 def add_db_commands(sub: Any) -> None:
@@ -170,10 +307,25 @@ def add_db_commands(sub: Any) -> None:
     cp.add_argument("--keep", type=int, default=100, help="entries kept per object (100)")
     cp.add_argument("--machine", action="append", default=[], help="only this machine (repeatable)")
     cp.set_defaults(func=cmd_compact)
+    machines_help = (
+        "the machines to judge records by: MODULE:NAME or FILE.py:NAME (a registry, machine "
+        "or list of machines; default: the shipped ones)"
+    )
     ck = dbs.add_parser(
         "check",
-        help="a PostgreSQL store's history: epochs (failovers) and lost acknowledged writes "
-        "(exit 1 if any)",
+        help="records' schema versions, journals folding to statuses, and a PostgreSQL "
+        "store's history: epochs (failovers) and lost acknowledged writes (exit 1 if any)",
     )
     ck.add_argument("--store", required=True, help=STORE_HELP)
+    ck.add_argument("--sample", type=int, default=None, help="fold N objects per machine")
+    ck.add_argument("--machines", default=None, help=machines_help)
     ck.set_defaults(func=cmd_check)
+    up = dbs.add_parser(
+        "upgrade",
+        help="rewrite records below their machine's schema version, in batches (resumable)",
+    )
+    up.add_argument("--store", required=True, help=STORE_HELP)
+    up.add_argument("--batch", type=int, default=500, help="records per transaction (500)")
+    up.add_argument("--machines", default=None, help=machines_help)
+    up.add_argument("--machine", action="append", default=[], help="only this machine (repeatable)")
+    up.set_defaults(func=cmd_upgrade)

@@ -22,10 +22,11 @@ from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from . import _cascade
 from ._batch import Commit, Load, Mark, Pause, Request, apply_intents, protocol
-from ._core.errors import IdentityMismatch, StoreError
+from ._core.errors import IdentityMismatch, SchemaRefused, StoreError
 from ._core.machine import Machine
 from ._core.observation import Observation
 from ._core.refs import ObjectRef
+from ._core.schema import check_store, review
 from ._core.transition import Transition
 from .emitters.base import Emitter
 from .links import Link
@@ -237,6 +238,7 @@ class AsyncRunner:
         policy: RetryPolicy | None = None,
         logger: Any = None,
         policies: Mapping[str, RetryPolicy] | None = None,
+        check_schema: bool = True,
     ) -> None:
         self.store: AsyncStore = as_async(store)
         #: The synchronous runner's configuration and pure helpers (its own store is unused).
@@ -248,8 +250,25 @@ class AsyncRunner:
             policy=policy,
             logger=logger,
             policies=policies,
+            check_schema=False,
         )
         self.core.epoch_source = self.store
+        # The start-up check (ADR 0088): a synchronous store is checked here, an asyncio one
+        # before the first call that reads it (``await runner.check_schema()`` to do it now).
+        self._schema_checked = not check_schema
+        if isinstance(self.store, ThreadedStore) and check_schema:
+            check_store(self.store.store, self.core.machines)
+            self._schema_checked = True
+
+    async def check_schema(self) -> None:
+        """Refuse (:class:`~lifecycle.SchemaRefused`) a store holding records these machines
+        cannot read, or that an undeclared table change wrote (ADR 0088)."""
+        versions = getattr(self.store, "schema_versions", None)
+        if versions is not None:
+            found = review(await versions(), self.core.machines)
+            if found.findings:
+                raise SchemaRefused(found.findings)
+        self._schema_checked = True
 
     @property
     def emitters(self) -> tuple[Emitter, ...]:
@@ -297,6 +316,8 @@ class AsyncRunner:
         await self.store.close()
 
     async def _drive(self, gen: Any) -> list[Result]:
+        if not self._schema_checked:
+            await self.check_schema()
         reply: Any = None
         error: StoreError | None = None
         while True:

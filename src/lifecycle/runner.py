@@ -44,6 +44,7 @@ from ._core.errors import (
 from ._core.machine import Machine
 from ._core.observation import Observation, Tick
 from ._core.refs import EventType, ObjectRef
+from ._core.schema import check_store
 from ._core.serde import validate as check_observation
 from ._core.transition import Flip, Transition, stamp, store_epoch
 from .emitters.base import Emitter
@@ -141,6 +142,7 @@ class Runner:
         policy: RetryPolicy | None = None,
         logger: Any = None,
         policies: Mapping[str, RetryPolicy] | None = None,
+        check_schema: bool = True,
     ) -> None:
         self.store: Store = store if store is not None else MemoryStore()
         #: what events are stamped with the epoch of (``store_epoch``); AsyncRunner's store
@@ -162,6 +164,8 @@ class Runner:
         #: Cascade intents whose target write failed, retried at the start of the next call.
         self.pending = PendingIntents()
         self._in_cascade = False
+        if check_schema:  # refuse a store holding records these machines cannot read (ADR 0088)
+            check_store(self.store, self.machines)
 
     def machine_for(self, ref: ObjectRef) -> Machine[Any]:
         return self.machines.for_kind(ref.kind)

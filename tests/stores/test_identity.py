@@ -240,7 +240,11 @@ def test_commit_many_stray_row_fallback_still_refuses_an_impostor_whole(tmp_path
     boot(store)
     stray = pod_ref("pod-s")
     with sqlite3.connect(store.path) as db:  # a journal row with no object: the batch trips
-        db.execute("INSERT INTO journal VALUES (?, 1, '', 'x', '{}', '[]')", (stray.uid,))
+        db.execute(
+            "INSERT INTO journal (uid, version, at, observation, fields, transitions) "
+            "VALUES (?, 1, '', 'x', '{}', '[]')",
+            (stray.uid,),
+        )
     before = seen(store)
     machine, ref = IMPOSTORS["another name"]
     innocent = pod_ref("pod-b")

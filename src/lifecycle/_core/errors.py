@@ -144,3 +144,32 @@ class TraceError(LifecycleError):
         self.line = line
         self.problem = problem
         super().__init__(f"{path}:{line}: {problem}")
+
+
+class UnknownSchema(StoreError):
+    """A stored status or journal entry written under a schema version this machine cannot
+    read: a newer version, or an older one with no upcaster path to the current one (see
+    ADR 0088). Nothing is written; ``lifecycle db check`` lists every such record."""
+
+    def __init__(self, machine: str, version: int, current: int, problem: str) -> None:
+        self.machine = machine
+        self.version = version
+        self.current = current
+        super().__init__(
+            f"{machine}: a record at schema v{version} (this table: v{current}): {problem}"
+        )
+
+
+class SchemaRefused(LifecycleError):
+    """A runner refused to start: its store holds records its machines cannot read (no
+    upcaster path) or that a table change did not declare (a fingerprint differing from what
+    that version declared). ``findings`` lists them, one line each (machine, version, count,
+    one example uid)."""
+
+    def __init__(self, findings: tuple[object, ...]) -> None:
+        self.findings = findings
+        lines = "\n".join(f"  {f}" for f in findings)
+        super().__init__(
+            f"the store holds records these machines cannot read ({len(findings)} finding(s)):"
+            f"\n{lines}\nrun `lifecycle db check --store URL` for the full report"
+        )

@@ -18,6 +18,7 @@ from .errors import (
 from .observation import Observation
 from .redact import redact
 from .refs import Condition, EventType, ObjectRef
+from .schema import Schema, Upcaster
 from .table import SAME, Row, Step, Table, render
 from .transition import Flip
 
@@ -212,6 +213,14 @@ class Machine(Generic[S]):
     #: Effects that may enter a state other than their row's target: effect -> those states
     #: (``lifecycle check`` counts them as possible targets of every row with that effect).
     effect_targets: ClassVar[Mapping[str, tuple[str, ...]]] = {}
+    #: The version of this machine's stored records (statuses, journal entries): bump it when
+    #: the status, the observations or the states change, and declare how older records read
+    #: in ``upcasters`` (ADR 0088).
+    schema_version: ClassVar[int] = 1
+    #: Per older version N, the :class:`~lifecycle.Upcaster` from N's records to N+1's.
+    upcasters: ClassVar[Mapping[int, Upcaster]] = {}
+    #: The version and fingerprint stores write beside each record (computed once).
+    schema: Schema
 
     def __init__(self) -> None:
         self._vocabulary = {o.name(): o for o in self.table.observations}
@@ -246,6 +255,7 @@ class Machine(Generic[S]):
         # ``verdicts``, ``event_type`` and ``controller`` are declared on the class, so what
         # a flip is depends only on (from, to, reason, message) when no verdict is declared.
         self._memoise_flips = not self.verdicts and self._type_by_state and not self._signed
+        self.schema = Schema.of(self)
 
     def _compile(self, steps: tuple[Step, ...]) -> Callable[[Any, Any], Any]:
         """The rows of one (state, observation type) as one function: each guard in table

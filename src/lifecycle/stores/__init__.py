@@ -24,8 +24,10 @@ from .base import (
     JournalEntry,
     Record,
     RetentionStore,
+    SchemaStore,
     Snapshot,
     Store,
+    UpgradeReport,
 )
 from .memory import MemoryStore
 from .sqlite import SQLiteStore
@@ -43,8 +45,10 @@ __all__ = [
     "RetentionStore",
     "SQLiteStore",
     "SQLiteURL",
+    "SchemaStore",
     "Snapshot",
     "Store",
+    "UpgradeReport",
     "open_store",
     "parse_sqlite_url",
     "redact_url",

@@ -20,11 +20,18 @@ from .._core.errors import CommitUnknown, Conflict, StoreError
 from .._core.machine import Machine
 from .._core.observation import Observation
 from .._core.refs import ObjectRef
+from .._core.schema import (
+    load_observation,
+    load_status,
+    upgraded_observation,
+    upgraded_status,
+)
 from .._core.transition import Transition
 from .base import (
     CommitItem,
     JournalEntry,
     Record,
+    Snapshot,
     check_identity,
     transition_from_row,
     transition_to_row,
@@ -324,6 +331,21 @@ MIGRATIONS: tuple[tuple[int, str, tuple[str, ...]], ...] = (
             )""",
         ),
     ),
+    (
+        4,
+        "the schema version and fingerprint of every record (ADR 0088)",
+        # Rows written before are version 1 with no fingerprint: the tables as they were then
+        # are version 1 by definition. The defaults stay, so a replica of an older release
+        # still writing labels its records the same way. (A constant default: no rewrite.)
+        tuple(
+            f"ALTER TABLE {{s}}.{table} ADD COLUMN {column}"
+            for table in ("objects", "journal", "snapshots")
+            for column in (
+                "schema_version integer NOT NULL DEFAULT 1",
+                "schema_fingerprint text NOT NULL DEFAULT ''",
+            )
+        ),
+    ),
 )
 LATEST = MIGRATIONS[-1][0]
 
@@ -396,6 +418,10 @@ def not_migrated(target: Target, found: int | None) -> StoreError:
 
 
 # -- statements -----------------------------------------------------------------------------
+#: The record-schema columns every status, journal and snapshot read ends with (ADR 0088).
+_SV = "schema_version, schema_fingerprint"
+
+
 class Statements:
     """Every statement the stores run, for one schema."""
 
@@ -405,9 +431,9 @@ class Statements:
         journal_cte = (
             f""", j AS (
                 INSERT INTO {s}.journal (uid, version, at, observation, fields, transitions,
-                                         commit_token)
+                                         commit_token, schema_version, schema_fingerprint)
                 SELECT uid, %(version)s, %(at)s, %(observation)s, %(fields)s::json,
-                       %(events)s::json, %(token)s
+                       %(events)s::json, %(token)s, %(sv)s, %(sfp)s
                 FROM w
             )"""
             if journal
@@ -428,16 +454,18 @@ class Statements:
             ), u AS (
                 UPDATE {s}.objects
                 SET state = %(state)s, version = %(version)s, status = %(status)s::json,
-                    updated_at = now(), commit_token = %(token)s
+                    updated_at = now(), commit_token = %(token)s, schema_version = %(sv)s,
+                    schema_fingerprint = %(sfp)s
                 WHERE uid = %(uid)s AND version = %(expected)s AND machine = %(machine)s
                   AND kind = %(kind)s AND namespace = %(namespace)s AND name = %(name)s
                   AND (SELECT ok FROM ep)
                 RETURNING uid
             ), i AS (
                 INSERT INTO {s}.objects (uid, machine, kind, namespace, name, state, version,
-                                         status, commit_token)
+                                         status, commit_token, schema_version,
+                                         schema_fingerprint)
                 SELECT %(uid)s, %(machine)s, %(kind)s, %(namespace)s, %(name)s, %(state)s,
-                       %(version)s, %(status)s::json, %(token)s
+                       %(version)s, %(status)s::json, %(token)s, %(sv)s, %(sfp)s
                 WHERE %(expected)s = 0 AND (SELECT ok FROM ep)
                 ON CONFLICT (uid) DO NOTHING
                 RETURNING uid
@@ -457,12 +485,12 @@ class Statements:
             f"SELECT version, machine, kind, namespace, name FROM {s}.objects WHERE uid = %s"
         )
         self.load = (
-            f"SELECT version, status, machine, kind, namespace, name FROM {s}.objects "
+            f"SELECT version, status, machine, kind, namespace, name, {_SV} FROM {s}.objects "
             "WHERE uid = %s"
         )
         self.load_many = (
-            f"SELECT uid, version, status, machine, kind, namespace, name FROM {s}.objects "
-            "WHERE uid = ANY(%s)"
+            f"SELECT uid, version, status, machine, kind, namespace, name, {_SV} "
+            f"FROM {s}.objects WHERE uid = ANY(%s)"
         )
         self.versions = (
             f"SELECT uid, version, machine, kind, namespace, name FROM {s}.objects "
@@ -499,11 +527,11 @@ class Statements:
             "ORDER BY seen_at, uid"
         )
         self.journal = (
-            f"SELECT version, at, observation, fields, transitions FROM {s}.journal "
+            f"SELECT version, at, observation, fields, transitions, {_SV} FROM {s}.journal "
             "WHERE uid = %s ORDER BY version"
         )
         self.records = (
-            f"SELECT kind, namespace, name, uid, version, status FROM {s}.objects "
+            f"SELECT kind, namespace, name, uid, version, status, {_SV} FROM {s}.objects "
             "WHERE machine = %s ORDER BY uid"
         )
         claimable = (
@@ -546,19 +574,71 @@ class Statements:
             f"DELETE FROM {s}.outbox WHERE id = ANY(%s) AND EXISTS (SELECT 1 FROM lazy)"
         )
         self.undelivered = f"SELECT count(*) FROM {s}.outbox"
-        self.snapshot = f"SELECT version, status FROM {s}.snapshots WHERE uid = %s"
-        self.lock_object = f"SELECT version, status FROM {s}.objects WHERE uid = %s FOR UPDATE"
+        self.snapshot = f"SELECT version, status, {_SV} FROM {s}.snapshots WHERE uid = %s"
+        self.lock_object = (
+            f"SELECT version, status, {_SV} FROM {s}.objects WHERE uid = %s FOR UPDATE"
+        )
         self.compactable = (
             f"SELECT o.kind, o.namespace, o.name, o.uid FROM {s}.objects o "
             f"WHERE o.machine = %s AND (SELECT count(*) FROM {s}.journal j "
             "WHERE j.uid = o.uid) > %s ORDER BY o.uid"
         )
         self.put_snapshot = (
-            f"INSERT INTO {s}.snapshots (uid, version, status) VALUES (%s, %s, %s::json) "
+            f"INSERT INTO {s}.snapshots (uid, version, status, {_SV}) "
+            "VALUES (%s, %s, %s::json, %s, %s) "
             "ON CONFLICT (uid) DO UPDATE SET version = excluded.version, "
-            "status = excluded.status, taken_at = now()"
+            "status = excluded.status, taken_at = now(), "
+            "schema_version = excluded.schema_version, "
+            "schema_fingerprint = excluded.schema_fingerprint"
         )
         self.drop_journal = f"DELETE FROM {s}.journal WHERE uid = %s AND version <= %s"
+        # -- record schemas (ADR 0088): one aggregate read, and the upgrade's batches, read
+        # after a (uid, version) key and written back compared-and-set on what was read
+        self.schema_versions = f"""
+            SELECT machine, 'status', schema_version, schema_fingerprint, count(*), min(uid)
+            FROM {s}.objects GROUP BY machine, schema_version, schema_fingerprint
+            UNION ALL
+            SELECT o.machine, 'journal', j.schema_version, j.schema_fingerprint, count(*),
+                   min(j.uid)
+            FROM {s}.journal j JOIN {s}.objects o ON o.uid = j.uid
+            GROUP BY o.machine, j.schema_version, j.schema_fingerprint
+            UNION ALL
+            SELECT o.machine, 'snapshot', n.schema_version, n.schema_fingerprint, count(*),
+                   min(n.uid)
+            FROM {s}.snapshots n JOIN {s}.objects o ON o.uid = n.uid
+            GROUP BY o.machine, n.schema_version, n.schema_fingerprint"""
+        self.old_statuses = (
+            f"SELECT uid, version, status, {_SV} FROM {s}.objects "
+            "WHERE machine = %s AND schema_version < %s AND (uid, version) > (%s, %s) "
+            "ORDER BY uid LIMIT %s"
+        )
+        self.upgrade_status = (
+            f"UPDATE {s}.objects SET state = %s, status = %s::json, schema_version = %s, "
+            "schema_fingerprint = %s WHERE uid = %s AND version = %s AND schema_version = %s "
+            "AND schema_fingerprint = %s"
+        )
+        self.old_entries = (
+            f"SELECT j.uid, j.version, j.at, j.observation, j.fields, j.schema_version, "
+            f"j.schema_fingerprint FROM {s}.journal j JOIN {s}.objects o ON o.uid = j.uid "
+            "WHERE o.machine = %s AND j.schema_version < %s AND (j.uid, j.version) > (%s, %s) "
+            "ORDER BY j.uid, j.version LIMIT %s"
+        )
+        self.upgrade_entry = (
+            f"UPDATE {s}.journal SET observation = %s, fields = %s::json, schema_version = %s, "
+            "schema_fingerprint = %s WHERE uid = %s AND version = %s AND schema_version = %s "
+            "AND schema_fingerprint = %s"
+        )
+        self.old_snapshots = (
+            f"SELECT n.uid, n.version, n.status, n.schema_version, n.schema_fingerprint "
+            f"FROM {s}.snapshots n JOIN {s}.objects o ON o.uid = n.uid "
+            "WHERE o.machine = %s AND n.schema_version < %s AND (n.uid, n.version) > (%s, %s) "
+            "ORDER BY n.uid LIMIT %s"
+        )
+        self.upgrade_snapshot = (
+            f"UPDATE {s}.snapshots SET status = %s::json, schema_version = %s, "
+            "schema_fingerprint = %s WHERE uid = %s AND version = %s AND schema_version = %s "
+            "AND schema_fingerprint = %s"
+        )
 
 
 # -- rows -----------------------------------------------------------------------------------
@@ -603,6 +683,8 @@ def commit_params(
         "owner": owner,
         "lease": lease,
         "token": secrets.token_hex(8),
+        "sv": machine.schema.version,
+        "sfp": machine.schema.fingerprint,
         # the epoch the events were stamped with (None: no events, any epoch will do)
         "epoch": transitions[0].epoch if transitions else None,
     }
@@ -633,8 +715,55 @@ def item_params(item: CommitItem, *, owner: str, lease: float) -> dict[str, Any]
     )
 
 
-def record_from(machine: Machine[Any], ref: ObjectRef, version: int, status: Any) -> Record:
-    return Record(ref, machine.name, machine.load_status(load_json(status)), int(version))
+def record_from(
+    machine: Machine[Any], ref: ObjectRef, version: int, status: Any, sv: int, fp: str
+) -> Record:
+    """A stored status written under schema ``(sv, fp)``: upcast if that is not the
+    machine's (ADR 0088)."""
+    return Record(ref, machine.name, load_status(machine, load_json(status), sv, fp), int(version))
+
+
+def snapshot_from(machine: Machine[Any], row: Sequence[Any]) -> Snapshot:
+    """A :attr:`Statements.snapshot` row as a :class:`Snapshot` (upcast if need be)."""
+    return Snapshot(int(row[0]), load_status(machine, load_json(row[1]), row[2], row[3]))
+
+
+def status_rows(
+    machine: Machine[Any], rows: Sequence[Sequence[Any]], *, snapshots: bool = False
+) -> list[tuple[Any, ...]]:
+    """``lifecycle db upgrade``: :attr:`Statements.upgrade_status` (or ``upgrade_snapshot``)
+    parameters for :attr:`Statements.old_statuses` (``old_snapshots``) rows."""
+    now = (machine.schema.version, machine.schema.fingerprint)
+    out = []
+    for uid, version, data, sv, fp in rows:
+        state, new = _upgraded(upgraded_status, machine, uid, version, load_json(data), sv, fp)
+        head = (_dumps(new),) if snapshots else (state, _dumps(new))
+        out.append((*head, *now, uid, version, sv, fp))
+    return out
+
+
+def entry_rows(machine: Machine[Any], rows: Sequence[Sequence[Any]]) -> list[tuple[Any, ...]]:
+    """``lifecycle db upgrade``: :attr:`Statements.upgrade_entry` parameters for
+    :attr:`Statements.old_entries` rows."""
+    now = (machine.schema.version, machine.schema.fingerprint)
+    out = []
+    for uid, version, at, name, fields, sv, fp in rows:
+        name, new = _upgraded(
+            upgraded_observation, machine, uid, version, name, at, load_json(fields), sv, fp
+        )
+        out.append((name, _dumps(new), *now, uid, version, sv, fp))
+    return out
+
+
+def _upgraded(fn: Any, machine: Machine[Any], uid: str, version: int, *args: Any) -> Any:
+    """An upgrade step; a failing upcaster (or a record the machine then refuses) stops the
+    upgrade there with a :class:`StoreError` naming the record (that batch unwritten)."""
+    try:
+        return fn(machine, *args)
+    except StoreError:
+        raise
+    except Exception as e:
+        raise StoreError(f"upgrade of {uid} v{version} failed: {e!r}") from e
 
 
 def check_row_identity(machine: Machine[Any], ref: ObjectRef, row: Sequence[Any]) -> None:
@@ -755,10 +884,10 @@ def journal_from(machine: Machine[Any], rows: Sequence[Sequence[Any]]) -> list[J
     return [
         JournalEntry(
             int(version),
-            machine.load_observation(name, at, load_json(fields)),
+            load_observation(machine, name, at, load_json(fields), sv, fp),
             tuple(transition_from_row(t) for t in load_json(events)),
         )
-        for version, at, name, fields, events in rows
+        for version, at, name, fields, events, sv, fp in rows
     ]
 
 

@@ -7,10 +7,11 @@ from typing import Any, Protocol, runtime_checkable
 
 import attrs
 
-from .._core.errors import IdentityMismatch, StoreError
+from .._core.errors import IdentityMismatch, LifecycleError, StoreError, preview
 from .._core.machine import Machine
 from .._core.observation import Observation
 from .._core.refs import EventType, ObjectRef
+from .._core.schema import SchemaCount
 from .._core.serde import parse_time
 from .._core.transition import Intent, Transition
 
@@ -23,6 +24,9 @@ class Record:
     machine: str
     status: Any
     version: int
+    #: The :class:`~lifecycle.Schema` the status was written under, where a store keeps the
+    #: record as objects (memory); ``None``: the machine's own. Not compared.
+    schema: Any = attrs.field(default=None, eq=False)
 
 
 @attrs.frozen(slots=True)
@@ -53,6 +57,8 @@ class Snapshot:
 
     version: int
     status: Any
+    #: As :attr:`Record.schema`.
+    schema: Any = attrs.field(default=None, eq=False)
 
 
 @attrs.frozen(slots=True)
@@ -175,6 +181,75 @@ class RetentionStore(Protocol):
     def compact(
         self, machine: Machine[Any], *, keep: int = 0, refs: Iterable[ObjectRef] | None = None
     ) -> int: ...
+
+
+@attrs.frozen(slots=True)
+class UpgradeReport:
+    """What :meth:`SchemaStore.upgrade` rewrote for one machine: statuses, journal entries
+    and snapshots brought to its schema version, and ``skipped`` records a concurrent writer
+    changed first (they are left to it; run the upgrade again to pick up any it left old)."""
+
+    machine: str
+    statuses: int = 0
+    entries: int = 0
+    snapshots: int = 0
+    skipped: int = 0
+
+    def __str__(self) -> str:
+        return (
+            f"{self.machine}: {self.statuses} status(es), {self.entries} journal entries and "
+            f"{self.snapshots} snapshot(s) upgraded; {self.skipped} skipped (written meanwhile)"
+        )
+
+
+@runtime_checkable
+class SchemaStore(Protocol):
+    """Optional: the stored records' schema versions (ADR 0088).
+
+    ``schema_versions`` is one aggregate read: per machine, kind of record (``status``,
+    ``journal``, ``snapshot``), version and fingerprint, how many and one example uid -- the
+    runner's start-up check and ``lifecycle db check`` judge it (``lifecycle._core.schema
+    .review``). ``upgrade`` rewrites ``machine``'s records below its schema version, ``batch``
+    at a time, each batch one transaction, each record compared-and-set on what was read
+    (a concurrent writer wins: that record is skipped); interrupted, it resumes where it
+    stopped, since only records below the current version are selected.
+    """
+
+    def schema_versions(self) -> list[SchemaCount]: ...
+
+    def upgrade(self, machine: Machine[Any], *, batch: int = 500) -> UpgradeReport: ...
+
+
+def check_batch(batch: int) -> int:
+    if type(batch) is not int or batch < 1:
+        raise ValueError(f"batch must be a positive int, got {batch!r}")
+    return batch
+
+
+def fold_problem(store: Any, machine: Machine[Any], record: Record) -> str | None:
+    """Why ``record``'s journal does not fold to its stored status (``None``: it does).
+    Folding starts at the object's snapshot, if any, and upcasts old entries."""
+    ref = record.ref
+    try:
+        status, base = journal_start(store, machine, ref)
+        entries = store.journal(machine, ref)
+    except LifecycleError as e:
+        return f"cannot read its journal: {e}"
+    versions = [e.version for e in entries]
+    if versions != list(range(base + 1, record.version + 1)):
+        shown = f"{versions[:3]}..{versions[-3:]}" if len(versions) > 6 else str(versions)
+        return f"journal versions {shown} after v{base} do not lead to the stored v{record.version}"
+    try:
+        folded = fold_from(machine, status, (e.observation for e in entries))
+    except LifecycleError as e:
+        return f"its journal does not fold: {e}"
+    if folded != record.status:
+        return (
+            f"its journal folds to state {preview(folded.state)}, the stored status "
+            f"(v{record.version}) is {preview(record.status.state)}"
+            + ("" if folded.state != record.status.state else " (other fields differ)")
+        )
+    return None
 
 
 def journal_start(store: Any, machine: Machine[Any], ref: ObjectRef) -> tuple[Any, int]:

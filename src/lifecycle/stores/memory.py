@@ -6,17 +6,22 @@ import threading
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
+import attrs
 import structlog
 
+from .._core import serde
 from .._core.errors import Conflict, StoreError
 from .._core.machine import Machine
 from .._core.observation import Observation
 from .._core.refs import EventType, ObjectRef
+from .._core.schema import Schema, SchemaCount
 from .._core.transition import Transition
 from .base import (
     JournalEntry,
     Record,
     Snapshot,
+    UpgradeReport,
+    check_batch,
     check_record,
     journal_start,
     plan_compaction,
@@ -34,7 +39,8 @@ class MemoryStore:
 
     def __init__(self, *, journal: bool = True) -> None:
         self._records: dict[str, Record] = {}
-        # Per object, each entry flat: (version, observation, ref, machine, *transitions), a
+        # Per object, each entry flat: (version, observation, ref, machine, schema,
+        # *transitions) -- ``schema`` the writing machine's Schema (a shared constant) -- a
         # transition as a tuple of plain values (see ``_pack``). A long journal of many objects
         # then gives the cyclic garbage collector one object per entry to walk (besides the
         # observation), not three (ADR 0067).
@@ -48,8 +54,11 @@ class MemoryStore:
         """The stored record, or ``None``; :class:`~lifecycle.IdentityMismatch` when the
         uid is stored for another object (kind, namespace, name or machine)."""
         record = self._records.get(ref.uid)
-        if record is not None and (record.ref is not ref or record.machine is not machine.name):
-            check_record(record, machine.name, ref)  # (the same objects: nothing to compare)
+        if record is not None:
+            if record.ref is not ref or record.machine is not machine.name:
+                check_record(record, machine.name, ref)  # (the same objects: nothing to compare)
+            if record.schema is not machine.schema and _stale(record.schema, machine):
+                return _upcast_record(machine, record)
         return record
 
     def commit(
@@ -67,7 +76,7 @@ class MemoryStore:
         entry = None
         if self._keep_journal:
             packed = [_pack(t, ref, name, version, observation) for t in transitions]
-            entry = (version, observation, ref, name, *packed)
+            entry = (version, observation, ref, name, machine.schema, *packed)
         outbox = {t.id: t for t in transitions}
         with self._lock:
             current = self._records.get(ref.uid)
@@ -79,7 +88,7 @@ class MemoryStore:
                 actual = current.version
             if actual != expected:
                 raise Conflict(ref.uid, expected, actual)
-            self._records[ref.uid] = Record(ref, name, status, version)
+            self._records[ref.uid] = Record(ref, name, status, version, machine.schema)
             if entry is not None:
                 self._journals.setdefault(ref.uid, []).append(entry)
             self._outbox.update(outbox)
@@ -89,16 +98,21 @@ class MemoryStore:
         record = self._records.get(ref.uid)
         if record is not None:
             check_record(record, machine.name, ref)
-        return [_entry(flat) for flat in self._journals.get(ref.uid, ())]
+        return [_entry(flat, machine) for flat in self._journals.get(ref.uid, ())]
 
     def records(self, machine: Machine[Any]) -> Iterator[Record]:
-        return iter([r for r in self._records.values() if r.machine == machine.name])
+        found = [r for r in self._records.values() if r.machine == machine.name]
+        return iter([_upcast_record(machine, r) if _stale(r.schema, machine) else r for r in found])
 
     def snapshot(self, machine: Machine[Any], ref: ObjectRef) -> Snapshot | None:
         record = self._records.get(ref.uid)
         if record is not None:
             check_record(record, machine.name, ref)
-        return self._snapshots.get(ref.uid)
+        found = self._snapshots.get(ref.uid)
+        if found is not None and _stale(found.schema, machine):
+            status = _upcast_status(machine, found.status, found.schema)
+            return Snapshot(found.version, status, machine.schema)
+        return found
 
     def compact(
         self, machine: Machine[Any], *, keep: int = 0, refs: Iterable[ObjectRef] | None = None
@@ -123,12 +137,75 @@ class MemoryStore:
                     continue
                 if snapshot is None:
                     continue
-                self._snapshots[ref.uid] = snapshot
+                self._snapshots[ref.uid] = attrs.evolve(snapshot, schema=machine.schema)
                 flat = self._journals.get(ref.uid, [])
                 kept = [e for e in flat if e[0] > snapshot.version]
                 dropped += len(flat) - len(kept)
                 self._journals[ref.uid] = kept
         return dropped
+
+    # -- schema versions (SchemaStore, ADR 0088) -------------------------------------------
+    def schema_versions(self) -> list[SchemaCount]:
+        """Per machine, kind, version and fingerprint: how many records, one example uid."""
+        counts: dict[tuple[str, str, int, str], list[Any]] = {}
+
+        def add(machine: str, kind: str, schema: Schema | None, uid: str) -> None:
+            version, fp = (1, "") if schema is None else (schema.version, schema.fingerprint)
+            seen = counts.setdefault((machine, kind, version, fp), [0, uid])
+            seen[0] += 1
+            seen[1] = min(seen[1], uid)
+
+        with self._lock:
+            for uid, record in self._records.items():
+                add(record.machine, "status", record.schema, uid)
+                for flat in self._journals.get(uid, ()):
+                    add(record.machine, "journal", flat[4], uid)
+                snapshot = self._snapshots.get(uid)
+                if snapshot is not None:
+                    add(record.machine, "snapshot", snapshot.schema, uid)
+        return [SchemaCount(*key, n, uid) for key, (n, uid) in sorted(counts.items())]
+
+    def upgrade(self, machine: Machine[Any], *, batch: int = 500) -> UpgradeReport:
+        """Rewrite ``machine``'s records below its schema version (see
+        :class:`~lifecycle.stores.SchemaStore`): each is upcast outside the lock and set only
+        if it is still the record that was read."""
+        check_batch(batch)
+        name, schema = machine.name, machine.schema
+        statuses = entries = snapshots = skipped = 0
+        with self._lock:
+            old = [
+                r for r in self._records.values() if r.machine == name and _below(r.schema, schema)
+            ]
+        for start in range(0, len(old), batch):
+            chunk = old[start : start + batch]
+            new = [(r, attrs.evolve(_upcast_record(machine, r), ref=r.ref)) for r in chunk]
+            with self._lock:
+                for was, now in new:
+                    if self._records.get(was.ref.uid) is was:
+                        self._records[was.ref.uid] = now
+                        statuses += 1
+                    else:
+                        skipped += 1
+        with self._lock:
+            uids = [uid for uid, r in self._records.items() if r.machine == name]
+        for uid in uids:
+            with self._lock:
+                flats = list(self._journals.get(uid, ()))
+                snap = self._snapshots.get(uid)
+            redone = {i: _upcast_flat(flat, machine) for i, flat in enumerate(flats)
+                      if _below(flat[4], schema)}  # fmt: skip
+            with self._lock:
+                journal = self._journals.get(uid)
+                for i, flat in redone.items():
+                    if journal is not None and i < len(journal) and journal[i] is flats[i]:
+                        journal[i] = flat
+                        entries += 1
+                if snap is not None and _below(snap.schema, schema):
+                    status = _upcast_status(machine, snap.status, snap.schema)
+                    if self._snapshots.get(uid) is snap:
+                        self._snapshots[uid] = Snapshot(snap.version, status, schema)
+                        snapshots += 1
+        return UpgradeReport(name, statuses, entries, snapshots, skipped)
 
     def claim_undelivered(self, limit: int = 1000) -> list[Transition]:
         with self._lock:
@@ -163,14 +240,52 @@ def _pack(
             t.fallback, t.controller)  # fmt: skip
 
 
-def _entry(flat: tuple[Any, ...]) -> JournalEntry:
-    version, observation, ref, machine = flat[:4]
+def _stale(stored: Schema | None, machine: Machine[Any]) -> bool:
+    """Whether a record written under ``stored`` needs upcasting for ``machine``."""
+    return stored is not None and stored != machine.schema
+
+
+def _below(stored: Schema | None, schema: Schema) -> bool:
+    """Whether a record written under ``stored`` is below ``schema``'s version."""
+    return stored is not None and stored.version < schema.version
+
+
+def _upcast_status(machine: Machine[Any], status: Any, stored: Schema) -> Any:
+    data = serde.dump(status)
+    return machine.load_status(
+        machine.schema.upcast_status(data, stored.version, stored.fingerprint)
+    )
+
+
+def _upcast_record(machine: Machine[Any], record: Record) -> Record:
+    status = _upcast_status(machine, record.status, record.schema)
+    return Record(record.ref, record.machine, status, record.version, machine.schema)
+
+
+def _upcast_observation(machine: Machine[Any], obs: Observation, stored: Schema) -> Observation:
+    fields = serde.dump(obs)
+    fields.pop("at", None)
+    name, fields = machine.schema.upcast_observation(
+        obs.name(), fields, stored.version, stored.fingerprint
+    )
+    return machine.load_observation(name, obs.at.isoformat(), fields)
+
+
+def _upcast_flat(flat: tuple[Any, ...], machine: Machine[Any]) -> tuple[Any, ...]:
+    observation = _upcast_observation(machine, flat[1], flat[4])
+    return (flat[0], observation, flat[2], flat[3], machine.schema, *flat[5:])
+
+
+def _entry(flat: tuple[Any, ...], machine: Machine[Any] | None = None) -> JournalEntry:
+    version, observation, ref, machine_name, schema = flat[:5]
+    if machine is not None and schema is not machine.schema and _stale(schema, machine):
+        observation = _upcast_observation(machine, observation, schema)
     transitions = tuple(
         p
         if isinstance(p, Transition)
         else Transition(
             ref,
-            machine,
+            machine_name,
             p[0],
             p[1],
             p[2],
@@ -183,6 +298,6 @@ def _entry(flat: tuple[Any, ...]) -> JournalEntry:
             p[7],
             p[8],
         )
-        for p in flat[4:]
+        for p in flat[5:]
     )
     return JournalEntry(version, observation, transitions)

@@ -29,6 +29,7 @@ from .._core.errors import CommitUnknown, Conflict, StoreError
 from .._core.machine import Machine
 from .._core.observation import Observation
 from .._core.refs import ObjectRef
+from .._core.schema import SchemaCount, merge_counts
 from .._core.transition import Transition
 from . import _pgsql as sql
 from ._pgsql import (
@@ -41,7 +42,15 @@ from ._pgsql import (
     psycopg,
     translate,
 )
-from .base import CommitItem, JournalEntry, Record, Snapshot, plan_compaction
+from .base import (
+    CommitItem,
+    JournalEntry,
+    Record,
+    Snapshot,
+    UpgradeReport,
+    check_batch,
+    plan_compaction,
+)
 
 _log = structlog.get_logger("lifecycle.stores")
 
@@ -72,6 +81,10 @@ def sever(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any]) -> None:
         fd = os.dup(conn.pgconn.socket)
         with socket.socket(fileno=fd) as sock:
             sock.shutdown(socket.SHUT_RDWR)
+
+
+def _snapshot_rows(machine: Machine[Any], rows: Sequence[Sequence[Any]]) -> list[tuple[Any, ...]]:
+    return sql.status_rows(machine, rows, snapshots=True)
 
 
 class Watchdog:
@@ -500,7 +513,7 @@ class PostgresStore(sql.PgSettings):
             return None
         sql.check_row_identity(machine, ref, row[2:])
         with self._decoding(f"status of {ref.uid}"):
-            return sql.record_from(machine, ref, row[0], row[1])
+            return sql.record_from(machine, ref, row[0], row[1], row[6], row[7])
 
     def commit(
         self,
@@ -576,12 +589,53 @@ class PostgresStore(sql.PgSettings):
     def records(self, machine: Machine[Any]) -> Iterator[Record]:
         with self._conn("scan") as conn:
             rows = conn.execute(self._sql.records, (machine.name,)).fetchall()
-        for kind, namespace, name, uid, version, status in rows:
+        for kind, namespace, name, uid, version, status, sv, fp in rows:
             with self._decoding(f"status of {uid}"):
                 record = sql.record_from(
-                    machine, ObjectRef(kind, namespace, name, uid), version, status
+                    machine, ObjectRef(kind, namespace, name, uid), version, status, sv, fp
                 )
             yield record
+
+    # -- record schemas (SchemaStore, ADR 0088) ---------------------------------------------
+    def schema_versions(self) -> list[SchemaCount]:
+        """Per machine, kind of record, version and fingerprint: how many, one example uid
+        (one aggregate query)."""
+        with self._conn("schema report") as conn:
+            rows = conn.execute(self._sql.schema_versions).fetchall()
+        return merge_counts(rows)
+
+    def upgrade(self, machine: Machine[Any], *, batch: int = 500) -> UpgradeReport:
+        """Rewrite ``machine``'s statuses, journal entries and snapshots below its schema
+        version, ``batch`` rows per transaction (see :class:`~lifecycle.stores.SchemaStore`):
+        each batch is read, upcast here, then written back compared-and-set on the version
+        and schema read, so a concurrent commit wins and that record is skipped."""
+        check_batch(batch)
+        v = machine.schema.version
+        kinds = (
+            (self._sql.old_statuses, self._sql.upgrade_status, sql.status_rows),
+            (self._sql.old_entries, self._sql.upgrade_entry, sql.entry_rows),
+            (self._sql.old_snapshots, self._sql.upgrade_snapshot, _snapshot_rows),
+        )
+        done: list[tuple[int, int]] = []
+        for scan, update, convert in kinds:
+            written = skipped = 0
+            after: tuple[str, int] = ("", -1)
+            while True:
+                with self._conn("upgrade scan") as conn:
+                    rows = conn.execute(scan, (machine.name, v, *after, batch)).fetchall()
+                if not rows:
+                    break
+                after = (str(rows[-1][0]), int(rows[-1][1]))
+                params = convert(machine, rows)
+                with self._conn("upgrade") as conn, conn.transaction():
+                    for p in params:
+                        n = conn.execute(update, p).rowcount
+                        written += n
+                        skipped += 1 - n
+            done.append((written, skipped))
+        return UpgradeReport(
+            machine.name, done[0][0], done[1][0], done[2][0], sum(s for _, s in done)
+        )
 
     def claim_undelivered(self, limit: int = 1000) -> list[Transition]:
         """Lease up to ``limit`` undelivered events -- this replica's own, unclaimed ones and
@@ -631,7 +685,7 @@ class PostgresStore(sql.PgSettings):
                 out.append(None)
                 continue
             with self._decoding(f"status of {ref.uid}"):
-                out.append(sql.record_from(machine, ref, row[1], row[2]))
+                out.append(sql.record_from(machine, ref, row[1], row[2], row[7], row[8]))
         return out
 
     def commit_many(self, items: Sequence[CommitItem]) -> list[int | StoreError]:
@@ -754,7 +808,7 @@ class PostgresStore(sql.PgSettings):
         if row is None:
             return None
         with self._decoding(f"snapshot of {ref.uid}"):
-            return Snapshot(int(row[0]), machine.load_status(sql.load_json(row[1])))
+            return sql.snapshot_from(machine, row)
 
     def compact(
         self, machine: Machine[Any], *, keep: int = 0, refs: Iterable[ObjectRef] | None = None
@@ -789,11 +843,10 @@ class PostgresStore(sql.PgSettings):
             snap = conn.execute(self._sql.snapshot, (ref.uid,)).fetchone()
             rows = conn.execute(self._sql.journal, (ref.uid,)).fetchall()
             with self._decoding(f"journal of {ref.uid}"):
-                current = sql.record_from(machine, ref, row[0], row[1])
+                current = sql.record_from(machine, ref, row[0], row[1], row[2], row[3])
+                found = None if snap is None else sql.snapshot_from(machine, snap)
                 start = (
-                    (machine.initial(ref), 0)
-                    if snap is None
-                    else (machine.load_status(sql.load_json(snap[1])), int(snap[0]))
+                    (machine.initial(ref), 0) if found is None else (found.status, found.version)
                 )
                 entries = sql.journal_from(machine, rows)
             try:
@@ -804,6 +857,10 @@ class PostgresStore(sql.PgSettings):
             if planned is None:
                 return 0
             status = sql.status_json(machine, ref, planned.status)
-            conn.execute(self._sql.put_snapshot, (ref.uid, planned.version, status))
+            schema = machine.schema
+            conn.execute(
+                self._sql.put_snapshot,
+                (ref.uid, planned.version, status, schema.version, schema.fingerprint),
+            )
             cur = conn.execute(self._sql.drop_journal, (ref.uid, planned.version))
             return cur.rowcount

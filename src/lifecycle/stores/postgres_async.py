@@ -20,6 +20,7 @@ from .._core.errors import CommitUnknown, Conflict, StoreError
 from .._core.machine import Machine
 from .._core.observation import Observation
 from .._core.refs import ObjectRef
+from .._core.schema import SchemaCount, merge_counts
 from .._core.transition import Transition
 from . import _pgsql as sql
 from ._pgsql import (
@@ -31,8 +32,8 @@ from ._pgsql import (
     psycopg,
     translate,
 )
-from .base import CommitItem, JournalEntry, Record, Snapshot
-from .postgres import Lost, sever
+from .base import CommitItem, JournalEntry, Record, Snapshot, UpgradeReport, check_batch
+from .postgres import Lost, _snapshot_rows, sever
 from .postgres import migrate as _migrate_sync
 from .postgres import schema_version as _schema_version
 
@@ -279,7 +280,7 @@ class AsyncPostgresStore(sql.PgSettings):
             return None
         sql.check_row_identity(machine, ref, row[2:])
         with self._decoding(f"status of {ref.uid}"):
-            return sql.record_from(machine, ref, row[0], row[1])
+            return sql.record_from(machine, ref, row[0], row[1], row[6], row[7])
 
     async def commit(
         self,
@@ -358,11 +359,10 @@ class AsyncPostgresStore(sql.PgSettings):
             cur = await conn.execute(self._sql.records, (machine.name,))
             rows = await cur.fetchall()
         out = []
-        for kind, namespace, name, uid, version, status in rows:
+        for kind, namespace, name, uid, version, status, sv, fp in rows:
+            ref = ObjectRef(kind, namespace, name, uid)
             with self._decoding(f"status of {uid}"):
-                out.append(
-                    sql.record_from(machine, ObjectRef(kind, namespace, name, uid), version, status)
-                )
+                out.append(sql.record_from(machine, ref, version, status, sv, fp))
         return out
 
     async def snapshot(self, machine: Machine[Any], ref: ObjectRef) -> Snapshot | None:
@@ -376,7 +376,47 @@ class AsyncPostgresStore(sql.PgSettings):
         if row is None:
             return None
         with self._decoding(f"snapshot of {ref.uid}"):
-            return Snapshot(int(row[0]), machine.load_status(sql.load_json(row[1])))
+            return sql.snapshot_from(machine, row)
+
+    # -- record schemas (ADR 0088) -----------------------------------------------------------
+    async def schema_versions(self) -> list[SchemaCount]:
+        """As :meth:`PostgresStore.schema_versions`."""
+        async with self._conn("schema report") as conn:
+            cur = await conn.execute(self._sql.schema_versions)
+            rows = await cur.fetchall()
+        return merge_counts(rows)
+
+    async def upgrade(self, machine: Machine[Any], *, batch: int = 500) -> UpgradeReport:
+        """As :meth:`PostgresStore.upgrade`: batches read, upcast, then written back
+        compared-and-set on what was read (a concurrent commit wins)."""
+        check_batch(batch)
+        v = machine.schema.version
+        kinds = (
+            (self._sql.old_statuses, self._sql.upgrade_status, sql.status_rows),
+            (self._sql.old_entries, self._sql.upgrade_entry, sql.entry_rows),
+            (self._sql.old_snapshots, self._sql.upgrade_snapshot, _snapshot_rows),
+        )
+        done: list[tuple[int, int]] = []
+        for scan, update, convert in kinds:
+            written = skipped = 0
+            after: tuple[str, int] = ("", -1)
+            while True:
+                async with self._conn("upgrade scan") as conn:
+                    cur = await conn.execute(scan, (machine.name, v, *after, batch))
+                    rows = await cur.fetchall()
+                if not rows:
+                    break
+                after = (str(rows[-1][0]), int(rows[-1][1]))
+                params = convert(machine, rows)
+                async with self._conn("upgrade") as conn, conn.transaction():
+                    for p in params:
+                        cur = await conn.execute(update, p)
+                        written += cur.rowcount
+                        skipped += 1 - cur.rowcount
+            done.append((written, skipped))
+        return UpgradeReport(
+            machine.name, done[0][0], done[1][0], done[2][0], sum(s for _, s in done)
+        )
 
     async def claim_undelivered(self, limit: int = 1000) -> list[Transition]:
         params = {"me": self.owner, "lease": self._lease, "limit": limit}
@@ -425,7 +465,7 @@ class AsyncPostgresStore(sql.PgSettings):
                 out.append(None)
                 continue
             with self._decoding(f"status of {ref.uid}"):
-                out.append(sql.record_from(machine, ref, row[1], row[2]))
+                out.append(sql.record_from(machine, ref, row[1], row[2], row[7], row[8]))
         return out
 
     async def commit_many(self, items: Sequence[CommitItem]) -> list[int | StoreError]:

@@ -25,12 +25,22 @@ from .._core.errors import Conflict, StoreError
 from .._core.machine import Machine
 from .._core.observation import Observation
 from .._core.refs import ObjectRef
+from .._core.schema import (
+    SchemaCount,
+    load_observation,
+    load_status,
+    merge_counts,
+    upgraded_observation,
+    upgraded_status,
+)
 from .._core.transition import Transition
 from .base import (
     CommitItem,
     JournalEntry,
     Record,
     Snapshot,
+    UpgradeReport,
+    check_batch,
     check_identity,
     journal_start,
     plan_compaction,
@@ -38,7 +48,7 @@ from .base import (
     transition_to_row,
 )
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 _CHUNK = 500  # uids per IN (...) query: well under SQLite's variable limit
 _dumps = json.JSONEncoder(separators=(",", ":")).encode  # compact, and built once
 _log = structlog.get_logger("lifecycle.stores")
@@ -53,7 +63,9 @@ CREATE TABLE IF NOT EXISTS objects (
     name TEXT NOT NULL,
     state TEXT NOT NULL,
     version INTEGER NOT NULL,
-    status TEXT NOT NULL
+    status TEXT NOT NULL,
+    schema_version INTEGER NOT NULL DEFAULT 1,
+    schema_fingerprint TEXT NOT NULL DEFAULT ''
 );
 CREATE INDEX IF NOT EXISTS objects_by_machine ON objects (machine, state);
 CREATE TABLE IF NOT EXISTS journal (
@@ -63,6 +75,8 @@ CREATE TABLE IF NOT EXISTS journal (
     observation TEXT NOT NULL,
     fields TEXT NOT NULL,
     transitions TEXT NOT NULL,
+    schema_version INTEGER NOT NULL DEFAULT 1,
+    schema_fingerprint TEXT NOT NULL DEFAULT '',
     PRIMARY KEY (uid, version)
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS outbox (
@@ -78,13 +92,33 @@ CREATE INDEX IF NOT EXISTS outbox_order ON outbox (uid, version, n);
 CREATE TABLE IF NOT EXISTS snapshots (
     uid TEXT PRIMARY KEY,
     version INTEGER NOT NULL,
-    status TEXT NOT NULL
+    status TEXT NOT NULL,
+    schema_version INTEGER NOT NULL DEFAULT 1,
+    schema_fingerprint TEXT NOT NULL DEFAULT ''
 ) WITHOUT ROWID;
 """
+#: Schema 3 (ADR 0088): every status, journal entry and snapshot records the version and
+#: fingerprint of its machine's schema. Rows written before get version 1 and no fingerprint:
+#: the tables as they were then are version 1 by definition.
+_SCHEMA_COLUMNS = (
+    "schema_version INTEGER NOT NULL DEFAULT 1",
+    "schema_fingerprint TEXT NOT NULL DEFAULT ''",
+)
+_INSERT_OBJECT = (
+    "INSERT INTO objects (uid, machine, kind, namespace, name, state, version, status, "
+    "schema_version, schema_fingerprint) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
+_INSERT_JOURNAL = (
+    "INSERT INTO journal (uid, version, at, observation, fields, transitions, schema_version, "
+    "schema_fingerprint) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+)
 
 Synchronous = Literal["OFF", "NORMAL", "FULL", "EXTRA"]
 #: An object's row with its identity, to check it in the same read (``check_identity``).
-_LOAD = "SELECT version, status, machine, kind, namespace, name FROM objects WHERE uid = ?"
+_LOAD = (
+    "SELECT version, status, machine, kind, namespace, name, schema_version, schema_fingerprint "
+    "FROM objects WHERE uid = ?"
+)
 
 
 class SQLiteStore:
@@ -128,6 +162,7 @@ class SQLiteStore:
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute(f"PRAGMA synchronous={synchronous}")
             self._db.executescript(_SCHEMA)
+            self._add_schema_columns()
             self._db.execute(
                 "INSERT INTO lifecycle_meta VALUES ('schema_version', ?) ON CONFLICT (key) "
                 "DO UPDATE SET value = excluded.value WHERE CAST(value AS INTEGER) < ?",
@@ -138,6 +173,22 @@ class SQLiteStore:
             if not Path(self.path).parent.exists():
                 hint = f" (folder {Path(self.path).parent} does not exist; sqlite:////ABS/PATH)"
             raise StoreError(f"cannot open SQLite store {self.path}: {e}{hint}") from e
+
+    def _add_schema_columns(self) -> None:
+        """Migrate a store of schema 2: add the record-schema columns (ADR 0088), once, in
+        one transaction (another process opening it at once waits, then finds them)."""
+        tables = ("objects", "journal", "snapshots")
+        if all(self._has_schema_columns(t) for t in tables):
+            return
+        with self._transaction() as db:
+            for table in tables:
+                if not self._has_schema_columns(table):
+                    for column in _SCHEMA_COLUMNS:
+                        db.execute(f"ALTER TABLE {table} ADD COLUMN {column}")
+
+    def _has_schema_columns(self, table: str) -> bool:
+        names = {row[1] for row in self._db.execute(f"PRAGMA table_info({table})")}
+        return "schema_fingerprint" in names
 
     # -- plumbing -----------------------------------------------------------------------
     def _transaction(self) -> _Tx:
@@ -166,11 +217,13 @@ class SQLiteStore:
                 raise self._fail(f"load of {ref.uid}", e) from e
         if row is None:
             return None
-        version, status, m, kind, namespace, name = row
+        version, status, m, kind, namespace, name, sv, fp = row
         if m != machine.name or kind != ref.kind or namespace != ref.namespace or name != ref.name:
             check_identity(m, kind, namespace, name, machine.name, ref)
         with self._decoding(f"status of {ref.uid}"):
-            return Record(ref, machine.name, machine.load_status(json.loads(status)), version)
+            return Record(
+                ref, machine.name, load_status(machine, json.loads(status), sv, fp), version
+            )
 
     def commit(
         self,
@@ -218,13 +271,15 @@ class SQLiteStore:
             fields_json,
             tuple(transitions),
             events,
+            machine.schema.version,
+            machine.schema.fingerprint,
         )
 
     def _write(self, db: sqlite3.Connection, row: _Row, lease_until: float) -> None:
         """The compare-and-set write of one object, inside the caller's transaction."""
         self._cas(db, row)
         if self._keep_journal:
-            db.execute("INSERT INTO journal VALUES (?, ?, ?, ?, ?, ?)", self._journal_row(row))
+            db.execute(_INSERT_JOURNAL, self._journal_row(row))
         if row.transitions:
             db.executemany(
                 "INSERT INTO outbox VALUES (?, ?, ?, ?, ?, ?, ?)",
@@ -234,7 +289,8 @@ class SQLiteStore:
     def _journal_row(self, row: _Row) -> tuple[Any, ...]:
         obs = row.observation
         events = "[" + ",".join(row.events) + "]"
-        return (row.ref.uid, row.expected + 1, obs.at.isoformat(), obs.name(), row.fields, events)
+        return (row.ref.uid, row.expected + 1, obs.at.isoformat(), obs.name(), row.fields, events,
+                row.schema_version, row.fingerprint)  # fmt: skip
 
     def _outbox_rows(self, row: _Row, lease_until: float) -> list[tuple[Any, ...]]:
         uid = row.ref.uid
@@ -250,7 +306,7 @@ class SQLiteStore:
         if expected == 0:
             try:
                 db.execute(
-                    "INSERT INTO objects VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                    _INSERT_OBJECT,
                     (
                         ref.uid,
                         row.machine,
@@ -260,6 +316,8 @@ class SQLiteStore:
                         row.state,
                         version,
                         row.status,
+                        row.schema_version,
+                        row.fingerprint,
                     ),
                 )
             except sqlite3.IntegrityError:
@@ -268,12 +326,15 @@ class SQLiteStore:
             # the identity is part of the compare-and-set: a row stored for another object
             # is not updated, and _conflict says which it was
             cur = db.execute(
-                "UPDATE objects SET state = ?, version = ?, status = ? WHERE uid = ? "
+                "UPDATE objects SET state = ?, version = ?, status = ?, schema_version = ?, "
+                "schema_fingerprint = ? WHERE uid = ? "
                 "AND version = ? AND machine = ? AND kind = ? AND namespace = ? AND name = ?",
                 (
                     row.state,
                     version,
                     row.status,
+                    row.schema_version,
+                    row.fingerprint,
                     ref.uid,
                     expected,
                     row.machine,
@@ -298,8 +359,8 @@ class SQLiteStore:
                     chunk = uids[start : start + _CHUNK]
                     marks = ",".join("?" * len(chunk))
                     for uid, *row in self._db.execute(
-                        "SELECT uid, version, status, machine, kind, namespace, name "
-                        f"FROM objects WHERE uid IN ({marks})",
+                        "SELECT uid, version, status, machine, kind, namespace, name, "
+                        f"schema_version, schema_fingerprint FROM objects WHERE uid IN ({marks})",
                         chunk,
                     ):
                         found[uid] = tuple(row)
@@ -307,7 +368,7 @@ class SQLiteStore:
                 raise self._fail(f"load of {len(uids)} objects", e) from e
         for machine, ref in items:  # the whole read is refused if one item is an impostor
             row = found.get(ref.uid)
-            if row is not None and row[2:] != (machine.name, ref.kind, ref.namespace, ref.name):
+            if row is not None and row[2:6] != (machine.name, ref.kind, ref.namespace, ref.name):
                 check_identity(row[2], row[3], row[4], row[5], machine.name, ref)
         out: list[Record | None] = []
         for machine, ref in items:
@@ -316,7 +377,7 @@ class SQLiteStore:
                 out.append(None)
                 continue
             with self._decoding(f"status of {ref.uid}"):
-                status = machine.load_status(json.loads(row[1]))
+                status = load_status(machine, json.loads(row[1]), row[6], row[7])
             out.append(Record(ref, machine.name, status, row[0]))
         return out
 
@@ -366,7 +427,7 @@ class SQLiteStore:
                     # the object rows are set one by one (each its own CAS); the journal
                     # entries and the outbox rows of those that passed go in two statements
                     if self._keep_journal and journal:
-                        db.executemany("INSERT INTO journal VALUES (?, ?, ?, ?, ?, ?)", journal)
+                        db.executemany(_INSERT_JOURNAL, journal)
                     if outbox:
                         db.executemany("INSERT INTO outbox VALUES (?, ?, ?, ?, ?, ?, ?)", outbox)
                 return out
@@ -421,8 +482,8 @@ class SQLiteStore:
             try:
                 self._identity(machine, ref)
                 rows = self._db.execute(
-                    "SELECT version, at, observation, fields, transitions FROM journal "
-                    "WHERE uid = ? ORDER BY version",
+                    "SELECT version, at, observation, fields, transitions, schema_version, "
+                    "schema_fingerprint FROM journal WHERE uid = ? ORDER BY version",
                     (ref.uid,),
                 ).fetchall()
             except sqlite3.Error as e:
@@ -431,26 +492,26 @@ class SQLiteStore:
             return [
                 JournalEntry(
                     version,
-                    machine.load_observation(name, at, json.loads(fields)),
+                    load_observation(machine, name, at, json.loads(fields), sv, fp),
                     tuple(transition_from_row(t) for t in json.loads(events)),
                 )
-                for version, at, name, fields, events in rows
+                for version, at, name, fields, events, sv, fp in rows
             ]
 
     def records(self, machine: Machine[Any]) -> Iterator[Record]:
         with self._lock:
             try:
                 rows = self._db.execute(
-                    "SELECT kind, namespace, name, uid, version, status FROM objects "
-                    "WHERE machine = ? ORDER BY uid",
+                    "SELECT kind, namespace, name, uid, version, status, schema_version, "
+                    "schema_fingerprint FROM objects WHERE machine = ? ORDER BY uid",
                     (machine.name,),
                 ).fetchall()
             except sqlite3.Error as e:
                 raise self._fail("scan", e) from e
-        for kind, namespace, name, uid, version, status in rows:
+        for kind, namespace, name, uid, version, status, sv, fp in rows:
             ref = ObjectRef(kind, namespace, name, uid)
             with self._decoding(f"status of {uid}"):
-                loaded = machine.load_status(json.loads(status))
+                loaded = load_status(machine, json.loads(status), sv, fp)
             yield Record(ref, machine.name, loaded, version)
 
     # -- retention (RetentionStore) -----------------------------------------------------
@@ -459,14 +520,16 @@ class SQLiteStore:
             try:
                 self._identity(machine, ref)
                 row = self._db.execute(
-                    "SELECT version, status FROM snapshots WHERE uid = ?", (ref.uid,)
+                    "SELECT version, status, schema_version, schema_fingerprint FROM snapshots "
+                    "WHERE uid = ?",
+                    (ref.uid,),
                 ).fetchone()
             except sqlite3.Error as e:
                 raise self._fail(f"snapshot of {ref.uid}", e) from e
         if row is None:
             return None
         with self._decoding(f"snapshot of {ref.uid}"):
-            return Snapshot(row[0], machine.load_status(json.loads(row[1])))
+            return Snapshot(row[0], load_status(machine, json.loads(row[1]), row[2], row[3]))
 
     def compact(
         self, machine: Machine[Any], *, keep: int = 0, refs: Iterable[ObjectRef] | None = None
@@ -499,15 +562,97 @@ class SQLiteStore:
         if snapshot is None:
             return 0
         status_json = _dumps(machine.dump_status(snapshot.status))
+        schema = machine.schema
         self._db.execute(
-            "INSERT INTO snapshots VALUES (?, ?, ?) ON CONFLICT (uid) "
-            "DO UPDATE SET version = excluded.version, status = excluded.status",
-            (ref.uid, snapshot.version, status_json),
+            "INSERT INTO snapshots (uid, version, status, schema_version, schema_fingerprint) "
+            "VALUES (?, ?, ?, ?, ?) ON CONFLICT (uid) DO UPDATE SET version = excluded.version, "
+            "status = excluded.status, schema_version = excluded.schema_version, "
+            "schema_fingerprint = excluded.schema_fingerprint",
+            (ref.uid, snapshot.version, status_json, schema.version, schema.fingerprint),
         )
         cur = self._db.execute(
             "DELETE FROM journal WHERE uid = ? AND version <= ?", (ref.uid, snapshot.version)
         )
         return cur.rowcount
+
+    # -- schema versions (SchemaStore, ADR 0088) -------------------------------------------
+    def schema_versions(self) -> list[SchemaCount]:
+        """Per machine, kind of record, version and fingerprint: how many, one example uid
+        (one aggregate read)."""
+        with self._lock:
+            try:
+                rows = self._db.execute(_SCHEMA_VERSIONS).fetchall()
+            except sqlite3.Error as e:
+                raise self._fail("schema report", e) from e
+        return merge_counts(rows)
+
+    def upgrade(self, machine: Machine[Any], *, batch: int = 500) -> UpgradeReport:
+        """Rewrite ``machine``'s statuses, journal entries and snapshots below its schema
+        version, ``batch`` rows per transaction (see :class:`~lifecycle.stores.SchemaStore`).
+        Rows are read and upcast outside the write transaction; each is then set only if its
+        version and schema are still what was read, so a concurrent commit wins."""
+        check_batch(batch)
+        schema = machine.schema
+        now = (schema.version, schema.fingerprint)
+        name = machine.name
+
+        def status(row: tuple[Any, ...]) -> tuple[Any, ...]:
+            uid, version, data, sv, fp = row
+            state, new = upgraded_status(machine, json.loads(data), sv, fp)
+            return (state, _dumps(new), *now, uid, version, sv, fp)
+
+        def entry(row: tuple[Any, ...]) -> tuple[Any, ...]:
+            uid, version, at, obs, fields, sv, fp = row
+            obs, new = upgraded_observation(machine, obs, at, json.loads(fields), sv, fp)
+            return (obs, _dumps(new), *now, uid, version, sv, fp)
+
+        def snapshot(row: tuple[Any, ...]) -> tuple[Any, ...]:
+            uid, version, data, sv, fp = row
+            _, new = upgraded_status(machine, json.loads(data), sv, fp)
+            return (_dumps(new), *now, uid, version, sv, fp)
+
+        done = [
+            self._upgrade_rows(name, schema.version, batch, select, update, convert)
+            for select, update, convert in (
+                (_OLD_STATUSES, _UPGRADE_STATUS, status),
+                (_OLD_ENTRIES, _UPGRADE_ENTRY, entry),
+                (_OLD_SNAPSHOTS, _UPGRADE_SNAPSHOT, snapshot),
+            )
+        ]
+        skipped = sum(n for _, n in done)
+        return UpgradeReport(name, done[0][0], done[1][0], done[2][0], skipped)
+
+    def _upgrade_rows(
+        self,
+        machine: str,
+        version: int,
+        batch: int,
+        select: str,
+        update: str,
+        convert: Callable[[tuple[Any, ...]], tuple[Any, ...]],
+    ) -> tuple[int, int]:
+        """One kind of row, in batches: (rewritten, skipped)."""
+        written = skipped = 0
+        after: tuple[str, int] = ("", -1)
+        while True:
+            with self._lock:
+                try:
+                    rows = self._db.execute(select, (machine, version, *after, batch)).fetchall()
+                except sqlite3.Error as e:
+                    raise self._fail("upgrade scan", e) from e
+            if not rows:
+                return written, skipped
+            after = (rows[-1][0], rows[-1][1])
+            updates = [_upgraded(convert, row) for row in rows]
+            with self._lock:
+                try:
+                    with self._transaction() as db:
+                        for params in updates:
+                            n = db.execute(update, params).rowcount
+                            written += n
+                            skipped += 1 - n
+                except sqlite3.Error as e:
+                    raise self._fail("upgrade", e) from e
 
     def claim_undelivered(self, limit: int = 1000) -> list[Transition]:
         """Lease up to ``limit`` undelivered events: this store's own, and expired leases."""
@@ -558,6 +703,64 @@ class SQLiteStore:
             self._db.close()
 
 
+def _upgraded(
+    convert: Callable[[tuple[Any, ...]], tuple[Any, ...]], row: tuple[Any, ...]
+) -> tuple[Any, ...]:
+    """A row's upgrade parameters; an upcaster that fails or yields a record the machine
+    refuses stops the upgrade there (this batch unwritten) with a :class:`StoreError`."""
+    try:
+        return convert(row)
+    except StoreError:
+        raise
+    except Exception as e:
+        raise StoreError(f"upgrade of {row[0]} v{row[1]} failed: {e!r}") from e
+
+
+# One aggregate read: per machine, kind, version and fingerprint, the count and one uid.
+_SCHEMA_VERSIONS = """
+SELECT machine, 'status', schema_version, schema_fingerprint, count(*), min(uid)
+FROM objects GROUP BY machine, schema_version, schema_fingerprint
+UNION ALL
+SELECT o.machine, 'journal', j.schema_version, j.schema_fingerprint, count(*), min(j.uid)
+FROM journal j JOIN objects o ON o.uid = j.uid
+GROUP BY o.machine, j.schema_version, j.schema_fingerprint
+UNION ALL
+SELECT o.machine, 'snapshot', s.schema_version, s.schema_fingerprint, count(*), min(s.uid)
+FROM snapshots s JOIN objects o ON o.uid = s.uid
+GROUP BY o.machine, s.schema_version, s.schema_fingerprint
+"""
+# What ``upgrade`` reads, a batch at a time after a (uid, version) key, and how it writes
+# back: compare-and-set on the version and schema that were read.
+_OLD_STATUSES = (
+    "SELECT uid, version, status, schema_version, schema_fingerprint FROM objects "
+    "WHERE machine = ? AND schema_version < ? AND (uid, version) > (?, ?) ORDER BY uid LIMIT ?"
+)
+_UPGRADE_STATUS = (
+    "UPDATE objects SET state = ?, status = ?, schema_version = ?, schema_fingerprint = ? "
+    "WHERE uid = ? AND version = ? AND schema_version = ? AND schema_fingerprint = ?"
+)
+_OLD_ENTRIES = (
+    "SELECT j.uid, j.version, j.at, j.observation, j.fields, j.schema_version, "
+    "j.schema_fingerprint FROM journal j JOIN objects o ON o.uid = j.uid "
+    "WHERE o.machine = ? AND j.schema_version < ? AND (j.uid, j.version) > (?, ?) "
+    "ORDER BY j.uid, j.version LIMIT ?"
+)
+_UPGRADE_ENTRY = (
+    "UPDATE journal SET observation = ?, fields = ?, schema_version = ?, schema_fingerprint = ? "
+    "WHERE uid = ? AND version = ? AND schema_version = ? AND schema_fingerprint = ?"
+)
+_OLD_SNAPSHOTS = (
+    "SELECT s.uid, s.version, s.status, s.schema_version, s.schema_fingerprint "
+    "FROM snapshots s JOIN objects o ON o.uid = s.uid "
+    "WHERE o.machine = ? AND s.schema_version < ? AND (s.uid, s.version) > (?, ?) "
+    "ORDER BY s.uid LIMIT ?"
+)
+_UPGRADE_SNAPSHOT = (
+    "UPDATE snapshots SET status = ?, schema_version = ?, schema_fingerprint = ? "
+    "WHERE uid = ? AND version = ? AND schema_version = ? AND schema_fingerprint = ?"
+)
+
+
 @attrs.frozen(slots=True)
 class _Row:
     """One commit, serialised: what :meth:`SQLiteStore._write` inserts."""
@@ -571,6 +774,8 @@ class _Row:
     fields: str
     transitions: tuple[Transition, ...]
     events: list[str]
+    schema_version: int
+    fingerprint: str
 
 
 class _Tx:
