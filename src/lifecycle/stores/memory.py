@@ -178,7 +178,7 @@ class MemoryStore:
             ]
         for start in range(0, len(old), batch):
             chunk = old[start : start + batch]
-            new = [(r, attrs.evolve(_upcast_record(machine, r), ref=r.ref)) for r in chunk]
+            new = [(r, _upgrading(_upcast_record, machine, r, r.ref.uid, r.version)) for r in chunk]
             with self._lock:
                 for was, now in new:
                     if self._records.get(was.ref.uid) is was:
@@ -192,8 +192,8 @@ class MemoryStore:
             with self._lock:
                 flats = list(self._journals.get(uid, ()))
                 snap = self._snapshots.get(uid)
-            redone = {i: _upcast_flat(flat, machine) for i, flat in enumerate(flats)
-                      if _below(flat[4], schema)}  # fmt: skip
+            redone = {i: _upgrading(_upcast_flat, machine, flat, uid, flat[0])
+                      for i, flat in enumerate(flats) if _below(flat[4], schema)}  # fmt: skip
             with self._lock:
                 journal = self._journals.get(uid)
                 for i, flat in redone.items():
@@ -201,7 +201,7 @@ class MemoryStore:
                         journal[i] = flat
                         entries += 1
                 if snap is not None and _below(snap.schema, schema):
-                    status = _upcast_status(machine, snap.status, snap.schema)
+                    status = _upgrading(_upcast_snapshot, machine, snap, uid, snap.version)
                     if self._snapshots.get(uid) is snap:
                         self._snapshots[uid] = Snapshot(snap.version, status, schema)
                         snapshots += 1
@@ -257,6 +257,21 @@ def _upcast_status(machine: Machine[Any], status: Any, stored: Schema) -> Any:
     )
 
 
+def _upgrading(fn: Any, machine: Machine[Any], item: Any, uid: str, version: int) -> Any:
+    """An upgrade step; a failing upcaster (or a record the machine then refuses) stops the
+    upgrade there with a :class:`StoreError` naming the record (that batch unwritten)."""
+    try:
+        return fn(machine, item)
+    except StoreError:
+        raise
+    except Exception as e:
+        raise StoreError(f"upgrade of {uid} v{version} failed: {e!r}") from e
+
+
+def _upcast_snapshot(machine: Machine[Any], snapshot: Snapshot) -> Any:
+    return _upcast_status(machine, snapshot.status, snapshot.schema)
+
+
 def _upcast_record(machine: Machine[Any], record: Record) -> Record:
     status = _upcast_status(machine, record.status, record.schema)
     return Record(record.ref, record.machine, status, record.version, machine.schema)
@@ -271,7 +286,7 @@ def _upcast_observation(machine: Machine[Any], obs: Observation, stored: Schema)
     return machine.load_observation(name, obs.at.isoformat(), fields)
 
 
-def _upcast_flat(flat: tuple[Any, ...], machine: Machine[Any]) -> tuple[Any, ...]:
+def _upcast_flat(machine: Machine[Any], flat: tuple[Any, ...]) -> tuple[Any, ...]:
     observation = _upcast_observation(machine, flat[1], flat[4])
     return (flat[0], observation, flat[2], flat[3], machine.schema, *flat[5:])
 

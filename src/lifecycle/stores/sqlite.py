@@ -203,6 +203,8 @@ class SQLiteStore:
         version) is a :class:`StoreError`, never a raw decoding exception."""
         try:
             yield
+        except StoreError:  # (UnknownSchema: a record no upcaster path reads, as it is)
+            raise
         except Exception as e:
             raise StoreError(f"SQLite store {self.path}: cannot read the {what}: {e!r}") from e
 
