@@ -5,7 +5,9 @@ with write faults (conflicts, store errors) injected on any object -- above all 
 objects, whose writes are cascade intents -- and optionally a crash right after some commit
 (the runner dies; a new Runner and a Dispatcher on the same store take over). Faults stop after
 the step they were injected for; passes continue as a controller's would: a line whose own
-write failed is observed again, then every object gets Ticks until its timers expired. Every
+write failed is observed again, a cascade write that failed is redone by the next pass
+(``Runner.catch_up``, which ``observe`` also calls first), then every object gets Ticks until
+its timers expired. Every
 object must end where the fault-free run ends, with the same non-fallback events (same ids).
 
 Bounded for ``make test``; ``LIFECYCLE_SOAK=1`` runs many more examples.
@@ -140,6 +142,10 @@ def _run(lines: Sequence[Line], faults: Sequence[Fault], crash_at: int | None) -
         store.clear()  # the faults stop
         while result.outcome is Outcome.FAILED and isinstance(result.error, StoreError):
             result = runner.observe(ref, obs)  # the next pass observes it again
+        # The source's next pass, before the next line's event: a failed cascade write is
+        # redone (faults injected for the next line must not hit it a second time -- two
+        # failed timeout writes in a row may lose to the Job's success, upstream too).
+        runner.catch_up()
     runner.catch_up()
     # Passes continue: every object hears the clock until nothing changes any more.
     for hours in (1, 24, 24 * 8, 24 * 40):
