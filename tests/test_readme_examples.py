@@ -196,3 +196,27 @@ def _arrow(line: str) -> tuple[str, str]:
     m = re.search(r": (\S+) -> (\S+)", line)
     assert m is not None, line
     return ("∅" if m[1] == "-" else m[1], m[2])
+
+
+# -- changing a table (ADR 0088) ----------------------------------------------------------------
+def test_changing_a_table_example(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    module = runpy.run_path(str(EXAMPLES / "changing_a_table.py"))
+    db = str(tmp_path / "doors.db")
+    lines = module["main"](db)
+    assert lines[0].startswith("refused: door: 2 status record(s) at schema v1")
+    assert "no upcaster from v1 to v2" in lines[0]
+    assert lines[1:] == [
+        "front door, stored by v1 as open, loads as ajar",
+        "front door closed under v2: ajar -> closed",
+    ]
+    assert capsys.readouterr().out == "\n".join(lines) + "\n"
+    # the fingerprint the example declares for v1 is v1's own
+    assert module["DoorV1"]().schema.fingerprint == module["DoorV2"].upcasters[1].fingerprint
+    from lifecycle.cli import main
+
+    spec = f"{EXAMPLES / 'changing_a_table.py'}:DOORS_V2"
+    assert main(["db", "check", "--store", f"sqlite:///{db}", "--machines", spec]) == 0
+    assert main(["db", "upgrade", "--store", f"sqlite:///{db}", "--machines", spec]) == 0
+    out = capsys.readouterr().out
+    assert "upgradable door status: 1 at v1" in out
+    assert "door: 1 status(es), 3 journal entries and 0 snapshot(s) upgraded" in out

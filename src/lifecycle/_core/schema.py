@@ -334,7 +334,10 @@ def review(counts: Iterable[SchemaCount], machines: Mapping[str, Machine[Any]]) 
     findings: list[SchemaFinding] = []
     pending: list[SchemaCount] = []
     current: list[SchemaCount] = []
-    for c in sorted(counts, key=lambda c: (c.machine, c.kind, c.version, c.fingerprint)):
+    order = {"status": 0, "journal": 1, "snapshot": 2}
+    for c in sorted(
+        counts, key=lambda c: (c.machine, order.get(c.kind, 3), c.version, c.fingerprint)
+    ):
         machine = machines.get(c.machine)
         if machine is None:
             continue
