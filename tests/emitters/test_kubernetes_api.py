@@ -1,5 +1,6 @@
-"""The emitter and ``ApiEventSink`` against a small HTTP server on loopback that answers like
-the API server's ``events.k8s.io/v1`` endpoints, and the end-to-end flow of the example traces.
+"""The emitter and ``ApiEventSink`` against a small HTTP server on loopback that answers and
+validates like the API server's ``events.k8s.io/v1`` endpoints (:mod:`.api_server`), and the
+end-to-end flow of the example traces.
 
 Request bodies are checked by deserialising them into the ``kubernetes`` client's own models.
 The server is started per test on a free port and shut down (threads joined) at teardown.
@@ -8,12 +9,11 @@ The server is started per test on a free port and shut down (threads joined) at 
 from __future__ import annotations
 
 import json
-import threading
 import time
 import types
+import uuid
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -32,184 +32,13 @@ from lifecycle.emitters.kubernetes import (
 )
 from lifecycle.trace import read_trace, replay
 
+from .api_server import PREFIX, Answer, FakeApiServer
+
 kubernetes_client = pytest.importorskip("kubernetes.client")
 
 EPOCH = datetime(2026, 11, 30, 10, 0, 0, tzinfo=UTC)
 TRACES = sorted((Path(__file__).parents[2] / "examples" / "traces").glob("*.jsonl"))
-PREFIX = "/apis/events.k8s.io/v1"
 POD = ObjectRef("Pod", "ml", "trainer-0", "pod-a")
-
-
-# -- a fake API server -------------------------------------------------------------------------
-@attrs.define
-class Request:
-    method: str
-    path: str
-    content_type: str
-    body: Any
-
-
-Answer = int | str | tuple[int, dict[str, str]]
-
-
-class FakeApiServer:
-    """Create: 201, or 409 AlreadyExists for a taken name. Patch (strategic merge): 200, or
-    404 for a missing Event. List: the EventList. ``fail(method, *answers)`` scripts the next
-    answers to that method: a status code (a ``metav1.Status`` error), ``(code, headers)``,
-    ``"hang"`` (no answer until the server closes) or ``"drop"`` (close the connection)."""
-
-    def __init__(self) -> None:
-        self.events: dict[tuple[str, str], dict[str, Any]] = {}
-        self.requests: list[Request] = []
-        self._script: list[tuple[str, Answer]] = []
-        self._lock = threading.Lock()
-        self._released = threading.Event()
-        self._version = 0
-        server = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-            wbufsize = 1 << 16  # headers and body in one segment: no delayed-ACK stalls
-            disable_nagle_algorithm = True
-
-            def do_POST(self) -> None:
-                server._handle(self)
-
-            do_PATCH = do_GET = do_POST
-
-            def log_message(self, format: str, *args: object) -> None:
-                pass
-
-        class Server(ThreadingHTTPServer):
-            daemon_threads = True
-
-            def handle_error(self, request: object, client_address: object) -> None:
-                pass  # a client that timed out and left
-
-        self._httpd = Server(("127.0.0.1", 0), Handler)
-        self._thread = threading.Thread(
-            target=self._httpd.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True
-        )
-        self._thread.start()
-
-    @property
-    def url(self) -> str:
-        host, port = self._httpd.server_address[:2]
-        return f"http://{host!s}:{port}"
-
-    def close(self) -> None:
-        self._released.set()
-        self._httpd.shutdown()
-        self._httpd.server_close()
-        self._thread.join(5)
-        assert not self._thread.is_alive()
-
-    def fail(self, method: str, *answers: Answer) -> None:
-        with self._lock:
-            self._script.extend((method, a) for a in answers)
-
-    def verbs(self) -> list[str]:
-        return [r.method for r in self.requests]
-
-    def evict(self, name: str) -> None:
-        with self._lock:
-            for key in [k for k in self.events if k[1] == name]:
-                del self.events[key]
-
-    # -- serving ----------------------------------------------------------------------------
-    def _handle(self, h: BaseHTTPRequestHandler) -> None:
-        length = int(h.headers.get("Content-Length") or 0)
-        raw = h.rfile.read(length) if length else b""
-        body = json.loads(raw) if raw else None
-        with self._lock:
-            self.requests.append(
-                Request(h.command, h.path, h.headers.get("Content-Type", ""), body)
-            )
-            answer = next(((i, a) for i, (m, a) in enumerate(self._script) if m == h.command), None)
-            if answer is not None:
-                del self._script[answer[0]]
-        if answer is not None:
-            scripted = answer[1]
-            if scripted == "hang":
-                self._released.wait(10)
-                h.close_connection = True
-                return
-            if scripted == "drop":
-                h.close_connection = True
-                return
-            code, headers = scripted if isinstance(scripted, tuple) else (scripted, {})
-            assert isinstance(code, int)
-            self._status(h, code, "InternalError" if code >= 500 else "Scripted", headers)
-            return
-        with self._lock:
-            self._route(h, body)
-
-    def _route(self, h: BaseHTTPRequestHandler, body: Any) -> None:
-        parts = h.path.split("?")[0].removeprefix(PREFIX).strip("/").split("/")
-        if h.command == "GET":
-            items = [e for (ns, _), e in self.events.items() if len(parts) == 1 or ns == parts[1]]
-            return self._json(
-                h,
-                200,
-                {
-                    "kind": "EventList",
-                    "apiVersion": "events.k8s.io/v1",
-                    "metadata": {},
-                    "items": items,
-                },
-            )
-        namespace = parts[1]
-        if h.command == "POST":
-            name = body["metadata"]["name"]
-            if (namespace, name) in self.events:
-                return self._status(h, 409, "AlreadyExists", message=f'"{name}" already exists')
-            self._version += 1
-            body["metadata"]["resourceVersion"] = str(self._version)
-            self.events[(namespace, name)] = body
-            return self._json(h, 201, body)
-        name = parts[3]
-        if h.headers.get("Content-Type") != "application/strategic-merge-patch+json":
-            return self._status(h, 415, "UnsupportedMediaType")
-        stored = self.events.get((namespace, name))
-        if stored is None:
-            return self._status(h, 404, "NotFound", message=f'events "{name}" not found')
-        for key, value in body.items():
-            stored[key] = {**stored.get(key, {}), **value} if isinstance(value, dict) else value
-        self._version += 1
-        stored["metadata"]["resourceVersion"] = str(self._version)
-        return self._json(h, 200, stored)
-
-    def _status(
-        self,
-        h: BaseHTTPRequestHandler,
-        code: int,
-        reason: str,
-        headers: dict[str, str] | None = None,
-        message: str = "",
-    ) -> None:
-        status = {
-            "kind": "Status",
-            "apiVersion": "v1",
-            "metadata": {},
-            "status": "Failure",
-            "message": message or reason,
-            "reason": reason,
-            "code": code,
-        }
-        self._json(h, code, status, headers)
-
-    @staticmethod
-    def _json(
-        h: BaseHTTPRequestHandler, code: int, obj: Any, headers: dict[str, str] | None = None
-    ) -> None:
-        data = json.dumps(obj).encode()
-        h.send_response(code)
-        h.send_header("Content-Type", "application/json")
-        h.send_header("Content-Length", str(len(data)))
-        for k, v in (headers or {}).items():
-            h.send_header(k, v)
-        h.end_headers()
-        h.wfile.write(data)
 
 
 # -- fixtures ----------------------------------------------------------------------------------
@@ -254,7 +83,7 @@ def make(api_client: Any) -> Iterator[Callable[..., Made]]:
     yield factory
     for emitter in made:
         emitter.close(timeout=2.0)
-        assert emitter._worker is None or not emitter._worker.is_alive()
+        assert not any(t.is_alive() for t in emitter.dispatcher.threads)
 
 
 def transition(
@@ -312,7 +141,8 @@ def test_create_posts_an_events_v1_event(server: FakeApiServer, make: Callable[.
         "ml",
         "trainer-0",
     )
-    assert (regarding.uid, regarding.resource_version) == ("pod-a", "7")
+    # the store's version is not the object's resourceVersion: left out, never invented
+    assert (regarding.uid, regarding.resource_version) == ("pod-a", None)
     assert event.series is None
     assert m.emitter.stats.created == 1
 
@@ -447,7 +277,7 @@ def test_a_full_queue_drops_and_counts(server: FakeApiServer, make: Callable[...
     m.emitter.start()
     sent(m)
     assert server.verbs() == ["POST"] * 3
-    assert [e["reason"] for e in server.events.values()] == ["Reason0", "Reason1", "Reason2"]
+    assert sorted(e["reason"] for e in server.events.values()) == ["Reason0", "Reason1", "Reason2"]
 
 
 def test_the_default_queue_holds_1000_events(make: Callable[..., Made]) -> None:
@@ -461,8 +291,8 @@ def test_the_default_queue_holds_1000_events(make: Callable[..., Made]) -> None:
 def test_emit_never_waits_for_the_api_server(
     server: FakeApiServer, make: Callable[..., Made]
 ) -> None:
-    m = make(request_timeout=5.0)
-    server.fail("POST", "hang")
+    m = make(request_timeout=5.0, workers=2)
+    server.fail("POST", "hang", "hang")
     runner = Runner(MemoryStore(), [m.emitter])
     started = time.monotonic()
     for n in range(50):
@@ -471,13 +301,13 @@ def test_emit_never_waits_for_the_api_server(
     assert m.emitter.stats.enqueued == 50
     assert runner.redeliver() == 0
     started = time.monotonic()
-    m.emitter.close(timeout=0.2)  # the worker is stuck in a request: close does not wait on it
+    m.emitter.close(timeout=0.2)  # both workers are stuck in a request: close does not wait
     assert time.monotonic() - started < 1.5
-    server._released.set()  # the hung request ends; the worker sees the stop and exits
-    assert m.emitter._worker is not None
-    m.emitter._worker.join(5)
-    assert not m.emitter._worker.is_alive()
-    assert m.emitter.stats.dropped_on_close == 49
+    server.release()  # the hung requests end; the workers see the stop and exit
+    for thread in m.emitter.dispatcher.threads:
+        thread.join(5)
+        assert not thread.is_alive()
+    assert m.emitter.stats.dropped_on_close == 48
 
 
 def test_raise_when_full_keeps_the_event_in_the_runners_outbox(
@@ -525,8 +355,8 @@ def test_for_api_wraps_an_api_client(server: FakeApiServer, api_client: Any) -> 
         emitter.emit(transition())
         assert emitter.flush(5)
     assert server.verbs() == ["POST"]
-    assert emitter._worker is not None
-    assert not emitter._worker.is_alive()
+    assert emitter.dispatcher.threads
+    assert not any(t.is_alive() for t in emitter.dispatcher.threads)
 
 
 def test_the_collector_lists_through_the_api(
@@ -552,6 +382,11 @@ def test_the_collector_lists_through_the_api(
 
 
 # -- end to end: a Runner replaying the example traces -----------------------------------------
+def api_uid(ref: ObjectRef) -> str:
+    """The uid the API server gave the object ``ref`` names (in these tests: made up)."""
+    return str(uuid.uuid5(uuid.NAMESPACE_URL, f"{ref.kind}/{ref.namespace}/{ref.name}/{ref.uid}"))
+
+
 def expected_rows(emitted: list[Transition], emitter: KubernetesEmitter) -> list[EventRow]:
     """What client-go would show for these emissions without a refresh: one row per
     correlation key, the first note, count 1, or 2 once the key repeats."""
@@ -577,16 +412,18 @@ def expected_rows(emitted: list[Transition], emitter: KubernetesEmitter) -> list
 def test_each_transition_of_a_trace_is_one_event_row_with_count_1(
     server: FakeApiServer, make: Callable[..., Made], api_client: Any, path: Path
 ) -> None:
-    m = make()
+    # the host resolves each object to the uid the API server gave it (kubectl describe
+    # finds Events by it), but not its resourceVersion
+    m = make(resolve=lambda ref: (api_uid(ref), ""))
     results = replay(read_trace(path), MemoryStore(), [m.emitter], name=str(path))
     sent(m)
     emitted = [t for r in results for t in r.all_transitions()]
     transitions = [t for t in emitted if not t.action]
     assert transitions, f"{path.name} emits nothing"
     collector = EventCollector.from_api(api_client)
-    for uid in {t.ref.uid for t in emitted}:
-        on_uid = [t for t in emitted if t.ref.uid == uid]
-        assert collector.rows(uid) == expected_rows(on_uid, m.emitter), uid
+    for ref in {t.ref for t in emitted}:
+        on_ref = [t for t in emitted if t.ref == ref]
+        assert collector.rows(api_uid(ref)) == expected_rows(on_ref, m.emitter), ref
     # one row, count 1, per transition: no two transitions share a correlation key
     keyed = {
         (t.type, t.reason, m.emitter.controller_for(t), t.ref.uid, t.version)
@@ -596,14 +433,16 @@ def test_each_transition_of_a_trace_is_one_event_row_with_count_1(
     assert len(keyed) == len(transitions)
     for t in transitions:
         row = EventRow(t.type.value, t.reason, truncate_note(t.message), t.ref.kind, t.ref.name, 1)
-        assert row in collector.rows(t.ref.uid), t
-    # every Event regards its object at the version it was committed (or sent) at
+        assert row in collector.rows(api_uid(t.ref)), t
+    # every Event regards its object by the API's uid, and claims no resourceVersion it
+    # does not know (a NodeClaim's store key "<pod uid>-claim" never reaches the wire)
     for event in server.events.values():
+        assert "resourceVersion" not in event["regarding"]
         assert any(
-            (t.ref.uid, str(t.version), t.reason)
-            == (event["regarding"]["uid"], event["regarding"]["resourceVersion"], event["reason"])
+            (api_uid(t.ref), t.reason) == (event["regarding"]["uid"], event["reason"])
             for t in emitted
         )
+    assert server.refused == []
     for request in server.requests:
         if request.method == "POST":
             model(request.body)

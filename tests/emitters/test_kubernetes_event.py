@@ -55,23 +55,29 @@ def transition(
     )
 
 
+class Capturing(KubernetesEmitter):
+    """Keeps every Event it builds, before correlation."""
+
+    built: list[Event]
+
+    def _admit(self, event: Event) -> bool:
+        self.built.append(event)
+        return super()._admit(event)
+
+
 def emitted(*transitions: Transition, **kw: object) -> tuple[list[Event], KubernetesEmitter]:
-    """Emit through a worker-less emitter and return what it queued."""
+    """Emit through a worker-less emitter and return the Events it built."""
     kw.setdefault("clock", ManualClock(EPOCH))
     kw.setdefault("hostname", "node-a")
-    emitter = KubernetesEmitter(MemoryEventSink(), start=False, **kw)  # type: ignore[arg-type]
+    emitter = Capturing(MemoryEventSink(), start=False, **kw)  # type: ignore[arg-type]
+    emitter.built = []
     for t in transitions:
         emitter.emit(t)
-    queued = []
-    while not emitter._queue.empty():
-        item = emitter._queue.get_nowait()
-        assert isinstance(item, Event)
-        queued.append(item)
-    return queued, emitter
+    return emitter.built, emitter
 
 
 # -- regarding, type, reason, action -----------------------------------------------------------
-def test_an_event_regards_the_object_at_its_committed_resource_version() -> None:
+def test_an_event_regards_the_object_and_invents_no_resource_version() -> None:
     [event], _ = emitted(transition(version=7))
     assert event.regarding == ObjectReference(
         kind="Pod",
@@ -79,8 +85,17 @@ def test_an_event_regards_the_object_at_its_committed_resource_version() -> None
         namespace="ml",
         uid="pod-a",
         api_version="v1",
-        resource_version="7",
+        resource_version="",
+        store_version="7",
     )
+    # the store's version only keeps transitions apart in correlation: never on the wire
+    assert event.to_body()["regarding"] == {
+        "kind": "Pod",
+        "namespace": "ml",
+        "name": "trainer-0",
+        "uid": "pod-a",
+        "apiVersion": "v1",
+    }
     assert event.namespace == "ml"
     assert (event.type, event.reason, event.action) == ("Normal", "Running", "Running")
     assert event.note == "external instance is running"
@@ -95,6 +110,7 @@ def test_the_host_can_supply_the_resource_version_and_api_versions() -> None:
         api_versions={"Pod": "v1beta9"},
     )
     assert event.regarding.resource_version == "rv-7000"
+    assert event.regarding.store_version == ""  # the real one correlates, as in Go
     assert event.regarding.api_version == "v1beta9"
 
 
@@ -152,8 +168,7 @@ def test_record_sends_an_action_event_with_its_own_action_and_related() -> None:
         action="CreateWorkflow",
         related=related,
     )
-    event = emitter._queue.get_nowait()
-    assert isinstance(event, Event)
+    [event] = emitter.dispatcher.queued()
     assert (event.action, event.related) == ("CreateWorkflow", related)
     assert event.reporting_instance == "certification-controller-node-a"
     assert event.to_body()["related"] == {
@@ -258,7 +273,7 @@ def test_the_wire_body_has_the_events_v1_shape() -> None:
     body = event.to_body()
     assert body["apiVersion"] == "events.k8s.io/v1"
     assert body["metadata"] == {"name": event.name, "namespace": "ml"}
-    assert body["regarding"]["resourceVersion"] == "3"
+    assert "resourceVersion" not in body["regarding"]
     assert body["reportingController"] == "pod-controller"
     assert "series" not in body
     with pytest.raises(ValueError, match="no series"):

@@ -8,13 +8,19 @@
         runner = Runner(store, [events])
         ...
 
-Each transition becomes an ``events.k8s.io/v1`` Event regarding the object at the
-resourceVersion its status was committed at, reported by its machine's controller
-(``job-controller``, ...), ``action`` = ``reason``, the note capped at 1024 bytes. The Events
-go through a correlator that reproduces client-go's ``tools/events`` broadcaster (create,
-patch ``series`` count 2, then in-memory counts; 30-minute refresh; 6-minute finish), so a
-Python controller's Events look exactly like a Go controller's. ``emit`` only builds the
-Event and enqueues it (1000 slots; dropped and counted when full); one worker thread sends.
+Each transition becomes an ``events.k8s.io/v1`` Event regarding the object (its real uid and
+resourceVersion when the host's ``resolve`` supplies them: see :class:`KubernetesEmitter`),
+reported by its machine's controller (``job-controller``, ...), ``action`` = ``reason``, the
+note capped at 1024 bytes. The Events go through a correlator that reproduces client-go's
+``tools/events`` broadcaster (create, patch ``series`` count 2, then in-memory counts;
+30-minute refresh; 6-minute finish), so a Python controller's Events look exactly like a Go
+controller's. ``emit`` correlates and queues the request (1000 slots; dropped, logged and
+counted when full) and never waits on the API server; 8 worker threads send, one key's
+requests in order, and a send waiting for its retry holds no worker, so one object's failing
+Events never delay another's.
+
+:func:`simulate_events` runs the same correlator on a trace's own clock, without an API
+server, and returns the Event table ``kubectl get events`` would show.
 
 Needs the ``kubernetes`` extra only for :class:`ApiEventSink` and
 :meth:`EventCollector.from_api`; everything else runs without it.
@@ -23,7 +29,6 @@ Needs the ``kubernetes`` extra only for :class:`ApiEventSink` and
 from __future__ import annotations
 
 import collections
-import queue
 import random
 import socket
 import threading
@@ -33,6 +38,7 @@ from types import TracebackType
 from typing import Any
 
 from .._core.redact import redact
+from .._core.refs import ObjectRef
 from .._core.transition import Transition
 from ._k8s.collector import EventCollector, EventRow, project
 from ._k8s.correlator import (
@@ -52,24 +58,31 @@ from ._k8s.correlator import (
     record_event,
     utc_now,
 )
+from ._k8s.dispatch import EVENT_WORKERS, Dispatcher
 from ._k8s.event import (
+    NAME_LIMIT,
     NOTE_LIMIT,
     TRUNCATED_SUFFIX,
     Event,
     EventSeries,
     ObjectReference,
     build_event,
+    event_name,
+    is_dns_subdomain,
     truncate_note,
     unix_nanos,
 )
+from ._k8s.simulate import EventTableRow, format_event_table, simulate_events
 from ._k8s.sinks import ApiEventSink, MemoryEventSink, ServerBusy
 
 __all__ = [
     "API_VERSIONS",
     "CONTROLLERS",
+    "EVENT_WORKERS",
     "FINISH_TIME",
     "MAX_QUEUED_EVENTS",
     "MAX_TRIES_PER_EVENT",
+    "NAME_LIMIT",
     "NOTE_LIMIT",
     "REFRESH_TIME",
     "REPORTED_BY",
@@ -83,6 +96,7 @@ __all__ = [
     "EventRow",
     "EventSeries",
     "EventSink",
+    "EventTableRow",
     "KubernetesEmitter",
     "ManualClock",
     "MemoryEventSink",
@@ -91,12 +105,18 @@ __all__ = [
     "QueueFull",
     "Rejected",
     "RequestConstructionError",
+    "Resolver",
     "ServerBusy",
     "SinkError",
     "build_event",
     "default_controller",
+    "event_name",
+    "format_event_table",
+    "is_derived_uid",
+    "is_dns_subdomain",
     "project",
     "record_event",
+    "simulate_events",
     "truncate_note",
 ]
 
@@ -132,6 +152,19 @@ API_VERSIONS: Mapping[str, str] = {
 }
 
 _FALLBACK_SUFFIX = "StatusUpdateFailed"
+
+#: The host's answer to "which object is this, as the API server knows it": ``(uid,
+#: resourceVersion)`` of the object the ref names, ``""`` for a part it does not know, or
+#: ``None`` when it does not know the object. Called on the committing thread for every Event:
+#: it must be quick (an informer cache lookup, never an API call).
+Resolver = Callable[[ObjectRef], tuple[str, str] | None]
+
+
+def is_derived_uid(ref: ObjectRef) -> bool:
+    """Whether ``ref.uid`` is a key the library derived rather than the API server's uid: a
+    NodeClaim keyed ``<pod uid>-claim`` (:func:`lifecycle.links.claim_ref`). Such a uid is
+    never sent as ``regarding.uid``; only the host's ``resolve`` can supply the real one."""
+    return ref.kind == "NodeClaim" and ref.uid.endswith("-claim")
 
 
 def default_controller(transition: Transition) -> str:
@@ -175,20 +208,29 @@ class ManualClock:
             return self._now
 
 
-_STOP = object()
-
-
 class KubernetesEmitter:
     """An :class:`~lifecycle.Emitter` that records each transition as a Kubernetes Event.
 
     ``controller`` overrides who reports a transition: a mapping that renames reporting
     controllers as :func:`default_controller` resolves them (``{"pod-controller":
     "nebula-modal/pod-controller"}``), or a function of the transition.
-    ``resource_version`` gives the regarded object's resourceVersion for a transition
-    (default: its committed ``version``, as a string); ``api_versions`` is merged over
-    :data:`API_VERSIONS`. ``clock``, ``sleep`` and ``jitter`` are injectable; the default
-    sleep ends early when the emitter closes. With ``timers=False`` the worker never runs
-    the finish/refresh timers by itself: call :meth:`tick`.
+
+    ``regarding`` names the object as the API server knows it, so that ``kubectl describe``
+    (which finds Events by the object's uid) shows them. ``resolve`` (a :data:`Resolver`,
+    typically over the controller's informer cache) gives each object's real uid and current
+    resourceVersion. Without it, or where it answers ``None`` or ``""``: the uid is the
+    ObjectRef's (which the host took from the object), except a uid the library derived
+    (:func:`is_derived_uid`), which is left out and counted (``unresolved_uids``); the
+    resourceVersion is left out, never invented (``resource_version``, a function of the
+    transition, may supply it instead). Events of different transitions still correlate apart,
+    through the store version (:attr:`ObjectReference.store_version`, never sent).
+    ``api_versions`` is merged over :data:`API_VERSIONS`.
+
+    ``clock``, ``sleep`` and ``jitter`` are injectable. By default a send waiting for its
+    retry is parked (no worker waits) and closing the emitter ends the wait; a ``sleep`` given
+    here is called by the worker instead. ``workers`` threads send (client-go: 8); at most
+    ``queue_size`` sends wait. With ``timers=False`` the workers never run the finish/refresh
+    timers by themselves: call :meth:`tick`.
 
     Transitions redelivered from the outbox under an id already sent are skipped (the last
     ``dedupe`` ids are remembered), so redelivery never turns one transition into a series.
@@ -200,6 +242,7 @@ class KubernetesEmitter:
         *,
         controller: Mapping[str, str] | Callable[[Transition], str] | None = None,
         resource_version: Callable[[Transition], str] | None = None,
+        resolve: Resolver | None = None,
         api_versions: Mapping[str, str] | None = None,
         hostname: str | None = None,
         clock: Clock = utc_now,
@@ -208,6 +251,7 @@ class KubernetesEmitter:
         max_tries: int = MAX_TRIES_PER_EVENT,
         retry_interval: float = RETRY_INTERVAL,
         queue_size: int = MAX_QUEUED_EVENTS,
+        workers: int = EVENT_WORKERS,
         raise_when_full: bool = False,
         dedupe: int = 10_000,
         timers: bool = True,
@@ -227,7 +271,8 @@ class KubernetesEmitter:
                 return renames.get(name, name)
 
             self._controller = mapped
-        self._resource_version = resource_version or (lambda t: str(t.version))
+        self._resource_version = resource_version
+        self._resolve = resolve
         self.api_versions = {**API_VERSIONS, **(api_versions or {})}
         self.hostname = hostname if hostname is not None else socket.gethostname()
         self.clock = clock
@@ -246,15 +291,15 @@ class KubernetesEmitter:
         )
         self.raise_when_full = raise_when_full
         self.timers = timers
-        self._queue: queue.Queue[object] = queue.Queue(maxsize=queue_size)
+        #: the send queue and its worker threads
+        self.dispatcher = Dispatcher(
+            self.correlator, workers=workers, capacity=queue_size, sleep=sleep, timers=timers
+        )
         self._seen: collections.OrderedDict[str, None] = collections.OrderedDict()
         self._dedupe = dedupe
         self._lock = threading.Lock()
-        self._idle = threading.Condition(self._lock)
-        self._pending = 0
         self._last_nanos = 0
         self._closed = False
-        self._worker: threading.Thread | None = None
         if start:
             self.start()
 
@@ -283,20 +328,46 @@ class KubernetesEmitter:
                 self._seen.move_to_end(tid)
                 self.counters.add("duplicates")
                 return
-        regarding = ObjectReference(
-            kind=t.ref.kind,
-            name=t.ref.name,
-            namespace=t.ref.namespace,
-            uid=t.ref.uid,
-            api_version=self.api_versions.get(t.ref.kind, ""),
-            resource_version=self._resource_version(t),
-        )
-        queued = self._enqueue(regarding, t.type.value, t.reason, t.message, self._controller(t))
+        event = self.build(t)
+        queued = event is not None and self._admit(event)
         if queued and tid:
             with self._lock:
                 self._seen[tid] = None
                 while len(self._seen) > self._dedupe:
                     self._seen.popitem(last=False)
+
+    def regarding(self, transition: Transition) -> ObjectReference:
+        """The ``regarding`` reference of ``transition``'s Event: the real uid and
+        resourceVersion where the host supplies them, nothing invented (see the class)."""
+        t = transition
+        uid = rv = ""
+        if self._resolve is not None:
+            try:
+                resolved = self._resolve(t.ref)
+            except Exception as e:  # the host's lookup failed: as if it did not know
+                self.correlator.log.warning(
+                    "resolve failed", object=str(t.ref), error=redact(repr(e))
+                )
+                resolved = None
+            if resolved is not None:
+                uid, rv = (str(part or "") for part in resolved)
+        if not uid:
+            if is_derived_uid(t.ref):
+                self.counters.add("unresolved_uids")
+            else:
+                uid = t.ref.uid
+        if not rv and self._resource_version is not None:
+            rv = self._resource_version(t)
+        store_version = "" if rv else f"{t.version}@{t.epoch}" if t.epoch else str(t.version)
+        return ObjectReference(
+            kind=t.ref.kind,
+            name=t.ref.name,
+            namespace=t.ref.namespace,
+            uid=uid,
+            api_version=self.api_versions.get(t.ref.kind, ""),
+            resource_version=rv,
+            store_version=store_version,
+        )
 
     def record(
         self,
@@ -315,9 +386,16 @@ class KubernetesEmitter:
         with self._lock:
             if self._closed:
                 raise RuntimeError("KubernetesEmitter is closed")
-        return self._enqueue(regarding, type, reason, note, controller, action, related)
+        event = self._make(regarding, type, reason, note, controller, action, related)
+        return event is not None and self._admit(event)
 
-    def _enqueue(
+    def build(self, transition: Transition) -> Event | None:
+        """The Event of ``transition`` as :meth:`emit` records it, now (``None``, counted as
+        invalid, for a type other than Normal or Warning)."""
+        t = transition
+        return self._make(self.regarding(t), t.type.value, t.reason, t.message, self._controller(t))
+
+    def _make(
         self,
         regarding: ObjectReference,
         type: str,
@@ -326,7 +404,7 @@ class KubernetesEmitter:
         controller: str,
         action: str | None = None,
         related: ObjectReference | None = None,
-    ) -> bool:
+    ) -> Event | None:
         now = self.clock()
         with self._lock:
             # names must not collide when the clock repeats itself (a manual clock, a
@@ -348,103 +426,62 @@ class KubernetesEmitter:
             )
         except ValueError:
             self.counters.add("invalid")
-            return False
-        with self._lock:
-            try:
-                self._queue.put_nowait(event)
-            except queue.Full:
+            return None
+        return event
+
+    def _admit(self, event: Event) -> bool:
+        """Correlate ``event`` and queue the request it calls for (never waits on the API)."""
+        dispatcher = self.dispatcher
+        with dispatcher.lock:
+            if self.raise_when_full and not dispatcher.has_room():
+                # before correlating: the runner keeps the event and redelivers it whole
                 self.counters.add("dropped_queue_full")
-                if self.raise_when_full:
-                    raise QueueFull(f"{self._queue.maxsize} events queued") from None
+                raise QueueFull(f"{dispatcher.capacity} events queued")
+            # correlate first (client-go since v0.37), then queue what the API should see
+            send = self.correlator.correlate(event)
+            if send is not None and not dispatcher.submit(send):
+                self.counters.add("dropped_queue_full")
                 return False
-            self._pending += 1
+            if self.timers:
+                dispatcher.run_timers()
         self.counters.add("enqueued")
         return True
 
-    # -- the worker ---------------------------------------------------------------------------
+    # -- the workers --------------------------------------------------------------------------
     def start(self) -> None:
-        """Start the worker thread (done at construction unless ``start=False``)."""
+        """Start the worker threads (done at construction unless ``start=False``)."""
         with self._lock:
-            if self._worker is not None or self._closed:
+            if self._closed:
                 return
-            self._worker = threading.Thread(
-                target=self._run, name="lifecycle-k8s-events", daemon=True
-            )
-            self._worker.start()
-
-    def _run(self) -> None:
-        while True:
-            try:
-                item = self._queue.get(timeout=self._timer_wait())
-            except queue.Empty:
-                self._run_timers()
-                continue
-            if item is _STOP:
-                return
-            try:
-                assert isinstance(item, Event)
-                if self._stopping.is_set():  # closing after the drain timed out
-                    self.counters.add("dropped_on_close")
-                else:
-                    self.correlator.record(item)
-                    self._run_timers()
-            except Exception as e:  # the worker must outlive a broken sink
-                self.correlator.log.error("event worker failed", error=redact(repr(e)))
-            finally:
-                with self._lock:
-                    self._pending -= 1
-                    self._idle.notify_all()
-
-    def _timer_wait(self) -> float | None:
-        if not self.timers:
-            return None
-        wait = (self.correlator.next_due - self.clock()).total_seconds()
-        return min(max(wait, 0.0), 60.0)
-
-    def _run_timers(self) -> None:
-        if self.timers and not self._stopping.is_set():
-            try:
-                self.correlator.tick()
-            except Exception as e:
-                self.correlator.log.error("event timers failed", error=redact(repr(e)))
+        self.dispatcher.start()
 
     def _interruptible_sleep(self, seconds: float) -> None:
         self._stopping.wait(seconds)
 
     def tick(self) -> None:
-        """Run the finish/refresh timers now if they are due (on the caller's thread)."""
-        self.correlator.tick()
+        """Run the finish/refresh timers now if they are due: singletons are evicted at once,
+        the final and refresh patches are queued for the workers (:meth:`flush` waits)."""
+        with self.dispatcher.lock:
+            self.dispatcher.run_timers()
 
     def flush(self, timeout: float | None = 5.0) -> bool:
-        """Wait until every queued Event has been handled; False if ``timeout`` ran out."""
-        with self._idle:
-            return self._idle.wait_for(lambda: self._pending == 0, timeout)
+        """Wait until every queued send has been made (retries included); False if
+        ``timeout`` ran out."""
+        return self.dispatcher.flush(timeout)
 
     def close(self, timeout: float = 5.0) -> None:
         """Stop accepting Events, give the queue ``timeout`` seconds to drain, then stop the
-        worker (a retry sleeping at that moment gives up) and join it."""
+        workers: what still waits is dropped and counted (a send waiting for its retry gives
+        up), a request in flight ends on its own; the workers are joined for ``timeout``."""
         with self._lock:
             if self._closed:
                 return
             self._closed = True
-            worker = self._worker
-        if worker is None:
+        if not self.dispatcher.threads:
             return
         self.flush(timeout)
         self._stopping.set()
-        while True:
-            try:
-                self._queue.put(_STOP, timeout=0.05)
-                break
-            except queue.Full:  # undrained: make room for the stop marker
-                try:
-                    self._queue.get_nowait()
-                    self.counters.add("dropped_on_close")
-                    with self._lock:
-                        self._pending -= 1
-                except queue.Empty:
-                    pass
-        worker.join(timeout)
+        self.dispatcher.stop(timeout)
 
     def __enter__(self) -> KubernetesEmitter:
         return self

@@ -8,6 +8,8 @@ type. Records are frozen; the correlator replaces a cached Event to move its ser
 from __future__ import annotations
 
 import re
+import uuid
+from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -23,15 +25,30 @@ NORMAL = "Normal"
 WARNING = "Warning"
 EVENT_TYPES = frozenset({NORMAL, WARNING})
 
+#: The longest name the API server accepts for an Event (a DNS subdomain).
+NAME_LIMIT = 253
+#: Names of UUID-named Events (a name ``<regarding>.<hex nanos>`` that is not a valid DNS
+#: subdomain) are version-5 UUIDs in this namespace: as unique as the name they replace, and
+#: the same in a replay.
+EVENT_NAME_NAMESPACE = uuid.UUID("5c0f3a52-8e0b-4f5e-9a57-1d0c6b7e2a10")
+
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _SURROGATES = re.compile("[\ud800-\udfff]")
+_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 
 
 @attrs.frozen(slots=True)
 class ObjectReference:
     """``corev1.ObjectReference`` as client-go's ``GetReference`` fills it for ``regarding``:
     kind, apiVersion, namespace, name, uid **and resourceVersion**. It is part of the
-    correlation key, so a new resourceVersion makes a new Event row."""
+    correlation key, so a new resourceVersion makes a new Event row.
+
+    ``store_version`` is never sent. When the host cannot supply the object's real
+    resourceVersion it is left out of the Event (never invented), and ``store_version`` (the
+    version the library's store committed the status at) keeps two transitions' Events apart
+    in correlation, as the resourceVersion a Go controller's status write moves would. It is
+    empty when the real resourceVersion is known.
+    """
 
     kind: str = ""
     name: str = ""
@@ -40,6 +57,7 @@ class ObjectReference:
     api_version: str = ""
     resource_version: str = ""
     field_path: str = ""
+    store_version: str = ""
 
     def to_body(self) -> dict[str, str]:
         """The JSON object, with Go's ``omitempty`` (empty fields left out)."""
@@ -53,6 +71,19 @@ class ObjectReference:
             ("fieldPath", self.field_path),
         )
         return {k: v for k, v in fields if v}
+
+    @classmethod
+    def from_body(cls, body: Mapping[str, Any]) -> ObjectReference:
+        """The reference of a JSON object as the API returns it (camelCase)."""
+        return cls(
+            kind=str(body.get("kind") or ""),
+            name=str(body.get("name") or ""),
+            namespace=str(body.get("namespace") or ""),
+            uid=str(body.get("uid") or ""),
+            api_version=str(body.get("apiVersion") or ""),
+            resource_version=str(body.get("resourceVersion") or ""),
+            field_path=str(body.get("fieldPath") or ""),
+        )
 
 
 #: ``related`` when there is none: Go keys a nil ``related`` as the zero reference.
@@ -68,6 +99,10 @@ class EventSeries:
 
     def to_body(self) -> dict[str, Any]:
         return {"count": self.count, "lastObservedTime": micro_time(self.last_observed_time)}
+
+    @classmethod
+    def from_body(cls, body: Mapping[str, Any]) -> EventSeries:
+        return cls(int(body["count"]), parse_micro_time(str(body["lastObservedTime"])))
 
 
 EventKey = tuple[str, str, str, str, str, ObjectReference, ObjectReference]
@@ -128,6 +163,29 @@ class Event:
             body["series"] = self.series.to_body()
         return body
 
+    @classmethod
+    def from_body(cls, body: Mapping[str, Any]) -> Event:
+        """The Event of a JSON body as the API server returns it (its reply to a create or a
+        patch). Raises ``KeyError``, ``TypeError`` or ``ValueError`` for a body that is not
+        one; fields the recorder does not set are ignored."""
+        metadata = body["metadata"]
+        related = body.get("related")
+        series = body.get("series")
+        return cls(
+            name=str(metadata["name"]),
+            namespace=str(metadata.get("namespace") or ""),
+            event_time=parse_micro_time(str(body["eventTime"])),
+            type=str(body["type"]),
+            reason=str(body.get("reason") or ""),
+            action=str(body.get("action") or ""),
+            note=str(body.get("note") or ""),
+            reporting_controller=str(body.get("reportingController") or ""),
+            reporting_instance=str(body.get("reportingInstance") or ""),
+            regarding=ObjectReference.from_body(body.get("regarding") or {}),
+            related=ObjectReference.from_body(related) if related else None,
+            series=EventSeries.from_body(series) if series else None,
+        )
+
     def series_patch(self) -> dict[str, Any]:
         """The strategic-merge patch client-go sends for a series: the two-way diff between
         this Event without ``series`` and with it, which is ``{"series": {...}}``."""
@@ -139,6 +197,29 @@ class Event:
 def micro_time(at: datetime) -> str:
     """``metav1.MicroTime`` on the wire: RFC 3339 in UTC with six fractional digits."""
     return _utc(at).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def parse_micro_time(text: str) -> datetime:
+    """A ``metav1.MicroTime`` (or ``metav1.Time``) from the wire, as an aware datetime."""
+    return datetime.fromisoformat(text.replace("Z", "+00:00")).astimezone(UTC)
+
+
+def is_dns_subdomain(name: str) -> bool:
+    """Whether the API server accepts ``name`` as an Event name (RFC 1123 subdomain, at most
+    :data:`NAME_LIMIT` characters)."""
+    return len(name) <= NAME_LIMIT and _DNS_SUBDOMAIN.fullmatch(name) is not None
+
+
+def event_name(regarding_name: str, nanos: int) -> str:
+    """client-go's Event name ``<regarding.name>.<hex unixNano>``, or a UUID when that is not
+    a valid DNS subdomain (a long or unusual object name): the API server would refuse it.
+
+    The UUID is derived from the name it replaces (version 5, :data:`EVENT_NAME_NAMESPACE`)
+    where client-go draws a random one, so a replay names the Event the same way."""
+    name = f"{regarding_name}.{nanos:x}"
+    if is_dns_subdomain(name):
+        return name
+    return str(uuid.uuid5(EVENT_NAME_NAMESPACE, name))
 
 
 def unix_nanos(at: datetime) -> int:
@@ -186,15 +267,15 @@ def build_event(
     action: str | None = None,
     related: ObjectReference | None = None,
 ) -> Event:
-    """What client-go's ``Eventf`` builds: name ``<regarding.name>.<hex unixNano>``, the
-    regarding namespace (or ``default``), ``eventTime=now``, no series, ``action`` = ``reason``
-    unless given. Raises ``ValueError`` for a type other than Normal or Warning (client-go
-    drops those)."""
+    """What client-go's ``Eventf`` builds: name ``<regarding.name>.<hex unixNano>`` (a UUID
+    when that is not a valid name: :func:`event_name`), the regarding namespace (or
+    ``default``), ``eventTime=now``, no series, ``action`` = ``reason`` unless given. Raises
+    ``ValueError`` for a type other than Normal or Warning (client-go drops those)."""
     if type not in EVENT_TYPES:
         raise ValueError(f"unsupported event type {type!r}: only Normal and Warning")
     nanos = unix_nanos(now) if name_nanos is None else name_nanos
     return Event(
-        name=f"{regarding.name}.{nanos:x}",
+        name=event_name(regarding.name, nanos),
         namespace=regarding.namespace or "default",
         event_time=now,
         type=type,

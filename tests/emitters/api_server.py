@@ -1,0 +1,321 @@
+"""A small HTTP server on loopback that answers like the API server's ``events.k8s.io/v1``
+endpoints and validates what it is sent as the API server does.
+
+Create: 201, 409 AlreadyExists for a taken name, 400 when the body's namespace is not the
+request's, 422 Invalid for a body the API server's Event validation refuses
+(:func:`event_errors`). Patch: strategic merge patch only (415 otherwise), 404 for an unknown
+Event, the merge applied as the API server applies it to ``series`` (maps merge key by key,
+``null`` deletes) and the result validated (422). List: the EventList. ``fail(method,
+*answers)`` scripts the next answers to a method, and ``fail_when(predicate, *answers)`` the
+next answers to requests a predicate picks: a status code (a ``metav1.Status`` error),
+``(code, headers)``, ``"hang"`` (no answer until the server closes), ``"drop"`` (close the
+connection) or ``("slow", seconds)`` (answer normally after a pause). ``arrivals`` keeps when
+each request arrived (``time.monotonic``).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+import threading
+import time
+from collections.abc import Callable
+from datetime import datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import attrs
+
+PREFIX = "/apis/events.k8s.io/v1"
+
+#: The API server's limits on an Event (``k8s.io/kubernetes/pkg/apis/core/validation``).
+NAME_LIMIT = 253
+NOTE_LIMIT = 1024
+FIELD_LIMIT = 128
+
+_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+_QUALIFIED_NAME = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
+
+
+@attrs.define
+class Request:
+    method: str
+    path: str
+    content_type: str
+    body: Any
+    arrived: float = 0.0
+
+
+Answer = int | str | tuple[int, dict[str, str]] | tuple[str, float]
+Predicate = Callable[[Request], bool]
+
+
+def _subdomain(value: str) -> bool:
+    return len(value) <= NAME_LIMIT and _SUBDOMAIN.fullmatch(value) is not None
+
+
+def _qualified_name(value: str) -> bool:
+    prefix, slash, name = value.rpartition("/")
+    if slash and not (prefix and _subdomain(prefix)):
+        return False
+    return len(name) <= 63 and _QUALIFIED_NAME.fullmatch(name) is not None
+
+
+def _time(value: object) -> bool:
+    if not isinstance(value, str):
+        return False
+    try:
+        datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return False
+    return True
+
+
+def event_errors(body: Any) -> list[str]:
+    """What the API server's validation of an ``events.k8s.io/v1`` Event refuses."""
+    if not isinstance(body, dict):
+        return ["body: must be an object"]
+    errors = []
+    metadata = body.get("metadata") or {}
+    name = str(metadata.get("name") or "")
+    namespace = str(metadata.get("namespace") or "")
+    if not name:
+        errors.append("metadata.name: Required value")
+    elif not _subdomain(name):
+        errors.append(f"metadata.name: Invalid value: {name!r}: a lowercase RFC 1123 subdomain")
+    if not namespace:
+        errors.append("metadata.namespace: Required value")
+    if not _time(body.get("eventTime")):
+        errors.append("eventTime: Required value")
+    if body.get("type") not in ("Normal", "Warning"):
+        errors.append(f"type: Unsupported value: {body.get('type')!r}")
+    controller = str(body.get("reportingController") or "")
+    if not controller:
+        errors.append("reportingController: Required value")
+    elif not _qualified_name(controller):
+        errors.append("reportingController: Invalid value: not a qualified name")
+    for field in ("reportingInstance", "action", "reason"):
+        value = str(body.get(field) or "")
+        if not value:
+            errors.append(f"{field}: Required value")
+        elif len(value) > FIELD_LIMIT:
+            errors.append(f"{field}: Too long: may not be more than {FIELD_LIMIT} bytes")
+    if len(str(body.get("note") or "").encode("utf-8")) > NOTE_LIMIT:
+        errors.append(f"note: Too long: may not be more than {NOTE_LIMIT} bytes")
+    regarding = body.get("regarding") or {}
+    if not regarding.get("kind") or not regarding.get("name"):
+        errors.append("regarding: Required value")
+    regarding_ns = str(regarding.get("namespace") or "")
+    if regarding_ns and regarding_ns != namespace:
+        errors.append("regarding.namespace: Invalid value: does not match event.namespace")
+    if not regarding_ns and namespace not in ("", "default"):
+        errors.append("metadata.namespace: Invalid value: cluster-scoped object, not default")
+    series = body.get("series")
+    if series is not None:
+        if not isinstance(series, dict) or int(series.get("count") or 0) < 2:
+            errors.append("series.count: Invalid value: should be at least 2")
+        elif not _time(series.get("lastObservedTime")):
+            errors.append("series.lastObservedTime: Required value")
+    for legacy in ("deprecatedCount", "deprecatedFirstTimestamp", "deprecatedLastTimestamp"):
+        if body.get(legacy):
+            errors.append(f"{legacy}: Invalid value: needs to be unset")
+    return errors
+
+
+def strategic_merge(target: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any]:
+    """A strategic merge patch of an Event (no lists in the patched fields): maps merge key
+    by key, ``null`` deletes, anything else replaces."""
+    merged = copy.deepcopy(target)
+    for key, value in patch.items():
+        if value is None:
+            merged.pop(key, None)
+        elif isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = strategic_merge(merged[key], value)
+        else:
+            merged[key] = copy.deepcopy(value)
+    return merged
+
+
+class FakeApiServer:
+    def __init__(self) -> None:
+        self.events: dict[tuple[str, str], dict[str, Any]] = {}
+        self.requests: list[Request] = []
+        self.refused: list[tuple[Request, list[str]]] = []
+        self._script: list[tuple[Predicate, Answer]] = []
+        self._lock = threading.Lock()
+        self._released = threading.Event()
+        self._version = 0
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+            wbufsize = 1 << 16  # headers and body in one segment: no delayed-ACK stalls
+            disable_nagle_algorithm = True
+
+            def do_POST(self) -> None:
+                server._handle(self)
+
+            do_PATCH = do_GET = do_POST
+
+            def log_message(self, format: str, *args: object) -> None:
+                pass
+
+        class Server(ThreadingHTTPServer):
+            daemon_threads = True
+
+            def handle_error(self, request: object, client_address: object) -> None:
+                pass  # a client that timed out and left
+
+        self._httpd = Server(("127.0.0.1", 0), Handler)
+        self._thread = threading.Thread(
+            target=self._httpd.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True
+        )
+        self._thread.start()
+
+    @property
+    def url(self) -> str:
+        host, port = self._httpd.server_address[:2]
+        return f"http://{host!s}:{port}"
+
+    def close(self) -> None:
+        self._released.set()
+        self._httpd.shutdown()
+        self._httpd.server_close()
+        self._thread.join(5)
+        assert not self._thread.is_alive()
+
+    def release(self) -> None:
+        """End every hanging request now."""
+        self._released.set()
+
+    def fail(self, method: str, *answers: Answer) -> None:
+        self.fail_when(lambda r: r.method == method, *answers)
+
+    def fail_when(self, predicate: Predicate, *answers: Answer) -> None:
+        with self._lock:
+            self._script.extend((predicate, a) for a in answers)
+
+    def verbs(self) -> list[str]:
+        return [r.method for r in self.requests]
+
+    def evict(self, name: str) -> None:
+        with self._lock:
+            for key in [k for k in self.events if k[1] == name]:
+                del self.events[key]
+
+    # -- serving ----------------------------------------------------------------------------
+    def _handle(self, h: BaseHTTPRequestHandler) -> None:
+        length = int(h.headers.get("Content-Length") or 0)
+        raw = h.rfile.read(length) if length else b""
+        body = json.loads(raw) if raw else None
+        request = Request(
+            h.command, h.path, h.headers.get("Content-Type", ""), body, time.monotonic()
+        )
+        with self._lock:
+            self.requests.append(request)
+            answer = next(((i, a) for i, (p, a) in enumerate(self._script) if p(request)), None)
+            if answer is not None:
+                del self._script[answer[0]]
+        if answer is not None:
+            scripted = answer[1]
+            if scripted == "hang":
+                self._released.wait(10)
+                h.close_connection = True
+                return
+            if scripted == "drop":
+                h.close_connection = True
+                return
+            if isinstance(scripted, tuple) and scripted[0] == "slow":
+                time.sleep(float(scripted[1]))
+            else:
+                code, headers = scripted if isinstance(scripted, tuple) else (scripted, {})
+                assert isinstance(code, int)
+                assert isinstance(headers, dict)
+                reason = "InternalError" if code >= 500 else "Scripted"
+                self._status(h, code, reason, headers)
+                return
+        with self._lock:
+            self._route(h, request)
+
+    def _route(self, h: BaseHTTPRequestHandler, request: Request) -> None:
+        body = request.body
+        parts = h.path.split("?")[0].removeprefix(PREFIX).strip("/").split("/")
+        if h.command == "GET":
+            items = [e for (ns, _), e in self.events.items() if len(parts) == 1 or ns == parts[1]]
+            return self._json(
+                h,
+                200,
+                {
+                    "kind": "EventList",
+                    "apiVersion": "events.k8s.io/v1",
+                    "metadata": {},
+                    "items": items,
+                },
+            )
+        namespace = parts[1]
+        if h.command == "POST":
+            given = (body or {}).get("metadata", {}).get("namespace")
+            if given and given != namespace:
+                message = "the namespace of the object does not match the request"
+                return self._status(h, 400, "BadRequest", message=message)
+            errors = event_errors(body)
+            if errors:
+                self.refused.append((request, errors))
+                return self._status(h, 422, "Invalid", message="; ".join(errors))
+            name = body["metadata"]["name"]
+            if (namespace, name) in self.events:
+                return self._status(h, 409, "AlreadyExists", message=f'"{name}" already exists')
+            self._version += 1
+            body["metadata"]["resourceVersion"] = str(self._version)
+            self.events[(namespace, name)] = body
+            return self._json(h, 201, body)
+        name = parts[3]
+        if h.headers.get("Content-Type") != "application/strategic-merge-patch+json":
+            return self._status(h, 415, "UnsupportedMediaType")
+        stored = self.events.get((namespace, name))
+        if stored is None:
+            return self._status(h, 404, "NotFound", message=f'events "{name}" not found')
+        if not isinstance(body, dict):
+            return self._status(h, 400, "BadRequest", message="patch is not an object")
+        merged = strategic_merge(stored, body)
+        errors = event_errors(merged)
+        if errors:
+            self.refused.append((request, errors))
+            return self._status(h, 422, "Invalid", message="; ".join(errors))
+        self._version += 1
+        merged["metadata"]["resourceVersion"] = str(self._version)
+        self.events[(namespace, name)] = merged
+        return self._json(h, 200, merged)
+
+    def _status(
+        self,
+        h: BaseHTTPRequestHandler,
+        code: int,
+        reason: str,
+        headers: dict[str, str] | None = None,
+        message: str = "",
+    ) -> None:
+        status = {
+            "kind": "Status",
+            "apiVersion": "v1",
+            "metadata": {},
+            "status": "Failure",
+            "message": message or reason,
+            "reason": reason,
+            "code": code,
+        }
+        self._json(h, code, status, headers)
+
+    @staticmethod
+    def _json(
+        h: BaseHTTPRequestHandler, code: int, obj: Any, headers: dict[str, str] | None = None
+    ) -> None:
+        data = json.dumps(obj).encode()
+        h.send_response(code)
+        h.send_header("Content-Type", "application/json")
+        h.send_header("Content-Length", str(len(data)))
+        for k, v in (headers or {}).items():
+            h.send_header(k, v)
+        h.end_headers()
+        h.wfile.write(data)
