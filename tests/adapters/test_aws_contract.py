@@ -4,7 +4,10 @@ A boto3 client method's Python signature is ``(*args, **kwargs)`` (generated fro
 model, keyword arguments only), so the contract is checked where it really lives: each fake
 method exists on a real EC2 client and, like it, takes keyword arguments only; every request
 the fake receives and every response it gives is validated against the EC2 service model by
-botocore's own validator; and the adapter's requests, made against the fake, pass it.
+botocore's own validator; its paginators are botocore's, with the real client's paginator
+model; and the adapter's requests, made against the fake, pass it. Where EC2 behaves in a way
+the adapter depends on (a repeated ClientToken, one unknown id among several), the fake does
+the same.
 """
 
 from __future__ import annotations
@@ -16,13 +19,14 @@ from typing import Any
 
 import pytest
 
-from lifecycle.adapters.aws import AwsAdapter, FleetSpec, Placement
+from lifecycle.adapters.aws import AwsAdapter, FleetSpec, Placement, fleet_client_token
 from lifecycle.adapters.aws_fake import OPERATIONS, FakeEC2, service_model
 from lifecycle.machines.pod import (
     InstancePending,
     InstanceRunning,
     InstanceTerminated,
     InstanceUnknown,
+    ProvisionErrored,
     ProvisionRejected,
     ProvisionSucceeded,
     TerminateSucceeded,
@@ -32,6 +36,7 @@ from .conftest import pod, ticking_clock
 
 boto3 = pytest.importorskip("boto3")
 botocore_exceptions = pytest.importorskip("botocore.exceptions")
+botocore_paginate = pytest.importorskip("botocore.paginate")
 
 SPEC = FleetSpec(
     region="us-east-1",
@@ -135,6 +140,83 @@ def test_the_fake_pages_and_lags() -> None:
     assert isinstance(
         adapter.observe({pod("p0"): Placement("us-east-1", ids[0])})[pod("p0")], InstanceRunning
     )
+
+
+@pytest.mark.parametrize("method", ["describe_instances", "describe_instance_status"])
+def test_the_fakes_paginators_are_the_real_clients(real_client: Any, method: str) -> None:
+    real, fake = real_client.get_paginator(method), FakeEC2().get_paginator(method)
+    assert isinstance(fake, botocore_paginate.Paginator)
+    assert fake._pagination_cfg == real._pagination_cfg  # the same paginator model entry
+    with pytest.raises(ValueError, match="unknown method"):
+        FakeEC2().get_paginator("describe_images")
+
+
+def test_the_fake_answers_a_repeated_client_token_with_the_first_fleet() -> None:
+    ec2 = FakeEC2()
+    request = dict(SPEC.request("ml-a", fleet_client_token("ml-a", "uid-a")))
+    first = ec2.create_fleet(**request)
+    again = ec2.create_fleet(**request)
+    assert again["Instances"] == first["Instances"]
+    assert len(ec2.instances) == 1
+    other = {**request, "Type": "request"}
+    with pytest.raises(botocore_exceptions.ClientError) as info:
+        ec2.create_fleet(**other)
+    assert info.value.response["Error"]["Code"] == "IdempotentParameterMismatch"
+    untokened = dict(SPEC.request("ml-a"))  # no token: each call is a new fleet
+    ec2.create_fleet(**untokened)
+    ec2.create_fleet(**untokened)
+    assert len(ec2.instances) == 3
+
+
+def test_the_fake_terminates_none_of_several_ids_when_one_is_unknown() -> None:
+    ec2 = FakeEC2()
+    iid = ec2.add("ml-a")
+    with pytest.raises(botocore_exceptions.ClientError) as info:
+        ec2.terminate_instances(InstanceIds=[iid, "i-0000000000000dead"])
+    assert info.value.response["Error"]["Code"] == "InvalidInstanceID.NotFound"
+    assert "i-0000000000000dead" in info.value.response["Error"]["Message"]
+    assert ec2.instances[iid]["State"]["Name"] == "running"  # untouched
+
+
+class _VanishingEC2(FakeEC2):
+    """One instance disappears right after a list showed it (before the terminate)."""
+
+    vanish = ""
+
+    def describe_instances(self, **kwargs: Any) -> dict[str, Any]:
+        answer = super().describe_instances(**kwargs)
+        self.instances.pop(self.vanish, None)
+        return answer
+
+
+def test_the_adapter_terminates_the_known_ids_when_one_is_unknown() -> None:
+    """On the fake (EC2's all-or-nothing refusal): the claim lists two instances, one of
+    which is gone by the time of the terminate; the other is still terminated."""
+    ec2 = _VanishingEC2()
+    first, second = ec2.add("ml-a"), ec2.add("ml-a")
+    ec2.vanish = second
+    adapter = AwsAdapter(client_factory=lambda region: ec2, clock=ticking_clock())
+    assert isinstance(adapter.terminate(pod("a"), Placement("us-east-1")), TerminateSucceeded)
+    assert ec2.instances[first]["State"]["Name"] == "terminated"
+    terminates = [kw["InstanceIds"] for name, kw in ec2.calls if name == "terminate_instances"]
+    assert terminates == [[first, second], [first], [second]]
+
+
+def test_a_lost_create_answer_is_retried_with_the_same_token_on_the_fake() -> None:
+    ec2 = FakeEC2()
+    adapter = AwsAdapter(client_factory=lambda region: ec2, clock=ticking_clock())
+    ec2.time_out("create_fleet")
+    first = adapter.provision(pod("a"), SPEC)
+    assert isinstance(first, ProvisionErrored)
+    assert "ReadTimeoutError" in first.error
+    (launched,) = ec2.instances  # the lost create did launch
+    ec2.lag(launched, lookups=1)  # and its tag is not listed yet when the create is retried
+    again = adapter.provision(pod("a"), SPEC)
+    assert isinstance(again, ProvisionSucceeded)
+    assert again.instance_id == launched
+    assert len(ec2.instances) == 1
+    tokens = {kw["ClientToken"] for name, kw in ec2.calls if name == "create_fleet"}
+    assert tokens == {fleet_client_token("ml-a", "uid-a", 0)}
 
 
 def test_importing_the_adapter_does_not_import_boto3() -> None:

@@ -1,26 +1,34 @@
 """The AWS adapter over real HTTP: a moto server on 127.0.0.1 (a free port, started and
 stopped by this module), the adapter's own default boto3 client (real request signing and
 parsing) with fake credentials and that endpoint. Happy paths, adoption, pagination, stop,
-terminate, a region whose endpoint refuses connections, and the Pod/NodeClaim events the
-observations drive through :class:`lifecycle.Runner`."""
+terminate, a region whose endpoint refuses connections, the Pod/NodeClaim events (and the pod
+IP) the observations drive through :class:`lifecycle.Runner`, and a create whose answer is
+lost, retried while the claim's tag is not yet listed (through a loopback front that adds what
+moto lacks: EC2's ClientToken idempotency and eventually consistent tag filters)."""
 
 from __future__ import annotations
 
 import socket
+import threading
+import time
+import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
 
 from lifecycle import MemoryEmitter, MemoryStore, ObjectRef, Runner
-from lifecycle.adapters.aws import AwsAdapter, FleetSpec, Placement
+from lifecycle.adapters.aws import CLAIM_TAG_KEY, AwsAdapter, FleetSpec, Placement
 from lifecycle.machines.pod import (
     CreateRequested,
     InstanceAbsent,
     InstanceRunning,
     InstanceTerminated,
     InstanceUnknown,
+    ProvisionErrored,
     ProvisionSucceeded,
     TerminateSucceeded,
 )
@@ -189,6 +197,12 @@ def test_runner_drives_pod_and_nodeclaim_events(
         runner.observe(a, adapter.observe({a: placement})[a])
     ec2.terminate_instances(InstanceIds=[placement.instance_id])
     runner.observe(a, adapter.observe({a: placement})[a])
+    stored = runner.store.load(runner.machine_for(a), a)
+    assert stored is not None
+    private_ip = ec2.describe_instances(InstanceIds=[placement.instance_id])["Reservations"][0][
+        "Instances"
+    ][0]["PrivateIpAddress"]
+    assert stored.status.pod_ip == private_ip  # the instance's VPC address is the pod IP
     flips = [(e.ref.uid, e.source, e.target) for e in emitter.events]
     assert flips == [
         ("aws-0", "", "Provisioning"),
@@ -199,3 +213,132 @@ def test_runner_drives_pod_and_nodeclaim_events(
         ("aws-0", "Running", "Terminated"),
         ("aws-0-claim", "Bound", "Terminated"),
     ]
+
+
+# -- a lost create answer, retried --------------------------------------------------------------
+EMPTY_LIST = (
+    b'<?xml version="1.0" encoding="UTF-8"?>\n<DescribeInstancesResponse '
+    b'xmlns="http://ec2.amazonaws.com/doc/2016-11-15/"><requestId>lagging</requestId>'
+    b"<reservationSet/></DescribeInstancesResponse>"
+)
+
+
+class Ec2Front(ThreadingHTTPServer):
+    """A loopback front for the moto server with what moto lacks. EC2 answers a CreateFleet
+    whose ClientToken it has seen with the first answer (moto launches again); tag filters
+    are eventually consistent (``lag_tags``: a claim-tag filter lists nothing yet);
+    ``lose_next_create`` forwards the next CreateFleet (moto launches it) and then holds the
+    answer until the client has timed out."""
+
+    daemon_threads = True
+
+    def __init__(self, upstream: str, hold: float) -> None:
+        super().__init__(("127.0.0.1", 0), _FrontHandler)
+        self.upstream, self.hold = upstream, hold
+        self.answers: dict[str, tuple[int, str, bytes]] = {}
+        self.lag_tags = False
+        self.lose_next_create = False
+        self.creates_forwarded = 0
+        self.lock = threading.Lock()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}"
+
+
+class _FrontHandler(BaseHTTPRequestHandler):
+    server: Ec2Front
+
+    def log_message(self, format: str, *args: Any) -> None:  # quiet
+        pass
+
+    def do_POST(self) -> None:
+        body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+        form = urllib.parse.parse_qs(body.decode())
+        action = form.get("Action", [""])[0]
+        front = self.server
+        if action == "DescribeInstances" and front.lag_tags:
+            names = [
+                v[0] for k, v in form.items() if k.startswith("Filter.") and k.endswith("Name")
+            ]
+            if f"tag:{CLAIM_TAG_KEY}" in names:
+                return self._reply(200, "text/xml", EMPTY_LIST)
+        if action != "CreateFleet":
+            return self._reply(*self._forward(body))
+        token = form.get("ClientToken", [""])[0]
+        with front.lock:  # one create per token at a time, as EC2 serialises them
+            if token and token in front.answers:
+                answer = front.answers[token]
+            else:
+                answer = self._forward(body)
+                front.creates_forwarded += 1
+                if token:
+                    front.answers[token] = answer
+            lose, front.lose_next_create = front.lose_next_create, False
+        if lose:
+            time.sleep(front.hold)  # the client gave up: this answer is lost
+        self._reply(*answer)
+
+    def _forward(self, body: bytes) -> tuple[int, str, bytes]:
+        headers = {k: v for k, v in self.headers.items() if k.lower() not in ("host",)}
+        request = urllib.request.Request(
+            self.server.upstream + self.path, data=body, headers=headers, method="POST"
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=10) as response:
+                return response.status, response.headers["Content-Type"], response.read()
+        except urllib.error.HTTPError as e:
+            return e.code, e.headers.get("Content-Type", "text/xml"), e.read()
+
+    def _reply(self, status: int, content_type: str, payload: bytes) -> None:
+        try:
+            self.send_response(status)
+            self.send_header("Content-Type", content_type)
+            self.send_header("Content-Length", str(len(payload)))
+            self.end_headers()
+            self.wfile.write(payload)
+        except OSError:
+            pass  # the client hung up (its read timed out)
+
+
+@pytest.fixture
+def front(endpoint: str, session: Any) -> Iterator[Ec2Front]:
+    server = Ec2Front(endpoint, hold=1.5)
+    thread = threading.Thread(target=server.serve_forever, name="ec2-front", daemon=True)
+    thread.start()
+    try:
+        yield server
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)
+
+
+def test_a_create_whose_answer_was_lost_is_not_launched_twice(
+    session: Any, front: Ec2Front, spec: FleetSpec, ec2: Any
+) -> None:
+    """The first create launches an instance but its answer never arrives (read timeout); on
+    the next reconcile the claim's tag is not listed yet, so the adapter creates again. The
+    same ClientToken makes EC2 answer with the first fleet: one instance, not two."""
+    adapter = AwsAdapter(
+        session=session,
+        endpoint_url=front.url,
+        clock=ticking_clock(),
+        read_timeout=0.5,
+        max_attempts=1,
+    )
+    front.lag_tags = True
+    front.lose_next_create = True
+    first = adapter.provision(pod("a"), spec)
+    assert isinstance(first, ProvisionErrored)
+    assert "timeout" in first.error.lower()
+    again = adapter.provision(pod("a"), spec)
+    assert isinstance(again, ProvisionSucceeded)
+    pages = ec2.get_paginator("describe_instances").paginate()
+    launched = [i["InstanceId"] for p in pages for r in p["Reservations"] for i in r["Instances"]]
+    assert launched == [again.instance_id]  # moto launched once: the retry got the first fleet
+    assert front.creates_forwarded == 1
+    # A deliberate re-create (the host's next attempt) is a new request: a new fleet.
+    fresh = adapter.provision(pod("a"), spec, attempt=1)
+    assert isinstance(fresh, ProvisionSucceeded)
+    assert fresh.instance_id != again.instance_id

@@ -1,7 +1,8 @@
 """The AWS adapter against real botocore clients under ``botocore.stub.Stubber``, which checks
 every request against the expected parameters and validates requests and responses against
 the EC2 service model. Partial fleets, capacity, quota and auth errors, pagination, spot
-reclaims, eventual-consistency NotFound and failing regions."""
+reclaims, eventual-consistency NotFound and failing regions; the ``ClientToken`` of a retried
+create, requests the model refuses, and terminating several ids when one is unknown."""
 
 from __future__ import annotations
 
@@ -12,14 +13,18 @@ from typing import Any
 
 import pytest
 
+from lifecycle import MemoryStore, Runner
+from lifecycle.adapters import aws as aws_module
 from lifecycle.adapters.aws import (
     CLAIM_TAG_KEY,
     LIVE_STATES,
     AwsAdapter,
     FleetSpec,
     Placement,
+    fleet_client_token,
 )
 from lifecycle.machines.pod import (
+    CreateRequested,
     InstanceAbsent,
     InstancePending,
     InstanceRunning,
@@ -35,6 +40,7 @@ from lifecycle.machines.pod import (
 from .conftest import pod, t
 
 boto3 = pytest.importorskip("boto3")
+from botocore.exceptions import ReadTimeoutError  # noqa: E402
 from botocore.stub import Stubber  # noqa: E402
 
 US, EU = "us-east-1", "eu-west-1"
@@ -142,11 +148,122 @@ def fleet_response(ids: list[str], errors: list[dict[str, str]] | None = None) -
     return out
 
 
+def token(ref: Any = A, attempt: int = 0) -> str:
+    return fleet_client_token(f"ml-{ref.name}", ref.uid, attempt)
+
+
+def create_params(ref: Any = A, attempt: int = 0, spec: FleetSpec = SPEC) -> dict[str, Any]:
+    """The exact ``create_fleet`` request for ``ref``'s create number ``attempt``."""
+    return dict(spec.request(f"ml-{ref.name}", token(ref, attempt)))
+
+
 def test_provision_is_one_instant_fleet_and_reserved(stubs: Stubs) -> None:
     stubs[US].add_response("describe_instances", page(), by_claim("a"))
-    stubs[US].add_response("create_fleet", fleet_response(["i-0aaa"]), dict(SPEC.request("ml-a")))
+    stubs[US].add_response("create_fleet", fleet_response(["i-0aaa"]), create_params())
     obs = stubs.adapter().provision(A, SPEC)
     assert obs == ProvisionSucceeded(at=t(0), reserved=True, instance_id="i-0aaa")
+
+
+def _lose_the_next_create_fleet_answer(client: Any) -> None:
+    """The next create_fleet takes effect (the Stubber checked its parameters and answered)
+    but the answer is lost on the way back: botocore's ReadTimeoutError."""
+    fired: list[bool] = []
+
+    def time_out(**_: Any) -> None:
+        if not fired:
+            fired.append(True)
+            raise ReadTimeoutError(endpoint_url="https://ec2.us-east-1.amazonaws.com")
+
+    client.meta.events.register("after-call.ec2.CreateFleet", time_out)
+
+
+def test_a_create_retried_after_a_timeout_sends_the_same_client_token(stubs: Stubs) -> None:
+    """The create timed out after EC2 launched the fleet; the claim's instance is not listed
+    yet (tags are eventually consistent), so the next reconcile creates again: with the same
+    ClientToken, which EC2 answers with the fleet it already launched. The Stubber asserts the
+    exact token on both calls."""
+    adapter = stubs.adapter()
+    _lose_the_next_create_fleet_answer(stubs.clients[US])
+    stubs[US].add_response("describe_instances", page(), by_claim("a"))
+    stubs[US].add_response("create_fleet", fleet_response(["i-0aaa"]), create_params())
+    first = adapter.provision(A, SPEC)
+    assert isinstance(first, ProvisionErrored)
+    assert "ReadTimeoutError" in first.error
+    stubs[US].add_response("describe_instances", page(), by_claim("a"))  # still not listed
+    stubs[US].add_response("create_fleet", fleet_response(["i-0aaa"]), create_params())
+    again = adapter.provision(A, SPEC)
+    assert again == ProvisionSucceeded(at=t(0), reserved=True, instance_id="i-0aaa")
+
+
+def test_the_client_token_is_per_claim_pod_and_deliberate_attempt(stubs: Stubs) -> None:
+    tokens = {token(A), token(A, 1), token(B), token(pod("a", uid="uid-a-recreated"))}
+    assert len(tokens) == 4  # another attempt, claim, or pod of the same name: another token
+    assert all(len(t_) <= 64 and t_.isascii() for t_ in tokens)  # EC2's limit
+    assert token(A) == fleet_client_token("ml-a", "uid-a", 0)  # deterministic
+    stubs[US].add_response("describe_instances", page(), by_claim("a"))
+    stubs[US].add_response("create_fleet", fleet_response(["i-0bbb"]), create_params(A, 1))
+    obs = stubs.adapter().provision(A, SPEC, attempt=1)
+    assert obs == ProvisionSucceeded(at=t(0), reserved=True, instance_id="i-0bbb")
+
+
+@pytest.mark.parametrize("attempt", [-1, True, 1.0, "1"])
+def test_a_bad_attempt_is_refused_before_any_call(stubs: Stubs, attempt: Any) -> None:
+    with pytest.raises(ValueError, match="attempt must be a non-negative int"):
+        stubs.adapter().provision(A, SPEC, attempt=attempt)
+
+
+def test_a_token_reused_with_other_parameters_is_a_rejection(stubs: Stubs) -> None:
+    """The host changed the spec between retries of one create: EC2 refuses the token
+    (IdempotentParameterMismatch). Retrying cannot help, and the first request may have
+    launched an instance, so the pod fails rather than loop."""
+    stubs[US].add_response("describe_instances", page(), by_claim("a"))
+    stubs[US].add_client_error(
+        "create_fleet", "IdempotentParameterMismatch", "token reused", 400, create_params()
+    )
+    obs = stubs.adapter().provision(A, SPEC)
+    assert isinstance(obs, ProvisionRejected)
+    assert obs.error.startswith("request: IdempotentParameterMismatch")
+
+
+@pytest.mark.parametrize(
+    ("fields", "problem"),
+    [
+        ({"launch_template_name": "ab"}, "LaunchTemplateName, value: 2, valid min length: 3"),
+        ({"launch_template_name": "x" * 129}, "LaunchTemplateName, value: 129, max: 128"),
+        ({"launch_template_name": "gpu", "tags": {"team": 5}}, "Invalid type for parameter"),
+    ],
+)
+def test_a_fleet_spec_the_ec2_model_refuses_is_refused_when_built(
+    fields: dict[str, Any], problem: str
+) -> None:
+    with pytest.raises(ValueError, match="does not fit EC2's CreateFleet") as info:
+        FleetSpec(region=US, instance_types=("g5.xlarge",), subnet_ids=("subnet-1",), **fields)
+    assert problem in str(info.value)
+
+
+def test_a_request_the_client_refuses_is_a_rejection_not_a_retry(
+    stubs: Stubs, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A ParamValidationError at call time (here: a spec built while the check was off) is
+    refused the same way on every attempt: a rejection, not ProvisionErrored forever."""
+    monkeypatch.setattr(aws_module, "_validate_fleet_request", lambda request: None, raising=False)
+    short = FleetSpec(
+        region=US,
+        instance_types=("g5.xlarge",),
+        subnet_ids=("subnet-1",),
+        launch_template_name="ab",
+    )
+    client = _session().client("ec2", region_name=US, endpoint_url="http://127.0.0.1:9")
+    stubber = Stubber(client)
+    stubber.add_response("describe_instances", page(), by_claim("a"))
+    stubber.add_response("create_fleet", fleet_response(["i-0never"]))
+    with stubber:
+        obs = AwsAdapter(client_factory=lambda region: client, clock=lambda: t(0)).provision(
+            A, short
+        )
+    assert isinstance(obs, ProvisionRejected)
+    assert obs.error.startswith("invalid request: ParamValidationError")
+    assert "LaunchTemplateName" in obs.error
 
 
 def test_a_partial_fleet_is_success(stubs: Stubs) -> None:
@@ -247,6 +364,25 @@ def test_listing_is_paginated(stubs: Stubs) -> None:
     assert isinstance(out[A], InstanceRunning)
     assert isinstance(out[B], InstancePending)
     assert isinstance(out[pod("c")], InstancePending)  # no status entry: checks not ok
+
+
+def test_the_private_address_is_the_endpoint_and_the_pod_ip(stubs: Stubs) -> None:
+    running = inst("i-1", "running", PrivateIpAddress="10.1.2.3", PublicIpAddress="3.4.5.6")
+    for address, endpoint in [("private", "10.1.2.3"), ("public", "i-1.compute.example")]:
+        stubs[US].add_response("describe_instances", page(running), LIST_ALL)
+        stubs[US].add_response("describe_instance_status", {"InstanceStatuses": [ok("i-1")]})
+        obs = stubs.adapter(address=address).observe({A: Placement(US, "i-1")})[A]
+        assert obs == InstanceRunning(at=t(0), instance_id="i-1", endpoint=endpoint)
+    with pytest.raises(ValueError, match="address must be one of"):
+        stubs.adapter(address="elastic")
+    # Fed to the Pod machine, the private address is the pod's IP (part of its flip signature).
+    runner = Runner(MemoryStore())
+    runner.observe(A, CreateRequested(at=t(0), pool="gpu", provider="aws"))
+    runner.observe(A, ProvisionSucceeded(at=t(0), reserved=True, instance_id="i-1"))
+    stubs[US].add_response("describe_instances", page(running), LIST_ALL)
+    stubs[US].add_response("describe_instance_status", {"InstanceStatuses": [ok("i-1")]})
+    result = runner.observe(A, stubs.adapter().observe({A: Placement(US, "i-1")})[A])
+    assert result.status.pod_ip == "10.1.2.3"
 
 
 def test_status_checks_are_read_for_running_instances_only(stubs: Stubs) -> None:
@@ -403,6 +539,46 @@ def test_terminate_without_an_id_finds_the_claims_instances(stubs: Stubs) -> Non
     assert isinstance(stubs.adapter().terminate(A, Placement(US)), TerminateSucceeded)
     stubs[US].add_response("describe_instances", page(), by_claim("b"))
     assert isinstance(stubs.adapter().terminate(B, Placement(US)), TerminateSucceeded)
+
+
+def test_one_unknown_id_among_several_terminates_the_others_one_by_one(stubs: Stubs) -> None:
+    """EC2 terminates none of the ids when one is unknown; each other id is then terminated
+    on its own, and the pod's terminate succeeds only when every id is gone."""
+    both = page(inst("i-1", "running"), inst("i-2", "pending"))
+    stubs[US].add_response("describe_instances", both, by_claim("a"))
+    stubs[US].add_client_error(
+        "terminate_instances",
+        "InvalidInstanceID.NotFound",
+        "The instance ID 'i-2' does not exist",
+        400,
+        {"InstanceIds": ["i-1", "i-2"]},
+    )
+    stubs[US].add_response(
+        "terminate_instances", {"TerminatingInstances": []}, {"InstanceIds": ["i-1"]}
+    )
+    stubs[US].add_client_error(
+        "terminate_instances", "InvalidInstanceID.NotFound", "gone", 400, {"InstanceIds": ["i-2"]}
+    )
+    assert isinstance(stubs.adapter().terminate(A, Placement(US)), TerminateSucceeded)
+
+
+def test_an_id_that_is_not_gone_fails_the_terminate(stubs: Stubs) -> None:
+    both = page(inst("i-1", "running"), inst("i-2", "pending"))
+    stubs[US].add_response("describe_instances", both, by_claim("a"))
+    stubs[US].add_client_error(
+        "terminate_instances", "InvalidInstanceID.NotFound", "i-2 unknown", 400
+    )
+    stubs[US].add_client_error(
+        "terminate_instances", "UnauthorizedOperation", "no", 403, {"InstanceIds": ["i-1"]}
+    )
+    stubs[US].add_client_error(
+        "terminate_instances", "InvalidInstanceID.NotFound", "gone", 400, {"InstanceIds": ["i-2"]}
+    )
+    obs = stubs.adapter().terminate(A, Placement(US))
+    assert isinstance(obs, TerminateFailed)
+    assert obs.error.startswith("i-1: ClientError")
+    assert "UnauthorizedOperation" in obs.error
+    assert "i-2" not in obs.error
 
 
 def test_terminate_errors_fail(stubs: Stubs) -> None:

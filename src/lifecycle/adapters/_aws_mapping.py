@@ -155,8 +155,18 @@ def status_checks_ok(status: Mapping[str, Any] | None) -> bool:
     return bool(system == "ok" and instance == "ok")
 
 
-def endpoint_of(instance: Mapping[str, Any]) -> str:
-    return str(instance.get("PublicDnsName") or instance.get("PublicIpAddress") or "")
+#: Which address of an instance is its endpoint (and so, when it is an IP, the pod IP).
+ADDRESSES = ("private", "public")
+
+
+def endpoint_of(instance: Mapping[str, Any], address: str = "private") -> str:
+    """The instance's endpoint. ``private`` (the default): its VPC address
+    ``PrivateIpAddress``, which the Pod reports as its pod IP, falling back to the public
+    name and address; ``public``: upstream's ``PublicDnsName``, else ``PublicIpAddress``."""
+    public = str(instance.get("PublicDnsName") or instance.get("PublicIpAddress") or "")
+    if address == "public":
+        return public
+    return str(instance.get("PrivateIpAddress") or "") or public
 
 
 def _why(instance: Mapping[str, Any], state: str) -> str:
@@ -174,6 +184,8 @@ def ec2_observation(
     instance: Mapping[str, Any],
     status: Mapping[str, Any] | StatusUnavailable | None,
     at: datetime,
+    *,
+    address: str = "private",
 ) -> Observation:
     """One ``describe_instances`` instance (plus its ``describe_instance_status`` entry, or
     ``None`` when it has none) as a Pod observation. The domain table, row by row:
@@ -183,7 +195,7 @@ def ec2_observation(
     -> Terminated (a spot reclaim as ``preempted: ...``); any other state -> Pending.
     """
     iid = str(instance.get("InstanceId", ""))
-    endpoint = endpoint_of(instance)
+    endpoint = endpoint_of(instance, address)
     state = str((instance.get("State") or {}).get("Name", ""))
     if state == "running":
         if isinstance(status, StatusUnavailable):

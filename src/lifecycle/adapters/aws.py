@@ -5,33 +5,47 @@ ADR 0021:
 
 - Provision is one ``create_fleet`` (``Type='instant'``, ``TotalTargetCapacity=1``, spot or
   on-demand, one override per instance type x subnet, the claim tag on the instance), after
-  looking for an instance the claim already has. Always reserved; partial success (an
-  instance plus errors) is success. With no instance, the fleet's errors are ranked
-  auth > quota > capacity > unknown: the first three reject the request (the pod fails), an
-  unknown error is unattributable (the pod keeps provisioning).
+  looking for an instance the claim already has. The request carries a ``ClientToken``
+  derived from the claim, the pod's uid and the host's attempt number
+  (:func:`fleet_client_token`), so a create that timed out and is sent again on the next
+  reconcile returns the first fleet instead of launching a second one. Always reserved;
+  partial success (an instance plus errors) is success. With no instance, the fleet's errors
+  are ranked auth > quota > capacity > unknown: the first three reject the request (the pod
+  fails), an unknown error is unattributable (the pod keeps provisioning).
 - Observe lists every claim-tagged instance of a region (``describe_instances``, paginated)
   and reads ``describe_instance_status``: Running needs both status checks ok. A region that
   fails to list, a status read that fails, and an ``InvalidInstanceID.NotFound`` within the
   grace after it was first seen make the observation :class:`InstanceUnknown` - never absent.
   A spot reclaim is reported as a preemption (``InstanceTerminated`` whose detail starts with
   ``preempted:`` and ``preempted=True``, which the Pod machine reports in its own words), not as
-  an ordinary stop.
-- Terminate is idempotent (``InvalidInstanceID.NotFound``/``Malformed`` are success).
+  an ordinary stop. The endpoint is the instance's ``PrivateIpAddress`` (the pod IP), else its
+  public name or address (``address="public"``: upstream's public name first).
+- A :class:`FleetSpec` is checked against botocore's EC2 model when it is built (a launch
+  template name too short, say, is a ``ValueError`` there, not a create retried forever); a
+  request the client still refuses (``ParamValidationError``), or a ``ClientToken`` reused with
+  other parameters (``IdempotentParameterMismatch``), is a rejection.
+- Terminate is idempotent (``InvalidInstanceID.NotFound``/``Malformed`` are success). EC2
+  terminates none of several ids when one is unknown, so then each id is terminated on its
+  own, and an id counts as gone only when EC2 took it or does not know it.
+- Listing uses boto3's paginators.
 """
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import importlib
+import sys
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 import attrs
-import structlog
 
 from .._core.observation import Observation
 from .._core.refs import ObjectRef
+from .._log import get_logger
 from ..machines.nodeclaim import claim_name
 from ..machines.pod import (
     InstanceAbsent,
@@ -43,6 +57,7 @@ from ..machines.pod import (
     TerminateSucceeded,
 )
 from ._aws_mapping import (
+    ADDRESSES,
     CLAIM_TAG_KEY,
     GONE_STATES,
     SPOT_RECLAIM_CODES,
@@ -78,6 +93,7 @@ __all__ = [
     "StatusUnavailable",
     "classify_code",
     "ec2_observation",
+    "fleet_client_token",
     "rank_fleet_errors",
     "status_checks_ok",
 ]
@@ -86,12 +102,77 @@ __all__ = [
 LIVE_STATES = ("pending", "running", "stopping", "stopped")
 NOT_FOUND = "InvalidInstanceID.NotFound"
 MALFORMED = "InvalidInstanceID.Malformed"
+IDEMPOTENT_MISMATCH = "IdempotentParameterMismatch"
 DEFAULT_NOT_FOUND_GRACE = 300.0
 
-_log = structlog.get_logger("lifecycle.adapters.aws")
+_log = get_logger("lifecycle.adapters.aws")
 
 
 # -- requests and placements -------------------------------------------------------------------
+def fleet_client_token(claim: str, uid: str, attempt: int = 0) -> str:
+    """The ``ClientToken`` of a pod's ``create_fleet``: the same for every retry of one create
+    (so EC2 answers a repeat with the first fleet), different for another pod of the same name
+    (another ``uid``) and for a deliberate re-create (the host's next ``attempt``). 58 ASCII
+    characters (EC2 allows 64)."""
+    digest = hashlib.sha256(f"{claim}\n{uid}\n{attempt}".encode()).hexdigest()
+    return f"lifecycle-{digest[:48]}"
+
+
+@functools.cache
+def _create_fleet_shape() -> Any:
+    """The input shape of ``CreateFleet`` in the installed botocore (``None`` without it)."""
+    try:
+        session = importlib.import_module("botocore.session")
+    except ImportError:  # pragma: no cover - the aws extra is not installed
+        return None
+    return session.get_session().get_service_model("ec2").operation_model("CreateFleet").input_shape
+
+
+def _too_long(value: Any, shape: Any, path: str) -> list[str]:
+    """Strings longer than the model's ``max`` (which botocore's validator does not check,
+    and EC2 refuses on every attempt)."""
+    kind = getattr(shape, "type_name", "")
+    if kind == "structure" and isinstance(value, Mapping):
+        return [
+            problem
+            for name, member in shape.members.items()
+            if name in value
+            for problem in _too_long(value[name], member, f"{path}.{name}")
+        ]
+    if kind == "list" and isinstance(value, list):
+        return [
+            problem
+            for i, item in enumerate(value)
+            for problem in _too_long(item, shape.member, f"{path}[{i}]")
+        ]
+    limit = shape.metadata.get("max") if kind == "string" else None
+    if isinstance(value, str) and isinstance(limit, int) and len(value) > limit:
+        return [f"Invalid length for parameter {path[1:]}, value: {len(value)}, max: {limit}"]
+    return []
+
+
+def _validate_fleet_request(request: Mapping[str, Any]) -> None:
+    """Check a ``create_fleet`` request against the EC2 model as the client will (required
+    members, types, minimum lengths), and string maximum lengths; a ``ValueError`` naming
+    every problem."""
+    shape = _create_fleet_shape()
+    if shape is None:  # pragma: no cover - the aws extra is not installed
+        return
+    validate = importlib.import_module("botocore.validate")
+    report = validate.ParamValidator().validate(request, shape)
+    problems = [report.generate_report()] if report.has_errors() else []
+    problems += _too_long(request, shape, "")
+    if problems:
+        raise ValueError("FleetSpec does not fit EC2's CreateFleet: " + "\n".join(problems))
+
+
+def _is_param_validation_error(e: BaseException) -> bool:
+    """botocore refused the request before sending it (only possible once botocore is loaded)."""
+    exceptions = sys.modules.get("botocore.exceptions")
+    cls = getattr(exceptions, "ParamValidationError", None)
+    return isinstance(cls, type) and isinstance(e, cls)
+
+
 def _strings(value: Iterable[str]) -> tuple[str, ...]:
     return tuple(value)
 
@@ -124,9 +205,11 @@ class FleetSpec:
             raise ValueError(f"capacity_type must be spot or on-demand, not {self.capacity_type!r}")
         if len(self.instance_types) * len(self.subnet_ids) > 300:
             raise ValueError("at most 300 overrides (instance types x subnets) per fleet")
+        # What the client would refuse on every attempt is refused here, once.
+        _validate_fleet_request(self.request("namespace-name", fleet_client_token("", "")))
 
-    def request(self, claim: str) -> CreateFleetRequestTypeDef:
-        """The ``create_fleet`` arguments for ``claim``."""
+    def request(self, claim: str, client_token: str = "") -> CreateFleetRequestTypeDef:
+        """The ``create_fleet`` arguments for ``claim`` (with ``client_token``, if given)."""
         template: dict[str, str] = {"Version": self.launch_template_version}
         if self.launch_template_id:
             template["LaunchTemplateId"] = self.launch_template_id
@@ -152,6 +235,8 @@ class FleetSpec:
             ],
             "TagSpecifications": [{"ResourceType": "instance", "Tags": tags}],
         }
+        if client_token:
+            request["ClientToken"] = client_token
         if self.capacity_type == "spot":
             request["SpotOptions"] = {"AllocationStrategy": "price-capacity-optimized"}
         else:
@@ -173,7 +258,10 @@ class AwsAdapter(RecordingMixin):
 
     ``client_factory(region)`` makes the EC2 client of a region (default: a ``boto3`` client
     with short connect/read timeouts and standard retries, at ``endpoint_url`` if given).
-    Every observation returned is also handed to ``recorder``.
+    ``max_attempts`` is the total number of attempts of one call (botocore's
+    ``total_max_attempts``: 1 means no retry). ``address`` picks an instance's endpoint:
+    ``private`` (its ``PrivateIpAddress``, the pod IP) or ``public`` (upstream's public DNS
+    name, else public IP). Every observation returned is also handed to ``recorder``.
     """
 
     def __init__(
@@ -190,9 +278,13 @@ class AwsAdapter(RecordingMixin):
         connect_timeout: float = 5.0,
         read_timeout: float = 15.0,
         max_attempts: int = 3,
+        address: str = "private",
     ) -> None:
         if not 5 <= page_size <= 1000:
             raise ValueError(f"page_size must be within 5..1000, got {page_size}")
+        if address not in ADDRESSES:
+            raise ValueError(f"address must be one of {', '.join(ADDRESSES)}, not {address!r}")
+        self.address = address
         self._factory = client_factory
         self._session = session
         self.endpoint_url = endpoint_url
@@ -225,28 +317,23 @@ class AwsAdapter(RecordingMixin):
             config=config.Config(
                 connect_timeout=connect,
                 read_timeout=read,
-                retries={"max_attempts": attempts, "mode": "standard"},
+                retries={"total_max_attempts": attempts, "mode": "standard"},
             ),
         )
         return client
 
     # -- calls --------------------------------------------------------------------------------
     def _describe(self, client: EC2Client, filters: list[FilterTypeDef]) -> list[Mapping[str, Any]]:
-        """Every instance matching ``filters``, following ``NextToken`` page by page."""
-        out: list[Mapping[str, Any]] = []
-        token = ""
-        while True:
-            if token:
-                page = client.describe_instances(
-                    Filters=filters, MaxResults=self.page_size, NextToken=token
-                )
-            else:
-                page = client.describe_instances(Filters=filters, MaxResults=self.page_size)
-            for reservation in page.get("Reservations", []):
-                out.extend(reservation.get("Instances", []))
-            token = page.get("NextToken", "")
-            if not token:
-                return out
+        """Every instance matching ``filters``, page by page (boto3's paginator)."""
+        pages = client.get_paginator("describe_instances").paginate(
+            Filters=filters, PaginationConfig={"PageSize": self.page_size}
+        )
+        return [
+            inst
+            for page in pages
+            for reservation in page.get("Reservations", [])
+            for inst in reservation.get("Instances", [])
+        ]
 
     def _by_claim(self, client: EC2Client, claim: str) -> list[Mapping[str, Any]]:
         return self._describe(
@@ -259,24 +346,25 @@ class AwsAdapter(RecordingMixin):
 
     def _statuses(self, client: EC2Client, ids: Sequence[str]) -> dict[str, Mapping[str, Any]]:
         out: dict[str, Mapping[str, Any]] = {}
+        paginator = client.get_paginator("describe_instance_status")
         for start in range(0, len(ids), 100):
-            chunk = list(ids[start : start + 100])
-            token = ""
-            while True:
-                if token:
-                    page = client.describe_instance_status(InstanceIds=chunk, NextToken=token)
-                else:
-                    page = client.describe_instance_status(InstanceIds=chunk)
+            # No page size: EC2 refuses MaxResults together with InstanceIds.
+            for page in paginator.paginate(InstanceIds=list(ids[start : start + 100])):
                 for status in page.get("InstanceStatuses", []):
                     out[status.get("InstanceId", "")] = status
-                token = page.get("NextToken", "")
-                if not token:
-                    break
         return out
 
     # -- provision ----------------------------------------------------------------------------
-    def provision(self, ref: ObjectRef, spec: FleetSpec) -> Observation:
-        """Adopt the claim's instance, or launch one with an instant fleet."""
+    def provision(self, ref: ObjectRef, spec: FleetSpec, *, attempt: int = 0) -> Observation:
+        """Adopt the claim's instance, or launch one with an instant fleet.
+
+        Every retry of one create sends the same ``ClientToken`` (:func:`fleet_client_token`
+        of the claim, ``ref.uid`` and ``attempt``), so EC2 answers a repeated create with the
+        fleet it already launched. ``attempt`` is the host's count of *deliberate* creates for
+        this pod (0 for the first): raise it only to launch anew after the pod's earlier
+        instance is known to be gone; never for a retry after an error or a timeout."""
+        if isinstance(attempt, bool) or not isinstance(attempt, int) or attempt < 0:
+            raise ValueError(f"attempt must be a non-negative int, not {attempt!r}")
         at = self.clock()
         claim = claim_name(ref.namespace, ref.name)
         try:
@@ -294,13 +382,24 @@ class AwsAdapter(RecordingMixin):
                     at=at,
                     reserved=True,
                     instance_id=str(inst.get("InstanceId", "")),
-                    endpoint=endpoint_of(inst),
+                    endpoint=endpoint_of(inst, self.address),
                 ),
             )
+        token = fleet_client_token(claim, ref.uid, attempt)
         try:
-            response = client.create_fleet(**spec.request(claim))
+            response = client.create_fleet(**spec.request(claim, token))
         except Exception as e:
+            if _is_param_validation_error(e):  # the same request would be refused forever
+                return self._emit(
+                    ref, ProvisionRejected(at=at, error=f"invalid request: {error_text(e)}")
+                )
             code = error_code(e)
+            if code == IDEMPOTENT_MISMATCH:
+                error = (
+                    f"request: {code}: a create of this claim and attempt was sent before with "
+                    f"other parameters and may have launched an instance ({error_text(e)})"
+                )
+                return self._emit(ref, ProvisionRejected(at=at, error=error))
             kind = classify_code(code) if code else FailureKind.UNKNOWN
             if kind is FailureKind.UNKNOWN:
                 return self._emit(ref, ProvisionErrored(at=at, error=error_text(e)))
@@ -383,7 +482,7 @@ class AwsAdapter(RecordingMixin):
         for ref, inst in chosen.items():
             iid = str(inst.get("InstanceId", ""))
             status = statuses if isinstance(statuses, StatusUnavailable) else statuses.get(iid)
-            out[ref] = ec2_observation(inst, status, at)
+            out[ref] = ec2_observation(inst, status, at, address=self.address)
         return out
 
     def _lookup(
@@ -423,7 +522,8 @@ class AwsAdapter(RecordingMixin):
     # -- terminate ----------------------------------------------------------------------------
     def terminate(self, ref: ObjectRef, placement: Placement) -> Observation:
         """Terminate the pod's instance (by id, else every live instance with its claim tag).
-        Idempotent: an instance EC2 does not know is already gone."""
+        Idempotent: an instance EC2 does not know is already gone. Succeeds only when every
+        id is gone (terminated by this call or unknown to EC2)."""
         at = self.clock()
         try:
             client = self.client(placement.region)
@@ -436,12 +536,31 @@ class AwsAdapter(RecordingMixin):
             return self._emit(
                 ref, TerminateFailed(at=at, error=f"finding instance: {error_text(e)}")
             )
-        if ids:
+        left = self._terminate_ids(client, ids) if ids else {}
+        for iid in ids:
+            if iid not in left:
+                self._missing_since.pop(iid, None)
+        if left:
+            error = "; ".join(f"{iid}: {text}" for iid, text in left.items())
+            return self._emit(ref, TerminateFailed(at=at, error=error))
+        return self._emit(ref, TerminateSucceeded(at=at))
+
+    def _terminate_ids(self, client: EC2Client, ids: list[str]) -> dict[str, str]:
+        """Terminate ``ids``; the ids not gone, with why. One unknown id makes EC2 refuse the
+        whole call (it terminates none), so then each id is terminated on its own."""
+        try:
+            client.terminate_instances(InstanceIds=ids)
+            return {}
+        except Exception as e:
+            if error_code(e) not in (NOT_FOUND, MALFORMED):
+                return dict.fromkeys(ids, error_text(e))
+            if len(ids) == 1:
+                return {}  # EC2 does not know it: gone
+        left: dict[str, str] = {}
+        for iid in ids:
             try:
-                client.terminate_instances(InstanceIds=ids)
+                client.terminate_instances(InstanceIds=[iid])
             except Exception as e:
                 if error_code(e) not in (NOT_FOUND, MALFORMED):
-                    return self._emit(ref, TerminateFailed(at=at, error=error_text(e)))
-        for iid in ids:
-            self._missing_since.pop(iid, None)
-        return self._emit(ref, TerminateSucceeded(at=at))
+                    left[iid] = error_text(e)
+        return left

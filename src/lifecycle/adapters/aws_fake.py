@@ -1,7 +1,11 @@
 """An in-memory fake of the EC2 client surface the AWS adapter uses.
 
 ``create_fleet``, ``describe_instances``, ``describe_instance_status`` and
-``terminate_instances``, answering with the shapes of the EC2 service model. Every request is
+``terminate_instances``, answering with the shapes of the EC2 service model, and
+``get_paginator`` (botocore's own ``Paginator`` with the EC2 paginator model, over the fake's
+methods). Like EC2, ``create_fleet`` is idempotent by ``ClientToken`` (a repeat answers the
+first fleet; the token with other parameters is ``IdempotentParameterMismatch``), and
+``terminate_instances`` terminates none of its ids when one is unknown. Every request is
 validated against the operation's input shape and every response against its output shape,
 with botocore's own validator (the way ``botocore.stub.Stubber`` does), so the fake cannot
 drift from the installed botocore; errors are real ``botocore.exceptions.ClientError``\\ s.
@@ -13,7 +17,9 @@ Requires botocore (the ``aws`` extra)::
 Scriptable: :meth:`FakeEC2.boot` (running, checks ok), :meth:`FakeEC2.set_checks`,
 :meth:`FakeEC2.stop`, :meth:`FakeEC2.reclaim` (a spot reclaim), :meth:`FakeEC2.lag` (by-id
 lookups answer NotFound for a while: eventual consistency), :meth:`FakeEC2.script_fleet`
-(the next fleet's errors) and :meth:`FakeEC2.fail` (the next call of an operation raises).
+(the next fleet's errors), :meth:`FakeEC2.fail` (the next call of an operation raises) and
+:meth:`FakeEC2.time_out` (the next call of an operation happens, but its answer is lost: the
+client raises ``ReadTimeoutError``).
 """
 
 from __future__ import annotations
@@ -53,6 +59,15 @@ def service_model() -> Any:
     return session.get_service_model("ec2")
 
 
+@functools.cache
+def paginator_model() -> Any:
+    """The installed botocore's EC2 paginator model."""
+    session = importlib.import_module("botocore.session").get_session()
+    loader = session.get_component("data_loader")
+    config = loader.load_service_model("ec2", "paginators-1", service_model().api_version)
+    return importlib.import_module("botocore.paginate").PaginatorModel(config)
+
+
 def _client_error(code: str, message: str, operation: str) -> Exception:
     exceptions = importlib.import_module("botocore.exceptions")
     response = {"Error": {"Code": code, "Message": message}, "ResponseMetadata": {}}
@@ -74,6 +89,9 @@ class FakeEC2:
         self._faults: dict[str, deque[tuple[str, str]]] = {}
         self._fleets: deque[list[dict[str, str]]] = deque()
         self._lag: dict[str, int] = {}
+        #: ``create_fleet`` answers by ``ClientToken``: (the request, the response).
+        self._tokens: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {}
+        self._timeouts: dict[str, int] = {}
 
     # -- scripting ------------------------------------------------------------------------------
     def boot(self, instance_id: str) -> None:
@@ -109,6 +127,24 @@ class FakeEC2:
             raise ValueError(f"unknown method {method!r}; one of {', '.join(OPERATIONS)}")
         self._faults.setdefault(method, deque()).extend([(code, message or code)] * times)
 
+    def time_out(self, method: str, times: int = 1) -> None:
+        """The next ``times`` calls of ``method`` take effect, but the caller never hears back
+        (``botocore.exceptions.ReadTimeoutError``), as when a response is lost on the way."""
+        if method not in OPERATIONS:
+            raise ValueError(f"unknown method {method!r}; one of {', '.join(OPERATIONS)}")
+        self._timeouts[method] = self._timeouts.get(method, 0) + times
+
+    def get_paginator(self, operation_name: str) -> Any:
+        """botocore's ``Paginator`` for ``operation_name``, paging over this fake."""
+        if operation_name not in OPERATIONS:
+            raise ValueError(f"unknown method {operation_name!r}; one of {', '.join(OPERATIONS)}")
+        operation = OPERATIONS[operation_name]
+        return importlib.import_module("botocore.paginate").Paginator(
+            getattr(self, operation_name),
+            paginator_model().get_paginator(operation),
+            service_model().operation_model(operation),
+        )
+
     def add(self, claim: str, state: str = "running", *, spot: bool = False) -> str:
         """Seed an instance tagged with ``claim``; its id."""
         iid = self._launch("t3.micro", "subnet-0fake", claim, spot)
@@ -120,6 +156,23 @@ class FakeEC2:
     # -- the client surface ---------------------------------------------------------------------
     def create_fleet(self, **kwargs: Any) -> dict[str, Any]:
         self._enter("create_fleet", kwargs)
+        token = kwargs.get("ClientToken")
+        if token and token in self._tokens:
+            first, response = self._tokens[token]
+            if first != kwargs:
+                raise _client_error(
+                    "IdempotentParameterMismatch",
+                    "The client token you have provided is associated with a resource that "
+                    "is already deleted or was created with different parameters.",
+                    "CreateFleet",
+                )
+            return self._leave("create_fleet", copy.deepcopy(response))
+        response = self._create_fleet(kwargs)
+        if token:
+            self._tokens[token] = (copy.deepcopy(kwargs), copy.deepcopy(response))
+        return self._leave("create_fleet", response)
+
+    def _create_fleet(self, kwargs: dict[str, Any]) -> dict[str, Any]:
         spec = kwargs["TargetCapacitySpecification"]
         lifecycle = spec.get("DefaultTargetCapacityType", "on-demand")
         config = kwargs["LaunchTemplateConfigs"][0]
@@ -164,6 +217,9 @@ class FakeEC2:
 
     def describe_instances(self, **kwargs: Any) -> dict[str, Any]:
         self._enter("describe_instances", kwargs)
+        return self._leave("describe_instances", self._describe_instances(kwargs))
+
+    def _describe_instances(self, kwargs: dict[str, Any]) -> dict[str, Any]:
         ids = kwargs.get("InstanceIds")
         if ids:
             for iid in ids:
@@ -195,6 +251,9 @@ class FakeEC2:
 
     def describe_instance_status(self, **kwargs: Any) -> dict[str, Any]:
         self._enter("describe_instance_status", kwargs)
+        return self._leave("describe_instance_status", self._describe_instance_status(kwargs))
+
+    def _describe_instance_status(self, kwargs: dict[str, Any]) -> dict[str, Any]:
         statuses = []
         for iid in kwargs.get("InstanceIds", []):
             inst = self.instances.get(iid)
@@ -219,15 +278,22 @@ class FakeEC2:
 
     def terminate_instances(self, **kwargs: Any) -> dict[str, Any]:
         self._enter("terminate_instances", kwargs)
+        return self._leave("terminate_instances", self._terminate_instances(kwargs))
+
+    def _terminate_instances(self, kwargs: dict[str, Any]) -> dict[str, Any]:
+        ids = kwargs["InstanceIds"]
+        missing = [iid for iid in ids if iid not in self.instances]
+        if missing:  # like EC2: one unknown id and none is terminated
+            listed = ", ".join(missing)
+            message = (
+                f"The instance ID '{listed}' does not exist"
+                if len(missing) == 1
+                else f"The instance IDs '{listed}' do not exist"
+            )
+            raise _client_error("InvalidInstanceID.NotFound", message, "TerminateInstances")
         changes = []
-        for iid in kwargs["InstanceIds"]:
-            inst = self.instances.get(iid)
-            if inst is None:
-                raise _client_error(
-                    "InvalidInstanceID.NotFound",
-                    f"The instance ID '{iid}' does not exist",
-                    "TerminateInstances",
-                )
+        for iid in ids:
+            inst = self.instances[iid]
             before = dict(inst["State"])
             self._set_state(iid, "terminated", "Client.UserInitiatedShutdown")
             changes.append(
@@ -245,6 +311,14 @@ class FakeEC2:
         if queue:
             code, message = queue.popleft()
             raise _client_error(code, message, OPERATIONS[method])
+
+    def _leave(self, method: str, response: dict[str, Any]) -> dict[str, Any]:
+        """Hand ``response`` back, unless a scripted timeout loses it."""
+        if self._timeouts.get(method, 0) > 0:
+            self._timeouts[method] -= 1
+            exceptions = importlib.import_module("botocore.exceptions")
+            raise exceptions.ReadTimeoutError(endpoint_url=f"https://ec2.{self.region}.fake")
+        return response
 
     def _respond(self, method: str, response: dict[str, Any]) -> dict[str, Any]:
         response = copy.deepcopy(response)
@@ -282,6 +356,7 @@ class FakeEC2:
             "State": {"Code": 0, "Name": "pending"},
             "Tags": [{"Key": k, "Value": v} for k, v in all_tags.items()],
             "PublicDnsName": f"ec2-{n}.{self.region}.compute.example",
+            "PrivateIpAddress": f"10.0.{n // 250 % 250}.{n % 250 + 4}",
             "Placement": {"AvailabilityZone": f"{self.region}a"},
         }
         if spot:
