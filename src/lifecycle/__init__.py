@@ -4,6 +4,7 @@ controllers, emitting deduplicated, flip-only transition events after each succe
 The public face is curated here; everything else is private to the package.
 """
 
+import logging
 from typing import TYPE_CHECKING, Any
 
 from ._core.errors import (
@@ -38,6 +39,10 @@ from .stores import JournalEntry, MemoryStore, Record, SQLiteStore, Store, open_
 
 if TYPE_CHECKING:
     from .aio import AsyncRunner, AsyncStore, ThreadedStore, open_async_store
+
+#: A library never decides where its host's logs go: nothing prints unless the host configures
+#: logging (ADR 0098).
+logging.getLogger("lifecycle").addHandler(logging.NullHandler())
 
 #: Imported on first use: asyncio costs a synchronous host (and the CLI) startup time.
 _ASYNC = ("AsyncRunner", "AsyncStore", "ThreadedStore", "open_async_store")

@@ -44,7 +44,6 @@ from typing import Any, TextIO
 
 import attrs
 import orjson
-import structlog
 
 from ._cli_check import add_check_command
 from ._cli_db import STORE_HELP, add_db_commands
@@ -53,6 +52,7 @@ from ._core.machine import Machine
 from ._core.redact import redact
 from ._core.refs import ObjectRef
 from ._core.transition import Transition
+from ._log import logs_to
 from .machines import MachineRegistry, default_registry
 from .runner import Result
 from .stores import MemoryStore, open_store, parse_sqlite_url, redact_url
@@ -617,17 +617,11 @@ def cmd_restore_check(args: argparse.Namespace, out: TextIO) -> int:
 
 @contextmanager
 def _logs_to_stderr() -> Iterator[None]:
-    """Send the library's structlog lines to stderr while a command runs, so ``--format
-    jsonl`` output stays parseable; the previous configuration is restored afterwards."""
-    previous = structlog.get_config() if structlog.is_configured() else None
-    structlog.configure(logger_factory=structlog.PrintLoggerFactory(sys.stderr))
-    try:
+    """The library's log records on stderr, one line each, while a command runs (WARNING and
+    up; DEBUG with ``LIFECYCLE_DEBUG=1``), so ``--format jsonl`` stdout stays pure JSON; the
+    ``lifecycle`` logger is restored afterwards (ADR 0098)."""
+    with logs_to(sys.stderr, debug=os.environ.get("LIFECYCLE_DEBUG", "") not in ("", "0")):
         yield
-    finally:
-        if previous is None:
-            structlog.reset_defaults()
-        else:
-            structlog.configure(**previous)
 
 
 def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:

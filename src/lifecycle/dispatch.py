@@ -18,18 +18,17 @@ import threading
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-import structlog
-
 from . import _cascade
 from ._core.errors import StoreError
 from ._core.transition import Transition
+from ._log import get_logger
 from .emitters.base import Emitter
 from .stores.base import Store
 
 if TYPE_CHECKING:
     from .runner import Runner
 
-_log = structlog.get_logger("lifecycle.dispatch")
+_log = get_logger("lifecycle.dispatch")
 
 
 class Dispatcher:

@@ -28,7 +28,6 @@ from datetime import datetime
 from typing import Any, NamedTuple
 
 import attrs
-import structlog
 
 from . import _cascade
 from ._cascade import PendingIntents
@@ -47,13 +46,14 @@ from ._core.refs import EventType, ObjectRef
 from ._core.schema import check_store
 from ._core.serde import validate as check_observation
 from ._core.transition import Flip, Transition, stamp, store_epoch
+from ._log import get_logger
 from .emitters.base import Emitter
 from .links import Link, default_links
 from .machines import MachineRegistry, default_registry
 from .stores.base import Store
 from .stores.memory import MemoryStore
 
-_log = structlog.get_logger("lifecycle.runner")
+_log = get_logger("lifecycle.runner")
 
 
 class Outcome(enum.Enum):

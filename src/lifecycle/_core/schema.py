@@ -22,8 +22,8 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import attrs
-import structlog
 
+from .._log import get_logger
 from .errors import SchemaRefused, TableError, UnknownSchema
 
 if TYPE_CHECKING:
@@ -39,7 +39,7 @@ __all__ = [
     "review",
 ]
 
-_log = structlog.get_logger("lifecycle.schema")
+_log = get_logger("lifecycle.schema")
 
 StatusUpcast = Callable[[dict[str, Any]], dict[str, Any]]
 ObservationUpcast = Callable[[str, dict[str, Any]], tuple[str, dict[str, Any]]]

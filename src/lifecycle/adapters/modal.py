@@ -34,10 +34,10 @@ from datetime import datetime
 from typing import Any, TypeVar
 
 import attrs
-import structlog
 
 from .._core.observation import Observation
 from .._core.refs import ObjectRef
+from .._log import get_logger
 from ..machines.nodeclaim import claim_name
 from ..machines.pod import (
     InstanceAbsent,
@@ -84,7 +84,7 @@ DEFAULT_CALL_TIMEOUT = 10.0
 DEFAULT_PROVISION_TIMEOUT = 90.0
 
 T = TypeVar("T")
-_log = structlog.get_logger("lifecycle.adapters.modal")
+_log = get_logger("lifecycle.adapters.modal")
 
 
 def _text(e: BaseException) -> str:

@@ -1,22 +1,22 @@
-"""An emitter that writes one structlog line per transition, with the object ref bound. The
-message is redacted (:func:`lifecycle.adapters.recording.redact`) on its way out."""
+"""An emitter that writes one log record per transition (stdlib logger
+``lifecycle.transitions``, ADR 0098), with the object ref bound. The message is redacted
+(:func:`lifecycle.adapters.recording.redact`) on its way out."""
 
 from __future__ import annotations
 
 from typing import Any
 
-import structlog
-
 from .._core.redact import redact
 from .._core.refs import EventType
 from .._core.transition import Transition
+from .._log import get_logger
 
 
 class LogEmitter:
     """Logs ``transition`` events at info (Normal) or warning (Warning) level."""
 
     def __init__(self, logger: Any = None) -> None:
-        self._log = logger if logger is not None else structlog.get_logger("lifecycle")
+        self._log = logger if logger is not None else get_logger("lifecycle.transitions")
 
     def emit(self, transition: Transition) -> None:
         t = transition

@@ -14,7 +14,6 @@ from collections.abc import Sequence
 from typing import Any, Literal
 
 import attrs
-import structlog
 
 from .._core.errors import CommitUnknown, Conflict, StoreError
 from .._core.machine import Machine
@@ -27,6 +26,7 @@ from .._core.schema import (
     upgraded_status,
 )
 from .._core.transition import Transition
+from .._log import adopt_pool_logs, get_logger
 from .base import (
     CommitItem,
     JournalEntry,
@@ -1047,7 +1047,8 @@ class PgSettings:
 
 _ACKED_LIMIT = 200_000
 _REWINDS_KEPT = 1000
-_log = structlog.get_logger("lifecycle.stores")
+_log = get_logger("lifecycle.stores")
+adopt_pool_logs()  # psycopg_pool's records about the library's pools (ADR 0098)
 
 
 def epoch_unavailable(target: Target) -> StoreError:

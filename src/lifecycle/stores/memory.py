@@ -7,7 +7,6 @@ from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 import attrs
-import structlog
 
 from .._core import serde
 from .._core.errors import Conflict, StoreError
@@ -16,6 +15,7 @@ from .._core.observation import Observation
 from .._core.refs import EventType, ObjectRef
 from .._core.schema import Schema, SchemaCount
 from .._core.transition import Transition
+from .._log import get_logger
 from .base import (
     JournalEntry,
     Record,
@@ -27,7 +27,7 @@ from .base import (
     plan_compaction,
 )
 
-_log = structlog.get_logger("lifecycle.stores")
+_log = get_logger("lifecycle.stores")
 
 
 class MemoryStore:

@@ -23,7 +23,6 @@ from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 import attrs
-import structlog
 
 from .._core.errors import CommitUnknown, Conflict, StoreError
 from .._core.machine import Machine
@@ -31,6 +30,7 @@ from .._core.observation import Observation
 from .._core.refs import ObjectRef
 from .._core.schema import SchemaCount, merge_counts
 from .._core.transition import Transition
+from .._log import get_logger
 from . import _pgsql as sql
 from ._pgsql import (
     ConnectionPool,
@@ -52,7 +52,7 @@ from .base import (
     plan_compaction,
 )
 
-_log = structlog.get_logger("lifecycle.stores")
+_log = get_logger("lifecycle.stores")
 
 #: A row the database refuses: ``commit_many`` isolates the item, one commit at a time.
 _REFUSED = (pg_errors.IntegrityError, pg_errors.DataError)

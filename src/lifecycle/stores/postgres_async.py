@@ -14,14 +14,13 @@ import time
 from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
 from typing import Any
 
-import structlog
-
 from .._core.errors import CommitUnknown, Conflict, StoreError
 from .._core.machine import Machine
 from .._core.observation import Observation
 from .._core.refs import ObjectRef
 from .._core.schema import SchemaCount, merge_counts
 from .._core.transition import Transition
+from .._log import get_logger
 from . import _pgsql as sql
 from ._pgsql import (
     AsyncConnectionPool,
@@ -37,7 +36,7 @@ from .postgres import Lost, _snapshot_rows, sever
 from .postgres import migrate as _migrate_sync
 from .postgres import schema_version as _schema_version
 
-_log = structlog.get_logger("lifecycle.stores")
+_log = get_logger("lifecycle.stores")
 
 #: A row the database refuses: ``commit_many`` isolates the item, one commit at a time.
 _REFUSED = (pg_errors.IntegrityError, pg_errors.DataError)

@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Any, Literal
 
 import attrs
-import structlog
 
 from .._core.errors import Conflict, StoreError
 from .._core.machine import Machine
@@ -34,6 +33,7 @@ from .._core.schema import (
     upgraded_status,
 )
 from .._core.transition import Transition
+from .._log import get_logger
 from .base import (
     CommitItem,
     JournalEntry,
@@ -51,7 +51,7 @@ from .base import (
 SCHEMA_VERSION = 3
 _CHUNK = 500  # uids per IN (...) query: well under SQLite's variable limit
 _dumps = json.JSONEncoder(separators=(",", ":")).encode  # compact, and built once
-_log = structlog.get_logger("lifecycle.stores")
+_log = get_logger("lifecycle.stores")
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS lifecycle_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
