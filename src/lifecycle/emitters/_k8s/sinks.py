@@ -37,7 +37,9 @@ class ApiEventSink:
     ``api`` is an ``EventsV1Api``, an ``ApiClient`` (wrapped), or ``None`` for the default
     configuration (call ``kubernetes.config.load_kube_config()`` or ``load_incluster_config()``
     first). Each request waits at most ``request_timeout`` seconds; a timeout is a transport
-    error and is retried. Responses are not decoded: nothing of them is kept, as in client-go.
+    error and is retried. A successful answer is decoded into the :class:`Event` the server
+    stored (``None`` when it cannot be), which the correlator keeps as its cached copy, as
+    client-go keeps the Event its sink returns.
     """
 
     def __init__(
@@ -52,8 +54,8 @@ class ApiEventSink:
         self.request_timeout = request_timeout
         self._exceptions = client.exceptions
 
-    def create(self, event: Event) -> None:
-        self._call(
+    def create(self, event: Event) -> Event | None:
+        return self._call(
             lambda: self.api.create_namespaced_event(
                 event.namespace,
                 event.to_body(),
@@ -62,8 +64,8 @@ class ApiEventSink:
             )
         )
 
-    def patch(self, event: Event, patch: Mapping[str, Any]) -> None:
-        self._call(
+    def patch(self, event: Event, patch: Mapping[str, Any]) -> Event | None:
+        return self._call(
             lambda: self.api.patch_namespaced_event(
                 event.name,
                 event.namespace,
@@ -74,7 +76,7 @@ class ApiEventSink:
             )
         )
 
-    def _call(self, request: Callable[[], Any]) -> None:
+    def _call(self, request: Callable[[], Any]) -> Event | None:
         exc = self._exceptions
         try:
             response = request()
@@ -92,11 +94,21 @@ class ApiEventSink:
             if status == 429 or (status >= 500 and "retry-after" in headers):
                 raise ServerBusy(text) from e
             raise Rejected(text, status, reason) from e
-        # the body is not needed; read it so the connection goes back to the pool
-        for method in ("drain_conn", "release_conn"):
-            release = getattr(response, method, None)
+        try:
+            return _reply(getattr(response, "data", None))
+        finally:  # the connection goes back to the pool
+            release = getattr(response, "release_conn", None)
             if callable(release):
                 release()
+
+
+def _reply(data: object) -> Event | None:
+    """The Event of a JSON answer, or ``None`` when the answer is not one."""
+    try:
+        body = json.loads(data) if isinstance(data, str | bytes) else None
+        return Event.from_body(body) if isinstance(body, dict) else None
+    except (KeyError, TypeError, ValueError):
+        return None
 
 
 def _status_of(body: object) -> tuple[str, str]:
@@ -112,7 +124,8 @@ def _status_of(body: object) -> tuple[str, str]:
 
 class MemoryEventSink:
     """An in-memory stand-in for the API server's Event store: create answers AlreadyExists
-    for a taken name, patch answers NotFound for a missing one, ``evict`` plays the TTL.
+    for a taken name, patch answers NotFound for a missing one, ``evict`` plays the TTL; a
+    success answers the Event as stored.
 
     ``calls`` records ``(verb, name, body)`` for every request, failed ones included;
     ``fail_next`` makes the next requests raise.
@@ -130,7 +143,7 @@ class MemoryEventSink:
         with self._lock:
             self._failures.extend(errors)
 
-    def create(self, event: Event) -> None:
+    def create(self, event: Event) -> Event:
         body = event.to_body()
         with self._lock:
             self.calls.append(("create", event.name, body))
@@ -142,8 +155,9 @@ class MemoryEventSink:
             stored = copy.deepcopy(body)
             stored["metadata"]["resourceVersion"] = str(self._version)
             self._events[key] = stored
+            return Event.from_body(stored)
 
-    def patch(self, event: Event, patch: Mapping[str, Any]) -> None:
+    def patch(self, event: Event, patch: Mapping[str, Any]) -> Event:
         with self._lock:
             self.calls.append(("patch", event.name, copy.deepcopy(dict(patch))))
             self._maybe_fail()
@@ -157,6 +171,7 @@ class MemoryEventSink:
                     stored[field] = value
             self._version += 1
             stored["metadata"]["resourceVersion"] = str(self._version)
+            return Event.from_body(stored)
 
     def _maybe_fail(self) -> None:
         if self._failures:
