@@ -22,6 +22,7 @@ from lifecycle.trace import (
     MAX_LINE_BYTES,
     _may_repeat_keys,
     injected,
+    parse_line,
     parse_lines,
     read_trace,
     replay,
@@ -245,3 +246,42 @@ def test_a_failure_a_fault_line_injected_is_told_from_a_real_one() -> None:
     assert _errors([_fault("conflict", 50), observe], MemoryStore()) == [True]  # retries spent
     assert _errors([observe], _RefusingStore("pod-a")) == [False]
     assert _errors([_fault("conflict", 1), observe], _RefusingStore("pod-a")) == [False]
+
+
+# -- the whole line: every level, escapes and ':' in values ----------------------------------
+def _pod_line(draw: st.DataObject) -> tuple[_Pairs, bool]:
+    """A valid CreateRequested line as pairs, maybe with keys repeated (with valid values)."""
+    word = st.text(alphabet=st.sampled_from(list("ab:-é/")), min_size=1, max_size=6)
+    times = st.sampled_from(["2026-11-30T10:00:00Z", "2026-11-30T10:00:00+01:00"])
+
+    def level(pairs: list[tuple[str, st.SearchStrategy[Any]]]) -> _Pairs:
+        chosen = [(k, draw.draw(v)) for k, v in pairs]
+        for k, v in pairs:
+            if draw.draw(st.integers(0, 9), label=f"repeat {k}") == 0:
+                chosen.insert(draw.draw(st.integers(0, len(chosen))), (k, draw.draw(v)))
+        return _Pairs(chosen)
+
+    obj = level([("namespace", word), ("name", word), ("uid", st.just("pod-a"))])
+    fields = level([("pool", word), ("provider", word)])
+    top = level(
+        [
+            ("at", times),
+            ("machine", st.just("pod")),
+            ("object", st.just(obj)),
+            ("observe", st.just("CreateRequested")),
+            ("with", st.just(fields)),
+        ]
+    )
+    return top, _repeats(top)
+
+
+@settings(max_examples=2000 if SOAK else 150, deadline=None)
+@given(st.data())
+def test_a_trace_line_is_refused_exactly_when_it_repeats_a_key(data: st.DataObject) -> None:
+    top, repeats = _pod_line(data)
+    text = _write(top, data)
+    if repeats:
+        with pytest.raises(ValueError, match="duplicate key"):
+            parse_line(text, MACHINES, 1)
+    else:
+        assert parse_line(text, MACHINES, 1) is not None

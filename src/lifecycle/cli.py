@@ -331,10 +331,14 @@ def _replay(args: argparse.Namespace, out: TextIO, progress: Progress) -> int:
         done += 1
         if result is not None:
             observed += 1
-            if result.error is not None or result.cascade:
-                more, more_unplanned = _failed_writes(result)
-                failed += more
-                unplanned += more_unplanned
+            if result.error is not None:
+                failed += 1
+                unplanned += not injected(result.error)
+            for sub in result.cascade:  # most have one linked write, which landed
+                if sub.error is not None or sub.cascade:
+                    more, more_unplanned = _failed_writes(sub)
+                    failed += more
+                    unplanned += more_unplanned
             if final_status:
                 _note_objects(result, seen)
             if result.transitions or result.cascade or result.fallback or result.actions:
