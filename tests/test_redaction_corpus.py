@@ -260,6 +260,7 @@ CORPUS: tuple[Shape, ...] = (
     shape("cookie", "Cookie: theme=dark; session=abcd1234efgh; csrf=x9", "abcd1234efgh"),
     shape("set-cookie", "Set-Cookie: sid=abcd1234efgh; Path=/; HttpOnly", "abcd1234efgh"),
     shape("x-api-key", "X-Api-Key: abcd1234efgh", "abcd1234efgh"),
+    shape("docker-auth", '{"auths": {"r.io": {"auth": "dXNlcjpwYXNz"}}}', "dXNlcjpwYXNz"),
     shape("headers-repr", "headers={'Authorization': 'Bearer abcd1234efgh'}", "abcd1234efgh"),
 )
 
@@ -284,6 +285,7 @@ ORDINARY = (
     "https://example.com:8443/path/to/thing",
     "spot instance reclaimed (Server.SpotInstanceTermination)",
     "status checks of i-1: RequestLimitExceeded: slow down",
+    "auth: UnauthorizedOperation [spot]: You are not authorized to perform this operation.",
 )
 
 

@@ -241,6 +241,17 @@ _KEY = re.compile(r"[A-Za-z][\w.-]*+", re.ASCII)
 _ENCODED_VALUE = re.compile(r"(?:(?!%2[6Cc2]|%3[Bb]|%20)[^\s\"'&,;<>(){}\[\]\\+])++")
 
 
+#: An error code such as ``UnauthorizedOperation``: CamelCase words, nothing else.
+_CAMEL_CODE = re.compile(r"(?:[A-Z][a-z]+){2,}")
+
+
+def _a_label(key: str, value: str) -> bool:
+    """``auth: UnauthorizedOperation`` is a kind and an error code, not a credential: a key
+    that is only one of the short words (``auth``, ``pass``, ``sig`` ...) followed by a
+    CamelCase code keeps it. Longer names (``password``, ``token``) always lose their value."""
+    return key.lower() in _SECRET_WORDS and _CAMEL_CODE.fullmatch(value) is not None
+
+
 def _looks_random(token: str) -> bool:
     """Upper, lower and digit all present: keeps ``sk-worker-pool-...`` style names."""
     return (
@@ -331,7 +342,8 @@ def redact(text: str) -> str:
             sep_end = m.end(f"{rule}_sep")
             if is_secret_key(key):
                 v_start, v_end = _value_end(text, sep_end, key, "%" in m.group(f"{rule}_sep"))
-                if v_end > v_start and text[v_start:v_end] != REDACTED:
+                value = text[v_start:v_end]
+                if value and value != REDACTED and not _a_label(key, value):
                     out.append(text[pos:v_start])
                     out.append(REDACTED)
                     pos = v_end
