@@ -4,9 +4,10 @@ The trace format is the kernel's (:mod:`lifecycle.trace`); this module adds what
 controller needs on top of :class:`lifecycle.trace.TraceRecorder`:
 
 - :func:`redact` scrubs credentials and tokens out of free text (provider error messages can
-  quote signed URLs, session tokens or key ids). The Modal and AWS adapters already pass every
-  error string they put in an observation through it, so neither the journal nor a trace ever
-  holds a secret; recorders apply it again as a second line of defence.
+  quote signed URLs, session tokens, key ids or connection strings), :func:`scrub` out of any
+  value, keeping its structure: the library's one redactor (ADR 0080). Every observation the
+  Modal and AWS adapters return is scrubbed, so neither the journal nor a trace ever holds a
+  secret; recorders apply it again as a second line of defence.
 - :class:`TraceFileRecorder` appends each line to a file (or stream) as it is recorded and
   flushes it, so a controller that crashes keeps everything it saw up to the crash. It is
   thread-safe and keeps time from going backwards for an object (a wall clock may step back;
@@ -27,7 +28,7 @@ from typing import Protocol, TextIO
 import attrs
 
 from .._core.observation import Observation
-from .._core.redact import REDACTED, redact, redact_observation
+from .._core.redact import REDACTED, is_secret_key, redact, redact_observation, scrub
 from .._core.refs import ObjectRef
 from ..machines import MachineRegistry, default_registry
 from ..trace import observation_line
@@ -37,8 +38,10 @@ __all__ = [
     "Recorder",
     "RedactingRecorder",
     "TraceFileRecorder",
+    "is_secret_key",
     "redact",
     "redact_observation",
+    "scrub",
 ]
 
 
