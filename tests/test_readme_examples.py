@@ -188,7 +188,7 @@ def test_operator_quick_start_records_and_replays(tmp_path: Path) -> None:
         "Terminated",
         "Terminated",
     ]
-    assert "8 observations, 11 events, 2 failed writes" in out  # the bundled faults trace
+    assert "8 observations, 10 events, 2 failed writes" in out  # the bundled faults trace
 
 
 def _arrow(line: str) -> tuple[str, str]:
