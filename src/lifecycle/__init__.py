@@ -29,6 +29,7 @@ from ._core.refs import Condition, EventType, ObjectRef
 from ._core.schema import Schema, Upcaster
 from ._core.table import ANY, SAME, Action, Row, Table, ignore
 from ._core.transition import Flip, Transition
+from ._version import __version__ as __version__
 from .dispatch import Dispatcher
 from .emitters import Emitter, LogEmitter, MemoryEmitter
 from .links import Link
@@ -111,4 +112,3 @@ __all__ = [
     "open_store",
     "placed",
 ]
-__version__ = "0.1.0"

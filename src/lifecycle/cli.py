@@ -14,14 +14,15 @@ Exit codes:
 
 0  done.
 1  the answer is no, or the command could not run: ``docs --check`` found a stale page, ``db
-   status`` found a store not at this release's schema, an optional dependency is missing, or
-   an internal error (a bug: one line ``lifecycle: internal error: ...``; set
-   ``LIFECYCLE_DEBUG=1`` for its traceback).
+   status`` found a store not at this release's schema, or an internal error (a bug: one line
+   ``lifecycle: internal error: ...``; set ``LIFECYCLE_DEBUG=1`` for its traceback).
 2  refused input, nothing written: a bad trace line (``FILE:LINE: what is wrong``), a bad store
    URL, a file that is not a store, a bad argument. Always one line on stderr.
 3  ``replay`` only: every line was accepted, but a status write failed that no fault line of
    the trace injected (the store refused it). The other lines were replayed and their events
    delivered; the summary counts the failed writes.
+4  a command needs an extra that is not installed (``diagram`` and ``docs`` need
+   ``lifecycle[diagrams]``); the message names the extra.
 
 Every message that echoes what was given (a store URL, a trace value) is redacted first: a
 password or token in it is never printed.
@@ -53,6 +54,7 @@ from ._core.redact import redact
 from ._core.refs import ObjectRef
 from ._core.transition import Transition
 from ._log import logs_to
+from ._version import __version__
 from .machines import MachineRegistry, default_registry
 from .runner import Result
 from .stores import MemoryStore, open_store, parse_sqlite_url, redact_url
@@ -60,7 +62,7 @@ from .stores.base import Store
 from .trace import MAX_LINE_BYTES, TraceLine, check, injected, read_trace, replay, stream_trace
 
 #: The exit codes of the CLI (the module's notes say what each means).
-EXIT_OK, EXIT_NO, EXIT_REFUSED, EXIT_WRITE_FAILED = 0, 1, 2, 3
+EXIT_OK, EXIT_NO, EXIT_REFUSED, EXIT_WRITE_FAILED, EXIT_MISSING_EXTRA = 0, 1, 2, 3, 4
 
 
 class _Collector:
@@ -481,15 +483,17 @@ def cmd_diagram(args: argparse.Namespace, out: TextIO) -> int:
     machine = default_registry()[args.machine]
     try:
         from ._diagram import diagram
-    except ImportError as e:
-        print(f"lifecycle: {e}", file=sys.stderr)
-        return 1
-    try:
+
         out.write(diagram(machine, args.format, stays=args.stays))
-    except ImportError as e:  # DOT without the graphviz package
-        print(f"lifecycle: {e}", file=sys.stderr)
-        return 1
+    except ImportError as e:  # transitions (or graphviz for DOT) is not installed
+        return _missing_extra("diagrams", e)
     return 0
+
+
+def _missing_extra(extra: str, error: ImportError) -> int:
+    """A command that needs an optional extra: say which, and how to get it (exit 4)."""
+    _say(f"lifecycle: this needs the '{extra}' extra ({error}): pip install 'lifecycle[{extra}]'")
+    return EXIT_MISSING_EXTRA
 
 
 def cmd_table(args: argparse.Namespace, out: TextIO) -> int:
@@ -500,16 +504,12 @@ def cmd_table(args: argparse.Namespace, out: TextIO) -> int:
 
 
 def cmd_docs(args: argparse.Namespace, out: TextIO) -> int:
-    try:
-        from .docs import run
-    except ImportError as e:  # pragma: no cover - the docs module itself needs nothing extra
-        print(f"lifecycle: {e}", file=sys.stderr)
-        return 1
+    from .docs import run
+
     try:
         return run(args.out, args.check, out)
-    except ImportError as e:  # the diagrams need transitions
-        print(f"lifecycle: {e}", file=sys.stderr)
-        return 1
+    except ImportError as e:  # the pages' diagrams need transitions
+        return _missing_extra("diagrams", e)
 
 
 def _add_docs_commands(sub: Any) -> None:
@@ -534,11 +534,12 @@ def _add_docs_commands(sub: Any) -> None:
 
 EXIT_CODES = """exit codes:
   0  done
-  1  the answer is no (docs --check: stale pages; db status: schema not current), an optional
-     dependency is missing, or an internal error (set LIFECYCLE_DEBUG=1 for its traceback)
+  1  the answer is no (docs --check: stale pages; db status: schema not current), or an
+     internal error (set LIFECYCLE_DEBUG=1 for its traceback)
   2  refused input, nothing written: a bad trace line (FILE:LINE: what is wrong), a bad store
      URL, a file that is not a store, a bad argument; one line on stderr
   3  replay: a status write failed that no fault line injected (the other lines were replayed)
+  4  the command needs an extra that is not installed (diagram, docs: lifecycle[diagrams])
   (lifecycle restore check has its own codes: see its --help)"""
 
 REPLAY_EXIT_CODES = """exit codes:
@@ -568,6 +569,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=EXIT_CODES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    parser.add_argument("--version", action="version", version=f"lifecycle {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     rp = sub.add_parser(
         "replay",

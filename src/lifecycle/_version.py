@@ -1,0 +1,3 @@
+"""The release, in one place: the package metadata (pyproject) reads it from here."""
+
+__version__ = "0.1.0"
