@@ -19,8 +19,9 @@ from lifecycle.adapters.modal import (
     AsyncModalAdapter,
     ModalAdapter,
     SandboxSpec,
+    sandbox_name,
 )
-from lifecycle.adapters.modal_fake import FakeModal, FakeProbe, GrpcStatus, exception, grpc_error
+from lifecycle.adapters.modal_fake import FakeModal, FakeProbe, exception
 from lifecycle.machines.nodeclaim import claim_name
 from lifecycle.machines.pod import (
     InstanceAbsent,
@@ -138,6 +139,59 @@ def test_provision_is_idempotent(fake_modal: FakeModal, modal_adapter: ModalAdap
     assert fake_modal.count("Sandbox.create") == 1
 
 
+def test_a_create_repeated_while_the_list_lags_adopts_the_first_sandbox() -> None:
+    """The list lags a create, so a repeated provision (the first answer was lost, or the
+    host crashed before recording it) does not see the first sandbox. The sandbox's name is
+    the claim's, which Modal keeps unique: the second create fails with AlreadyExistsError and
+    the adapter adopts the first sandbox by name: one sandbox, not two."""
+    fake = FakeModal(list_lags=True)
+    with ModalAdapter(sdk=fake, clock=ticking_clock(), call_timeout=0.5) as adapter:
+        first = adapter.provision(A, SandboxSpec(image="x"))
+        again = adapter.provision(A, SandboxSpec(image="x"))
+    assert isinstance(first, ProvisionSucceeded)
+    assert again == ProvisionSucceeded(at=again.at, reserved=True, instance_id=first.instance_id)
+    assert [s.id for s in fake.sandboxes.values()] == [first.instance_id]
+    assert fake.state(first.instance_id).name == sandbox_name(claim(A)) == "ml-a"
+    assert fake.count("Sandbox.from_name") == 1
+
+
+def test_a_name_taken_but_not_found_is_unattributable() -> None:
+    fake = FakeModal(list_lags=True)
+    fake.fail("Sandbox.from_name", exception.NotFoundError("finished meanwhile"))
+    with ModalAdapter(sdk=fake, clock=ticking_clock(), call_timeout=0.5) as adapter:
+        adapter.provision(A, SandboxSpec(image="x"))
+        obs = adapter.provision(A, SandboxSpec(image="x"))
+    assert isinstance(obs, ProvisionErrored)
+    assert "exists but was not found by name" in obs.error
+    assert len(fake.sandboxes) == 1
+
+
+@pytest.mark.parametrize(
+    ("claim_", "expected"),
+    [
+        ("ml-trainer-0", "ml-trainer-0"),
+        ("ns.with.dots-x", "ns.with.dots-x"),
+        ("a" * 64, "a" * 64),
+        ("ap-" + "a" * 22, None),  # shaped like an app id
+        ("a" * 65, None),
+        ("ml-" + "b" * 250, None),
+    ],
+)
+def test_the_sandbox_name_is_the_claim_when_modal_accepts_it(
+    claim_: str, expected: str | None
+) -> None:
+    name = sandbox_name(claim_)
+    assert name == sandbox_name(claim_)  # deterministic
+    assert len(name) <= 64
+    assert all(c.isalnum() or c in "-_." for c in name)
+    if expected is not None:
+        assert name == expected
+    else:
+        assert name != claim_
+        assert name.startswith(claim_[:20])
+        assert sandbox_name(claim_ + "x") != name
+
+
 @pytest.mark.parametrize("operation", ["Sandbox.list", "App.lookup"])
 def test_provision_that_cannot_look_for_the_claim_errs_and_creates_nothing(
     fake_modal: FakeModal, modal_adapter: ModalAdapter, operation: str
@@ -175,10 +229,7 @@ def test_provision_that_cannot_read_the_adopted_sandbox_tags_errs(
         (exception.PermissionDeniedError("workspace forbids GPUs"), ProvisionRejected),
         (exception.ResourceExhaustedError("GPU quota exceeded"), ProvisionRejected),
         (exception.InvalidError("unsupported gpu type 'Z100'"), ProvisionRejected),
-        (
-            grpc_error(exception.ConflictError, "aborted", GrpcStatus.ABORTED),
-            ProvisionErrored,
-        ),
+        (exception.ConflictError("aborted"), ProvisionErrored),
         (exception.ServiceError("503"), ProvisionErrored),
         (exception.InternalError("boom"), ProvisionErrored),
         (exception.NotFoundError("app vanished"), ProvisionErrored),
@@ -277,26 +328,53 @@ def test_row_running_with_probe_tag_and_latch_unset_is_not_ready(
     assert obs.readiness_confirmed
 
 
-def test_a_probe_tag_on_a_sandbox_without_a_probe_latches_on_failed_precondition(
+def test_a_probe_tag_on_a_sandbox_without_a_probe_latches_on_conflicts_while_running(
     fake_modal: FakeModal, modal_adapter: ModalAdapter
 ) -> None:
-    """'No probe configured' (ConflictError, FAILED_PRECONDITION) latches, as upstream."""
+    """'No probe configured' latches, as upstream. The SDK raises ConflictError for it (gRPC
+    FAILED_PRECONDITION, which the adapter does not read from a private attribute): two
+    conflicts in a row while the sandbox runs mean there is no probe to wait for."""
     sid = fake_modal.add(claim(A), tags={PROBE_TAG_KEY: "true"})  # tag, but no probe
     modal_adapter.observe({A: sid})
     modal_adapter.drain()
+    assert fake_modal.count("Sandbox.wait_until_ready", sid) == 2
     obs = modal_adapter.observe({A: sid})[A]
     assert isinstance(obs, InstanceRunning)
     assert obs.readiness_confirmed
 
 
+def test_one_conflict_on_a_running_sandbox_is_asked_again(
+    fake_modal: FakeModal, modal_adapter: ModalAdapter
+) -> None:
+    """An aborted wait (also a ConflictError) does not latch by itself: the same waiter asks
+    again, and latches on the real answer."""
+    sid = seed(fake_modal, A, probe=True)
+    fake_modal.fail("Sandbox.wait_until_ready", exception.ConflictError("aborted"), sandbox_id=sid)
+    fake_modal.when("Sandbox.poll", lambda: fake_modal.set_ready(sid), sandbox_id=sid)
+    modal_adapter.observe({A: sid})
+    modal_adapter.drain()
+    assert fake_modal.count("Sandbox.wait_until_ready", sid) == 2
+    assert modal_adapter.latch.is_set(sid)
+
+
+def test_a_conflict_from_a_finished_sandbox_latches_nothing(
+    fake_modal: FakeModal, modal_adapter: ModalAdapter
+) -> None:
+    sid = seed(fake_modal, A, probe=True)
+
+    def finish() -> None:
+        fake_modal.exit(sid, 0)
+
+    fake_modal.when("Sandbox.wait_until_ready", finish, sandbox_id=sid)
+    modal_adapter.observe({A: sid})
+    modal_adapter.drain()
+    assert fake_modal.count("Sandbox.wait_until_ready", sid) == 1
+    assert not modal_adapter.latch.is_set(sid)
+
+
 @pytest.mark.parametrize(
     "error",
-    [
-        exception.TimeoutError("not ready in 30s"),
-        grpc_error(exception.ConflictError, "aborted", GrpcStatus.ABORTED),
-        exception.ConflictError("sandbox finished"),
-        exception.ServiceError("503"),
-    ],
+    [exception.TimeoutError("not ready in 30s"), exception.ServiceError("503")],
 )
 def test_other_waiter_errors_latch_nothing_and_are_retried(
     fake_modal: FakeModal, modal_adapter: ModalAdapter, error: Exception
@@ -585,9 +663,7 @@ def test_terminate_is_idempotent(fake_modal: FakeModal, modal_adapter: ModalAdap
     assert isinstance(modal_adapter.terminate(A, sid), TerminateSucceeded)  # already finished
     fake_modal.purge(sid)
     assert isinstance(modal_adapter.terminate(A, sid), TerminateSucceeded)  # unknown id
-    fake_modal.fail(
-        "Sandbox.terminate", grpc_error(exception.NotFoundError, "gone", GrpcStatus.NOT_FOUND)
-    )
+    fake_modal.fail("Sandbox.terminate", exception.NotFoundError("gone"))
     other = seed(fake_modal, B)
     assert isinstance(modal_adapter.terminate(B, other), TerminateSucceeded)
 
@@ -600,6 +676,21 @@ def test_terminate_without_an_id_finds_the_claim_sandboxes(
     assert fake_modal.state(mine).returncode == 137
     assert fake_modal.state(other).returncode is None
     assert isinstance(modal_adapter.terminate(pod("nobody"), None), TerminateSucceeded)
+
+
+def test_terminate_without_an_id_finds_a_sandbox_the_list_does_not_show_yet() -> None:
+    """A create whose answer was lost leaves the host without an id, and the list lags: the
+    claim's name still finds the sandbox, so it is not leaked."""
+    fake = FakeModal(list_lags=True)
+    with ModalAdapter(sdk=fake, clock=ticking_clock(), call_timeout=0.5) as adapter:
+        created = adapter.provision(A, SandboxSpec(image="x"))
+        assert isinstance(created, ProvisionSucceeded)
+        assert isinstance(adapter.terminate(A, ""), TerminateSucceeded)
+        assert fake.state(created.instance_id).returncode == 137
+        # Found both ways (the list caught up): terminated once.
+        fake.add(claim(B), name=sandbox_name(claim(B)))
+        assert isinstance(adapter.terminate(B, None), TerminateSucceeded)
+    assert fake.count("Sandbox.terminate") == 2
 
 
 def test_terminate_errors_fail(fake_modal: FakeModal, modal_adapter: ModalAdapter) -> None:

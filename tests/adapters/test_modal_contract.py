@@ -1,17 +1,25 @@
-"""The Modal fake cannot drift from the installed ``modal`` SDK.
+"""The Modal fake cannot drift from the ``modal`` SDK: the installed one, and the lowest one
+the package allows.
 
 Every fake surface the adapter calls is compared with the real one by ``inspect.signature``
 (each fake parameter exists in the SDK with the same kind and default; every required SDK
 parameter exists in the fake), and every call the fake received while the adapter ran a full
-scenario is bound against the SDK's real signature.
+scenario is bound against the SDK's real signature. The same checks run against
+``data/modal_floor_api.json``, a record of the floor version's API (the ``modal>=X`` of
+``pyproject.toml``, written by ``scripts/record_modal_floor.py``), so a call that only newer
+releases accept fails here even when a newer SDK is installed.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import inspect
+import json
+import re
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -34,6 +42,7 @@ def _real_static() -> dict[str, Any]:
         "Sandbox.create": modal.Sandbox.create.aio,
         "Sandbox.list": modal.Sandbox.list.aio,
         "Sandbox.from_id": modal.Sandbox.from_id.aio,
+        "Sandbox.from_name": modal.Sandbox.from_name.aio,
     }
 
 
@@ -53,6 +62,7 @@ def _fake_static(fake: FakeModal) -> dict[str, Any]:
         "Sandbox.create": fake.Sandbox.create.aio,
         "Sandbox.list": fake.Sandbox.list.aio,
         "Sandbox.from_id": fake.Sandbox.from_id.aio,
+        "Sandbox.from_name": fake.Sandbox.from_name.aio,
     }
 
 
@@ -65,8 +75,13 @@ def _fake_methods() -> dict[str, Any]:
     }
 
 
+def _signature(obj: Any) -> inspect.Signature:
+    return obj if isinstance(obj, inspect.Signature) else inspect.signature(obj)
+
+
 def assert_compatible(name: str, fake: Any, real: Any) -> None:
-    fake_sig, real_sig = inspect.signature(fake), inspect.signature(real)
+    """``real``: the SDK callable, or a signature recorded from the floor version."""
+    fake_sig, real_sig = _signature(fake), _signature(real)
     real_params = real_sig.parameters
     for pname, p in fake_sig.parameters.items():
         assert pname in real_params, f"{name}: the SDK has no parameter {pname!r}"
@@ -133,17 +148,22 @@ def test_exception_classes_exist_with_the_sdk_hierarchy(name: str) -> None:
         assert base.__name__ in real_mro, f"{name}: the SDK's {name} is not a {base.__name__}"
 
 
-def test_failed_precondition_is_a_conflict_error_in_the_sdk() -> None:
-    """The adapter latches 'no probe configured' on ConflictError + FAILED_PRECONDITION, the
-    SDK's mapping of that gRPC status."""
+def test_the_sdk_maps_the_statuses_the_adapter_relies_on_to_public_types() -> None:
+    """The adapter reads only public exception types. It latches 'no probe configured' on
+    ConflictError (FAILED_PRECONDITION, but ABORTED too: hence its second ask) and adopts a
+    sandbox whose name is taken on AlreadyExistsError. (The mapping table is the SDK's own,
+    private; reading it here documents the assumption.)"""
     from grpclib import Status
     from modal._grpc_client import _STATUS_TO_EXCEPTION
 
     assert _STATUS_TO_EXCEPTION[Status.FAILED_PRECONDITION] is modal.exception.ConflictError
+    assert _STATUS_TO_EXCEPTION[Status.ABORTED] is modal.exception.ConflictError
+    assert _STATUS_TO_EXCEPTION[Status.ALREADY_EXISTS] is modal.exception.AlreadyExistsError
+    assert _STATUS_TO_EXCEPTION[Status.NOT_FOUND] is modal.exception.NotFoundError
 
 
-def test_every_call_the_adapter_made_binds_to_the_sdk() -> None:
-    """Run every adapter path on the fake, then bind each recorded call to the real SDK."""
+def _scenario() -> FakeModal:
+    """Every adapter path on the fake; the fake, with every call it received."""
     fake = FakeModal(list_lags=False)
     probe = {"tcpSocket": {"port": 8080}, "periodSeconds": 1}
     spec = SandboxSpec(
@@ -168,12 +188,126 @@ def test_every_call_the_adapter_made_binds_to_the_sdk() -> None:
         adapter.observe(ids)
         adapter.terminate(a, ids[a])
         adapter.terminate(b, "")
+        fake.list_lags = True
+        adapter.provision(pod("c"), spec)
+        adapter.provision(pod("c"), spec)  # not listed yet: adopted by name
+    return fake
+
+
+@functools.cache
+def _scenario_calls() -> tuple[Any, ...]:
+    return tuple(_scenario().calls)
+
+
+def test_every_call_the_adapter_made_binds_to_the_sdk() -> None:
+    """Run every adapter path on the fake, then bind each recorded call to the real SDK."""
     real = {**_real_static(), **_real_methods()}
-    assert {c.name for c in fake.calls} == set(real)
-    for call in fake.calls:
+    calls = _scenario_calls()
+    assert {c.name for c in calls} == set(real)
+    for call in calls:
         sig = inspect.signature(real[call.name])
         args = (None, *call.args) if call.name in _real_methods() else call.args
         sig.bind(*args, **call.kwargs)  # raises TypeError on any drift
+
+
+# -- the floor version's API, as recorded ---------------------------------------------------
+FLOOR_RECORD = Path(__file__).parent / "data" / "modal_floor_api.json"
+
+
+class _Repr:
+    """A recorded default that JSON cannot hold: equal to any value with that repr."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    def __eq__(self, other: object) -> bool:
+        return repr(other) == self.text or (isinstance(other, _Repr) and other.text == self.text)
+
+    def __hash__(self) -> int:
+        return hash(self.text)
+
+    def __repr__(self) -> str:
+        return self.text
+
+
+def _decode(value: Any) -> Any:
+    return _Repr(value["repr"]) if isinstance(value, dict) and "repr" in value else value
+
+
+@functools.cache
+def floor() -> dict[str, Any]:
+    record: dict[str, Any] = json.loads(FLOOR_RECORD.read_text())
+    return record
+
+
+def floor_signature(name: str) -> inspect.Signature:
+    surface = floor()["surfaces"][name]
+    return inspect.Signature(
+        [
+            inspect.Parameter(
+                p["name"],
+                inspect.Parameter.__dict__[p["kind"]],
+                default=_decode(p["default"]) if "default" in p else _EMPTY,
+            )
+            for p in surface["parameters"]
+        ]
+    )
+
+
+def test_the_floor_record_is_of_the_floor_pyproject_names() -> None:
+    """Moving the floor means recording its API again (scripts/record_modal_floor.py)."""
+    pyproject = (Path(__file__).parents[2] / "pyproject.toml").read_text()
+    match = re.search(r'^modal = \["modal>=([^",\]]+)"\]', pyproject, re.M)
+    assert match is not None
+    assert floor()["version"] == match.group(1)
+    dev = re.search(r'^    "modal>=([^"]+)",$', pyproject, re.M)
+    assert dev is not None
+    assert dev.group(1) == match.group(1)  # the development group tests the same floor
+
+
+@pytest.mark.parametrize("name", sorted({*_real_static(), *_real_methods()}))
+def test_fake_surfaces_match_the_floor_sdk(name: str) -> None:
+    fake = {**_fake_static(FakeModal()), **_fake_methods()}[name]
+    assert_compatible(f"{name} (floor)", fake, floor_signature(name))
+
+
+def test_every_call_the_adapter_made_binds_to_the_floor_sdk() -> None:
+    calls = _scenario_calls()
+    assert {c.name for c in calls} <= set(floor()["surfaces"])
+    for call in calls:
+        sig = floor_signature(call.name)
+        args = (None, *call.args) if call.name in _real_methods() else call.args
+        try:
+            sig.bind(*args, **call.kwargs)
+        except TypeError as e:
+            pytest.fail(
+                f"{call.name}{call.kwargs} does not bind on modal {floor()['version']}: {e}"
+            )
+
+
+def test_the_floor_has_the_probe_properties_and_exceptions_the_adapter_uses() -> None:
+    record = floor()
+    for ctor in ("with_tcp", "with_exec"):
+        name = f"Probe.{ctor}"
+        assert_compatible(f"{name} (floor)", getattr(FakeProbe, ctor), floor_signature(name))
+    fake_fields = [[f.name, f.default] for f in dataclasses.fields(FakeProbe)]
+    assert fake_fields == record["probe_fields"]
+    assert record["properties"] == {"App": ["app_id"], "Sandbox": ["object_id", "returncode"]}
+    fake_names = [n for n, v in vars(exception).items() if isinstance(v, type) and n[0].isupper()]
+    for name in fake_names:
+        assert name in record["exceptions"], f"modal {record['version']} has no {name}"
+        for base in getattr(exception, name).__mro__:
+            if base.__module__ != "builtins":
+                assert base.__name__ in record["exceptions"][name]
+
+
+def test_a_call_the_floor_lacks_is_caught() -> None:
+    """The check has teeth: ``tags=`` on Sandbox.create first appears in 1.4.3 (which is why
+    the floor is 1.4.3, not 1.4.1); against a signature without it, binding fails."""
+    sig = floor_signature("Sandbox.create")
+    without_tags = sig.replace(parameters=[p for n, p in sig.parameters.items() if n != "tags"])
+    with pytest.raises(TypeError):
+        without_tags.bind(app=None, name="x", tags={})
 
 
 def test_importing_the_adapter_does_not_import_modal() -> None:

@@ -14,7 +14,12 @@ corrected (ADR 0020):
 - a tracked sandbox missing from ``Sandbox.list`` (which hides finished sandboxes) is polled by
   id before it is called absent, and its exit code is classified: 0, 124 (timeout) and 137
   (terminated) are ``InstanceTerminated``, anything else ``InstanceFailed``, code and meaning
-  kept.
+  kept;
+- a sandbox is created under a name derived from its claim (:func:`sandbox_name`; Modal keeps
+  names unique among an app's running sandboxes), so a create repeated while the list still
+  lags the first one fails with ``AlreadyExistsError`` and the adapter adopts the sandbox by
+  name instead of starting a second one; terminating a claim finds that sandbox by name too;
+- SDK errors are told apart by their public ``modal.exception`` types only.
 
 :class:`AsyncModalAdapter` is the asyncio core (the SDK's ``.aio`` interface);
 :class:`ModalAdapter` runs it on a private event-loop thread for synchronous hosts, such as a
@@ -26,7 +31,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import importlib
+import re
 import threading
 from collections.abc import Awaitable, Coroutine, Mapping
 from concurrent.futures import Future
@@ -75,6 +82,7 @@ __all__ = [
     "exit_meaning",
     "exit_observation",
     "probe_plan",
+    "sandbox_name",
     "sandbox_observation",
 ]
 
@@ -90,6 +98,21 @@ _log = get_logger("lifecycle.adapters.modal")
 def _text(e: BaseException) -> str:
     message = str(e) or repr(e)
     return redact(f"{type(e).__name__}: {message}")
+
+
+_NAME_CHARS = re.compile(r"[A-Za-z0-9._-]{1,64}")
+_APP_ID = re.compile(r"ap-[A-Za-z0-9]{22}")
+
+
+def sandbox_name(claim: str) -> str:
+    """The name a claim's sandbox is created under: the claim itself when Modal accepts it as
+    a name (at most 64 of ``A-Za-z0-9._-``, not shaped like an app id), else its first 53
+    characters (others replaced by ``-``), ``-`` and 10 hex of its sha256. Deterministic, so
+    every retry of one pod's create asks for the same name."""
+    if _NAME_CHARS.fullmatch(claim) and not _APP_ID.fullmatch(claim):
+        return claim
+    digest = hashlib.sha256(claim.encode()).hexdigest()[:10]
+    return f"{re.sub(r'[^A-Za-z0-9._-]', '-', claim[:53])}-{digest}"
 
 
 # -- the adapter ------------------------------------------------------------------------------
@@ -111,11 +134,6 @@ class SandboxSpec:
 
 class DeadlineExceeded(Exception):
     """An SDK call did not answer within its deadline."""
-
-
-def _is_failed_precondition(e: BaseException) -> bool:
-    status = getattr(e, "_grpc_status", None)  # set by modal's gRPC error middleware
-    return getattr(status, "name", None) == "FAILED_PRECONDITION"
 
 
 class AsyncModalAdapter(RecordingMixin):
@@ -192,20 +210,39 @@ class AsyncModalAdapter(RecordingMixin):
         self.latch.start(sandbox_id, lambda: self._wait_ready(sandbox_id))
 
     async def _wait_ready(self, sandbox_id: str) -> bool:
-        """The detached waiter: a fresh handle by id, then ``wait_until_ready``. True latches."""
+        """The detached waiter: a fresh handle by id, then ``wait_until_ready``. True latches.
+
+        ``ConflictError`` is how the SDK reports "no readiness probe configured" (gRPC
+        FAILED_PRECONDITION), but also a sandbox that has finished and an aborted call; its
+        public type tells them no further apart. So a conflict is believed to mean "nothing to
+        wait for" only when the sandbox still runs and a second wait conflicts again."""
+        for attempt in range(2):
+            try:
+                sandbox = await self._call(
+                    self.sdk.Sandbox.from_id.aio(sandbox_id), "Sandbox.from_id"
+                )
+                await self._call(
+                    sandbox.wait_until_ready.aio(timeout=self.readiness_budget),
+                    "Sandbox.wait_until_ready",
+                    timeout=self.readiness_budget + self.call_timeout,
+                )
+                return True
+            except Exception as e:
+                if not self._is(e, "ConflictError") or not await self._runs(sandbox_id):
+                    _log.info("readiness not confirmed", sandbox=sandbox_id, error=_text(e))
+                    return False
+                if attempt == 1:
+                    return True  # conflicts twice while running: no probe, nothing to wait for
+        return False  # pragma: no cover - the loop returns
+
+    async def _runs(self, sandbox_id: str) -> bool:
+        """Whether the sandbox is still running (``False`` also when that cannot be read)."""
         try:
             sandbox = await self._call(self.sdk.Sandbox.from_id.aio(sandbox_id), "Sandbox.from_id")
-            await self._call(
-                sandbox.wait_until_ready.aio(timeout=self.readiness_budget),
-                "Sandbox.wait_until_ready",
-                timeout=self.readiness_budget + self.call_timeout,
-            )
-            return True
-        except Exception as e:
-            if self._is(e, "ConflictError") and _is_failed_precondition(e):
-                return True  # no probe configured: nothing to wait for
-            _log.info("readiness not confirmed", sandbox=sandbox_id, error=_text(e))
+            code = await self._call(sandbox.poll.aio(), "Sandbox.poll")
+        except Exception:
             return False
+        return code is None
 
     async def _poll(self, sandbox: Any, tags: Mapping[str, str], at: datetime) -> Observation:
         """Poll one sandbox whose tags were read. An exit forgets its latch; a running sandbox
@@ -245,6 +282,8 @@ class AsyncModalAdapter(RecordingMixin):
         try:
             sandbox = await self._create(claim, spec)
         except Exception as e:
+            if self._is(e, "AlreadyExistsError"):  # created before, not listed yet
+                return self._emit(ref, await self._adopt_by_name(claim, at))
             return self._emit(ref, self._provision_failure(e, at))
         return self._emit(
             ref, ProvisionSucceeded(at=at, reserved=False, instance_id=sandbox.object_id)
@@ -265,11 +304,41 @@ class AsyncModalAdapter(RecordingMixin):
         running = isinstance(obs, InstanceRunning) and obs.readiness_confirmed
         return ProvisionSucceeded(at=at, reserved=running, instance_id=sid)
 
+    async def _adopt_by_name(self, claim: str, at: datetime) -> Observation:
+        """The claim's sandbox exists (its name is taken) though the list did not show it:
+        adopt it by name. Not found by name (it finished meanwhile) is unattributable: the
+        next attempt creates again."""
+        name = sandbox_name(claim)
+        try:
+            sandbox = await self._call(
+                self.sdk.Sandbox.from_name.aio(self.app_name, name), "Sandbox.from_name"
+            )
+        except Exception as e:
+            return ProvisionErrored(
+                at=at, error=f"sandbox {name} exists but was not found by name: {_text(e)}"
+            )
+        return await self._adopt(sandbox, at)
+
+    async def _named(self, claim: str) -> list[Any]:
+        """The claim's running sandbox found by name (none when there is none)."""
+        try:
+            return [
+                await self._call(
+                    self.sdk.Sandbox.from_name.aio(self.app_name, sandbox_name(claim)),
+                    "Sandbox.from_name",
+                )
+            ]
+        except Exception as e:
+            if self._is(e, "NotFoundError"):
+                return []
+            raise
+
     async def _create(self, claim: str, spec: SandboxSpec) -> Any:
         app = await self._app_handle()
         tags = {CLAIM_TAG_KEY: claim}
         kwargs: dict[str, Any] = {
             "app": app,
+            "name": sandbox_name(claim),
             "tags": tags,
             "timeout": spec.active_deadline_seconds or DEFAULT_LIFETIME_SECONDS,
         }
@@ -420,20 +489,20 @@ class AsyncModalAdapter(RecordingMixin):
 
     # -- terminate ----------------------------------------------------------------------------
     async def terminate(self, ref: ObjectRef, instance_id: str | None) -> Observation:
-        """Terminate the pod's sandbox (by id, else every sandbox tagged with its claim).
-        Idempotent: an unknown id or a finished sandbox is success. A sandbox confirmed gone
-        is forgotten by the latch; a failed call leaves the latch (and its waiter) alone: the
-        sandbox keeps running, and upstream leaves the pod unchanged."""
+        """Terminate the pod's sandbox (by id, else every sandbox tagged with its claim, and the
+        one holding its claim's name, which a lagging list may not show yet). Idempotent: an
+        unknown id or a finished sandbox is success. A sandbox confirmed gone is forgotten by
+        the latch; a failed call leaves the latch (and its waiter) alone: the sandbox keeps
+        running, and upstream leaves the pod unchanged."""
         at = self.clock()
         ids = [instance_id] if instance_id else []
         if not ids:
+            claim = claim_name(ref.namespace, ref.name)
             try:
-                ids = [
-                    sb.object_id
-                    for sb in await self._list({CLAIM_TAG_KEY: claim_name(ref.namespace, ref.name)})
-                ]
+                found = await self._list({CLAIM_TAG_KEY: claim}) + await self._named(claim)
             except Exception as e:
                 return self._emit(ref, TerminateFailed(at=at, error=f"finding sandbox: {_text(e)}"))
+            ids = list(dict.fromkeys(sb.object_id for sb in found))
         for sid in ids:
             try:
                 sandbox = await self._call(self.sdk.Sandbox.from_id.aio(sid), "Sandbox.from_id")

@@ -5,11 +5,14 @@ Pass it where the adapter would import ``modal``::
     fake = FakeModal()
     adapter = ModalAdapter(sdk=fake)
 
-It mirrors the SDK's shapes: ``Sandbox.create/list/from_id`` and the sandbox methods
+It mirrors the SDK's shapes: ``Sandbox.create/list/from_id/from_name`` and the sandbox methods
 ``get_tags/poll/wait_until_ready/terminate`` each expose ``.aio``, with the installed SDK's
 parameter names, kinds and defaults (a contract test in ``tests/adapters`` compares them with
 ``inspect.signature`` and binds every call the fake received against the real signatures);
-``App.lookup``, ``Image.from_registry``, ``Probe`` and the ``exception`` classes likewise.
+``App.lookup``, ``Image.from_registry``, ``Probe`` and the ``exception`` classes likewise (the
+test also checks them against a record of the lowest SDK version the package allows). Like the
+SDK, a sandbox name is unique among an app's running sandboxes (``AlreadyExistsError``), and
+errors carry no more than their public type and message.
 
 It is scriptable: seed sandboxes (:meth:`FakeModal.add`), exit, purge or hide them from the
 list, confirm readiness, and make the next call of any operation fail or hang.
@@ -19,7 +22,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import enum
 import functools
 import itertools
 import threading
@@ -29,30 +31,19 @@ from typing import Any
 
 import attrs
 
-__all__ = ["OPERATIONS", "FakeModal", "FakeProbe", "FakeSandbox", "GrpcStatus", "exception"]
+__all__ = ["OPERATIONS", "FakeModal", "FakeProbe", "FakeSandbox", "exception"]
 
 OPERATIONS = (
     "App.lookup",
     "Sandbox.create",
     "Sandbox.list",
     "Sandbox.from_id",
+    "Sandbox.from_name",
     "Sandbox.get_tags",
     "Sandbox.poll",
     "Sandbox.wait_until_ready",
     "Sandbox.terminate",
 )
-
-
-class GrpcStatus(enum.Enum):
-    """The gRPC status codes the fake attaches to errors (as ``grpclib.Status`` names them)."""
-
-    NOT_FOUND = 5
-    PERMISSION_DENIED = 7
-    RESOURCE_EXHAUSTED = 8
-    FAILED_PRECONDITION = 9
-    ABORTED = 10
-    UNAVAILABLE = 14
-    UNAUTHENTICATED = 16
 
 
 class exception:
@@ -68,6 +59,9 @@ class exception:
         pass
 
     class NotFoundError(Error):
+        pass
+
+    class AlreadyExistsError(Error):
         pass
 
     class AuthError(Error):
@@ -90,13 +84,6 @@ class exception:
 
     class SandboxTimeoutError(TimeoutError):
         pass
-
-
-def grpc_error(cls: type[Exception], message: str, status: GrpcStatus) -> Exception:
-    """An SDK error carrying its gRPC status, as modal's error middleware sets it."""
-    error = cls(message)
-    error._grpc_status = status  # type: ignore[attr-defined]
-    return error
 
 
 @dataclasses.dataclass(frozen=True)
@@ -157,6 +144,7 @@ class SandboxState:
     ready: bool = False
     listed: bool = True
     exists: bool = True
+    name: str | None = None
 
 
 @attrs.define
@@ -200,12 +188,8 @@ class FakeSandbox:
         world, state = self._world, self._state
         await world._enter("Sandbox.wait_until_ready", (), {"timeout": timeout}, state.id)
         self._check_exists()
-        if state.probe is None:
-            raise grpc_error(
-                exception.ConflictError,
-                "Sandbox has no readiness probe configured",
-                GrpcStatus.FAILED_PRECONDITION,
-            )
+        if state.probe is None:  # the SDK: ConflictError (gRPC FAILED_PRECONDITION)
+            raise exception.ConflictError("Sandbox has no readiness probe configured")
         with world._waiting(state.id):
             deadline = asyncio.get_running_loop().time() + timeout
             while not state.ready:
@@ -228,26 +212,24 @@ class FakeSandbox:
 
     def _check_exists(self) -> None:
         if not self._state.exists:
-            raise grpc_error(
-                exception.NotFoundError,
-                f"Sandbox {self._state.id} not found",
-                GrpcStatus.NOT_FOUND,
-            )
+            raise exception.NotFoundError(f"Sandbox {self._state.id} not found")
 
 
 class _SandboxAPI:
-    """``modal.Sandbox``'s static surface: ``create``, ``list``, ``from_id``."""
+    """``modal.Sandbox``'s static surface: ``create``, ``list``, ``from_id``, ``from_name``."""
 
     def __init__(self, world: FakeModal) -> None:
         self._world = world
         self.create = _Aio(self._create)
         self.list = _Aio(self._list)
         self.from_id = _Aio(self._from_id)
+        self.from_name = _Aio(self._from_name)
 
     async def _create(
         self,
         *args: str,
         app: Any = None,
+        name: str | None = None,
         tags: dict[str, str] | None = None,
         image: Any = None,
         env: dict[str, str | None] | None = None,
@@ -260,10 +242,14 @@ class _SandboxAPI:
         w = self._world
         options = {"image": image, "env": env, "timeout": timeout, "gpu": gpu}
         options |= {"cpu": cpu, "memory": memory, "readiness_probe": readiness_probe}
-        await w._enter("Sandbox.create", args, {"app": app, "tags": tags, **options}, None)
+        kwargs = {"app": app, "name": name, "tags": tags, **options}
+        await w._enter("Sandbox.create", args, kwargs, None)
         if app is None:
             raise exception.InvalidError("Sandboxes require an App when created outside of one")
+        if name is not None and w._running_named(app.app_id, name) is not None:
+            raise exception.AlreadyExistsError(f"Sandbox with name {name!r} already exists")
         state = w._new(app.app_id, dict(tags or {}), args, options, readiness_probe)
+        state.name = name
         state.listed = not w.list_lags
         return FakeSandbox(w, state)
 
@@ -286,9 +272,25 @@ class _SandboxAPI:
         await w._enter("Sandbox.from_id", (sandbox_id,), {"client": client}, sandbox_id)
         state = w.sandboxes.get(sandbox_id)
         if state is None or not state.exists:
-            raise grpc_error(
-                exception.NotFoundError, f"Sandbox {sandbox_id} not found", GrpcStatus.NOT_FOUND
-            )
+            raise exception.NotFoundError(f"Sandbox {sandbox_id} not found")
+        return FakeSandbox(w, state)
+
+    async def _from_name(
+        self,
+        app_name: str,
+        name: str,
+        *,
+        environment_name: str | None = None,
+        client: Any = None,
+    ) -> FakeSandbox:
+        """A running sandbox by name (names are not subject to the list's lag)."""
+        w = self._world
+        kwargs = {"environment_name": environment_name, "client": client}
+        await w._enter("Sandbox.from_name", (app_name, name), kwargs, None)
+        app = w.apps.get(app_name)
+        state = w._running_named(app.app_id, name) if app is not None else None
+        if state is None:
+            raise exception.NotFoundError(f"Sandbox {name!r} not found in app {app_name!r}")
         return FakeSandbox(w, state)
 
 
@@ -375,6 +377,7 @@ class FakeModal:
         ready: bool = False,
         returncode: int | None = None,
         tags: Mapping[str, str] | None = None,
+        name: str | None = None,
     ) -> str:
         """Seed a sandbox (as if created earlier, e.g. by a previous controller); its id."""
         if app not in self.apps:
@@ -387,7 +390,7 @@ class FakeModal:
         state = self._new(
             self.apps[app].app_id, all_tags, (), {}, FakeProbe.with_tcp(8080) if probe else None
         )
-        state.ready, state.returncode = ready, returncode
+        state.ready, state.returncode, state.name = ready, returncode, name
         return state.id
 
     def state(self, sandbox_id: str) -> SandboxState:
@@ -469,6 +472,13 @@ class FakeModal:
         state = SandboxState(sid, app_id, tags, tuple(command), options, probe)
         self.sandboxes[sid] = state
         return state
+
+    def _running_named(self, app_id: str, name: str) -> SandboxState | None:
+        for state in self.sandboxes.values():
+            running = state.exists and state.returncode is None
+            if running and state.app_id == app_id and state.name == name:
+                return state
+        return None
 
     def _log(
         self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any], sid: str | None = None
