@@ -1,4 +1,4 @@
-"""The newcomer's first commands: ``--version``, and a missing extra told apart from a stale page."""
+"""The newcomer's first commands: ``--version``; a missing extra told apart from a stale page."""
 
 from __future__ import annotations
 
