@@ -13,7 +13,7 @@ import time
 import types
 import uuid
 from collections.abc import Callable, Iterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -25,14 +25,19 @@ from lifecycle.emitters.kubernetes import (
     ApiEventSink,
     EventCollector,
     EventRow,
+    EventSeries,
     KubernetesEmitter,
     ManualClock,
+    NotFound,
+    ObjectReference,
     QueueFull,
+    Rejected,
+    build_event,
     truncate_note,
 )
 from lifecycle.trace import read_trace, replay
 
-from .api_server import PREFIX, Answer, FakeApiServer
+from .api_server import PREFIX, Answer, FakeApiServer, strategic_merge
 
 kubernetes_client = pytest.importorskip("kubernetes.client")
 
@@ -476,3 +481,112 @@ def test_outbox_redelivery_does_not_count_a_transition_twice(
     rows = EventCollector.from_api(api_client).rows()
     assert len(rows) == len(transitions)
     assert {r.count for r in rows} == {1}
+
+
+# -- the server validates as the API server does -----------------------------------------------
+def _built(name: str = "trainer-0.1", **changes: Any) -> Any:
+    event = build_event(
+        ObjectReference(kind="Pod", name="trainer-0", namespace="ml", uid="pod-a"),
+        type="Normal",
+        reason="Running",
+        note="running",
+        reporting_controller="pod-controller",
+        reporting_instance="pod-controller-node-a",
+        now=EPOCH,
+    )
+    return attrs.evolve(event, name=name, **changes)
+
+
+@pytest.mark.parametrize(
+    ("changes", "refusal"),
+    [
+        ({"name": "p" * 240 + ".18ecca50d8f34000"}, "metadata.name"),
+        ({"name": "Trainer-0.1"}, "metadata.name"),
+        ({"note": "n" * 1025}, "note: Too long"),
+        ({"note": "é" * 513}, "note: Too long"),  # 1026 bytes in 513 characters
+        ({"reporting_controller": ""}, "reportingController: Required"),
+        ({"reporting_controller": "pod controller"}, "reportingController: Invalid"),
+        ({"reporting_instance": "i" * 129}, "reportingInstance: Too long"),
+        ({"action": ""}, "action: Required"),
+        ({"reason": ""}, "reason: Required"),
+        ({"type": "Info"}, "type: Unsupported"),
+        ({"regarding": ObjectReference(kind="Pod")}, "regarding: Required"),
+        ({"series": EventSeries(1, EPOCH)}, "series.count"),
+    ],
+)
+def test_the_server_refuses_what_the_api_server_refuses(
+    server: FakeApiServer, api_client: Any, changes: dict[str, Any], refusal: str
+) -> None:
+    sink = ApiEventSink(api_client)
+    with pytest.raises(Rejected) as refused:
+        sink.create(_built(**changes))
+    assert refused.value.status == 422
+    assert refusal in str(refused.value)
+    assert server.events == {}
+
+
+def test_a_patch_of_an_unknown_event_is_404_and_series_merge_strategically(
+    server: FakeApiServer, api_client: Any
+) -> None:
+    sink = ApiEventSink(api_client)
+    event = _built()
+    with pytest.raises(NotFound):
+        sink.patch(event, {"series": {"count": 2, "lastObservedTime": "2026-11-30T10:00:00Z"}})
+    sink.create(event)
+    sink.patch(event, {"series": {"count": 2, "lastObservedTime": "2026-11-30T10:00:05.000000Z"}})
+    reply = sink.patch(event, {"series": {"count": 7}})  # merged into the stored series
+    assert reply is not None
+    assert reply.series == EventSeries(7, EPOCH + timedelta(seconds=5))
+    with pytest.raises(Rejected) as refused:  # the merge would leave an invalid series
+        sink.patch(event, {"series": {"count": 1}})
+    assert refused.value.status == 422
+    sink.patch(event, {"series": None})  # null deletes
+    assert "series" not in server.events[("ml", event.name)]
+
+
+def test_strategic_merge_of_maps_and_nulls() -> None:
+    stored = {"series": {"count": 2, "lastObservedTime": "t1"}, "note": "n"}
+    assert strategic_merge(stored, {"series": {"count": 3}}) == {
+        "series": {"count": 3, "lastObservedTime": "t1"},
+        "note": "n",
+    }
+    assert strategic_merge(stored, {"series": None}) == {"note": "n"}
+    assert stored["series"] == {"count": 2, "lastObservedTime": "t1"}  # not changed in place
+
+
+def test_an_event_of_a_long_named_object_is_accepted(
+    server: FakeApiServer, make: Callable[..., Made], api_client: Any
+) -> None:
+    """On the old ``<name>.<hex nanos>`` the server answered 422 and the Event was lost."""
+    long_pod = ObjectRef("Pod", "ml", "p" * 240, "pod-long")
+    m = make()
+    m.emitter.emit(transition(ref=long_pod))
+    sent(m)
+    assert server.refused == []
+    [stored] = server.events.values()
+    assert uuid.UUID(stored["metadata"]["name"])
+    assert stored["regarding"]["name"] == "p" * 240
+    assert (m.emitter.stats.created, m.emitter.stats.rejected) == (1, 0)
+    assert EventCollector.from_api(api_client).rows("pod-long")[0].name == "p" * 240
+
+
+def test_the_resolved_uid_and_resource_version_reach_the_api(
+    server: FakeApiServer, make: Callable[..., Made], api_client: Any
+) -> None:
+    """``kubectl describe`` finds Events by the object's uid: a NodeClaim's Event carries
+    the uid the host resolved, not the store's ``<pod uid>-claim``."""
+    claim = ObjectRef("NodeClaim", "", "ml-trainer-0", "pod-a-claim")
+    real = {claim: ("0e8c2b44-claim-real", "77"), POD: ("pod-a", "41")}
+    m = make(resolve=real.get)
+    m.emitter.emit(transition(ref=claim)._replace(machine="nodeclaim", reason="Bound"))
+    m.emitter.emit(transition())
+    sent(m)
+    by_kind = {e["regarding"]["kind"]: e["regarding"] for e in server.events.values()}
+    assert by_kind["NodeClaim"]["uid"] == "0e8c2b44-claim-real"
+    assert by_kind["NodeClaim"]["resourceVersion"] == "77"
+    assert "namespace" not in by_kind["NodeClaim"]
+    assert by_kind["Pod"]["resourceVersion"] == "41"
+    assert [r.reason for r in EventCollector.from_api(api_client).rows("0e8c2b44-claim-real")] == [
+        "Bound"
+    ]
+    assert server.refused == []

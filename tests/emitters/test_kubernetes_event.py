@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import uuid
 from datetime import UTC, datetime, timedelta
 
 import pytest
 
 from lifecycle import EventType, ObjectRef, Transition
+from lifecycle.emitters._k8s.event import unix_nanos
 from lifecycle.emitters.kubernetes import (
+    NAME_LIMIT,
     NOTE_LIMIT,
     TRUNCATED_SUFFIX,
     Event,
@@ -19,13 +22,18 @@ from lifecycle.emitters.kubernetes import (
     ObjectReference,
     build_event,
     default_controller,
+    event_name,
+    is_derived_uid,
+    is_dns_subdomain,
     truncate_note,
 )
+from lifecycle.links import claim_ref
 
 EPOCH = datetime(2026, 11, 30, 10, 0, 0, tzinfo=UTC)
 POD = ObjectRef("Pod", "ml", "trainer-0", "pod-a")
 JOB = ObjectRef("Job", "certs", "gpu-burn-0", "job-1")
 CLAIM = ObjectRef("NodeClaim", "", "ml-trainer-0", "claim-1")
+CLAIM_OF_POD = claim_ref(POD)
 
 
 def transition(
@@ -339,3 +347,105 @@ print("ok")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "ok"
+
+
+# -- names the API server accepts --------------------------------------------------------------
+LONG_POD = ObjectRef("Pod", "ml", "p" * 240, "pod-long")
+
+
+def test_a_name_that_is_not_a_dns_subdomain_becomes_a_uuid() -> None:
+    """``<240 characters>.<16 hex digits>`` is 257 characters: the API server refuses it,
+    so the Event is named by a UUID instead, as client-go does."""
+    [event], _ = emitted(transition(LONG_POD))
+    assert len(f"{'p' * 240}.{unix_nanos(EPOCH):x}") == 257
+    assert uuid.UUID(event.name).version == 5
+    assert is_dns_subdomain(event.name)
+    assert event.regarding.name == "p" * 240  # the object is still named in full
+    # derived from the name it replaces: the same in a replay, different per nanosecond
+    assert event.name == event_name("p" * 240, unix_nanos(EPOCH))
+    assert event_name("p" * 240, unix_nanos(EPOCH) + 1) != event.name
+
+
+@pytest.mark.parametrize(
+    ("name", "valid"),
+    [
+        ("trainer-0", True),
+        ("a" * (NAME_LIMIT - 17), True),  # with ".<16 hex>": exactly 253
+        ("a" * (NAME_LIMIT - 16), False),
+        ("Trainer-0", False),  # upper case
+        ("trainer_0", False),
+        ("-trainer", False),
+    ],
+)
+def test_only_dns_subdomain_names_are_kept(name: str, valid: bool) -> None:
+    nanos = 0x18ECCA50D8F34000
+    kept = event_name(name, nanos) == f"{name}.{nanos:x}"
+    assert kept is valid
+    assert is_dns_subdomain(event_name(name, nanos))
+
+
+# -- regarding: the object as the API server knows it ------------------------------------------
+def test_the_hosts_resolver_supplies_the_real_uid_and_resource_version() -> None:
+    asked: list[ObjectRef] = []
+
+    def resolve(ref: ObjectRef) -> tuple[str, str]:
+        asked.append(ref)
+        return ("3f9c6a1e-0b7d-4f0e-9d52-8c1b2e7a4f10", "184467")
+
+    [pod, claim], emitter = emitted(
+        transition(version=7), transition(CLAIM_OF_POD, "nodeclaim", "Bound"), resolve=resolve
+    )
+    assert asked == [POD, CLAIM_OF_POD]
+    assert (pod.regarding.uid, pod.regarding.resource_version) == (
+        "3f9c6a1e-0b7d-4f0e-9d52-8c1b2e7a4f10",
+        "184467",
+    )
+    assert pod.regarding.store_version == ""  # the real resourceVersion correlates, as in Go
+    assert pod.to_body()["regarding"]["resourceVersion"] == "184467"
+    assert claim.regarding.uid == "3f9c6a1e-0b7d-4f0e-9d52-8c1b2e7a4f10"
+    assert emitter.stats.unresolved_uids == 0
+
+
+def test_a_derived_nodeclaim_uid_is_never_sent() -> None:
+    """``<pod uid>-claim`` is the store's key, not the NodeClaim's uid: without the host's
+    answer the Event names the claim by kind and name only, and the miss is counted."""
+    assert is_derived_uid(CLAIM_OF_POD)
+    assert not is_derived_uid(POD)
+    [event], emitter = emitted(transition(CLAIM_OF_POD, "nodeclaim", "Bound"))
+    assert event.regarding.uid == ""
+    assert "uid" not in event.to_body()["regarding"]
+    assert event.to_body()["regarding"]["name"] == "ml-trainer-0"
+    assert emitter.stats.unresolved_uids == 1
+    [event], emitter = emitted(
+        transition(CLAIM_OF_POD, "nodeclaim", "Bound"), resolve=lambda ref: None
+    )
+    assert event.regarding.uid == ""
+    assert emitter.stats.unresolved_uids == 1
+
+
+def test_an_unknown_or_failing_resolver_answer_falls_back_without_inventing() -> None:
+    def broken(ref: ObjectRef) -> tuple[str, str]:
+        raise LookupError("informer not synced")
+
+    for resolve in (lambda ref: None, lambda ref: ("", ""), broken):
+        [event], _ = emitted(transition(version=4), resolve=resolve)
+        assert (event.regarding.uid, event.regarding.resource_version) == ("pod-a", "")
+        assert event.regarding.store_version == "4"
+    [event], _ = emitted(transition(version=4), resolve=lambda ref: ("", "991"))
+    assert (event.regarding.uid, event.regarding.resource_version) == ("pod-a", "991")
+
+
+def test_without_resource_versions_transitions_still_correlate_apart() -> None:
+    """Two Running transitions of one pod (a status write between them) are two rows, as
+    the resourceVersion a Go controller's write moves would make them; two action events at
+    one version are one series."""
+    sink = MemoryEventSink()
+    with KubernetesEmitter(sink, clock=ManualClock(EPOCH), hostname="h", timers=False) as em:
+        em.emit(transition(version=3))
+        em.emit(transition(version=5, n=0))
+        probe = transition(reason="OverrideNoOp")._replace(action=True)
+        em.emit(probe)
+        em.emit(probe)
+        assert em.flush()
+    assert sorted(sink.verbs()) == ["create", "create", "create", "patch"]
+    assert all("resourceVersion" not in e["regarding"] for e in sink.events())
