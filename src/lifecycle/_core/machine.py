@@ -8,6 +8,7 @@ from typing import Any, ClassVar, Generic, Protocol, TypeVar
 import attrs
 
 from . import serde
+from .codegen import compile_function
 from .errors import (
     InvalidObservation,
     InvalidTransition,
@@ -19,7 +20,7 @@ from .observation import Observation
 from .redact import redact
 from .refs import Condition, EventType, ObjectRef
 from .schema import Schema, Upcaster
-from .table import SAME, Row, Step, Table, render
+from .table import SAME, Effect, Row, Step, Table, render
 from .transition import Flip
 
 
@@ -138,8 +139,9 @@ def _enter_step(
         "        return generic(s, o)\n"
         f"    return {call}\n"
     )
-    exec(source, namespace)  # like attrs' own __init__
-    enter: Callable[[Any, Any], Any] = namespace["enter"]
+    enter: Callable[[Any, Any], Any] = compile_function(
+        "enter", source, namespace, owner=f"{machine.name}.enter[{row.label}]"
+    )
     return enter
 
 
@@ -184,8 +186,8 @@ def evolver(cls: type[R]) -> Callable[..., R]:
         f"    return _cls_({args})\n"
     )
     namespace: dict[str, Any] = {"_cls_": cls, "_keep_": _KEEP, "_replace_": replace}
-    exec(source, namespace)  # like attrs' own __init__
-    evolve: Callable[..., R] = namespace["evolve"]
+    owner = f"evolve[{cls.__module__}.{cls.__qualname__}]"
+    evolve: Callable[..., R] = compile_function("evolve", source, namespace, owner=owner)
     return evolve
 
 
@@ -242,7 +244,7 @@ class Machine(Generic[S]):
         # The hot path: one callable per (state, observation type), compiled once here so
         # that ``apply`` is a dict lookup and a call (see ADR 0015).
         self._steps: dict[tuple[str, type[Observation]], Callable[[Any, Any], Any]] = {
-            key: self._compile(steps) for key, steps in self._dispatch.items()
+            key: self._compile(key, steps) for key, steps in self._dispatch.items()
         }
         # Entering a state is an event whose type depends on the state alone unless a
         # subclass decides otherwise; then flips can be memoised by their content.
@@ -257,35 +259,52 @@ class Machine(Generic[S]):
         self._memoise_flips = not self.verdicts and self._type_by_state and not self._signed
         self.schema = Schema.of(self)
 
-    def _compile(self, steps: tuple[Step, ...]) -> Callable[[Any, Any], Any]:
+    def _compile(
+        self, key: tuple[str, type[Observation]], steps: tuple[Step, ...]
+    ) -> Callable[[Any, Any], Any]:
         """The rows of one (state, observation type) as one function: each guard in table
-        order, then its row's step (no loop over the rows)."""
-        if len(steps) == 1 and steps[0].guard is None:
-            return self._run(steps[0].row, steps[0].effect)
+        order, then the first holding row's effect, with no loop over the rows and no lookups
+        (what :meth:`select`, then the row's effect, do). A lone row that needs no call of its
+        own is its own step: an ignore row's, or its compiled entry."""
+        first = steps[0]
+        if len(steps) == 1 and first.guard is None and first.effect is None:
+            if first.row.ignore:
+                return _unchanged
+            if type(self).enter is Machine.enter:
+                return _enter_step(self.status_type, first.row, self)
         namespace: dict[str, Any] = {"InvalidTransition": InvalidTransition, "NAME": self.name}
         lines = ["def step(s, o):"]
         for i, step in enumerate(steps):
-            namespace[f"F{i}"] = self._run(step.row, step.effect)
+            lines.append(f"    # {' '.join(step.row.label.splitlines())}")
+            take = self._take(i, step.row, step.effect, namespace)
             if step.guard is None:
-                lines.append(f"    return F{i}(s, o)")
+                lines.append(f"    {take}")
                 break
             namespace[f"G{i}"] = step.guard
-            lines += [f"    if G{i}(s, o):", f"        return F{i}(s, o)"]
+            lines += [f"    if G{i}(s, o):", f"        {take}"]
         else:  # every row guarded: the table's validation makes this unreachable
             lines.append("    raise InvalidTransition(NAME, s.state, o.__class__.__name__)")
-        exec("\n".join(lines) + "\n", namespace)  # like attrs' own __init__
-        step_fn: Callable[[Any, Any], Any] = namespace["step"]
+        owner = f"{self.name}.step[{key[0] or '∅'},{key[1].__name__}]"
+        step_fn: Callable[[Any, Any], Any] = compile_function(
+            "step", "\n".join(lines), namespace, owner=owner
+        )
         return step_fn
 
-    def _run(self, row: Row, effect: Callable[[Any, Any, Row], Any] | None
-             ) -> Callable[[Any, Any], Any]:  # fmt: skip
+    def _take(self, i: int, row: Row, effect: Effect | None, namespace: dict[str, Any]) -> str:
+        """The statement that takes row ``i`` in a compiled step (its names go in
+        ``namespace``): the status itself for an ignore row, else the row's effect, else
+        :meth:`enter` (compiled for the row unless a subclass overrides it)."""
         if row.ignore:
-            return _unchanged
+            return "return s"
+        namespace[f"R{i}"] = row
         if effect is not None:
-            return lambda status, obs: effect(status, obs, row)
+            namespace[f"E{i}"] = effect
+            return f"return E{i}(s, o, R{i})"
         if type(self).enter is not Machine.enter:
-            return lambda status, obs: self.enter(status, obs, row)
-        return _enter_step(self.status_type, row, self)
+            namespace[f"E{i}"] = self.enter
+            return f"return E{i}(s, o, R{i})"
+        namespace[f"E{i}"] = _enter_step(self.status_type, row, self)
+        return f"return E{i}(s, o)"
 
     # -- vocabulary ---------------------------------------------------------------------
     @property

@@ -34,6 +34,7 @@ from .bounds import (
     text_problem,
     time_problem,
 )
+from .codegen import compile_function
 from .errors import InvalidObservation, LifecycleError, brief, preview
 
 T = TypeVar("T")
@@ -300,11 +301,19 @@ def _fast_test(tp: Any, duration: bool = False) -> Callable[[Any], bool] | None:
     source = _test_source(tp, "v", duration)
     if source is None:
         return None
-    test: Callable[[Any], bool] = eval(f"lambda v: {source}", dict(_NAMES))
+    kind = tp.__name__ if isinstance(tp, type) else str(tp)
+    owner = f"test[{kind}{', a duration' if duration else ''}]"
+    test: Callable[[Any], bool] = compile_function(
+        "test", f"def test(v):\n    return {source}\n", dict(_NAMES), owner=owner
+    )
     return test
 
 
 _MISSING = object()
+
+
+def _qualified(cls: type[Any]) -> str:
+    return f"{cls.__module__}.{cls.__qualname__}"
 
 
 def fast_builder(cls: type[Any]) -> Callable[[Mapping[str, Any], object], Any] | None:
@@ -358,8 +367,9 @@ def fast_builder(cls: type[Any]) -> Callable[[Mapping[str, Any], object], Any] |
         "M": _MISSING,
         "cls": cls,
     }
-    exec("\n".join(lines) + "\n", namespace)  # like attrs' own __init__
-    build: Callable[[Mapping[str, Any], object], Any] = namespace["build"]
+    build: Callable[[Mapping[str, Any], object], Any] = compile_function(
+        "build", "\n".join(lines), namespace, owner=f"build[{_qualified(cls)}]"
+    )
     return build
 
 
@@ -472,8 +482,9 @@ def _validator(cls: type[Any]) -> Callable[[Any, str], None]:
         f"    if not ({' and '.join(fast) or 'True'}):",
         "        full(o, where)",
     ]
-    exec("\n".join(lines) + "\n", namespace)  # like attrs' own __init__
-    check: Callable[[Any, str], None] = namespace["check"]
+    check: Callable[[Any, str], None] = compile_function(
+        "check", "\n".join(lines), namespace, owner=f"validate[{_qualified(cls)}]"
+    )
     return check
 
 

@@ -72,6 +72,14 @@ class Row:
     def sources(self) -> tuple[str, ...]:
         return self.source if isinstance(self.source, tuple) else (self.source,)
 
+    @property
+    def label(self) -> str:
+        """The row as reports name it: ``SOURCES x Observation [guard] -> TARGET``."""
+        sources = "|".join(s or "∅" for s in self.sources)
+        guard = f" [{self.guard}]" if self.guard else ""
+        target = "(ignore)" if self.ignore else self.target or "∅"
+        return f"{sources} x {self.observation.__name__}{guard} -> {target}"
+
     def render(self, obs: Observation, context: Mapping[str, Any] | None = None) -> str:
         """The row's message with ``{name}`` placeholders filled from the observation's
         fields, then ``context`` (names the table declares), then observation properties."""
