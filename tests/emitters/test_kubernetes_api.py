@@ -590,3 +590,28 @@ def test_the_resolved_uid_and_resource_version_reach_the_api(
         "Bound"
     ]
     assert server.refused == []
+
+
+def test_a_failing_object_does_not_delay_another_over_http(
+    server: FakeApiServer, make: Callable[..., Made]
+) -> None:
+    """Every request for A's Event is cut off (12 tries, 50 ms apart); B's Event, emitted
+    just after, reaches the server while A is still being retried."""
+    stuck = ObjectRef("Pod", "ml", "stuck-0", "pod-s")
+    server.fail_when(
+        lambda r: isinstance(r.body, dict) and r.body["regarding"]["name"] == "stuck-0",
+        *["drop"] * 12,
+    )
+    m = make(sleep=None, retry_interval=0.05)
+    m.emitter.emit(transition(ref=stuck))
+    emitted_b = time.monotonic()
+    m.emitter.emit(transition())
+    sent(m)
+    arrivals = {(r.body["regarding"]["name"], r.arrived) for r in server.requests}
+    b_arrived = min(t for name, t in arrivals if name == "trainer-0")
+    a_last = max(t for name, t in arrivals if name == "stuck-0")
+    assert b_arrived - emitted_b < 0.3
+    assert b_arrived < a_last
+    assert [r.body["regarding"]["name"] for r in server.requests].count("stuck-0") == 12
+    stats = m.emitter.stats
+    assert (stats.created, stats.gave_up) == (1, 1)
