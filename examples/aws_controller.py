@@ -31,7 +31,7 @@ class PrintEmitter:
     """Publishes events by printing them (a real host would post Kubernetes Events)."""
 
     def emit(self, t: Transition) -> None:
-        print(f"{t.type.value:<7} {t.ref}: {t.source or '-'} -> {t.target}  {t.message}")
+        print(f"{t.type.value:<7} {t.ref}: {t.flip}  {t.message}")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -34,10 +34,7 @@ def main() -> list[str]:
         print("placed:", placed(store, "gpu"))
         runner.observe(ref, p.TerminateSucceeded(at=clock + timedelta(minutes=5)))
         store.close()
-    lines = [
-        f"{e.ref.kind}/{e.ref.name}: {e.source or '-'} -> {e.target} ({e.type})"
-        for e in events.events
-    ]
+    lines = [f"{e.ref.kind}/{e.ref.name}: {e.flip} ({e.type})" for e in events.events]
     print("\n".join(lines))
     return lines
 

@@ -23,8 +23,10 @@ def main(db: str = "controller.db") -> list[str]:
     runner.observe(pod, DeletionRequested(at=now))
     provider.terminate(created.instance_id)
     runner.observe(pod, TerminateSucceeded(at=now))
-    lines = [f"{t.ref.kind}/{t.ref.name}: {t.source or '-'} -> {t.target}" for t in events.events]
+    lines = [f"{t.ref.kind}/{t.ref.name}: {t.flip}" for t in events.events]
     print("\n".join(lines))  # one event per flip; the repeated poll added none
+    if not lines:  # run again on the same file: every status is already there, nothing flips
+        print(f"no flips: {db} already holds these statuses (delete it to start over)")
     return lines
 
 

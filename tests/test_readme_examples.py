@@ -78,15 +78,15 @@ def test_controller_quick_start(tmp_path: Path, capsys: pytest.CaptureFixture[st
     # The first poll adds Ready=False to the booting pod: a flip of its signature (phase,
     # reason, Ready, pod IP), so an event that stays Initializing.
     assert lines == [
-        "Pod/trainer-0: - -> Provisioning",
-        "NodeClaim/ml-trainer-0: - -> Provisioning",
-        "Pod/trainer-0: Provisioning -> Initializing",
-        "NodeClaim/ml-trainer-0: Provisioning -> Bound",
-        "Pod/trainer-0: Initializing -> Initializing",
-        "Pod/trainer-0: Initializing -> Running",
-        "NodeClaim/ml-trainer-0: Bound -> Terminating",
-        "Pod/trainer-0: Running -> Terminated",
-        "NodeClaim/ml-trainer-0: Terminating -> Terminated",
+        "Pod/trainer-0: ∅ → Provisioning",
+        "NodeClaim/ml-trainer-0: ∅ → Provisioning",
+        "Pod/trainer-0: Provisioning → Initializing",
+        "NodeClaim/ml-trainer-0: Provisioning → Bound",
+        "Pod/trainer-0: Initializing → Initializing",
+        "Pod/trainer-0: Initializing → Running",
+        "NodeClaim/ml-trainer-0: Bound → Terminating",
+        "Pod/trainer-0: Running → Terminated",
+        "NodeClaim/ml-trainer-0: Terminating → Terminated",
     ]
     assert capsys.readouterr().out == "\n".join(lines) + "\n"
 
@@ -98,13 +98,13 @@ def test_embed_runner_example(capsys: pytest.CaptureFixture[str]) -> None:
     assert "placed: {'fake': 1}" in out
     # One event per flip: the repeated poll and the unknown observation add nothing.
     assert lines == [
-        "Pod/trainer-0: - -> Provisioning (Normal)",
-        "NodeClaim/ml-trainer-0: - -> Provisioning (Normal)",
-        "Pod/trainer-0: Provisioning -> Initializing (Normal)",
-        "NodeClaim/ml-trainer-0: Provisioning -> Bound (Normal)",
-        "Pod/trainer-0: Initializing -> Running (Normal)",
-        "Pod/trainer-0: Running -> Terminated (Normal)",
-        "NodeClaim/ml-trainer-0: Bound -> Terminated (Normal)",
+        "Pod/trainer-0: ∅ → Provisioning (Normal)",
+        "NodeClaim/ml-trainer-0: ∅ → Provisioning (Normal)",
+        "Pod/trainer-0: Provisioning → Initializing (Normal)",
+        "NodeClaim/ml-trainer-0: Provisioning → Bound (Normal)",
+        "Pod/trainer-0: Initializing → Running (Normal)",
+        "Pod/trainer-0: Running → Terminated (Normal)",
+        "NodeClaim/ml-trainer-0: Bound → Terminated (Normal)",
     ]
 
 
@@ -192,10 +192,10 @@ def test_operator_quick_start_records_and_replays(tmp_path: Path) -> None:
 
 
 def _arrow(line: str) -> tuple[str, str]:
-    """``Normal  Pod/demo/worker-0: - -> Provisioning  msg`` -> ("∅", "Provisioning")."""
-    m = re.search(r": (\S+) -> (\S+)", line)
+    """``Normal  Pod/demo/worker-0: ∅ → Provisioning  msg`` -> ("∅", "Provisioning")."""
+    m = re.search(r": (\S+) → (\S+)", line)
     assert m is not None, line
-    return ("∅" if m[1] == "-" else m[1], m[2])
+    return (m[1], m[2])
 
 
 # -- changing a table (ADR 0088) ----------------------------------------------------------------

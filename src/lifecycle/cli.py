@@ -52,7 +52,7 @@ from ._core.errors import LifecycleError, TraceError, preview
 from ._core.machine import Machine
 from ._core.redact import redact
 from ._core.refs import ObjectRef
-from ._core.transition import Transition
+from ._core.transition import EMPTY, Transition
 from ._log import logs_to
 from ._version import __version__
 from .machines import MachineRegistry, default_registry
@@ -75,14 +75,8 @@ class _Collector:
         self.count += 1
 
 
-def _show(state: str) -> str:
-    return state or "∅"
-
-
 def _table_line(t: Transition) -> str:
-    flip = f"{_show(t.source)} → {_show(t.target)}"
-    if t.condition:
-        flip = f"{t.condition}: {flip}"
+    flip = t.flip
     if t.fallback:
         flip = f"(not written) {flip}"
     obj = f"{t.ref.kind}/{t.ref.namespace + '/' if t.ref.namespace else ''}{t.ref.name}"
@@ -462,7 +456,7 @@ def cmd_machines(args: argparse.Namespace, out: TextIO) -> int:
         return 0
     for d in described:
         out.write(f"{d['name']} ({d['kind']})\n")
-        out.write(f"  states:   {', '.join(_show(s) for s in d['states'])}\n")
+        out.write(f"  states:   {', '.join(s or EMPTY for s in d['states'])}\n")
         out.write(f"  terminal: {', '.join(d['terminal'])}\n")
         out.write("  observations ([optional] fields):\n")
         for name, fields in d["observations"].items():

@@ -30,19 +30,19 @@ def load(name: str) -> ModuleType:
         (
             "modal_controller",
             [
-                "Pod/demo/worker-0: Provisioning -> Initializing",  # probe not yet passed
-                "Pod/demo/worker-0: Initializing -> Running",
-                "Pod/demo/worker-1: Running -> Failed",  # exit 1
-                "Pod/demo/worker-2: Running -> Terminated",  # deleted
+                "Pod/demo/worker-0: Provisioning → Initializing",  # probe not yet passed
+                "Pod/demo/worker-0: Initializing → Running",
+                "Pod/demo/worker-1: Running → Failed",  # exit 1
+                "Pod/demo/worker-2: Running → Terminated",  # deleted
             ],
         ),
         (
             "aws_controller",
             [
-                "Pod/demo/trainer-0: Provisioning -> Initializing",  # reserved
-                "Pod/demo/trainer-0: Initializing -> Running",  # 2/2 status checks
-                "Pod/demo/trainer-1: Running -> Terminated",  # spot reclaim
-                "NodeClaim/demo-trainer-0: Terminating -> Terminated",
+                "Pod/demo/trainer-0: Provisioning → Initializing",  # reserved
+                "Pod/demo/trainer-0: Initializing → Running",  # 2/2 status checks
+                "Pod/demo/trainer-1: Running → Terminated",  # spot reclaim
+                "NodeClaim/demo-trainer-0: Terminating → Terminated",
             ],
         ),
     ],
@@ -57,11 +57,11 @@ def test_example_runs_with_fake_and_its_recording_replays(
         assert any(line in p for p in printed), f"missing {line!r}"
     replayed = MemoryEmitter()
     replay(read_trace(trace), MemoryStore(), [replayed])
-    again = [f"{e.type.value:<7} {e.ref}: {e.source or '-'} -> {e.target}" for e in replayed.events]
+    again = [f"{e.type.value:<7} {e.ref}: {e.flip}" for e in replayed.events]
     assert again == [_without_message(p) for p in printed]
 
 
 def _without_message(line: str) -> str:
-    """``Normal  Pod/ns/x: A -> B  message`` -> ``Normal  Pod/ns/x: A -> B``."""
-    head, arrow, rest = line.partition(" -> ")
+    """``Normal  Pod/ns/x: A → B  message`` -> ``Normal  Pod/ns/x: A → B``."""
+    head, arrow, rest = line.partition(" → ")
     return head + arrow + rest.split("  ", 1)[0]

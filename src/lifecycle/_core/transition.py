@@ -13,6 +13,9 @@ from . import serde
 from .observation import Observation
 from .refs import EventType, ObjectRef
 
+#: How the empty (initial) state is shown wherever a state is printed.
+EMPTY = "∅"
+
 
 @attrs.frozen(slots=True)
 class Flip:
@@ -136,6 +139,13 @@ class Transition(NamedTuple):
         if self.epoch:  # a version recommitted after a lost history is another event
             return f"{self.ref.uid}:{self.version}:{self.n}@{self.epoch}"
         return f"{self.ref.uid}:{self.version}:{self.n}"
+
+    @property
+    def flip(self) -> str:
+        """The change, as every output of the library shows it: ``∅ → Provisioning``, with
+        the condition first for a verdict (``HardwareFailed: ∅ → True``)."""
+        text = f"{self.source or EMPTY} → {self.target or EMPTY}"
+        return f"{self.condition}: {text}" if self.condition else text
 
     def as_dict(self) -> dict[str, object]:
         """A flat, JSON-ready projection (the ``--format jsonl`` line). ``controller`` and
