@@ -29,6 +29,7 @@ from ._core.refs import Condition, EventType, ObjectRef
 from ._core.schema import Schema, Upcaster
 from ._core.table import ANY, SAME, Action, Row, Table, ignore
 from ._core.transition import Flip, Transition
+from ._k8s_status import kubernetes_status
 from ._version import __version__ as __version__
 from .dispatch import Dispatcher
 from .emitters import Emitter, LogEmitter, MemoryEmitter
@@ -108,6 +109,7 @@ __all__ = [
     "Verdict",
     "default_registry",
     "ignore",
+    "kubernetes_status",
     "open_async_store",
     "open_store",
     "placed",
