@@ -157,20 +157,22 @@ class Dispatcher:
             sent, final = self._try(send)
             with self._cond:
                 self._busy.discard(key)
-                lane = self._lanes[key]
-                if final or sent is not Sent.RETRY or not send.retried:
-                    pass
-                elif not self._stopping:
-                    if not self.correlator.gives_up(send):
-                        lane.appendleft(send)
-                        self._waiting += 1
-                        due = self._monotonic() + self.correlator.retry_delay()
-                        heapq.heappush(self._parked, (due, next(self._seq), key))
-                        self._cond.notify_all()
+                if not final and sent is Sent.RETRY and send.retried:
+                    if self._stopping:  # no further try
+                        self.correlator.counters.add("gave_up")
+                    elif not self.correlator.gives_up(send):
+                        self._park(key, send)
                         continue
-                else:  # stopping: no further try
-                    self.correlator.counters.add("gave_up")
                 self._done(key)
+
+    def _park(self, key: EventKey, send: Send) -> None:
+        """Put ``send`` back at the head of its lane until its retry is due; the lane (and
+        only it) waits, no worker does."""
+        self._lanes[key].appendleft(send)
+        self._waiting += 1
+        due = self._monotonic() + self.correlator.retry_delay()
+        heapq.heappush(self._parked, (due, next(self._seq), key))
+        self._cond.notify_all()
 
     def _next_lane(self) -> EventKey | None:
         """Wait for a lane whose next send may go now (None: stop). Runs due timers."""
