@@ -24,6 +24,7 @@ import attrs
 from ._core.observation import Observation
 from ._core.refs import ObjectRef
 from .machines import certification, job, nodeclaim, pod, workflow, workloadrun
+from .machines._claims import claim_ref as claim_ref  # re-exported: its public home
 from .machines._conditions import NEW
 from .machines._groups import RUNNING, Group
 
@@ -78,17 +79,6 @@ class Link:
         if derived is None:
             return ()
         return ((self.target_ref(ref, after), derived),)
-
-
-def claim_ref(pod_ref: ObjectRef, status: Any = None) -> ObjectRef:
-    """The NodeClaim of a pod: cluster-scoped, named ``<ns>-<name>``, keyed ``<pod uid>-claim``
-    so every replica, every replay and every trace author derive the same key."""
-    return ObjectRef(
-        nodeclaim.NodeClaimMachine.kind,
-        "",
-        nodeclaim.claim_name(pod_ref.namespace, pod_ref.name),
-        f"{pod_ref.uid}-claim",
-    )
 
 
 def _pod_to_claim(

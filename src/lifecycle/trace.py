@@ -29,7 +29,6 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, NamedTuple, TextIO
 
-import attrs
 import orjson
 import structlog
 
@@ -46,6 +45,9 @@ from ._core.observation import Observation
 from ._core.redact import redact_observation
 from ._core.refs import ObjectRef
 from ._core.serde import parse_time
+from ._core.trace_lines import format_time as format_time  # re-exported: public here
+from ._core.trace_lines import object_fields as _object
+from ._core.trace_lines import observation_line as observation_line  # re-exported
 from ._core.transition import Transition
 from .emitters.base import Emitter
 from .links import Link, default_links
@@ -577,47 +579,6 @@ def replay(
 
 
 # -- writing traces ---------------------------------------------------------------------------
-def format_time(at: datetime) -> str:
-    """RFC 3339 with ``Z`` for UTC; a naive datetime is refused (traces carry offsets)."""
-    if at.tzinfo is None or at.utcoffset() is None:
-        raise ValueError(f"{at!r} has no timezone; trace times carry a UTC offset")
-    text = at.isoformat()
-    return text[: -len("+00:00")] + "Z" if text.endswith("+00:00") else text
-
-
-def _object(ref: ObjectRef) -> dict[str, str]:
-    obj = {"namespace": ref.namespace, "name": ref.name, "uid": ref.uid}
-    if not ref.namespace:
-        del obj["namespace"]
-    return obj
-
-
-def observation_line(
-    machine: Machine[Any], ref: ObjectRef, observation: Observation
-) -> dict[str, Any]:
-    """One trace line (as a dict) for ``observation`` of ``ref``; fields still at their
-    defaults are left out, so recorded traces read like hand-written ones."""
-    fields = machine.dump_observation(observation)
-    for f in attrs.fields(type(observation)):
-        default = f.default
-        if (
-            f.name in fields
-            and default is not attrs.NOTHING
-            and not isinstance(default, attrs.Factory)  # type: ignore[arg-type]
-            and getattr(observation, f.name) == default
-        ):
-            del fields[f.name]
-    line: dict[str, Any] = {
-        "at": format_time(observation.at),
-        "machine": machine.name,
-        "object": _object(ref),
-        "observe": observation.name(),
-    }
-    if fields:
-        line["with"] = fields
-    return line
-
-
 def fault_line(
     machine: Machine[Any], ref: ObjectRef, at: datetime, fault: str, times: int = 1
 ) -> dict[str, Any]:

@@ -32,7 +32,7 @@ import attrs
 from .._core.observation import Observation
 from .._core.redact import redact, redact_observation
 from .._core.refs import ObjectRef
-from ..links import claim_ref
+from ..machines._claims import claim_ref
 from ..machines.nodeclaim import PodAbsent
 from ..machines.pod import (
     CreateRequested,

@@ -30,8 +30,8 @@ import attrs
 from .._core.observation import Observation
 from .._core.redact import REDACTED, is_secret_key, redact, redact_observation, scrub
 from .._core.refs import ObjectRef
+from .._core.trace_lines import observation_line
 from ..machines import MachineRegistry, default_registry
-from ..trace import observation_line
 
 __all__ = [
     "REDACTED",
