@@ -294,6 +294,71 @@ FINAL.update(
     }
 )
 
+# The faults of the write-then-emit protocol (ADR 0077): another writer winning the race, a
+# crash between commit and delivery; and an action Warning repeated into one Kubernetes series.
+EXPECTED.update(
+    {
+        "concurrent-writer.jsonl": {
+            # the other writer commits Running first: our re-read finds it, our flip is suppressed
+            "race-same": [N("", PROV), N(PROV, INIT), N(INIT, INIT), N(INIT, RUN)],
+            "race-same-claim": CLAIM_BOUND,
+            # the other writer demotes to Initializing first: our Failed now reads from there
+            "race-changed": [
+                N("", PROV),
+                N(PROV, INIT),
+                N(INIT, RUN),
+                N(RUN, INIT),
+                W(INIT, "Failed"),
+            ],
+            "race-changed-claim": [*CLAIM_BOUND, N(BOUND, TED)],
+        },
+        "crash-after-commit.jsonl": {
+            "crash-0": [N("", PROV), N(PROV, INIT), N(INIT, RUN)],
+            "crash-0-claim": CLAIM_BOUND,
+            "crash-1": [N("", PROV), N(PROV, INIT), N(INIT, RUN)],
+            "crash-1-claim": CLAIM_BOUND,
+        },
+        "kubernetes-event-series.jsonl": {
+            "wf-k8s": [("Warning", "InsufficientGPUCapacity", "", "")] * 22,
+        },
+    }
+)
+FINAL.update(
+    {
+        "concurrent-writer.jsonl": {
+            # v4 is the other writer's Running: ours, re-applied to it, changed nothing
+            "race-same": {"state": RUN, "ready.status": "True", "version": 4},
+            "race-same-claim": {"state": BOUND, "version": 2},
+            "race-changed": {"state": "Failed", "exit_code": 1, "version": 5},
+            "race-changed-claim": {"state": TED},
+        },
+        "crash-after-commit.jsonl": {
+            "crash-0": {"state": RUN, "instance_id": "fake-1", "version": 3},
+            "crash-0-claim": {"state": BOUND, "instance_id": "fake-1", "version": 2},
+            "crash-1": {"state": RUN, "instance_id": "fake-2", "version": 3},
+            # the restart applied the pod's intent again: nothing changed, no version 3
+            "crash-1-claim": {"state": BOUND, "instance_id": "fake-2", "version": 2},
+        },
+        "kubernetes-event-series.jsonl": {"wf-k8s": {"version": 1}},
+    }
+)
+
+#: Events another host sent, by id, as ``--format jsonl`` marks them: (sent_by, redelivered).
+#: Every other event is this process's own and carries neither key.
+MARKED: dict[str, dict[str, tuple[str, bool]]] = {
+    "concurrent-writer.jsonl": {
+        "race-same:4:0": ("other writer", False),
+        "race-changed:4:0": ("other writer", False),
+    },
+    "crash-after-commit.jsonl": {
+        # committed before the crash, sent from the outbox under the same id
+        "crash-0:2:0": ("restarted host", True),
+        # the restarted host's own commit, applying the pod's pending cascade intent
+        "crash-0-claim:2:0": ("restarted host", False),
+        "crash-1-claim:2:0": ("restarted host", True),
+    },
+}
+
 # The certification cascade traces are specified in test_cascade_workflow (with the reporting
 # controller); here they are held to the same (type, reason, from, to) sequences.
 for _name, _objects in TRACE_EVENTS.items():
@@ -376,6 +441,10 @@ def test_cli_replay(path: Path, url: str, tmp_path: Path) -> None:
     for d in events:
         got.setdefault(d["uid"], []).append((d["type"], d["reason"], d["from"], d["to"]))
     assert got == EXPECTED.get(path.name)
+    marked = {
+        d["id"]: (d.pop("sent_by"), d.pop("redelivered", False)) for d in events if "sent_by" in d
+    }
+    assert marked == MARKED.get(path.name, {})
     transitions = [d for d in events if not d.get("action")]  # action events carry no id
     assert all(d["id"] for d in transitions)
     assert len({d["id"] for d in transitions}) == len(transitions)

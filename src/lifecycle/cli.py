@@ -1,7 +1,8 @@
 """``lifecycle``: replay traces and describe machines.
 
     lifecycle replay TRACE [--store URL] [--format table|jsonl] [--final-status]
-                           [--max-line-bytes N]
+                           [--max-line-bytes N] [--as-kubernetes-events]
+                           [--expect GOLDEN.jsonl [--update] | --compare-with MODULE:REGISTRY]
     lifecycle machines [--format text|json]
     lifecycle diagram MACHINE [--format mermaid|dot] [--stays]
     lifecycle table MACHINE
@@ -14,8 +15,10 @@ Exit codes:
 
 0  done.
 1  the answer is no, or the command could not run: ``docs --check`` found a stale page, ``db
-   status`` found a store not at this release's schema, or an internal error (a bug: one line
-   ``lifecycle: internal error: ...``; set ``LIFECYCLE_DEBUG=1`` for its traceback).
+   status`` found a store not at this release's schema, ``replay --expect`` or ``replay
+   --compare-with`` found events that differ (a unified diff on stdout), or an internal error
+   (a bug: one line ``lifecycle: internal error: ...``; set ``LIFECYCLE_DEBUG=1`` for its
+   traceback).
 2  refused input, nothing written: a bad trace line (``FILE:LINE: what is wrong``), a bad store
    URL, a file that is not a store, a bad argument. Always one line on stderr.
 3  ``replay`` only: every line was accepted, but a status write failed that no fault line of
@@ -31,6 +34,7 @@ password or token in it is never printed.
 from __future__ import annotations
 
 import argparse
+import difflib
 import gc
 import json
 import os
@@ -40,6 +44,7 @@ import types
 import typing
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
+from datetime import datetime
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -48,7 +53,7 @@ import orjson
 
 from ._cli_check import add_check_command
 from ._cli_db import STORE_HELP, add_db_commands
-from ._core.errors import LifecycleError, TraceError, preview
+from ._core.errors import LifecycleError, TraceError, UnknownMachine, preview
 from ._core.machine import Machine
 from ._core.redact import redact
 from ._core.refs import ObjectRef
@@ -59,7 +64,18 @@ from .machines import MachineRegistry, default_registry
 from .runner import Result
 from .stores import MemoryStore, open_store, parse_sqlite_url, redact_url
 from .stores.base import Store
-from .trace import MAX_LINE_BYTES, TraceLine, check, injected, read_trace, replay, stream_trace
+from .trace import (
+    CONCURRENT_WRITE,
+    MAX_LINE_BYTES,
+    HostEvents,
+    ObservationLine,
+    TraceLine,
+    check,
+    injected,
+    read_trace,
+    replay,
+    stream_trace,
+)
 
 #: The exit codes of the CLI (the module's notes say what each means).
 EXIT_OK, EXIT_NO, EXIT_REFUSED, EXIT_WRITE_FAILED, EXIT_MISSING_EXTRA = 0, 1, 2, 3, 4
@@ -75,10 +91,12 @@ class _Collector:
         self.count += 1
 
 
-def _table_line(t: Transition) -> str:
+def _table_line(t: Transition, note: str = "") -> str:
     flip = t.flip
     if t.fallback:
         flip = f"(not written) {flip}"
+    if note:  # sent by another host: the other writer, or a restarted one
+        flip = f"({note}) {flip}"
     obj = f"{t.ref.kind}/{t.ref.namespace + '/' if t.ref.namespace else ''}{t.ref.name}"
     return (
         f"{t.at.strftime('%H:%M:%S')}  {obj:<30} {flip:<30} {t.type.value:<7} "
@@ -94,7 +112,10 @@ def _note_objects(result: Result, seen: dict[str, ObjectRef]) -> None:
 
 
 def _final_statuses(
-    store: Store, machines: MachineRegistry, seen: dict[str, ObjectRef], out: TextIO
+    store: Store,
+    machines: MachineRegistry,
+    seen: dict[str, ObjectRef],
+    write: Callable[[bytes], object],
 ) -> None:
     for ref in seen.values():
         machine = machines.for_kind(ref.kind)
@@ -110,7 +131,7 @@ def _final_statuses(
             "version": 0 if record is None else record.version,
             "status": machine.dump_status(status),
         }
-        out.write(_json_line(line).decode())
+        write(_json_line(line))
 
 
 def _new_sqlite_file(url: str) -> bool:
@@ -251,6 +272,13 @@ def cmd_replay(args: argparse.Namespace, out: TextIO) -> int:
     progress = Progress(0, sys.stderr)
     try:
         with _no_cyclic_gc():
+            if args.compare_with is not None:
+                return _compare(args, out, progress)
+            if args.expect is not None:
+                return _expect(args, out, progress)
+            if args.update:
+                _say("lifecycle replay: --update rewrites the file --expect names; give --expect")
+                return EXIT_REFUSED
             return _replay(args, out, progress)
     finally:
         progress.clear()
@@ -266,8 +294,17 @@ def _count_records(path: str) -> int:
         return 0
 
 
-def _replay(args: argparse.Namespace, out: TextIO, progress: Progress) -> int:
-    machines = default_registry()
+def _replay(
+    args: argparse.Namespace,
+    out: TextIO,
+    progress: Progress,
+    machines: MachineRegistry | None = None,
+    capture: list[bytes] | None = None,
+) -> int:
+    """Replay ``args.trace`` under ``machines`` (the shipped ones by default) and print it.
+    With ``capture``, the output's JSON lines (events, Event rows, final statuses) are
+    appended there instead, and nothing else is printed: a golden comparison reads them."""
+    machines = machines if machines is not None else default_registry()
     # A memory store is fresh and gone when the command ends: instead of a dry run, replay
     # once as the file is read, hold the output back, and show it only if every line was
     # accepted (ADR 0009). Any other store gets the whole trace checked before it is touched.
@@ -291,7 +328,8 @@ def _replay(args: argparse.Namespace, out: TextIO, progress: Progress) -> int:
             check(trace, MemoryStore(), name=args.trace, machines=machines)
     store = MemoryStore(journal=False) if throwaway else open_store(args.store)
     collector = _Collector()
-    table = args.format == "table"
+    table = args.format == "table" and capture is None
+    kubernetes: list[Transition] | None = [] if args.as_kubernetes_events else None
     shared_terminal = _isatty(out) and not throwaway  # the bar and the output share a screen
     done = 0
     observed = failed = unplanned = 0  # observation lines; failed writes; those not injected
@@ -305,7 +343,9 @@ def _replay(args: argparse.Namespace, out: TextIO, progress: Progress) -> int:
         out.write(text)
 
     def emit(line: bytes) -> None:
-        if throwaway:
+        if capture is not None:
+            capture.append(line)
+        elif throwaway:
             held.extend(line)
         else:
             write(line.decode())
@@ -320,26 +360,72 @@ def _replay(args: argparse.Namespace, out: TextIO, progress: Progress) -> int:
     final_status = args.final_status
     update = progress.update if progress.enabled else None
 
-    def show(_: TraceLine, result: Result | None) -> None:
+    def count(results: Iterable[Result]) -> None:
+        nonlocal failed, unplanned
+        for sub in results:
+            if sub.error is not None or sub.cascade or sub.caught_up:
+                more, more_unplanned = _failed_writes(sub)
+                failed += more
+                unplanned += more_unplanned
+
+    def show_host(host: HostEvents) -> None:
+        """What another host sent: the other writer, or a restarted process (marked)."""
+        count(host.results)
+        other = host.fault == CONCURRENT_WRITE
+        for t in (*host.before_crash, *host.transitions):
+            if final_status:
+                seen.setdefault(t.ref.uid, t.ref)
+        if kubernetes is not None:
+            kubernetes.extend(host.before_crash)
+            kubernetes.extend(host.transitions)
+            return
+        for t in host.before_crash:  # this process sent them, before it died
+            emit((_table_line(t) + "\n").encode() if table else _jsonl_line(t))
+        for t in host.transitions:
+            if other:
+                note, marks = "other writer", _OTHER_WRITER
+            elif t.id in host.redelivered:
+                note, marks = "redelivered", _REDELIVERED
+            else:
+                note, marks = "restarted host", _RESTARTED
+            emit((_table_line(t, note) + "\n").encode() if table else _jsonl_line(t, marks))
+
+    def show(record: TraceLine, result: Result | HostEvents | None) -> None:
         nonlocal done, observed, failed, unplanned
         if pending_header:
             write(pending_header.pop())
+        if result.__class__ is HostEvents:  # a fault line fired (it was counted when read)
+            show_host(result)
+            return
         done += 1
-        if result is not None:
+        if record.__class__ is ObservationLine:
             observed += 1
+            if final_status:
+                seen.setdefault(record.ref.uid, record.ref)
+        if result is not None:
+            assert isinstance(result, Result)
             if result.error is not None:
                 failed += 1
                 unplanned += not injected(result.error)
-            for sub in result.cascade:  # most have one linked write, which landed
-                if sub.error is not None or sub.cascade:
-                    more, more_unplanned = _failed_writes(sub)
-                    failed += more
-                    unplanned += more_unplanned
+            # most have one linked write, which landed
+            if result.cascade:
+                count(result.cascade)
+            if result.caught_up:
+                count(result.caught_up)
             if final_status:
                 _note_objects(result, seen)
-            if result.transitions or result.cascade or result.fallback or result.actions:
-                for t in result.all_transitions():
-                    emit((_table_line(t) + "\n").encode() if table else _jsonl_line(t))
+            if (
+                result.transitions
+                or result.cascade
+                or result.fallback
+                or result.actions
+                or result.caught_up
+            ):
+                if kubernetes is not None:
+                    kubernetes.extend(result.all_transitions())
+                else:
+                    for t in result.all_transitions():
+                        emit((_table_line(t) + "\n").encode() if table else _jsonl_line(t))
         if update is not None:
             update(done)
 
@@ -371,12 +457,25 @@ def _replay(args: argparse.Namespace, out: TextIO, progress: Progress) -> int:
         progress.clear()
         if pending_header:
             write(pending_header.pop())
-        if throwaway:
+        if kubernetes is not None:  # the Event objects the run would leave, correlated
+            from .emitters.kubernetes import format_event_table, simulate_events
+
+            # on the trace's clock: a trace orders each object's lines, not all of them
+            rows = simulate_events(sorted(kubernetes, key=_at))
+            if table:
+                emit((format_event_table(rows) + "\n").encode())
+            else:
+                for row in rows:
+                    emit(_json_line(_event_row(row)))
+        if throwaway and capture is None:
             if table:
                 out.write(header(done))
             out.write(held.decode())
         if args.final_status:
-            _final_statuses(store, machines, seen, out)
+            if capture is not None:
+                _final_statuses(store, machines, seen, capture.append)
+            else:
+                _final_statuses(store, machines, seen, lambda line: out.write(line.decode()))
         elif table:
             events = collector.count
             summary = f"{observed} observations, {events} events, {failed} failed writes"
@@ -395,6 +494,133 @@ def _replay(args: argparse.Namespace, out: TextIO, progress: Progress) -> int:
     return EXIT_OK
 
 
+#: How events another host sent are marked in ``--format jsonl`` (and golden files).
+_OTHER_WRITER: dict[str, Any] = {"sent_by": "other writer"}
+_REDELIVERED: dict[str, Any] = {"sent_by": "restarted host", "redelivered": True}
+_RESTARTED: dict[str, Any] = {"sent_by": "restarted host"}
+
+
+def _at(t: Transition) -> datetime:
+    return t.at
+
+
+def _event_row(row: Any) -> dict[str, Any]:
+    """An Event row of ``--as-kubernetes-events`` as a JSON-ready dict (times ISO 8601)."""
+    data: dict[str, Any] = attrs.asdict(row)
+    return {k: v.isoformat() if hasattr(v, "isoformat") else v for k, v in data.items()}
+
+
+# -- golden replays ------------------------------------------------------------------------------
+def _normalized(text: str | bytes) -> str:
+    """One output line as a golden file holds it: compact JSON, keys sorted, ASCII only."""
+    return json.dumps(json.loads(text), sort_keys=True, separators=(",", ":"))
+
+
+def _golden_lines(path: str) -> list[str]:
+    """The normalized lines of a golden file (blank lines and ``#`` comments skipped); a
+    missing file or a line that is not JSON is refused (exit 2)."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise TraceError(path, 0, "no such file (--update writes it)") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise TraceError(path, 0, f"cannot read it: {e}") from None
+    lines = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        try:
+            lines.append(_normalized(line))
+        except ValueError as e:
+            raise TraceError(path, number, f"not a JSON line: {preview(str(e), 120)}") from None
+    return lines
+
+
+def _command(args: argparse.Namespace) -> str:
+    """The ``lifecycle replay`` command that reproduces a golden file."""
+    words = ["lifecycle replay", args.trace, "--expect", args.expect]
+    if args.final_status:
+        words.append("--final-status")
+    if args.as_kubernetes_events:
+        words.append("--as-kubernetes-events")
+    return " ".join(words)
+
+
+def _diff(want: list[str], got: list[str], want_name: str, got_name: str) -> str:
+    """A unified diff of normalized lines, with a one-line count of what differs first."""
+    lines = list(difflib.unified_diff(want, got, want_name, got_name, lineterm="", n=1))
+    removed = sum(1 for line in lines if line.startswith("-") and not line.startswith("---"))
+    added = sum(1 for line in lines if line.startswith("+") and not line.startswith("+++"))
+    head = f"{removed} line(s) only in {want_name} (-), {added} only in {got_name} (+)"
+    return head + "\n" + "\n".join(lines) + "\n"
+
+
+def _expect(args: argparse.Namespace, out: TextIO, progress: Progress) -> int:
+    """``--expect GOLDEN``: the replay's lines against the golden file (``--update``: write
+    it). Exit 1 with a diff when they differ; the replay's own failure (3) comes first."""
+    got: list[bytes] = []
+    code = _replay(args, out, progress, capture=got)
+    lines = [_normalized(line) for line in got]
+    if args.update:
+        comment = f"# expected output of: {_command(args)} (rewrite: add --update)\n"
+        body = "".join(line + "\n" for line in lines)
+        Path(args.expect).write_text(comment + body, encoding="utf-8")
+        out.write(f"wrote {len(lines)} lines to {redact(args.expect)}\n")
+        return code
+    want = _golden_lines(args.expect)
+    if want == lines:
+        out.write(
+            f"{redact(args.trace)}: as expected ({len(lines)} lines of {redact(args.expect)})\n"
+        )
+        return code
+    out.write(
+        f"{redact(args.trace)}: the replay differs from {redact(args.expect)} "
+        "(accept it with --update)\n"
+    )
+    out.write(redact(_diff(want, lines, args.expect, f"replay of {args.trace}")))
+    return code or EXIT_NO
+
+
+def _compare(args: argparse.Namespace, out: TextIO, progress: Progress) -> int:
+    """``--compare-with MODULE:REGISTRY``: one trace replayed under the shipped tables and
+    under the proposed ones, each into a fresh memory store; exit 1 with a diff of their
+    lines when they differ (a line the proposed tables refuse is a difference too)."""
+    from ._cli_db import load_machines
+
+    if args.store not in ("memory://", "memory"):
+        _say("lifecycle replay: --compare-with replays into two memory stores; drop --store")
+        return EXIT_REFUSED
+    spec = args.compare_with
+    try:
+        proposed = load_machines(spec)
+    except UnknownMachine as e:
+        raise UnknownMachine(str(e).replace("--machines", "--compare-with", 1)) from None
+    today: list[bytes] = []
+    code = _replay(args, out, progress, capture=today)
+    if code:
+        return code
+    theirs: list[bytes] = []
+    try:
+        code = _replay(args, out, progress, machines=proposed, capture=theirs)
+    except LifecycleError as e:  # a line the proposed tables refuse
+        out.write(
+            f"{redact(args.trace)}: the tables of {redact(spec)} refuse it: {redact(str(e))}\n"
+        )
+        return EXIT_NO
+    if code:
+        return code
+    a, b = [_normalized(line) for line in today], [_normalized(line) for line in theirs]
+    if a == b:
+        out.write(
+            f"{redact(args.trace)}: the same {len(a)} lines under the shipped tables and "
+            f"{redact(spec)}\n"
+        )
+        return EXIT_OK
+    out.write(f"{redact(args.trace)}: the tables of {redact(spec)} change its events\n")
+    out.write(redact(_diff(a, b, "shipped tables", spec)))
+    return EXIT_NO
+
+
 def _json_line(data: dict[str, Any]) -> bytes:
     """One compact JSON line, ASCII only (other characters escaped, as ``json.dumps`` does:
     the output never depends on the terminal's encoding)."""
@@ -404,8 +630,10 @@ def _json_line(data: dict[str, Any]) -> bytes:
     return (json.dumps(data, separators=(",", ":")) + "\n").encode()
 
 
-def _jsonl_line(t: Transition) -> bytes:
-    return _json_line(t.as_dict())
+def _jsonl_line(t: Transition, marks: dict[str, Any] | None = None) -> bytes:
+    if marks is None:
+        return _json_line(t.as_dict())
+    return _json_line({**t.as_dict(), **marks})
 
 
 def _type_name(tp: Any) -> str:
@@ -533,6 +761,7 @@ EXIT_CODES = """exit codes:
   2  refused input, nothing written: a bad trace line (FILE:LINE: what is wrong), a bad store
      URL, a file that is not a store, a bad argument; one line on stderr
   3  replay: a status write failed that no fault line injected (the other lines were replayed)
+     (replay --expect / --compare-with: 1 when the events differ, with a unified diff)
   4  the command needs an extra that is not installed (diagram, docs: lifecycle[diagrams])
   (lifecycle restore check has its own codes: see its --help)"""
 
@@ -543,7 +772,8 @@ REPLAY_EXIT_CODES = """exit codes:
      URL, a file that is not a store
   3  every line was accepted, but a status write failed that no fault line injected (the
      store refused it); the other lines were replayed and their events delivered
-  1  an internal error (a bug; set LIFECYCLE_DEBUG=1 for its traceback)"""
+  1  --expect / --compare-with: the events differ (a unified diff on stdout); or an
+     internal error (a bug; set LIFECYCLE_DEBUG=1 for its traceback)"""
 
 
 def _positive_int(text: str) -> int:
@@ -587,6 +817,32 @@ def build_parser() -> argparse.ArgumentParser:
         default=MAX_LINE_BYTES,
         metavar="N",
         help=f"refuse a trace line longer than N bytes of UTF-8 (default {MAX_LINE_BYTES})",
+    )
+    rp.add_argument(
+        "--as-kubernetes-events",
+        action="store_true",
+        help="instead of the event timeline, the Event objects the Kubernetes emitter would "
+        "leave (correlated on the trace's clock, series counts settled), as kubectl get "
+        "events shows them; no API server is needed",
+    )
+    golden = rp.add_mutually_exclusive_group()
+    golden.add_argument(
+        "--expect",
+        metavar="GOLDEN.jsonl",
+        help="compare the events (and with --final-status the final statuses) with this file; "
+        "exit 1 with a unified diff when they differ",
+    )
+    golden.add_argument(
+        "--compare-with",
+        metavar="MODULE:REGISTRY",
+        help="replay the trace under the shipped tables and under these (MODULE:NAME or "
+        "FILE.py:NAME: a MachineRegistry, or a function returning one) and show where the "
+        "events differ; exit 1 when they do",
+    )
+    rp.add_argument(
+        "--update",
+        action="store_true",
+        help="with --expect: write the replay's lines to the file instead of comparing",
     )
     rp.set_defaults(func=cmd_replay)
     mp = sub.add_parser("machines", help="list machines, states, observations and reasons")

@@ -7,10 +7,16 @@ One record per line::
      "observe": "ProvisionSucceeded", "with": {"reserved": true, "instance_id": "i-1"}}
     {"at": "...", "machine": "pod", "object": {...}, "fault": "conflict", "times": 2}
 
-A fault line makes the next ``times`` status writes of that object fail (``conflict`` or
-``write-error``), to exercise the write-then-emit protocol. Blank lines and lines starting
-with ``#`` are skipped. The whole trace is validated, and then dry-run against a read-through
-overlay of the store, before anything is written; a bad line is reported as ``FILE:LINE:``.
+A fault line exercises the write-then-emit protocol on that object: ``conflict`` and
+``write-error`` make its next ``times`` status writes fail; ``concurrent-write`` (with an
+``observe`` and ``with`` of its own) has another writer commit that observation just before
+our next write of the object, so that write meets a real conflict and re-reads the other
+writer's status; ``crash-after-commit`` kills the replaying process right after the object's
+next commit lands, before its events are delivered, and a restarted host (a new
+:class:`~lifecycle.Runner` on the same store) redelivers them from the outbox and applies the
+pending cascade intents. Blank lines and lines starting with ``#`` are skipped. The whole
+trace is validated, and then dry-run against a read-through overlay of the store, before
+anything is written; a bad line is reported as ``FILE:LINE:``.
 Each line is one JSON object (a key repeated at any depth is refused, never last-wins) of at
 most :data:`MAX_LINE_BYTES` bytes of UTF-8 (``max_line_bytes`` of the readers; a longer line
 is refused without being read whole).
@@ -58,6 +64,15 @@ from .stores.overlay import FAULTS, FaultyStore, OverlayStore
 
 _KEYS = {"at", "machine", "object", "observe", "with", "fault", "times"}
 
+#: Another writer commits the line's observation just before our next write of the object.
+CONCURRENT_WRITE = "concurrent-write"
+#: The process dies right after the object's next commit lands, before delivery.
+CRASH_AFTER_COMMIT = "crash-after-commit"
+#: Every ``"fault"`` a trace line may name: the store's failures, then the protocol's races.
+TRACE_FAULTS: tuple[str, ...] = (*FAULTS, CONCURRENT_WRITE, CRASH_AFTER_COMMIT)
+#: Restarts one line may cause before the replay gives up (each needs a crash fault line).
+MAX_RESTARTS = 100
+
 #: The default limit of one trace line, in bytes of UTF-8 (its line ending not counted).
 MAX_LINE_BYTES = 1 << 20
 
@@ -72,7 +87,10 @@ class ObservationLine(NamedTuple):
 
 
 class FaultLine(NamedTuple):
-    """The next ``times`` status writes of ``ref`` fail with ``fault``."""
+    """A fault on ``ref``: its next ``times`` status writes fail with ``fault``
+    (``conflict``, ``write-error``); or another writer commits ``observation`` just before
+    our next write of it (``concurrent-write``); or the process dies right after its next
+    commit (``crash-after-commit``)."""
 
     line: int
     machine: Machine[Any]
@@ -80,6 +98,33 @@ class FaultLine(NamedTuple):
     at: datetime
     fault: str
     times: int
+    #: the other writer's observation (``concurrent-write`` only)
+    observation: Observation | None = None
+
+
+class HostEvents(NamedTuple):
+    """What a fault line made another host do, once it fired: the other writer's commit
+    (``concurrent-write``) or a restarted host's start-up redelivery (``crash-after-commit``).
+
+    ``transitions`` are the events that host sent, in order; ``results`` the other writer's
+    write (a redelivery reports none: :meth:`~lifecycle.Runner.redeliver` counts only).
+    After a crash, ``redelivered`` names those of ``transitions`` that the dead process had
+    committed (sent again from the outbox under the ids they were committed under; the others
+    are the restarted host's own commits, made applying pending cascade intents), and
+    ``before_crash`` holds the events the dying process had sent in that line before it died
+    (the line's result died with it)."""
+
+    #: the fault line that fired
+    cause: FaultLine
+    transitions: tuple[Transition, ...]
+    results: tuple[Result, ...] = ()
+    redelivered: frozenset[str] = frozenset()
+    before_crash: tuple[Transition, ...] = ()
+
+    @property
+    def fault(self) -> str:
+        """``concurrent-write`` (another writer) or ``crash-after-commit`` (a restart)."""
+        return self.cause.fault
 
 
 TraceLine = ObservationLine | FaultLine
@@ -156,8 +201,7 @@ def parse_line(
     ref = _ref(machine, data["object"])
     at = parse_time(data["at"])
     if "fault" in data:
-        _unique_keys_in(text, data, _NO_FIELDS)
-        return _fault_line(data, line, machine, ref, at)
+        return _fault_line(text, data, line, machine, ref, at)
     if "times" in data:
         raise ValueError('"times" belongs to fault lines only')
     observe = data.get("observe")
@@ -248,13 +292,38 @@ _NO_FIELDS: dict[str, Any] = {}
 
 
 def _fault_line(
-    data: dict[str, Any], line: int, machine: Machine[Any], ref: ObjectRef, at: datetime
+    text: str,
+    data: dict[str, Any],
+    line: int,
+    machine: Machine[Any],
+    ref: ObjectRef,
+    at: datetime,
 ) -> FaultLine:
+    fault = data["fault"]
+    if fault not in TRACE_FAULTS:
+        raise ValueError(f'"fault" must be one of {", ".join(TRACE_FAULTS)}, not {preview(fault)}')
+    if fault == CONCURRENT_WRITE:
+        if "times" in data:
+            raise ValueError('"times" does not go with "concurrent-write" (one line per write)')
+        observe = data.get("observe")
+        if type(observe) is not str:
+            if "observe" not in data:
+                raise ValueError(
+                    'a "concurrent-write" line needs "observe": what the other writer commits'
+                )
+            raise ValueError('"observe" must be a string')
+        fields = data.get("with", _NO_FIELDS)
+        if type(fields) is not dict:
+            raise ValueError('"with" must be an object')
+        _unique_keys_in(text, data, fields)
+        observation = machine.observation(observe, at, fields)
+        return FaultLine(line, machine, ref, at, fault, 1, observation)
+    _unique_keys_in(text, data, _NO_FIELDS)
     if "observe" in data or "with" in data:
-        raise ValueError('a fault line has no "observe" or "with"')
-    fault, times = data["fault"], data.get("times", 1)
-    if fault not in FAULTS:
-        raise ValueError(f'"fault" must be one of {", ".join(FAULTS)}, not {preview(fault)}')
+        raise ValueError(f'a "{fault}" fault line has no "observe" or "with"')
+    if fault == CRASH_AFTER_COMMIT and "times" in data:
+        raise ValueError('"times" does not go with "crash-after-commit" (a process dies once)')
+    times = data.get("times", 1)
     if not isinstance(times, int) or isinstance(times, bool) or times < 1:
         raise ValueError(f'"times" must be a positive integer, not {preview(times)}')
     return FaultLine(line, machine, ref, at, fault, times)
@@ -443,7 +512,8 @@ class InjectedWriteError(StoreError):
 
 
 class InjectedConflict(Conflict):
-    """A write conflict that a fault line of the trace injected."""
+    """A write conflict that a fault line of the trace injected (a phantom one, or the real
+    one a ``concurrent-write`` line's other writer caused)."""
 
 
 def injected(error: BaseException | None) -> bool:
@@ -452,9 +522,83 @@ def injected(error: BaseException | None) -> bool:
     return isinstance(error, InjectedWriteError | InjectedConflict)
 
 
+class Crash(BaseException):
+    """The replaying process died right after a commit a ``crash-after-commit`` line named.
+
+    A ``BaseException``: nothing between the store and the replay loop may catch it, as
+    nothing survives a real crash."""
+
+    def __init__(self, line: FaultLine, committed: Iterable[str] = ()) -> None:
+        super().__init__(f"crash after a commit of {line.ref} (trace line {line.line})")
+        self.line = line
+        #: the ids of the events of the commit that landed just before the crash
+        self.committed = frozenset(committed)
+
+
+class _Sent:
+    """An emitter that keeps what it is handed while ``on``: the events another host sent."""
+
+    def __init__(self) -> None:
+        self.on = False
+        self.events: list[Transition] = []
+
+    def emit(self, transition: Transition) -> None:
+        if self.on:
+            self.events.append(transition)
+
+    def take(self) -> tuple[Transition, ...]:
+        out = tuple(self.events)
+        self.events.clear()
+        return out
+
+
+#: Makes a runner like the replay's on a store, sending to the replay's emitters and to a
+#: recorder of its own (another host: another writer, a restarted process).
+_RunnerFactory = Callable[[Store, _Sent], Runner]
+
+
 class _TraceFaults(FaultyStore):
-    """A :class:`FaultyStore` whose injected failures say so (:func:`injected`): a replay
-    tells the failures a trace asked for from those of the store."""
+    """A :class:`FaultyStore` for a trace's fault lines. Its injected failures say so
+    (:func:`injected`): a replay tells the failures a trace asked for from those of the
+    store. It also plays the protocol's races: another writer's commit just before our next
+    write of an object (``concurrent-write``), and the process dying right after an object's
+    next commit (``crash-after-commit``: :class:`Crash`)."""
+
+    def __init__(self, inner: Store, make_runner: _RunnerFactory) -> None:
+        super().__init__(inner)
+        self._make_runner = make_runner
+        self._writers: dict[str, list[FaultLine]] = {}
+        self._crashes: dict[str, list[FaultLine]] = {}
+        #: what fired, in order: the other writers' commits (a restart is added by the replay)
+        self.fired: list[HostEvents] = []
+        #: other writers' observations their machine refused
+        self.refused: list[tuple[FaultLine, LifecycleError]] = []
+        self._watch: tuple[str, Observation] | None = None
+        #: whether the watched observation's own commit landed
+        self.landed = False
+
+    def add(self, record: FaultLine) -> None:
+        """Arm ``record`` on its object."""
+        uid = record.ref.uid
+        if record.fault == CONCURRENT_WRITE:
+            self._writers.setdefault(uid, []).append(record)
+        elif record.fault == CRASH_AFTER_COMMIT:
+            self._crashes.setdefault(uid, []).append(record)
+        else:
+            self.inject(uid, record.fault, record.times)  # type: ignore[arg-type]
+
+    def watch(self, ref: ObjectRef, observation: Observation | None) -> None:
+        """Note in :attr:`landed` whether ``observation``'s own commit on ``ref`` lands."""
+        self._watch = None if observation is None else (ref.uid, observation)
+        self.landed = False
+
+    def unfired(self) -> FaultLine | None:
+        """The first armed ``concurrent-write`` or ``crash-after-commit`` line that never met
+        a write of its object."""
+        left = [
+            line for lines in (self._writers, self._crashes) for q in lines.values() for line in q
+        ]
+        return min(left, key=lambda line: line.line) if left else None
 
     def commit(
         self,
@@ -465,45 +609,200 @@ class _TraceFaults(FaultyStore):
         observation: Observation,
         transitions: Sequence[Transition],
     ) -> int:
-        pending = self.pending_faults(ref.uid)
+        uid = ref.uid
+        writers = self._writers.get(uid)
+        raced = bool(writers) and self._write_as_other(writers.pop(0))  # type: ignore[union-attr]
+        pending = self.pending_faults(uid)
         try:
-            return super().commit(machine, ref, expected, status, observation, transitions)
+            version = super().commit(machine, ref, expected, status, observation, transitions)
         except Conflict as e:
-            if self.pending_faults(ref.uid) < pending:
+            if raced or self.pending_faults(uid) < pending:
                 raise InjectedConflict(e.uid, e.expected, e.actual) from None
             raise
         except StoreError as e:
-            if self.pending_faults(ref.uid) < pending:
+            if self.pending_faults(uid) < pending:
                 raise InjectedWriteError(str(e)) from None
             raise
+        watched = self._watch
+        if watched is not None and watched[0] == uid and watched[1] is observation:
+            self.landed = True
+        crashes = self._crashes.get(uid)
+        if crashes:
+            raise Crash(crashes.pop(0), (t.id for t in transitions if t.intent is None))
+        return version
+
+    def _write_as_other(self, line: FaultLine) -> bool:
+        """Commit ``line``'s observation as another writer would (a runner of its own on the
+        store underneath, sending its events to the replay's emitters); whether it wrote."""
+        assert line.observation is not None
+        sent = _Sent()
+        sent.on = True
+        other = self._make_runner(self.inner, sent)
+        try:
+            result = other.observe(line.ref, line.observation)
+        except LifecycleError as e:
+            self.refused.append((line, e))
+            return False
+        self.fired.append(HostEvents(line, sent.take(), (result,)))
+        return result.committed
+
+
+Each = Callable[[TraceLine, Result | HostEvents | None], object]
 
 
 def _run(
     trace: Iterable[TraceLine],
     runner: Runner,
     name: str,
-    each: Callable[[TraceLine, Result | None], object] | None = None,
+    each: Each | None = None,
+    logger: Any = None,
 ) -> None:
-    """Feed every line to ``runner``, handing each line and its result (``None`` for a fault
-    line) to ``each``. The first fault line puts a :class:`FaultyStore` in front of the
-    runner's store; a trace without faults never pays for one."""
+    """Feed every line to ``runner``, handing each line and its result to ``each``: ``None``
+    for a fault line when it is read, then its :class:`HostEvents` when it fires. The first
+    fault line puts a :class:`_TraceFaults` in front of the runner's store; a trace without
+    faults never pays for one."""
     observe = runner.observe
-    faulty: FaultyStore | None = None
+    faults: _FaultyReplay | None = None
     for record in trace:
         if isinstance(record, FaultLine):
-            if faulty is None:
-                faulty = runner.store = _TraceFaults(runner.store)
-            faulty.inject(record.ref.uid, record.fault, record.times)  # type: ignore[arg-type]
-            result = None
-        else:
-            try:
-                result = observe(record.ref, record.observation)
-            except LifecycleError as e:
-                raise TraceError(name, record.line, f"{_shown(record.ref)}: {e}") from None
-            if result.cascade:  # a linked object whose uid another object holds: refused too
-                _refuse_impostors(name, record, result.cascade)
+            if faults is None:
+                faults = _FaultyReplay(runner, name, each, logger)
+            faults.add(record)
+            if each is not None:
+                each(record, None)
+            continue
+        if faults is not None:
+            faults.observe(record)
+            continue
+        try:
+            result = observe(record.ref, record.observation)
+        except LifecycleError as e:
+            raise TraceError(name, record.line, f"{_shown(record.ref)}: {e}") from None
+        if result.cascade:  # a linked object whose uid another object holds: refused too
+            _refuse_impostors(name, record, result.cascade)
         if each is not None:
             each(record, result)
+    if faults is not None:
+        faults.finish()
+
+
+class _FaultyReplay:
+    """The rest of a replay once its first fault line was read: lines go through a
+    :class:`_TraceFaults` store, and a crash restarts the host (a new runner on the same
+    store, which redelivers the outbox) before the replay goes on."""
+
+    def __init__(self, runner: Runner, name: str, each: Each | None, logger: Any) -> None:
+        machines, policy, emitters = runner.machines, runner.policy, tuple(runner.emitters)
+
+        def make_runner(store: Store, recorder: _Sent) -> Runner:
+            return Runner(
+                store,
+                (recorder, *emitters),
+                machines=machines,
+                policy=policy,
+                logger=logger,
+                check_schema=False,
+            )
+
+        self.make_runner = make_runner
+        self.name = name
+        self.each = each
+        underneath: Any = runner.store  # (a Store, whatever the runner's annotation says)
+        self.store = _TraceFaults(underneath, make_runner)
+        #: what this process sent during the current line (kept only if it dies in it)
+        self.sent = _Sent()
+        # The replay's runner, from here on with a recorder (nothing pending is lost: a
+        # cascade intent not yet confirmed is in the outbox, and this runner applies it).
+        self.runner = make_runner(self.store, self.sent)
+        if getattr(runner, "pending", None):
+            self.runner.redeliver()
+
+    def add(self, record: FaultLine) -> None:
+        self.store.add(record)
+
+    def observe(self, record: ObservationLine) -> None:
+        store, sent, ref, observation = self.store, self.sent, record.ref, record.observation
+        result: Result | None = None
+        for _ in range(MAX_RESTARTS):
+            store.watch(ref, observation)
+            sent.on = True
+            try:
+                result = self.runner.observe(ref, observation)
+            except Crash as crash:
+                sent.on = False
+                self._report()
+                self._restart(crash)
+                if store.landed:  # its commit landed: the restarted host sent its events
+                    result = None
+                    break
+                continue  # it died first: the restarted host observes the line again
+            except LifecycleError as e:
+                raise TraceError(self.name, record.line, f"{_shown(ref)}: {e}") from None
+            finally:
+                sent.on = False
+            break
+        else:
+            raise TraceError(
+                self.name, record.line, f"{_shown(ref)}: more than {MAX_RESTARTS} restarts"
+            )
+        sent.take()  # the line's result says what was sent
+        store.watch(ref, None)
+        self._check_other_writers()
+        self._report()
+        if result is not None and result.cascade:
+            _refuse_impostors(self.name, record, result.cascade)
+        if self.each is not None:
+            self.each(record, result)
+
+    def _restart(self, crash: Crash) -> None:
+        """A restarted host: a new runner on the same store redelivers the outbox (events
+        under their ids, then pending cascade intents); the dead runner's memory is gone."""
+        sent = self.sent
+        before = sent.take()
+        for _ in range(MAX_RESTARTS):
+            self.runner = self.make_runner(self.store, sent)
+            sent.on = True
+            try:
+                for _ in range(MAX_RESTARTS):
+                    if not self.runner.redeliver():
+                        break
+            except Crash as again:  # it died again, redelivering: report, restart once more
+                sent.on = False
+                host = HostEvents(crash.line, (), (), crash.committed, before)
+                self.store.fired.append(host._replace(transitions=sent.take()))
+                crash, before = again, ()
+                continue
+            finally:
+                sent.on = False
+            host = HostEvents(crash.line, sent.take(), (), crash.committed, before)
+            self.store.fired.append(host)
+            return
+        raise TraceError(self.name, crash.line.line, f"more than {MAX_RESTARTS} restarts")
+
+    def _report(self) -> None:
+        """Hand what other hosts sent since the last report to ``each``, in order."""
+        fired, self.store.fired = self.store.fired, []
+        if self.each is not None:
+            for host in fired:
+                self.each(host.cause, host)
+
+    def _check_other_writers(self) -> None:
+        if self.store.refused:
+            line, error = self.store.refused[0]
+            what = line.observation.name() if line.observation is not None else "observation"
+            raise TraceError(
+                self.name, line.line, f"{_shown(line.ref)}: the other writer's {what}: {error}"
+            )
+
+    def finish(self) -> None:
+        line = self.store.unfired()
+        if line is not None:
+            raise TraceError(
+                self.name,
+                line.line,
+                f'{_shown(line.ref)}: this "{line.fault}" never fired: no later line writes '
+                "this object",
+            )
 
 
 def _refuse_impostors(name: str, record: TraceLine, cascade: Iterable[Result]) -> None:
@@ -532,7 +831,7 @@ def check(
     machines = machines if machines is not None else default_registry()
     policy = RetryPolicy(backoff=0.0)
     runner = Runner(OverlayStore(store), (), machines=machines, policy=policy, logger=_SILENT)
-    _run(trace, runner, name)
+    _run(trace, runner, name, logger=_SILENT)
 
 
 def replay(
@@ -542,7 +841,7 @@ def replay(
     *,
     name: str = "<trace>",
     machines: MachineRegistry | None = None,
-    on_result: Callable[[TraceLine, Result | None], None] | None = None,
+    on_result: Callable[[TraceLine, Result | HostEvents | None], None] | None = None,
     dry_run: bool = True,
     keep_results: bool = True,
 ) -> list[Result]:
@@ -556,6 +855,13 @@ def replay(
     that reads each result in ``on_result`` may pass ``keep_results=False``: nothing is kept
     (a long replay then does not hold one :class:`Result` per line) and ``[]`` is returned.
     Retries do not sleep during replay.
+
+    ``on_result`` gets each line with its :class:`Result`; a fault line gets ``None`` when it
+    is read, and its :class:`HostEvents` when it fires (what another writer, or a restarted
+    host, sent). An observation line whose commit landed just before a crash gets ``None``
+    too: its result died with the process, and the restart's :class:`HostEvents`, handed
+    over just before, holds its events. The returned list holds the observation lines'
+    results only.
     """
     machines = machines if machines is not None else default_registry()
     if dry_run:
@@ -568,10 +874,10 @@ def replay(
     each = on_result
     if keep_results:
 
-        def each(record: TraceLine, result: Result | None) -> None:
+        def each(record: TraceLine, result: Result | HostEvents | None) -> None:
             if on_result is not None:
                 on_result(record, result)
-            if result is not None:
+            if isinstance(result, Result):
                 results.append(result)
 
     _run(trace, runner, name, each)
