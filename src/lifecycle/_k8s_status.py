@@ -25,6 +25,7 @@ from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import Any
 
+from ._core.errors import preview
 from ._core.machine import Machine
 from ._core.refs import Condition
 
@@ -89,13 +90,23 @@ _SHIPPED = {"pod": _pod, "nodeclaim": _nodeclaim, "restore": _restore}
 
 def kubernetes_status(machine: Machine[Any], status: Any) -> dict[str, Any]:
     """The status subresource body (camelCase, JSON-ready) that ``status`` of ``machine``
-    writes to Kubernetes. Raises :class:`ValueError` for a status with no Kubernetes shape."""
+    writes to Kubernetes. Raises :class:`ValueError` for a status with no Kubernetes shape
+    (another machine's status among them) and :class:`TypeError` for a ``machine`` that is
+    not a :class:`~lifecycle.Machine`."""
+    if not isinstance(machine, Machine):
+        raise TypeError(f"kubernetes_status: expected a Machine, got {preview(machine)}")
     own = getattr(machine, "kubernetes_status", None)
     if callable(own):
         body: dict[str, Any] = own(status)
         return body
+    declared = getattr(machine, "status_type", None)
+    if isinstance(declared, type) and not isinstance(status, declared):
+        raise ValueError(
+            f"machine {machine.name!r}: a {type(status).__name__} is not its status "
+            f"({declared.__name__})"
+        )
     shipped = _SHIPPED.get(machine.name)
-    if shipped is not None and isinstance(status, machine.status_type):
+    if shipped is not None:
         return shipped(status)
     conditions = getattr(status, "conditions", None)
     if isinstance(conditions, tuple) and all(isinstance(c, Condition) for c in conditions):

@@ -495,8 +495,37 @@ def _slow(cls: type[Any], name: str, tp: Any, duration: bool) -> Callable[[Any, 
     def slow(value: Any, where: str) -> None:
         label = f"{where or cls.__name__}.{name}"
         if supported:
-            _check(value, tp, label, duration)
+            checked = _check(value, tp, label, duration)
+            if not _kept(value, checked):  # the record would keep the unconverted value
+                raise InvalidObservation(
+                    f"{label}: expected {_describe(tp)}, got {preview(value)} "
+                    f"({type(value).__name__}): a record built in Python holds the type "
+                    "itself (Machine.observation converts text)"
+                )
         else:
             _check_free(value, label, strict=False)
 
     return slow
+
+
+def _kept(value: Any, checked: Any) -> bool:
+    """Whether a record built in Python may keep ``value`` as it is, ``checked`` being what
+    :func:`_check` made of it: the same value, an integer for a number, or a tuple (mapping)
+    of such. Text for a time or an enum, a list for a tuple (mutable after the write), a
+    mapping for a record are not kept: the status and journal would hold them unconverted."""
+    if checked is value:
+        return True
+    if type(checked) is float:
+        return isinstance(value, int | float)
+    if type(checked) is tuple:
+        return (
+            isinstance(value, tuple)
+            and len(value) == len(checked)
+            and all(_kept(v, c) for v, c in zip(value, checked, strict=True))
+        )
+    if type(checked) is dict:
+        return isinstance(value, Mapping) and all(
+            _kept(k, ck) and _kept(v, cv)
+            for (k, v), (ck, cv) in zip(value.items(), checked.items(), strict=True)
+        )
+    return False

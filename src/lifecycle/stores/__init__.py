@@ -162,11 +162,18 @@ def parse_sqlite_url(url: str) -> SQLiteURL:
         raise InvalidStoreURL(
             f"store URL {shown} has a fragment ('#'); write %23 for a '#' in a file name"
         )
-    path = unquote(parts.path[1:], errors="strict") if parts.path.startswith("/") else ""
+    try:
+        path = unquote(parts.path[1:], errors="strict") if parts.path.startswith("/") else ""
+    except UnicodeDecodeError:
+        raise InvalidStoreURL(
+            f"store URL {shown}: its %XX escapes do not decode to UTF-8 text"
+        ) from None
     if not path:
         raise InvalidStoreURL(f"store URL {shown} names no file (sqlite:///PATH)")
     if "\x00" in path:
         raise InvalidStoreURL(f"store URL {shown}: a file name has no NUL character")
+    if not path.isascii() and any("\ud800" <= c <= "\udfff" for c in path):
+        raise InvalidStoreURL(f"store URL {shown}: a file name has no lone surrogate")
     return SQLiteURL(path, _sqlite_options(parts.query, shown))
 
 
