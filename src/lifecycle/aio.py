@@ -81,7 +81,9 @@ class ThreadedStore:
         self._pool: concurrent.futures.ThreadPoolExecutor | None = None
         if not self._inline:
             self._pool = concurrent.futures.ThreadPoolExecutor(
-                max_workers=1, thread_name_prefix="lifecycle-store"
+                # one worker (calls in order), or as many as the store can group (ADR 0026)
+                max_workers=getattr(store, "concurrent_callers", 1),
+                thread_name_prefix="lifecycle-store",
             )
 
     async def _call(self, fn: Callable[..., T], *args: Any) -> T:

@@ -107,6 +107,12 @@ def _owner(value: str) -> str:
     return value
 
 
+def _flag(value: str) -> bool:
+    if value not in ("0", "1"):
+        raise ValueError("must be 0 or 1")
+    return value == "1"
+
+
 def _seconds(value: str) -> float:
     try:
         seconds = float(value)
@@ -130,6 +136,7 @@ SQLITE_PARAMETERS: dict[str, Callable[[str], Any]] = {
     "owner": _owner,
     "lease_seconds": _positive_seconds,
     "busy_timeout": _seconds,
+    "group_commit": _flag,
 }
 
 

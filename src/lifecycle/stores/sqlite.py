@@ -4,6 +4,11 @@ One ``BEGIN IMMEDIATE`` transaction writes the status (compare-and-set on ``vers
 journal entry and the outbox rows. Several processes may share the file: SQLite serialises
 their writers, the CAS turns a lost race into :class:`~lifecycle.Conflict`, and outbox rows
 are leased so a crashed process's events are redelivered, under the same ids, by another.
+
+With ``group_commit=True`` (ADR 0026) concurrent ``commit`` calls share one transaction and one
+flush: each caller's write is queued, one of them (the leader) writes the whole queue, each
+item in its own savepoint with its own compare-and-set, commits once, and only then answers
+every caller with its own result.
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ from typing import Any, Literal
 
 import attrs
 
-from .._core.errors import Conflict, StoreError
+from .._core.errors import Conflict, IdentityMismatch, StoreError
 from .._core.machine import Machine
 from .._core.observation import Observation
 from .._core.refs import ObjectRef
@@ -131,6 +136,13 @@ class SQLiteStore:
     this writer: give each replica a stable name (its pod name) and a restarted replica takes
     back the events it leased before a crash at once; the default, a fresh random id, waits
     out the lease (``Runner.redeliver`` then finds them on a later call).
+
+    ``group_commit=True`` lets concurrent callers (threads, or ``AsyncRunner``'s workers)
+    share one transaction and one flush (ADR 0026): a ``commit`` returns only once the
+    transaction holding its write is committed, a conflict refuses only its own item, and a
+    failed ``COMMIT`` fails every caller of that group with a :class:`StoreError`. Reads then
+    go through a second connection, so they do not wait for a flush in progress. A lone
+    caller commits as without it.
     """
 
     def __init__(
@@ -143,6 +155,7 @@ class SQLiteStore:
         journal: bool = True,
         clock: Callable[[], float] = time.time,
         owner: str | None = None,
+        group_commit: bool = False,
     ) -> None:
         if synchronous not in ("OFF", "NORMAL", "FULL", "EXTRA"):
             raise ValueError(f"synchronous must be OFF, NORMAL, FULL or EXTRA, not {synchronous!r}")
@@ -155,6 +168,13 @@ class SQLiteStore:
         self._clock = clock
         self._keep_journal = journal
         self._lock = threading.RLock()
+        #: Commits waiting for, or in, a shared flush (``group_commit=True``), and the
+        #: connection reads take meanwhile.
+        self._group: _Group | None = _Group() if group_commit else None
+        self._reader: sqlite3.Connection | None = None
+        self._read_lock = threading.Lock()
+        #: Transactions ``commit`` ran (with group commit, fewer than the commits answered).
+        self.flushes = 0
         try:
             self._db = sqlite3.connect(
                 self.path, timeout=busy_timeout, isolation_level=None, check_same_thread=False
@@ -168,6 +188,10 @@ class SQLiteStore:
                 "DO UPDATE SET value = excluded.value WHERE CAST(value AS INTEGER) < ?",
                 (str(SCHEMA_VERSION), SCHEMA_VERSION),
             )
+            if group_commit:
+                self._reader = sqlite3.connect(
+                    self.path, timeout=busy_timeout, isolation_level=None, check_same_thread=False
+                )
         except sqlite3.Error as e:
             hint = ""
             if not Path(self.path).parent.exists():
@@ -190,7 +214,25 @@ class SQLiteStore:
         names = {row[1] for row in self._db.execute(f"PRAGMA table_info({table})")}
         return "schema_fingerprint" in names
 
+    @property
+    def group_commit(self) -> bool:
+        """Whether concurrent commits share one transaction and flush (ADR 0026)."""
+        return self._group is not None
+
+    @property
+    def concurrent_callers(self) -> int:
+        """How many callers may usefully wait in this store at once: a thread pool in front
+        of it (``ThreadedStore``) sizes itself by this; 1 without group commit."""
+        return 64 if self._group is not None else 1
+
     # -- plumbing -----------------------------------------------------------------------
+    def _reading(self) -> tuple[sqlite3.Connection, threading.Lock | threading.RLock]:
+        """The connection reads use, and its lock: the reader with group commit (reads do
+        not wait for a flush), else the one connection."""
+        if self._reader is not None:
+            return self._reader, self._read_lock
+        return self._db, self._lock
+
     def _transaction(self) -> _Tx:
         return _Tx(self._db)
 
@@ -212,9 +254,10 @@ class SQLiteStore:
     def load(self, machine: Machine[Any], ref: ObjectRef) -> Record | None:
         """The stored record, or ``None``; :class:`~lifecycle.IdentityMismatch` when the
         uid is stored for another object (its identity is read in the same ``SELECT``)."""
-        with self._lock:
+        db, lock = self._reading()
+        with lock:
             try:
-                row = self._db.execute(_LOAD, (ref.uid,)).fetchone()
+                row = db.execute(_LOAD, (ref.uid,)).fetchone()
             except sqlite3.Error as e:
                 raise self._fail(f"load of {ref.uid}", e) from e
         if row is None:
@@ -237,8 +280,11 @@ class SQLiteStore:
         transitions: Sequence[Transition],
     ) -> int:
         row = self._encode(machine, ref, expected, status, observation, transitions)
+        if self._group is not None:
+            return self._commit_grouped(self._group, row)
         lease_until = self._clock() + self._lease
         with self._lock:
+            self.flushes += 1
             try:
                 with self._transaction() as db:
                     self._write(db, row, lease_until)
@@ -247,6 +293,145 @@ class SQLiteStore:
             except sqlite3.Error as e:
                 raise self._fail(f"commit of {ref.uid} v{expected + 1}", e) from e
         return expected + 1
+
+    # -- group commit (ADR 0026) --------------------------------------------------------
+    def _commit_grouped(self, group: _Group, row: _Row) -> int:
+        """Queue ``row``; the first caller to find no flush in progress leads: it takes the
+        whole queue (and the delivery marks waiting for a transaction) and writes it
+        (:meth:`_flush`). Every caller returns (or raises) its own outcome only once the
+        transaction that held its write is over."""
+        slot = _Slot(row)
+        batch: list[_Slot] | None = None
+        marks: list[str] = []
+        with group.ready:
+            group.queue.append(slot)
+            while slot.outcome is None and group.leading:
+                group.ready.wait()
+            if slot.outcome is None:  # no flush in progress: lead one
+                group.leading = True
+                batch, group.queue = group.queue, []
+                marks, group.marks = group.marks, []
+        if batch is not None:
+            try:
+                self._flush(batch, marks)
+                while leftover := self._leftover_marks(group):
+                    self._mark_quietly(leftover)
+            finally:
+                with group.ready:
+                    group.leading = False
+                    group.ready.notify_all()
+        outcome = slot.outcome
+        if isinstance(outcome, BaseException):
+            raise outcome
+        assert outcome is not None
+        return outcome
+
+    @staticmethod
+    def _leftover_marks(group: _Group) -> list[str]:
+        """Marks that arrived during a flush with no commit queued to carry them: the leader
+        deletes them before it stands down."""
+        with group.ready:
+            if group.queue or not group.marks:
+                return []
+            marks, group.marks = group.marks, []
+            return marks
+
+    def _take_marks(self) -> list[str]:
+        """The delivery marks waiting for the next transaction (group commit only)."""
+        group = self._group
+        if group is None:
+            return []
+        with group.ready:
+            marks, group.marks = group.marks, []
+        return marks
+
+    def _flush(self, batch: list[_Slot], marks: list[str]) -> None:
+        """Write ``batch`` (and delete the delivered ``marks``) in one transaction, each item
+        with its own compare-and-set, and commit once. If the transaction cannot be begun or
+        committed, every item of the batch gets a :class:`StoreError`."""
+        lease_until = self._clock() + self._lease
+        with self._lock:
+            self.flushes += 1
+            try:
+                if len(batch) == 1:  # a lone caller: the plain commit
+                    self._flush_one(batch[0], marks, lease_until)
+                else:
+                    self._flush_many(batch, marks, lease_until)
+            except sqlite3.Error as e:
+                for slot in batch:  # one flush for all: its failure is every caller's
+                    what = f"commit of {slot.row.ref.uid} v{slot.row.expected + 1}"
+                    if len(batch) > 1:
+                        what = f"group commit of {len(batch)} writes ({what})"
+                    slot.outcome = self._fail(what, e)
+            except BaseException as e:  # never leave a caller waiting for an answer
+                with contextlib.suppress(sqlite3.Error):
+                    if self._db.in_transaction:
+                        self._db.execute("ROLLBACK")
+                for slot in batch:
+                    if not isinstance(slot.outcome, int):
+                        slot.outcome = StoreError(f"group commit interrupted: {e!r}")
+                raise
+
+    def _flush_one(self, slot: _Slot, marks: list[str], lease_until: float) -> None:
+        try:
+            with self._transaction() as db:
+                self._write(db, slot.row, lease_until)
+                _delete_marked(db, marks)
+        except (Conflict, IdentityMismatch) as e:
+            slot.outcome = e
+            return
+        slot.outcome = slot.row.expected + 1
+
+    def _flush_many(self, batch: list[_Slot], marks: list[str], lease_until: float) -> None:
+        """As :meth:`commit_many`: every item's compare-and-set, then the journal and outbox
+        rows of those that passed in one statement each; if a stray row refuses an insert,
+        the transaction is done again with each item in its own savepoint."""
+        written: list[_Slot] = []
+        try:
+            with self._transaction() as db:
+                journal: list[tuple[Any, ...]] = []
+                outbox: list[tuple[Any, ...]] = []
+                for slot in batch:
+                    try:
+                        self._cas(db, slot.row)  # a refused CAS writes nothing
+                    except (Conflict, IdentityMismatch) as e:
+                        slot.outcome = e
+                        continue
+                    written.append(slot)
+                    journal.append(self._journal_row(slot.row))
+                    outbox.extend(self._outbox_rows(slot.row, lease_until))
+                if self._keep_journal and journal:
+                    db.executemany(_INSERT_JOURNAL, journal)
+                if outbox:
+                    db.executemany("INSERT INTO outbox VALUES (?, ?, ?, ?, ?, ?, ?)", outbox)
+                _delete_marked(db, marks)
+        except sqlite3.IntegrityError:  # a stray row: find the item it belongs to
+            written = []
+            with self._transaction() as db:
+                for slot in batch:
+                    slot.outcome = self._item_in_savepoint(db, slot.row, lease_until)
+                    if slot.outcome is None:
+                        written.append(slot)
+                _delete_marked(db, marks)
+        for slot in written:  # committed: only now is anyone told
+            slot.outcome = slot.row.expected + 1
+
+    def _item_in_savepoint(
+        self, db: sqlite3.Connection, row: _Row, lease_until: float
+    ) -> BaseException | None:
+        """One item of a group in its own savepoint: ``None`` once written, else why not."""
+        db.execute("SAVEPOINT item")
+        try:
+            self._write(db, row, lease_until)
+        except (Conflict, IdentityMismatch) as e:
+            db.execute("ROLLBACK TO item")
+            return e
+        except sqlite3.IntegrityError as e:
+            db.execute("ROLLBACK TO item")
+            return self._fail(f"commit of {row.ref.uid} v{row.expected + 1}", e)
+        finally:
+            db.execute("RELEASE item")
+        return None
 
     def _encode(
         self,
@@ -355,12 +540,13 @@ class SQLiteStore:
         :class:`~lifecycle.IdentityMismatch` (see :class:`~lifecycle.stores.BatchStore`)."""
         uids = list(dict.fromkeys(ref.uid for _, ref in items))
         found: dict[str, tuple[Any, ...]] = {}
-        with self._lock:
+        db, lock = self._reading()
+        with lock:
             try:
                 for start in range(0, len(uids), _CHUNK):
                     chunk = uids[start : start + _CHUNK]
                     marks = ",".join("?" * len(chunk))
-                    for uid, *row in self._db.execute(
+                    for uid, *row in db.execute(
                         "SELECT uid, version, status, machine, kind, namespace, name, "
                         f"schema_version, schema_fingerprint FROM objects WHERE uid IN ({marks})",
                         chunk,
@@ -660,8 +846,10 @@ class SQLiteStore:
         """Lease up to ``limit`` undelivered events: this store's own, and expired leases."""
         now = self._clock()
         with self._lock:
+            marks = self._take_marks()  # a delivered event is never claimed again
             try:
                 with self._transaction() as db:
+                    _delete_marked(db, marks)
                     rows = db.execute(
                         "UPDATE outbox SET claimed_by = ?, claimed_until = ? WHERE id IN ("
                         " SELECT id FROM outbox WHERE claimed_by = ? OR claimed_by IS NULL"
@@ -678,22 +866,42 @@ class SQLiteStore:
 
     def mark_delivered(self, ids: Iterable[str]) -> None:
         """Delete delivered rows. The mark need not be durable (lost in a crash, an event is
-        delivered again under its id), so it is committed with ``synchronous=NORMAL``."""
-        done = [(i,) for i in ids]
+        delivered again under its id), so it is committed with ``synchronous=NORMAL``; with
+        group commit, a mark made while a flush is in progress is carried by the next
+        transaction instead of its own (ADR 0026)."""
+        done = list(ids)
         if not done:
             return
+        group = self._group
+        if group is not None:
+            with group.ready:
+                if group.leading:  # a flush is in progress: the next transaction carries it
+                    group.marks.extend(done)
+                    return
+        self._mark_now(done)
+
+    def _mark_now(self, ids: list[str]) -> None:
+        """Delete delivered rows in their own transaction, at ``synchronous=NORMAL``."""
         with self._lock:
             try:
                 if self._synchronous in ("FULL", "EXTRA"):
                     self._db.execute("PRAGMA synchronous=NORMAL")
                 try:
                     with self._transaction() as db:
-                        db.executemany("DELETE FROM outbox WHERE id = ?", done)
+                        _delete_marked(db, ids)
                 finally:
                     if self._synchronous in ("FULL", "EXTRA"):
                         self._db.execute(f"PRAGMA synchronous={self._synchronous}")
             except sqlite3.Error as e:
                 raise self._fail("outbox mark", e) from e
+
+    def _mark_quietly(self, ids: list[str]) -> None:
+        """:meth:`_mark_now` for marks whose callers have returned: a failure is logged (the
+        events are delivered again, under their ids, as after a crash)."""
+        try:
+            self._mark_now(ids)
+        except StoreError as e:
+            _log.warning("delivery marks lost; the events will be redelivered", error=str(e))
 
     def undelivered_count(self) -> int:
         with self._lock:
@@ -701,8 +909,20 @@ class SQLiteStore:
         return int(n)
 
     def close(self) -> None:
+        marks = self._take_marks()
+        if marks:
+            self._mark_quietly(marks)
         with self._lock:
             self._db.close()
+        if self._reader is not None:
+            with self._read_lock:
+                self._reader.close()
+
+
+def _delete_marked(db: sqlite3.Connection, ids: list[str]) -> None:
+    """Delete the outbox rows of delivered events, inside the caller's transaction."""
+    if ids:
+        db.executemany("DELETE FROM outbox WHERE id = ?", [(i,) for i in ids])
 
 
 def _upgraded(
@@ -780,8 +1000,35 @@ class _Row:
     fingerprint: str
 
 
+class _Slot:
+    """One caller's write in a group commit, and (once its transaction is over) its answer:
+    the new version or the exception to raise."""
+
+    __slots__ = ("outcome", "row")
+
+    def __init__(self, row: _Row) -> None:
+        self.row = row
+        self.outcome: int | BaseException | None = None
+
+
+class _Group:
+    """The queue of a group commit: writes (and delivery marks) waiting for the next flush,
+    and whether a leader is flushing (``ready`` guards them and wakes the waiters when a
+    flush is over)."""
+
+    __slots__ = ("leading", "marks", "queue", "ready")
+
+    def __init__(self) -> None:
+        self.ready = threading.Condition(threading.Lock())
+        self.queue: list[_Slot] = []
+        #: outbox ids marked delivered during a flush, for the next transaction to delete
+        self.marks: list[str] = []
+        self.leading = False
+
+
 class _Tx:
-    """``BEGIN IMMEDIATE`` ... ``COMMIT``, or ``ROLLBACK`` on any exception."""
+    """``BEGIN IMMEDIATE`` ... ``COMMIT``, or ``ROLLBACK`` on any exception (a ``COMMIT``
+    that fails is rolled back too, so the connection is never left inside a transaction)."""
 
     def __init__(self, db: sqlite3.Connection) -> None:
         self._db = db
@@ -792,6 +1039,11 @@ class _Tx:
 
     def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
         if exc_type is None:
-            self._db.execute("COMMIT")
+            try:
+                self._db.execute("COMMIT")
+            except BaseException:  # a failed COMMIT leaves the transaction open: end it
+                with contextlib.suppress(sqlite3.Error):
+                    self._db.execute("ROLLBACK")
+                raise
         else:
             self._db.execute("ROLLBACK")
