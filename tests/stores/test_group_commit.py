@@ -311,8 +311,8 @@ def test_a_lone_caller_commits_as_without_group_commit(tmp_path: Path) -> None:
     out = []
     for store in (plain, grouped):
         runner = Runner(store, [], machines=MachineRegistry([POD]), links=())
-        out.append([(r.outcome, r.version, r.status) for r in map(
-            lambda o, rn=runner: rn.observe(ref, o), steps)])  # fmt: skip
+        results = [runner.observe(ref, o) for o in steps]
+        out.append([(r.outcome, r.version, r.status) for r in results])
         assert store.undelivered_count() == 0
     assert out[0] == out[1]
     assert grouped.flushes == 3  # one transaction per commit, as without grouping
@@ -396,8 +396,8 @@ def test_async_runner_callers_share_flushes(tmp_path: Path) -> None:
     async def main() -> list[Any]:
         runner = AsyncRunner(store, [], machines=MachineRegistry([POD]), links=())
         try:
-            return await asyncio.gather(
-                *(runner.observe(p, pod.CreateRequested(at=AT)) for p in pods)
+            return list(
+                await asyncio.gather(*(runner.observe(p, pod.CreateRequested(at=AT)) for p in pods))
             )
         finally:
             await runner.close()
@@ -494,14 +494,14 @@ def test_a_crash_mid_group_keeps_every_acknowledged_write(tmp_path: Path) -> Non
     while len(acked) < 12 or sum(acked.values()) < 300:
         line = proc.stdout.readline()
         assert line, "the writer died"
-        uid, version = line.split()
-        acked[uid] = max(acked.get(uid, 0), int(version))
+        uid, number = line.split()
+        acked[uid] = max(acked.get(uid, 0), int(number))
         assert time.monotonic() < deadline
     os.kill(proc.pid, signal.SIGKILL)  # in the middle of its groups
     proc.wait()
     for line in proc.stdout:  # acknowledged before the kill, read after it
-        uid, version = line.split()
-        acked[uid] = max(acked.get(uid, 0), int(version))
+        uid, number = line.split()
+        acked[uid] = max(acked.get(uid, 0), int(number))
     store = SQLiteStore(path)
     for uid, version in acked.items():
         stored = stored_version(path, uid)
