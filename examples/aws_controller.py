@@ -21,7 +21,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from lifecycle import MemoryStore, ObjectRef, Runner, Transition
-from lifecycle.adapters.aws import AwsAdapter, FleetSpec, Placement
+from lifecycle.adapters import Tracked
+from lifecycle.adapters.aws import AwsAdapter, FleetSpec
 from lifecycle.adapters.aws_fake import FakeEC2
 from lifecycle.adapters.recording import TraceFileRecorder
 from lifecycle.machines.pod import CreateRequested, DeletionRequested, ProvisionErrored
@@ -70,22 +71,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         runner.observe(ref, obs)
 
     pods = [ObjectRef("Pod", "demo", f"trainer-{i}", f"ec2-{i}") for i in range(args.pods)]
-    tracked: dict[ObjectRef, Placement] = {}
+    tracked: dict[ObjectRef, Tracked[FleetSpec]] = {}
     for ref in pods:
-        feed(ref, CreateRequested(at=adapter.clock(), pool="gpu", provider="aws"), host=True)
+        feed(ref, CreateRequested(at=adapter.clock(), pool="gpu", provider=adapter.name), host=True)
         outcome = adapter.provision(ref, spec)
         feed(ref, outcome)
         if not isinstance(outcome, ProvisionErrored):
-            tracked[ref] = Placement(args.region, getattr(outcome, "instance_id", ""))
+            tracked[ref] = Tracked.provisioned(spec, outcome)
     for tick in range(args.ticks):
         if ec2 is not None:
             script(ec2, tick, [p.instance_id for p in tracked.values()])
         for ref, obs in adapter.observe(tracked).items():
             feed(ref, obs)
         time.sleep(interval)
-    for ref, placement in tracked.items():
+    for ref, pod in tracked.items():
         feed(ref, DeletionRequested(at=adapter.clock()), host=True)
-        feed(ref, adapter.terminate(ref, placement))
+        feed(ref, adapter.terminate(ref, pod))
     if recorder is not None:
         recorder.close()
     return 0

@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from lifecycle import MemoryStore, ObjectRef, Runner, Transition
+from lifecycle.adapters import Tracked
 from lifecycle.adapters.modal import ModalAdapter, SandboxSpec
 from lifecycle.adapters.modal_fake import FakeModal, exception
 from lifecycle.adapters.recording import TraceFileRecorder
@@ -55,7 +56,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         runner.observe(ref, obs)
 
     pods = [ObjectRef("Pod", "demo", f"worker-{i}", f"demo-{i}") for i in range(args.pods)]
-    tracked: dict[ObjectRef, str] = {}
+    tracked: dict[ObjectRef, Tracked[SandboxSpec]] = {}
     with ModalAdapter(args.app, **options) as adapter:
         for i, ref in enumerate(pods):
             probe = {"tcpSocket": {"port": 8000}} if i == 0 else None
@@ -67,22 +68,23 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
             feed(
                 ref,
-                CreateRequested(at=adapter.clock(), pool="gpu", provider="modal"),
+                CreateRequested(at=adapter.clock(), pool="gpu", provider=adapter.name),
                 host=True,
             )
             outcome = adapter.provision(ref, spec)
             feed(ref, outcome)
             if not isinstance(outcome, ProvisionErrored):
-                tracked[ref] = getattr(outcome, "instance_id", "")
+                tracked[ref] = Tracked.provisioned(spec, outcome)
         for tick in range(args.ticks):
             if fake is not None:
-                script(fake, tick, [tracked.get(ref, "") for ref in pods], adapter)
+                ids = [tracked[ref].instance_id if ref in tracked else "" for ref in pods]
+                script(fake, tick, ids, adapter)
             for ref, obs in adapter.observe(tracked).items():
                 feed(ref, obs)
             time.sleep(interval)
-        for ref, sandbox_id in tracked.items():
+        for ref, pod in tracked.items():
             feed(ref, DeletionRequested(at=adapter.clock()), host=True)
-            feed(ref, adapter.terminate(ref, sandbox_id))
+            feed(ref, adapter.terminate(ref, pod))
     if recorder is not None:
         recorder.close()
     return 0

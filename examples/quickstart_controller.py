@@ -3,26 +3,27 @@
 from datetime import UTC, datetime, timedelta
 
 from lifecycle import MemoryEmitter, ObjectRef, Runner, SQLiteStore
-from lifecycle.adapters import FakeProvider
-from lifecycle.machines.pod import CreateRequested, DeletionRequested, TerminateSucceeded
+from lifecycle.adapters import FakeProvider, FakeSpec, Tracked
+from lifecycle.machines.pod import CreateRequested, DeletionRequested
 
 
 def main(db: str = "controller.db") -> list[str]:
-    provider = FakeProvider(boot_ticks=1)  # stands in for Modal or EC2
+    provider = FakeProvider(boot_ticks=1)  # Modal and EC2 adapters have the same three calls
     events = MemoryEmitter()  # in production: LogEmitter(), KubernetesEmitter.for_api()
     runner = Runner(SQLiteStore(db, owner="controller-0"), [events])  # a stable replica name
     runner.redeliver()  # on start-up, and then now and again: what a crash left in the outbox
-    pod, claim = ObjectRef("Pod", "ml", "trainer-0", uid="7d1e0c52"), "ml-trainer-0"
+    pod, spec = ObjectRef("Pod", "ml", "trainer-0", uid="7d1e0c52"), FakeSpec()
     now = datetime(2026, 11, 30, 10, 0, tzinfo=UTC)
-    runner.observe(pod, CreateRequested(at=now, pool="gpu", provider="fake"))
-    created = provider.provision(claim, now)  # ProvisionSucceeded(reserved=True, ...)
+    runner.observe(pod, CreateRequested(at=now, pool="gpu", provider=provider.name))
+    created = provider.provision(pod, spec, at=now)  # ProvisionSucceeded(reserved=True, ...)
     runner.observe(pod, created)
+    tracked = {pod: Tracked.provisioned(spec, created)}  # keep it, or rebuild it from the pod
     for _ in range(3):  # your reconcile loop: poll the provider, observe, repeat
         now += timedelta(seconds=15)
-        runner.observe(pod, provider.observe(claim, now))
+        for ref, seen in provider.observe(tracked, at=now).items():
+            runner.observe(ref, seen)
     runner.observe(pod, DeletionRequested(at=now))
-    provider.terminate(created.instance_id)
-    runner.observe(pod, TerminateSucceeded(at=now))
+    runner.observe(pod, provider.terminate(pod, tracked.pop(pod), at=now))  # TerminateSucceeded
     lines = [f"{t.ref.kind}/{t.ref.name}: {t.flip}" for t in events.events]
     print("\n".join(lines))  # one event per flip; the repeated poll added none
     if not lines:  # run again on the same file: every status is already there, nothing flips

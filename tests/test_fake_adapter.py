@@ -15,8 +15,11 @@ from lifecycle import MemoryEmitter, MemoryStore, ObjectRef, Runner, SQLiteStore
 from lifecycle.adapters import (
     FakeNode,
     FakeProvider,
+    FakeSpec,
     InstanceState,
+    PollOutcome,
     ProviderError,
+    Tracked,
     classify_exit,
     state_observation,
 )
@@ -31,17 +34,37 @@ from lifecycle.machines.pod import (
     ProvisionErrored,
     ProvisionRejected,
     ProvisionSucceeded,
+    TerminateFailed,
+    TerminateSucceeded,
 )
 from lifecycle.trace import TraceRecorder, read_trace, replay
 
 from .conftest import pod_ref, t
 
+SPEC = FakeSpec()
+
+
+def ref(name: str) -> ObjectRef:
+    """The pod ``ml/<name>``, whose claim is ``ml-<name>``."""
+    return pod_ref(name, f"uid-{name}")
+
+
+def poll(p: FakeProvider, name: str, at: Any) -> PollOutcome:
+    """One List read for the pod ``ml/<name>`` (tracked without an id: found by its claim)."""
+    return p.observe({ref(name): Tracked(SPEC)}, at=at)[ref(name)]
+
+
+def poll_all(p: FakeProvider, names: list[str], at: Any) -> dict[str, PollOutcome]:
+    """One List read for each pod, by claim name."""
+    seen = p.observe({ref(n): Tracked(SPEC) for n in names}, at=at)
+    return {p.claim(r): obs for r, obs in seen.items()}
+
 
 # -- the provider contract (domain §4 "fake") -------------------------------------------------
 def test_provision_gives_fake_ids_reserved_and_an_endpoint() -> None:
     p = FakeProvider()
-    first = p.provision("ml-a", t(0))
-    second = p.provision("ml-b", t(1))
+    first = p.provision(ref("a"), at=t(0))
+    second = p.provision(ref("b"), at=t(1))
     assert first == ProvisionSucceeded(
         at=t(0), reserved=True, instance_id="fake-1", endpoint="fake://fake-1"
     )
@@ -50,8 +73,8 @@ def test_provision_gives_fake_ids_reserved_and_an_endpoint() -> None:
 
 def test_provision_is_idempotent_by_claim() -> None:
     p = FakeProvider()
-    p.provision("ml-a", t(0))
-    again = p.provision("ml-a", t(5))
+    p.provision(ref("a"), at=t(0))
+    again = p.provision(ref("a"), at=t(5))
     assert isinstance(again, ProvisionSucceeded)
     assert again.instance_id == "fake-1"
     assert [i.id for i in p.list()] == ["fake-1"]
@@ -59,31 +82,32 @@ def test_provision_is_idempotent_by_claim() -> None:
 
 def test_instances_run_at_once_by_default() -> None:
     p = FakeProvider()
-    p.provision("ml-a", t(0))
-    assert p.observe("ml-a", t(15)) == InstanceRunning(
+    p.provision(ref("a"), at=t(0))
+    assert poll(p, "a", t(15)) == InstanceRunning(
         at=t(15), instance_id="fake-1", endpoint="fake://fake-1", readiness_confirmed=True
     )
 
 
 def test_terminate_deletes_and_is_idempotent() -> None:
     p = FakeProvider()
-    p.provision("ml-a", t(0))
-    p.terminate("fake-1")
-    p.terminate("fake-1")
-    p.terminate("")
+    p.provision(ref("a"), at=t(0))
+    gone = p.terminate(ref("a"), Tracked(SPEC, "fake-1"), at=t(1))
+    assert gone == TerminateSucceeded(at=t(1))
+    assert p.terminate(ref("a"), Tracked(SPEC, "fake-1"), at=t(1)) == gone  # unknown id
+    assert p.terminate(ref("a"), Tracked(SPEC), at=t(1)) == gone  # no id, no instance
     assert p.list() == []
     assert p.find("ml-a") is None
     assert p.calls.count(("terminate", "fake-1")) == 2
     # A new provision for the same claim is a new instance.
-    again = p.provision("ml-a", t(1))
+    again = p.provision(ref("a"), at=t(1))
     assert isinstance(again, ProvisionSucceeded)
     assert again.instance_id == "fake-2"
 
 
 def test_list_returns_snapshots_of_all() -> None:
     p = FakeProvider()
-    p.provision("ml-a", t(0))
-    p.provision("ml-b", t(0))
+    p.provision(ref("a"), at=t(0))
+    p.provision(ref("b"), at=t(0))
     listed = p.list()
     assert [(i.id, i.claim, i.state) for i in listed] == [
         ("fake-1", "ml-a", InstanceState.RUNNING),
@@ -95,7 +119,7 @@ def test_list_returns_snapshots_of_all() -> None:
 
 
 def test_unreserved_provider_reports_reserved_false() -> None:
-    outcome = FakeProvider(reserved=False).provision("ml-a", t(0))
+    outcome = FakeProvider(reserved=False).provision(ref("a"), at=t(0))
     assert isinstance(outcome, ProvisionSucceeded)
     assert outcome.reserved is False
 
@@ -103,60 +127,60 @@ def test_unreserved_provider_reports_reserved_false() -> None:
 # -- scripts ------------------------------------------------------------------------------------
 def test_boot_ticks_show_pending_first() -> None:
     p = FakeProvider(boot_ticks=2)
-    p.provision("ml-a", t(0))
-    assert isinstance(p.observe("ml-a", t(1)), InstancePending)
-    assert isinstance(p.observe("ml-a", t(2)), InstancePending)
-    assert isinstance(p.observe("ml-a", t(3)), InstanceRunning)
-    assert isinstance(p.observe("ml-a", t(4)), InstanceRunning)
+    p.provision(ref("a"), at=t(0))
+    assert isinstance(poll(p, "a", t(1)), InstancePending)
+    assert isinstance(poll(p, "a", t(2)), InstancePending)
+    assert isinstance(poll(p, "a", t(3)), InstanceRunning)
+    assert isinstance(poll(p, "a", t(4)), InstanceRunning)
 
 
 def test_boot_ticks_per_provision_override_the_default() -> None:
     p = FakeProvider(boot_ticks=5)
-    p.provision("ml-a", t(0), boot_ticks=0)
-    assert isinstance(p.observe("ml-a", t(1)), InstanceRunning)
+    p.provision(ref("a"), FakeSpec(boot_ticks=0), at=t(0))
+    assert isinstance(poll(p, "a", t(1)), InstanceRunning)
 
 
 def test_start_pending_waits_for_boot() -> None:
     p = FakeProvider(start_pending=True)
-    p.provision("ml-a", t(0))
+    p.provision(ref("a"), at=t(0))
     for i in range(5):
-        assert isinstance(p.observe("ml-a", t(i)), InstancePending)
+        assert isinstance(poll(p, "a", t(i)), InstancePending)
     p.boot("fake-1")
-    assert isinstance(p.observe("ml-a", t(9)), InstanceRunning)
+    assert isinstance(poll(p, "a", t(9)), InstanceRunning)
 
 
 def test_pend_demotes_until_boot() -> None:
     p = FakeProvider()
-    p.provision("ml-a", t(0))
+    p.provision(ref("a"), at=t(0))
     p.pend("fake-1")
-    assert isinstance(p.observe("ml-a", t(1)), InstancePending)
-    assert isinstance(p.observe("ml-a", t(2)), InstancePending)
+    assert isinstance(poll(p, "a", t(1)), InstancePending)
+    assert isinstance(poll(p, "a", t(2)), InstancePending)
     p.boot("fake-1")
-    assert isinstance(p.observe("ml-a", t(3)), InstanceRunning)
+    assert isinstance(poll(p, "a", t(3)), InstanceRunning)
 
 
 def test_probe_gates_readiness() -> None:
     p = FakeProvider(probe=True)
-    p.provision("ml-a", t(0))
-    seen = p.observe("ml-a", t(1))
+    p.provision(ref("a"), at=t(0))
+    seen = poll(p, "a", t(1))
     assert isinstance(seen, InstanceRunning)
     assert seen.readiness_confirmed is False
     p.confirm_ready("fake-1")
-    seen = p.observe("ml-a", t(2))
+    seen = poll(p, "a", t(2))
     assert isinstance(seen, InstanceRunning)
     assert seen.readiness_confirmed is True
 
 
 def test_fail_stop_and_exit() -> None:
     p = FakeProvider()
-    for claim in ("ml-a", "ml-b", "ml-c", "ml-d", "ml-e"):
-        p.provision(claim, t(0))
+    for name in "abcde":
+        p.provision(ref(name), at=t(0))
     p.fail("fake-1", exit_code=1)
     p.stop("fake-2")
     p.exit("fake-3", 137)
     p.exit("fake-4", 2)
     p.exit("fake-5", 124)
-    seen = p.observe_all(["ml-a", "ml-b", "ml-c", "ml-d", "ml-e"], t(5))
+    seen = poll_all(p, ["a", "b", "c", "d", "e"], t(5))
     assert seen["ml-a"] == InstanceFailed(at=t(5), instance_id="fake-1", exit_code=1)
     assert seen["ml-b"] == InstanceTerminated(at=t(5), instance_id="fake-2", exit_code=0)
     assert seen["ml-c"] == InstanceTerminated(at=t(5), instance_id="fake-3", exit_code=137)
@@ -166,22 +190,22 @@ def test_fail_stop_and_exit() -> None:
 
 def test_vanish_reads_absent() -> None:
     p = FakeProvider()
-    p.provision("ml-a", t(0))
+    p.provision(ref("a"), at=t(0))
     p.vanish("fake-1")
-    assert p.observe("ml-a", t(1)) == InstanceAbsent(at=t(1))
-    assert p.observe("ml-never", t(1)) == InstanceAbsent(at=t(1))
+    assert poll(p, "a", t(1)) == InstanceAbsent(at=t(1))
+    assert poll(p, "never", t(1)) == InstanceAbsent(at=t(1))
 
 
 def test_a_failed_list_is_unknown_for_every_claim_once() -> None:
     p = FakeProvider()
-    p.provision("ml-a", t(0))
+    p.provision(ref("a"), at=t(0))
     p.fail_next_list("ListSandboxes: deadline exceeded")
-    seen = p.observe_all(["ml-a", "ml-b"], t(1))
+    seen = poll_all(p, ["a", "b"], t(1))
     assert seen == {
         "ml-a": InstanceUnknown(at=t(1), error="ListSandboxes: deadline exceeded"),
         "ml-b": InstanceUnknown(at=t(1), error="ListSandboxes: deadline exceeded"),
     }
-    assert isinstance(p.observe("ml-a", t(2)), InstanceRunning)
+    assert isinstance(poll(p, "a", t(2)), InstanceRunning)
     p.fail_next_list(times=2)
     with pytest.raises(ProviderError):
         p.list()
@@ -192,34 +216,62 @@ def test_a_failed_list_is_unknown_for_every_claim_once() -> None:
 
 def test_a_failed_list_does_not_advance_booting() -> None:
     p = FakeProvider(boot_ticks=1)
-    p.provision("ml-a", t(0))
+    p.provision(ref("a"), at=t(0))
     p.fail_next_list()
-    assert isinstance(p.observe("ml-a", t(1)), InstanceUnknown)
-    assert isinstance(p.observe("ml-a", t(2)), InstancePending)
-    assert isinstance(p.observe("ml-a", t(3)), InstanceRunning)
+    assert isinstance(poll(p, "a", t(1)), InstanceUnknown)
+    assert isinstance(poll(p, "a", t(2)), InstancePending)
+    assert isinstance(poll(p, "a", t(3)), InstanceRunning)
 
 
 def test_scripted_provision_rejection_and_error() -> None:
     p = FakeProvider()
     p.reject_next_provision("InsufficientCapacity: no GPUs")
     p.error_next_provision("503 Service Unavailable")
-    assert p.provision("ml-a", t(0)) == ProvisionRejected(
+    assert p.provision(ref("a"), at=t(0)) == ProvisionRejected(
         at=t(0), error="InsufficientCapacity: no GPUs"
     )
-    assert p.provision("ml-a", t(1)) == ProvisionErrored(at=t(1), error="503 Service Unavailable")
+    assert p.provision(ref("a"), at=t(1)) == ProvisionErrored(
+        at=t(1), error="503 Service Unavailable"
+    )
     assert p.list() == []  # neither created anything
-    assert isinstance(p.provision("ml-a", t(2)), ProvisionSucceeded)
+    assert isinstance(p.provision(ref("a"), at=t(2)), ProvisionSucceeded)
 
 
 def test_scripted_terminate_failure() -> None:
     p = FakeProvider()
-    p.provision("ml-a", t(0))
+    p.provision(ref("a"), at=t(0))
     p.fail_next_terminate("RequestLimitExceeded")
-    with pytest.raises(ProviderError, match="RequestLimitExceeded"):
-        p.terminate("fake-1")
+    failed = p.terminate(ref("a"), Tracked(SPEC, "fake-1"), at=t(1))
+    assert failed == TerminateFailed(at=t(1), error="RequestLimitExceeded")
     assert p.find("ml-a") is not None
-    p.terminate("fake-1")
+    assert isinstance(p.terminate(ref("a"), Tracked(SPEC, "fake-1"), at=t(2)), TerminateSucceeded)
     assert p.find("ml-a") is None
+
+
+def test_terminate_without_an_id_finds_the_instance_by_claim() -> None:
+    p = FakeProvider()
+    p.provision(ref("a"), at=t(0))
+    p.provision(ref("b"), at=t(0))
+    assert isinstance(p.terminate(ref("a"), Tracked(SPEC), at=t(1)), TerminateSucceeded)
+    assert [i.claim for i in p.list()] == ["ml-b"]
+    assert ("terminate", "fake-1") in p.calls
+
+
+def test_observe_prefers_the_tracked_id_and_answers_for_exactly_the_pods_asked() -> None:
+    p = FakeProvider()
+    p.provision(ref("a"), at=t(0))
+    p.provision(ref("b"), at=t(0))
+    seen = p.observe({ref("a"): Tracked(SPEC, "fake-2"), ref("c"): Tracked(SPEC)}, at=t(1))
+    assert set(seen) == {ref("a"), ref("c")}
+    assert getattr(seen[ref("a")], "instance_id", None) == "fake-2"
+    assert seen[ref("c")] == InstanceAbsent(at=t(1))
+
+
+def test_calls_without_a_time_use_the_providers_clock() -> None:
+    p = FakeProvider(clock=lambda: t(42))
+    assert p.provision(ref("a")).at == t(42)
+    assert poll(p, "a", None).at == t(42)
+    assert p.terminate(ref("a"), Tracked(SPEC)).at == t(42)
 
 
 def test_scripts_refuse_unknown_instances_and_bad_counts() -> None:
@@ -232,8 +284,11 @@ def test_scripts_refuse_unknown_instances_and_bad_counts() -> None:
         p.fail_next_list(times=0)
     with pytest.raises(ValueError, match="boot_ticks must not be negative"):
         FakeProvider(boot_ticks=-1)
-    with pytest.raises(ValueError, match="claim"):
-        p.provision("", t(0))
+    with pytest.raises(ValueError, match="attempt must be a non-negative int"):
+        p.provision(ref("a"), attempt=-1, at=t(0))
+    with pytest.raises(ValueError, match="boot_ticks must not be negative"):
+        p.provision(ref("a"), FakeSpec(boot_ticks=-1), at=t(0))
+    assert p.list() == []  # neither created anything
 
 
 # -- the shared mapping ------------------------------------------------------------------------

@@ -9,13 +9,15 @@ from __future__ import annotations
 
 import itertools
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from datetime import UTC, datetime, timedelta
 
 import pytest
 
 from lifecycle import ObjectRef
-from lifecycle.adapters.modal import ModalAdapter
+from lifecycle.adapters import Tracked
+from lifecycle.adapters.aws import FleetSpec
+from lifecycle.adapters.modal import ModalAdapter, SandboxSpec
 from lifecycle.adapters.modal_fake import FakeModal
 
 EPOCH = datetime(2026, 11, 30, 10, 0, 0, tzinfo=UTC)
@@ -33,6 +35,34 @@ def ticking_clock(step: float = 1.0) -> Callable[[], datetime]:
 
 def pod(name: str = "trainer-0", uid: str | None = None, namespace: str = "ml") -> ObjectRef:
     return ObjectRef("Pod", namespace, name, uid or f"uid-{name}")
+
+
+#: The spec the Modal tests track their pods with (observe and terminate do not read it).
+SANDBOX = SandboxSpec(image="x")
+
+
+def sandbox(sandbox_id: str | None = "") -> Tracked[SandboxSpec]:
+    """A Modal pod tracked with ``sandbox_id`` (``None``/``""``: not known)."""
+    return Tracked(SANDBOX, sandbox_id or "")
+
+
+def tracked(ids: Mapping[ObjectRef, str | None]) -> dict[ObjectRef, Tracked[SandboxSpec]]:
+    """Modal pods by their sandbox ids."""
+    return {ref: sandbox(sid) for ref, sid in ids.items()}
+
+
+def fleet(region: str = "us-east-1") -> FleetSpec:
+    return FleetSpec(
+        region=region,
+        instance_types=("g5.xlarge",),
+        subnet_ids=("subnet-a",),
+        launch_template_name="gpu-node",
+    )
+
+
+def tracked_in(region: str, instance_id: str = "") -> Tracked[FleetSpec]:
+    """An EC2 pod tracked in ``region`` with ``instance_id`` (``""``: not known)."""
+    return Tracked(fleet(region), instance_id)
 
 
 @pytest.fixture(autouse=True)

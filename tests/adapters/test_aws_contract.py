@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from lifecycle.adapters.aws import AwsAdapter, FleetSpec, Placement, fleet_client_token
+from lifecycle.adapters.aws import AwsAdapter, FleetSpec, fleet_client_token
 from lifecycle.adapters.aws_fake import OPERATIONS, FakeEC2, service_model
 from lifecycle.machines.pod import (
     InstancePending,
@@ -32,7 +32,7 @@ from lifecycle.machines.pod import (
     TerminateSucceeded,
 )
 
-from .conftest import pod, ticking_clock
+from .conftest import pod, ticking_clock, tracked_in
 
 boto3 = pytest.importorskip("boto3")
 botocore_exceptions = pytest.importorskip("botocore.exceptions")
@@ -105,7 +105,7 @@ def test_the_adapter_runs_a_whole_life_on_the_fake() -> None:
     a = pod("a")
     obs = adapter.provision(a, SPEC)
     assert isinstance(obs, ProvisionSucceeded)
-    where = Placement("us-east-1", obs.instance_id)
+    where = tracked_in("us-east-1", obs.instance_id)
     assert isinstance(adapter.observe({a: where})[a], InstancePending)  # launching
     ec2.set_state(obs.instance_id, "running")
     assert isinstance(adapter.observe({a: where})[a], InstancePending)  # checks initializing
@@ -129,16 +129,16 @@ def test_the_fake_pages_and_lags() -> None:
     ec2 = FakeEC2()
     ids = [ec2.add(f"ml-p{i}") for i in range(12)]
     adapter = AwsAdapter(client_factory=lambda region: ec2, page_size=5)
-    out = adapter.observe({pod(f"p{i}"): Placement("us-east-1") for i in range(12)})
-    assert [o.instance_id for o in out.values()] == ids  # type: ignore[attr-defined]
+    out = adapter.observe({pod(f"p{i}"): tracked_in("us-east-1") for i in range(12)})
+    assert [o.instance_id for o in out.values()] == ids  # type: ignore[union-attr]
     listing = [kw for name, kw in ec2.calls if name == "describe_instances"]
     assert [kw.get("NextToken") for kw in listing] == [None, "5", "10"]
     ec2.lag(ids[0], lookups=1)
-    lagged = adapter.observe({pod("p0"): Placement("us-east-1", ids[0])})[pod("p0")]
+    lagged = adapter.observe({pod("p0"): tracked_in("us-east-1", ids[0])})[pod("p0")]
     assert isinstance(lagged, InstanceUnknown)
     assert "NotFound" in lagged.error
     assert isinstance(
-        adapter.observe({pod("p0"): Placement("us-east-1", ids[0])})[pod("p0")], InstanceRunning
+        adapter.observe({pod("p0"): tracked_in("us-east-1", ids[0])})[pod("p0")], InstanceRunning
     )
 
 
@@ -196,7 +196,7 @@ def test_the_adapter_terminates_the_known_ids_when_one_is_unknown() -> None:
     first, second = ec2.add("ml-a"), ec2.add("ml-a")
     ec2.vanish = second
     adapter = AwsAdapter(client_factory=lambda region: ec2, clock=ticking_clock())
-    assert isinstance(adapter.terminate(pod("a"), Placement("us-east-1")), TerminateSucceeded)
+    assert isinstance(adapter.terminate(pod("a"), tracked_in("us-east-1")), TerminateSucceeded)
     assert ec2.instances[first]["State"]["Name"] == "terminated"
     terminates = [kw["InstanceIds"] for name, kw in ec2.calls if name == "terminate_instances"]
     assert terminates == [[first, second], [first], [second]]

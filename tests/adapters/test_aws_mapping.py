@@ -63,7 +63,7 @@ def instance(state: str, **extra: Any) -> dict[str, Any]:
 def test_ec2_table(state: str, status: dict[str, Any] | None, kind: type) -> None:
     obs = ec2_observation(instance(state), status, t())
     assert type(obs) is kind
-    assert obs.instance_id == "i-1"  # type: ignore[attr-defined]
+    assert obs.instance_id == "i-1"  # type: ignore[union-attr]
     if kind is InstanceRunning:
         assert obs == InstanceRunning(
             at=t(), instance_id="i-1", endpoint="ec2-1.compute.example", readiness_confirmed=True
@@ -82,8 +82,8 @@ def test_running_with_unreadable_status_checks_is_unknown() -> None:
 
 def test_endpoint_is_public_dns_else_public_ip() -> None:
     no_dns = {"InstanceId": "i-1", "State": {"Name": "running"}, "PublicIpAddress": "203.0.113.9"}
-    assert ec2_observation(no_dns, OK, t()).endpoint == "203.0.113.9"  # type: ignore[attr-defined]
-    assert ec2_observation(instance("running"), OK, t()).endpoint == "ec2-1.compute.example"  # type: ignore[attr-defined]
+    assert ec2_observation(no_dns, OK, t()).endpoint == "203.0.113.9"  # type: ignore[union-attr]
+    assert ec2_observation(instance("running"), OK, t()).endpoint == "ec2-1.compute.example"  # type: ignore[union-attr]
 
 
 @pytest.mark.parametrize(

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from lifecycle import MemoryEmitter, MemoryStore, ObjectRef, Runner
-from lifecycle.adapters.aws import CLAIM_TAG_KEY, AwsAdapter, FleetSpec, Placement
+from lifecycle.adapters.aws import CLAIM_TAG_KEY, AwsAdapter, FleetSpec
 from lifecycle.machines.pod import (
     CreateRequested,
     InstanceAbsent,
@@ -33,7 +33,7 @@ from lifecycle.machines.pod import (
     TerminateSucceeded,
 )
 
-from .conftest import pod, ticking_clock
+from .conftest import pod, ticking_clock, tracked_in
 
 boto3 = pytest.importorskip("boto3")
 moto_server = pytest.importorskip("moto.server")
@@ -97,15 +97,15 @@ def test_provision_observe_terminate(adapter: AwsAdapter, spec: FleetSpec, ec2: 
     described = ec2.describe_instances(InstanceIds=[obs.instance_id])
     tags = described["Reservations"][0]["Instances"][0]["Tags"]
     assert {"Key": "nebula.inftyai.com/claim", "Value": "ml-a"} in tags
-    seen = adapter.observe({a: Placement(REGION, obs.instance_id)})[a]
+    seen = adapter.observe({a: tracked_in(REGION, obs.instance_id)})[a]
     assert isinstance(seen, InstanceRunning)  # moto: running, checks ok at once
-    assert isinstance(adapter.terminate(a, Placement(REGION, obs.instance_id)), TerminateSucceeded)
-    gone = adapter.observe({a: Placement(REGION, obs.instance_id)})[a]
+    assert isinstance(adapter.terminate(a, tracked_in(REGION, obs.instance_id)), TerminateSucceeded)
+    gone = adapter.observe({a: tracked_in(REGION, obs.instance_id)})[a]
     assert isinstance(gone, InstanceTerminated)
     assert "state terminated" in gone.detail
     # Idempotent: terminating again, or an id EC2 never had, is success.
-    assert isinstance(adapter.terminate(a, Placement(REGION, obs.instance_id)), TerminateSucceeded)
-    unknown = Placement(REGION, "i-0123456789abcdef0")
+    assert isinstance(adapter.terminate(a, tracked_in(REGION, obs.instance_id)), TerminateSucceeded)
+    unknown = tracked_in(REGION, "i-0123456789abcdef0")
     assert isinstance(adapter.terminate(a, unknown), TerminateSucceeded)
 
 
@@ -128,25 +128,25 @@ def test_listing_pages_through_many_instances(adapter: AwsAdapter, spec: FleetSp
     for ref in refs:
         obs = adapter.provision(ref, spec)
         assert isinstance(obs, ProvisionSucceeded)
-        placements[ref] = Placement(REGION, obs.instance_id)
+        placements[ref] = tracked_in(REGION, obs.instance_id)
     out = adapter.observe(placements)
     assert all(isinstance(out[r], InstanceRunning) for r in refs)
-    untracked = adapter.observe({r: Placement(REGION) for r in refs})  # re-adoption by claim
-    assert [untracked[r].instance_id for r in refs] == [p.instance_id for p in placements.values()]  # type: ignore[attr-defined]
+    untracked = adapter.observe({r: tracked_in(REGION) for r in refs})  # re-adoption by claim
+    assert [untracked[r].instance_id for r in refs] == [p.instance_id for p in placements.values()]  # type: ignore[union-attr]
 
 
 def test_a_stopped_instance_is_terminated(adapter: AwsAdapter, spec: FleetSpec, ec2: Any) -> None:
     obs = adapter.provision(pod("a"), spec)
     assert isinstance(obs, ProvisionSucceeded)
     ec2.stop_instances(InstanceIds=[obs.instance_id])
-    seen = adapter.observe({pod("a"): Placement(REGION, obs.instance_id)})[pod("a")]
+    seen = adapter.observe({pod("a"): tracked_in(REGION, obs.instance_id)})[pod("a")]
     assert isinstance(seen, InstanceTerminated)
     assert seen.detail.startswith("state stop")
     assert not seen.detail.startswith("preempted")
 
 
 def test_an_untracked_pod_without_an_instance_is_absent(adapter: AwsAdapter) -> None:
-    assert isinstance(adapter.observe({pod("a"): Placement(REGION)})[pod("a")], InstanceAbsent)
+    assert isinstance(adapter.observe({pod("a"): tracked_in(REGION)})[pod("a")], InstanceAbsent)
 
 
 def _closed_port() -> int:
@@ -171,9 +171,9 @@ def test_a_region_whose_endpoint_refuses_is_unknown_never_absent(
     adapter = AwsAdapter(client_factory=factory)
     out = adapter.observe(
         {
-            pod("a"): Placement(REGION, first.instance_id),
-            pod("b"): Placement("eu-west-1", "i-0b"),
-            pod("c"): Placement("eu-west-1"),
+            pod("a"): tracked_in(REGION, first.instance_id),
+            pod("b"): tracked_in("eu-west-1", "i-0b"),
+            pod("c"): tracked_in("eu-west-1"),
         }
     )
     assert isinstance(out[pod("a")], InstanceRunning)
@@ -192,7 +192,7 @@ def test_runner_drives_pod_and_nodeclaim_events(
     runner.observe(a, CreateRequested(at=adapter.clock(), pool="gpu", provider="aws"))
     provisioned = adapter.provision(a, spec)
     runner.observe(a, provisioned)
-    placement = Placement(REGION, provisioned.instance_id)  # type: ignore[attr-defined]
+    placement = tracked_in(REGION, provisioned.instance_id)  # type: ignore[union-attr]
     for _ in range(2):  # moto passes both status checks at once; the repeat changes nothing
         runner.observe(a, adapter.observe({a: placement})[a])
     ec2.terminate_instances(InstanceIds=[placement.instance_id])

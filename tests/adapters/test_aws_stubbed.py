@@ -20,7 +20,6 @@ from lifecycle.adapters.aws import (
     LIVE_STATES,
     AwsAdapter,
     FleetSpec,
-    Placement,
     fleet_client_token,
 )
 from lifecycle.machines.pod import (
@@ -37,7 +36,7 @@ from lifecycle.machines.pod import (
     TerminateSucceeded,
 )
 
-from .conftest import pod, t
+from .conftest import pod, t, tracked_in
 
 boto3 = pytest.importorskip("boto3")
 from botocore.exceptions import ReadTimeoutError  # noqa: E402
@@ -303,7 +302,7 @@ def test_a_fleet_that_launched_nothing_is_ranked(
     stubs[US].add_response("create_fleet", fleet_response([], [{"code": c} for c in codes]))
     obs = stubs.adapter().provision(A, SPEC)
     assert type(obs) is kind
-    assert obs.error.startswith(lead)  # type: ignore[attr-defined]
+    assert obs.error.startswith(lead)  # type: ignore[union-attr]
 
 
 @pytest.mark.parametrize(
@@ -323,7 +322,7 @@ def test_create_fleet_api_errors(stubs: Stubs, code: str, status: int, kind: typ
     stubs[US].add_client_error("create_fleet", code, f"says {code}", status)
     obs = stubs.adapter(max_attempts=1).provision(A, SPEC)
     assert type(obs) is kind
-    assert code in obs.error  # type: ignore[attr-defined]
+    assert code in obs.error  # type: ignore[union-attr]
 
 
 def test_provision_adopts_the_claims_instance(stubs: Stubs) -> None:
@@ -359,7 +358,7 @@ def test_listing_is_paginated(stubs: Stubs) -> None:
         {"InstanceStatuses": [ok("i-1")]},
         {"InstanceIds": ["i-1", "i-3"]},
     )
-    pods = {A: Placement(US, "i-1"), B: Placement(US, "i-2"), pod("c"): Placement(US, "i-3")}
+    pods = {A: tracked_in(US, "i-1"), B: tracked_in(US, "i-2"), pod("c"): tracked_in(US, "i-3")}
     out = stubs.adapter().observe(pods)
     assert isinstance(out[A], InstanceRunning)
     assert isinstance(out[B], InstancePending)
@@ -371,7 +370,7 @@ def test_the_private_address_is_the_endpoint_and_the_pod_ip(stubs: Stubs) -> Non
     for address, endpoint in [("private", "10.1.2.3"), ("public", "i-1.compute.example")]:
         stubs[US].add_response("describe_instances", page(running), LIST_ALL)
         stubs[US].add_response("describe_instance_status", {"InstanceStatuses": [ok("i-1")]})
-        obs = stubs.adapter(address=address).observe({A: Placement(US, "i-1")})[A]
+        obs = stubs.adapter(address=address).observe({A: tracked_in(US, "i-1")})[A]
         assert obs == InstanceRunning(at=t(0), instance_id="i-1", endpoint=endpoint)
     with pytest.raises(ValueError, match="address must be one of"):
         stubs.adapter(address="elastic")
@@ -381,7 +380,7 @@ def test_the_private_address_is_the_endpoint_and_the_pod_ip(stubs: Stubs) -> Non
     runner.observe(A, ProvisionSucceeded(at=t(0), reserved=True, instance_id="i-1"))
     stubs[US].add_response("describe_instances", page(running), LIST_ALL)
     stubs[US].add_response("describe_instance_status", {"InstanceStatuses": [ok("i-1")]})
-    result = runner.observe(A, stubs.adapter().observe({A: Placement(US, "i-1")})[A])
+    result = runner.observe(A, stubs.adapter().observe({A: tracked_in(US, "i-1")})[A])
     assert result.status.pod_ip == "10.1.2.3"
 
 
@@ -399,7 +398,7 @@ def test_status_checks_are_read_for_running_instances_only(stubs: Stubs) -> None
         {"InstanceStatuses": []},
         {"InstanceIds": ["i-1"], "NextToken": "s2"},
     )
-    out = stubs.adapter().observe({A: Placement(US, "i-1"), B: Placement(US, "i-2")})
+    out = stubs.adapter().observe({A: tracked_in(US, "i-1"), B: tracked_in(US, "i-2")})
     assert isinstance(out[A], InstanceRunning)
     assert isinstance(out[B], InstancePending)
 
@@ -409,7 +408,9 @@ def test_a_failed_status_read_is_unknown_for_running_instances(stubs: Stubs) -> 
         "describe_instances", page(inst("i-1", "running"), inst("i-2", "pending", "ml-b")), LIST_ALL
     )
     stubs[US].add_client_error("describe_instance_status", "RequestLimitExceeded", "throttled", 503)
-    out = stubs.adapter(max_attempts=1).observe({A: Placement(US, "i-1"), B: Placement(US, "i-2")})
+    out = stubs.adapter(max_attempts=1).observe(
+        {A: tracked_in(US, "i-1"), B: tracked_in(US, "i-2")}
+    )
     unknown = out[A]
     assert isinstance(unknown, InstanceUnknown)
     assert "RequestLimitExceeded" in unknown.error
@@ -433,7 +434,7 @@ def test_a_spot_reclaim_is_reported_as_a_preemption(stubs: Stubs) -> None:
         StateReason={"Code": "Client.UserInitiatedShutdown", "Message": "User initiated shutdown"},
     )
     stubs[US].add_response("describe_instances", page(reclaimed, stopped), LIST_ALL)
-    out = stubs.adapter().observe({A: Placement(US, "i-1"), B: Placement(US, "i-2")})
+    out = stubs.adapter().observe({A: tracked_in(US, "i-1"), B: tracked_in(US, "i-2")})
     preempted, stopped_ = out[A], out[B]
     assert isinstance(preempted, InstanceTerminated)
     assert preempted.detail.startswith("preempted: spot instance reclaimed")
@@ -450,18 +451,18 @@ def test_a_failing_region_is_unknown_for_its_pods_only(stubs: Stubs) -> None:
     stubs[US].add_response("describe_instance_status", {"InstanceStatuses": [ok("i-1")]})
     stubs[EU].add_client_error("describe_instances", "Unavailable", "region down", 503)
     out = stubs.adapter(max_attempts=1).observe(
-        {A: Placement(US, "i-1"), B: Placement(EU, "i-9"), pod("c"): Placement(EU)}
+        {A: tracked_in(US, "i-1"), B: tracked_in(EU, "i-9"), pod("c"): tracked_in(EU)}
     )
     assert isinstance(out[A], InstanceRunning)
     for ref in (B, pod("c")):
         assert isinstance(out[ref], InstanceUnknown)
-        assert out[ref].error.startswith(f"region {EU} could not be listed")  # type: ignore[attr-defined]
+        assert out[ref].error.startswith(f"region {EU} could not be listed")  # type: ignore[union-attr]
 
 
 def test_a_failing_second_page_makes_the_region_unknown(stubs: Stubs) -> None:
     stubs[US].add_response("describe_instances", page(inst("i-1", "running"), token="p2"), LIST_ALL)
     stubs[US].add_client_error("describe_instances", "InternalError", "oops", 500)
-    out = stubs.adapter(max_attempts=1).observe({A: Placement(US, "i-1"), B: Placement(US)})
+    out = stubs.adapter(max_attempts=1).observe({A: tracked_in(US, "i-1"), B: tracked_in(US)})
     assert all(isinstance(o, InstanceUnknown) for o in out.values())
 
 
@@ -483,7 +484,7 @@ def test_not_found_right_after_launch_is_unknown_until_the_grace_has_passed(
             400,
             {"InstanceIds": ["i-new"]},
         )
-        assert type(adapter.observe({A: Placement(US, "i-new")})[A]) is expected
+        assert type(adapter.observe({A: tracked_in(US, "i-new")})[A]) is expected
 
 
 def test_found_by_id_after_a_lagging_list(stubs: Stubs) -> None:
@@ -492,12 +493,12 @@ def test_found_by_id_after_a_lagging_list(stubs: Stubs) -> None:
     stubs[US].add_client_error(
         "describe_instances", "InvalidInstanceID.NotFound", "nope", 400, {"InstanceIds": ["i-new"]}
     )
-    assert isinstance(adapter.observe({A: Placement(US, "i-new")})[A], InstanceUnknown)
+    assert isinstance(adapter.observe({A: tracked_in(US, "i-new")})[A], InstanceUnknown)
     stubs[US].add_response("describe_instances", page(), LIST_ALL)  # tags not indexed yet
     stubs[US].add_response(
         "describe_instances", page(inst("i-new", "pending")), {"InstanceIds": ["i-new"]}
     )
-    assert isinstance(adapter.observe({A: Placement(US, "i-new")})[A], InstancePending)
+    assert isinstance(adapter.observe({A: tracked_in(US, "i-new")})[A], InstancePending)
     assert adapter._missing_since == {}  # found: the NotFound clock was reset
 
 
@@ -505,14 +506,14 @@ def test_an_untracked_pod_ignores_finished_instances_of_an_earlier_pod(stubs: St
     """A new pod with the same name has the same claim; the old pod's terminated instance
     (still listed for an hour) must not terminate it."""
     stubs[US].add_response("describe_instances", page(inst("i-old", "terminated")), LIST_ALL)
-    assert isinstance(stubs.adapter().observe({A: Placement(US)})[A], InstanceAbsent)
+    assert isinstance(stubs.adapter().observe({A: tracked_in(US)})[A], InstanceAbsent)
 
 
 def test_an_untracked_pod_is_readopted_from_a_live_instance(stubs: Stubs) -> None:
     stubs[US].add_response(
         "describe_instances", page(inst("i-old", "terminated"), inst("i-live", "pending")), LIST_ALL
     )
-    obs = stubs.adapter().observe({A: Placement(US)})[A]
+    obs = stubs.adapter().observe({A: tracked_in(US)})[A]
     assert isinstance(obs, InstancePending)
     assert obs.instance_id == "i-live"
 
@@ -521,14 +522,14 @@ def test_an_untracked_pod_is_readopted_from_a_live_instance(stubs: Stubs) -> Non
 @pytest.mark.parametrize("code", ["InvalidInstanceID.NotFound", "InvalidInstanceID.Malformed"])
 def test_terminate_of_an_unknown_instance_is_success(stubs: Stubs, code: str) -> None:
     stubs[US].add_client_error("terminate_instances", code, "gone", 400, {"InstanceIds": ["i-1"]})
-    assert isinstance(stubs.adapter().terminate(A, Placement(US, "i-1")), TerminateSucceeded)
+    assert isinstance(stubs.adapter().terminate(A, tracked_in(US, "i-1")), TerminateSucceeded)
 
 
 def test_terminate_by_id(stubs: Stubs) -> None:
     stubs[US].add_response(
         "terminate_instances", {"TerminatingInstances": []}, {"InstanceIds": ["i-1"]}
     )
-    assert isinstance(stubs.adapter().terminate(A, Placement(US, "i-1")), TerminateSucceeded)
+    assert isinstance(stubs.adapter().terminate(A, tracked_in(US, "i-1")), TerminateSucceeded)
 
 
 def test_terminate_without_an_id_finds_the_claims_instances(stubs: Stubs) -> None:
@@ -536,9 +537,9 @@ def test_terminate_without_an_id_finds_the_claims_instances(stubs: Stubs) -> Non
     stubs[US].add_response(
         "terminate_instances", {"TerminatingInstances": []}, {"InstanceIds": ["i-1"]}
     )
-    assert isinstance(stubs.adapter().terminate(A, Placement(US)), TerminateSucceeded)
+    assert isinstance(stubs.adapter().terminate(A, tracked_in(US)), TerminateSucceeded)
     stubs[US].add_response("describe_instances", page(), by_claim("b"))
-    assert isinstance(stubs.adapter().terminate(B, Placement(US)), TerminateSucceeded)
+    assert isinstance(stubs.adapter().terminate(B, tracked_in(US)), TerminateSucceeded)
 
 
 def test_one_unknown_id_among_several_terminates_the_others_one_by_one(stubs: Stubs) -> None:
@@ -559,7 +560,7 @@ def test_one_unknown_id_among_several_terminates_the_others_one_by_one(stubs: St
     stubs[US].add_client_error(
         "terminate_instances", "InvalidInstanceID.NotFound", "gone", 400, {"InstanceIds": ["i-2"]}
     )
-    assert isinstance(stubs.adapter().terminate(A, Placement(US)), TerminateSucceeded)
+    assert isinstance(stubs.adapter().terminate(A, tracked_in(US)), TerminateSucceeded)
 
 
 def test_an_id_that_is_not_gone_fails_the_terminate(stubs: Stubs) -> None:
@@ -574,7 +575,7 @@ def test_an_id_that_is_not_gone_fails_the_terminate(stubs: Stubs) -> None:
     stubs[US].add_client_error(
         "terminate_instances", "InvalidInstanceID.NotFound", "gone", 400, {"InstanceIds": ["i-2"]}
     )
-    obs = stubs.adapter().terminate(A, Placement(US))
+    obs = stubs.adapter().terminate(A, tracked_in(US))
     assert isinstance(obs, TerminateFailed)
     assert obs.error.startswith("i-1: ClientError")
     assert "UnauthorizedOperation" in obs.error
@@ -583,10 +584,10 @@ def test_an_id_that_is_not_gone_fails_the_terminate(stubs: Stubs) -> None:
 
 def test_terminate_errors_fail(stubs: Stubs) -> None:
     stubs[US].add_client_error("terminate_instances", "UnauthorizedOperation", "no", 403)
-    obs = stubs.adapter().terminate(A, Placement(US, "i-1"))
+    obs = stubs.adapter().terminate(A, tracked_in(US, "i-1"))
     assert isinstance(obs, TerminateFailed)
     assert "UnauthorizedOperation" in obs.error
     stubs[US].add_client_error("describe_instances", "InternalError", "oops", 500)
-    obs = stubs.adapter(max_attempts=1).terminate(A, Placement(US))
+    obs = stubs.adapter(max_attempts=1).terminate(A, tracked_in(US))
     assert isinstance(obs, TerminateFailed)
     assert "InternalError" in obs.error

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from lifecycle import MemoryEmitter, MemoryStore, ObjectRef, Runner
-from lifecycle.adapters.aws import AwsAdapter, FleetSpec, Placement
+from lifecycle.adapters.aws import AwsAdapter, FleetSpec
 from lifecycle.adapters.aws_fake import FakeEC2
 from lifecycle.adapters.modal import ModalAdapter, SandboxSpec
 from lifecycle.adapters.modal_fake import FakeModal, exception
@@ -31,7 +31,7 @@ from lifecycle.machines.pod import (
 )
 from lifecycle.trace import TraceRecorder, read_trace, replay
 
-from .conftest import pod, t, ticking_clock
+from .conftest import pod, sandbox, t, ticking_clock, tracked, tracked_in
 
 Flip = tuple[str, str, str, str]  # (uid, type, from, to)
 
@@ -77,10 +77,10 @@ def modal_life(path: Path) -> Host:
                 host.host(ref, CreateRequested(at=clock(), pool="gpu", provider="modal"))
                 obs = adapter.provision(ref, SandboxSpec(image="vllm", readiness_probe=probe))
                 host.feed(ref, obs)
-                ids[ref] = obs.instance_id  # type: ignore[attr-defined]
+                ids[ref] = obs.instance_id  # type: ignore[union-attr]
 
             def tick() -> None:
-                for ref, obs in adapter.observe(ids).items():
+                for ref, obs in adapter.observe(tracked(ids)).items():
                     host.feed(ref, obs)
 
             tick()  # gated: running, probe unconfirmed; the others: running, ready
@@ -92,7 +92,7 @@ def modal_life(path: Path) -> Host:
             fake.purge(ids[gone])
             tick()  # gated: ready; crashy: failed (polled by id); gone: absent
             host.host(gated, DeletionRequested(at=clock()))
-            host.feed(gated, adapter.terminate(gated, ids[gated]))
+            host.feed(gated, adapter.terminate(gated, sandbox(ids[gated])))
     return host
 
 
@@ -161,7 +161,7 @@ def test_aws_observations_drive_events_and_replay(tmp_path: Path) -> None:
     host.host(b, CreateRequested(at=clock(), pool="gpu", provider="aws"))
     ec2.script_fleet([{"ErrorCode": "InsufficientInstanceCapacity", "ErrorMessage": "none"}])
     host.feed(b, adapter.provision(b, spec))
-    where = {a: Placement("us-east-1", placed.instance_id)}  # type: ignore[attr-defined]
+    where = {a: tracked_in("us-east-1", placed.instance_id)}  # type: ignore[union-attr]
     for step in ("pending", "running", "ok", "status-fails", "reclaim"):
         if step == "running":
             ec2.set_state(where[a].instance_id, "running")

@@ -36,7 +36,7 @@ from lifecycle.machines.pod import (
     TerminateSucceeded,
 )
 
-from .conftest import pod, t, ticking_clock
+from .conftest import pod, sandbox, t, ticking_clock, tracked
 
 PROBE = {"tcpSocket": {"port": 8080}}
 A = pod("a")
@@ -100,7 +100,7 @@ def test_probe_and_probe_tag_are_stamped_only_for_a_usable_probe(
     expected: FakeProbe | None,
 ) -> None:
     obs = modal_adapter.provision(A, SandboxSpec(image="x", readiness_probe=probe))
-    state = fake_modal.state(obs.instance_id)  # type: ignore[attr-defined]
+    state = fake_modal.state(obs.instance_id)  # type: ignore[union-attr]
     assert state.probe == expected
     assert (PROBE_TAG_KEY in state.tags) == (expected is not None)
     if expected is not None:
@@ -111,7 +111,7 @@ def test_active_deadline_bounds_the_sandbox_lifetime(
     fake_modal: FakeModal, modal_adapter: ModalAdapter
 ) -> None:
     obs = modal_adapter.provision(A, SandboxSpec(image="x", active_deadline_seconds=900))
-    assert fake_modal.state(obs.instance_id).options["timeout"] == 900  # type: ignore[attr-defined]
+    assert fake_modal.state(obs.instance_id).options["timeout"] == 900  # type: ignore[union-attr]
 
 
 def test_provision_adopts_a_running_sandbox_as_reserved(
@@ -135,7 +135,7 @@ def test_provision_adopts_an_unconfirmed_probe_sandbox_unreserved(
 def test_provision_is_idempotent(fake_modal: FakeModal, modal_adapter: ModalAdapter) -> None:
     first = modal_adapter.provision(A, SandboxSpec(image="x"))
     again = modal_adapter.provision(A, SandboxSpec(image="x"))
-    assert again.instance_id == first.instance_id  # type: ignore[attr-defined]
+    assert again.instance_id == first.instance_id  # type: ignore[union-attr]
     assert fake_modal.count("Sandbox.create") == 1
 
 
@@ -243,7 +243,7 @@ def test_create_errors_are_rejections_or_unattributable(
     fake_modal.fail("Sandbox.create", error)
     obs = modal_adapter.provision(A, SandboxSpec(image="x"))
     assert type(obs) is kind
-    assert type(error).__name__ in obs.error  # type: ignore[attr-defined]
+    assert type(error).__name__ in obs.error  # type: ignore[union-attr]
 
 
 def test_a_create_that_hangs_is_unattributable_after_the_provision_timeout(
@@ -260,7 +260,7 @@ def test_a_create_that_hangs_is_unattributable_after_the_provision_timeout(
 def test_row_tags_error_is_unknown(fake_modal: FakeModal, modal_adapter: ModalAdapter) -> None:
     sid = seed(fake_modal, A)
     fake_modal.fail("Sandbox.get_tags", exception.ServiceError("tags down"), sandbox_id=sid)
-    obs = modal_adapter.observe({A: sid})[A]
+    obs = modal_adapter.observe(tracked({A: sid}))[A]
     assert isinstance(obs, InstanceUnknown)
     assert "tags down" in obs.error
 
@@ -271,7 +271,7 @@ def test_row_poll_error_is_unknown_not_pending(
     """Upstream maps a Poll error to Pending (demoting a Running pod); ADR 0006 says no."""
     sid = seed(fake_modal, A)
     fake_modal.fail("Sandbox.poll", exception.ServiceError("poll down"), sandbox_id=sid)
-    obs = modal_adapter.observe({A: sid})[A]
+    obs = modal_adapter.observe(tracked({A: sid}))[A]
     assert isinstance(obs, InstanceUnknown)
     assert "poll down" in obs.error
 
@@ -286,10 +286,10 @@ def test_row_exit_caught_by_poll_while_listed(
 ) -> None:
     sid = seed(fake_modal, A)
     fake_modal.when("Sandbox.poll", lambda: fake_modal.exit(sid, code), sandbox_id=sid)
-    obs = modal_adapter.observe({A: sid})[A]
+    obs = modal_adapter.observe(tracked({A: sid}))[A]
     assert type(obs) is kind
-    assert (obs.exit_code, obs.instance_id) == (code, sid)  # type: ignore[attr-defined]
-    assert obs.detail.startswith(f"exit {code}: ")  # type: ignore[attr-defined]
+    assert (obs.exit_code, obs.instance_id) == (code, sid)  # type: ignore[union-attr]
+    assert obs.detail.startswith(f"exit {code}: ")  # type: ignore[union-attr]
     assert fake_modal.count("Sandbox.from_id") == 0  # it was listed: no lookup needed
 
 
@@ -297,7 +297,7 @@ def test_row_running_without_probe_tag_is_ready(
     fake_modal: FakeModal, modal_adapter: ModalAdapter
 ) -> None:
     sid = seed(fake_modal, A)
-    obs = modal_adapter.observe({A: sid})[A]
+    obs = modal_adapter.observe(tracked({A: sid}))[A]
     assert obs == InstanceRunning(at=obs.at, instance_id=sid, readiness_confirmed=True)
     assert fake_modal.count("Sandbox.wait_until_ready") == 0
 
@@ -306,11 +306,11 @@ def test_row_running_with_probe_tag_and_latch_set_is_ready(
     fake_modal: FakeModal, modal_adapter: ModalAdapter
 ) -> None:
     sid = seed(fake_modal, A, probe=True, ready=True)
-    first = modal_adapter.observe({A: sid})[A]
+    first = modal_adapter.observe(tracked({A: sid}))[A]
     assert isinstance(first, InstanceRunning)
     assert not first.readiness_confirmed
     modal_adapter.drain()
-    second = modal_adapter.observe({A: sid})[A]
+    second = modal_adapter.observe(tracked({A: sid}))[A]
     assert second == InstanceRunning(at=second.at, instance_id=sid, readiness_confirmed=True)
 
 
@@ -319,11 +319,11 @@ def test_row_running_with_probe_tag_and_latch_unset_is_not_ready(
 ) -> None:
     sid = seed(fake_modal, A, probe=True)
     for _ in range(3):
-        obs = modal_adapter.observe({A: sid})[A]
+        obs = modal_adapter.observe(tracked({A: sid}))[A]
         assert obs == InstanceRunning(at=obs.at, instance_id=sid, readiness_confirmed=False)
     fake_modal.set_ready(sid)
     modal_adapter.drain()
-    obs = modal_adapter.observe({A: sid})[A]
+    obs = modal_adapter.observe(tracked({A: sid}))[A]
     assert isinstance(obs, InstanceRunning)
     assert obs.readiness_confirmed
 
@@ -335,10 +335,10 @@ def test_a_probe_tag_on_a_sandbox_without_a_probe_latches_on_conflicts_while_run
     FAILED_PRECONDITION, which the adapter does not read from a private attribute): two
     conflicts in a row while the sandbox runs mean there is no probe to wait for."""
     sid = fake_modal.add(claim(A), tags={PROBE_TAG_KEY: "true"})  # tag, but no probe
-    modal_adapter.observe({A: sid})
+    modal_adapter.observe(tracked({A: sid}))
     modal_adapter.drain()
     assert fake_modal.count("Sandbox.wait_until_ready", sid) == 2
-    obs = modal_adapter.observe({A: sid})[A]
+    obs = modal_adapter.observe(tracked({A: sid}))[A]
     assert isinstance(obs, InstanceRunning)
     assert obs.readiness_confirmed
 
@@ -351,7 +351,7 @@ def test_one_conflict_on_a_running_sandbox_is_asked_again(
     sid = seed(fake_modal, A, probe=True)
     fake_modal.fail("Sandbox.wait_until_ready", exception.ConflictError("aborted"), sandbox_id=sid)
     fake_modal.when("Sandbox.poll", lambda: fake_modal.set_ready(sid), sandbox_id=sid)
-    modal_adapter.observe({A: sid})
+    modal_adapter.observe(tracked({A: sid}))
     modal_adapter.drain()
     assert fake_modal.count("Sandbox.wait_until_ready", sid) == 2
     assert modal_adapter.latch.is_set(sid)
@@ -366,7 +366,7 @@ def test_a_conflict_from_a_finished_sandbox_latches_nothing(
         fake_modal.exit(sid, 0)
 
     fake_modal.when("Sandbox.wait_until_ready", finish, sandbox_id=sid)
-    modal_adapter.observe({A: sid})
+    modal_adapter.observe(tracked({A: sid}))
     modal_adapter.drain()
     assert fake_modal.count("Sandbox.wait_until_ready", sid) == 1
     assert not modal_adapter.latch.is_set(sid)
@@ -381,15 +381,15 @@ def test_other_waiter_errors_latch_nothing_and_are_retried(
 ) -> None:
     sid = seed(fake_modal, A, probe=True, ready=True)
     fake_modal.fail("Sandbox.wait_until_ready", error, sandbox_id=sid)
-    modal_adapter.observe({A: sid})
+    modal_adapter.observe(tracked({A: sid}))
     modal_adapter.drain()
     assert not modal_adapter.latch.is_set(sid)
-    obs = modal_adapter.observe({A: sid})[A]
+    obs = modal_adapter.observe(tracked({A: sid}))[A]
     assert isinstance(obs, InstanceRunning)
     assert not obs.readiness_confirmed
     modal_adapter.drain()  # the second waiter succeeds
     assert fake_modal.count("Sandbox.wait_until_ready", sid) == 2
-    obs = modal_adapter.observe({A: sid})[A]
+    obs = modal_adapter.observe(tracked({A: sid}))[A]
     assert isinstance(obs, InstanceRunning)
     assert obs.readiness_confirmed
 
@@ -398,7 +398,7 @@ def test_the_waiter_uses_a_fresh_handle_and_the_30s_budget(
     fake_modal: FakeModal, modal_adapter: ModalAdapter
 ) -> None:
     sid = seed(fake_modal, A, probe=True, ready=True)
-    modal_adapter.observe({A: sid})
+    modal_adapter.observe(tracked({A: sid}))
     modal_adapter.drain()
     waits = [c for c in fake_modal.calls if c.name == "Sandbox.wait_until_ready"]
     assert [c.kwargs for c in waits] == [{"timeout": 30}]
@@ -409,7 +409,7 @@ def test_row_absent_from_list_with_no_known_id_is_absent(
     fake_modal: FakeModal, modal_adapter: ModalAdapter
 ) -> None:
     seed(fake_modal, B)
-    assert modal_adapter.observe({A: None})[A] == InstanceAbsent(at=t(0))
+    assert modal_adapter.observe(tracked({A: None}))[A] == InstanceAbsent(at=t(0))
 
 
 def test_row_list_error_is_unknown_for_every_pod(
@@ -417,7 +417,7 @@ def test_row_list_error_is_unknown_for_every_pod(
 ) -> None:
     ids = {A: seed(fake_modal, A), B: seed(fake_modal, B)}
     fake_modal.fail("Sandbox.list", exception.ServiceError("list down"))
-    out = modal_adapter.observe(ids)
+    out = modal_adapter.observe(tracked(ids))
     assert all(isinstance(o, InstanceUnknown) and "list down" in o.error for o in out.values())
 
 
@@ -436,9 +436,9 @@ def test_a_finished_sandbox_that_left_the_list_is_classified_not_absent(
 ) -> None:
     sid = seed(fake_modal, A)
     fake_modal.exit(sid, code)  # finished: Sandbox.list no longer shows it
-    obs = modal_adapter.observe({A: sid})[A]
+    obs = modal_adapter.observe(tracked({A: sid}))[A]
     assert type(obs) is kind
-    assert obs.exit_code == code  # type: ignore[attr-defined]
+    assert obs.exit_code == code  # type: ignore[union-attr]
     assert fake_modal.count("Sandbox.from_id", sid) == 1
 
 
@@ -447,7 +447,7 @@ def test_a_sandbox_unknown_by_id_is_absent(
 ) -> None:
     sid = seed(fake_modal, A)
     fake_modal.purge(sid)
-    assert isinstance(modal_adapter.observe({A: sid})[A], InstanceAbsent)
+    assert isinstance(modal_adapter.observe(tracked({A: sid}))[A], InstanceAbsent)
 
 
 def test_a_running_sandbox_the_list_does_not_show_yet_is_observed_by_id(
@@ -455,7 +455,7 @@ def test_a_running_sandbox_the_list_does_not_show_yet_is_observed_by_id(
 ) -> None:
     sid = seed(fake_modal, A, probe=True)
     fake_modal.hide(sid)
-    obs = modal_adapter.observe({A: sid})[A]
+    obs = modal_adapter.observe(tracked({A: sid}))[A]
     assert obs == InstanceRunning(at=obs.at, instance_id=sid, readiness_confirmed=False)
     assert modal_adapter.latch.waiting(sid)  # kept, not pruned
     fake_modal.set_ready(sid)
@@ -469,7 +469,7 @@ def test_a_lookup_by_id_that_fails_is_unknown(
     sid = seed(fake_modal, A)
     fake_modal.exit(sid, 0)
     fake_modal.fail("Sandbox.from_id", exception.ServiceError("lookup down"))
-    obs = modal_adapter.observe({A: sid})[A]
+    obs = modal_adapter.observe(tracked({A: sid}))[A]
     assert isinstance(obs, InstanceUnknown)
     assert "lookup down" in obs.error
 
@@ -480,7 +480,7 @@ def test_unreadable_tags_are_never_read_as_no_probe_so_ready(
 ) -> None:
     sid = seed(fake_modal, A, probe=True)
     fake_modal.fail("Sandbox.get_tags", exception.ServiceError("tags down"), sandbox_id=sid)
-    obs = modal_adapter.observe({A: sid})[A]
+    obs = modal_adapter.observe(tracked({A: sid}))[A]
     assert isinstance(obs, InstanceUnknown)
     assert fake_modal.count("Sandbox.poll") == 0
 
@@ -491,7 +491,7 @@ def test_unreadable_tags_elsewhere_make_a_missing_claim_unknown_not_absent(
     """The claim's sandbox may be the one whose tags could not be read."""
     other = seed(fake_modal, B)
     fake_modal.fail("Sandbox.get_tags", exception.ServiceError("tags down"), sandbox_id=other)
-    obs = modal_adapter.observe({A: None})[A]
+    obs = modal_adapter.observe(tracked({A: None}))[A]
     assert isinstance(obs, InstanceUnknown)
     assert "unreadable" in obs.error
 
@@ -503,10 +503,10 @@ def test_a_hanging_call_makes_only_its_pod_unknown(fake_modal: FakeModal, operat
     fake_modal.hang(operation, sandbox_id=ids[A])
     with ModalAdapter(sdk=fake_modal, call_timeout=0.05) as adapter:
         start = time.monotonic()
-        out = adapter.observe(ids)
+        out = adapter.observe(tracked(ids))
         elapsed = time.monotonic() - start
     assert isinstance(out[A], InstanceUnknown)
-    assert f"{operation} timed out after 0.05s" in out[A].error  # type: ignore[attr-defined]
+    assert f"{operation} timed out after 0.05s" in out[A].error  # type: ignore[union-attr]
     assert isinstance(out[B], InstanceRunning)
     assert elapsed < 1.0
 
@@ -516,7 +516,7 @@ def test_a_hanging_list_makes_every_pod_unknown(fake_modal: FakeModal, operation
     ids = {A: seed(fake_modal, A)}
     fake_modal.hang(operation)
     with ModalAdapter(sdk=fake_modal, call_timeout=0.05) as adapter:
-        obs = adapter.observe(ids)[A]
+        obs = adapter.observe(tracked(ids))[A]
     assert isinstance(obs, InstanceUnknown)
     assert "timed out" in obs.error
 
@@ -526,7 +526,7 @@ def test_a_hanging_lookup_by_id_is_unknown(fake_modal: FakeModal) -> None:
     fake_modal.exit(sid, 0)
     fake_modal.hang("Sandbox.from_id", sandbox_id=sid)
     with ModalAdapter(sdk=fake_modal, call_timeout=0.05) as adapter:
-        obs = adapter.observe({A: sid})[A]
+        obs = adapter.observe(tracked({A: sid}))[A]
     assert isinstance(obs, InstanceUnknown)
     assert "Sandbox.from_id timed out" in obs.error
 
@@ -550,7 +550,7 @@ def test_a_cancelled_caller_does_not_cancel_the_waiter(fake_modal: FakeModal) ->
     async def scenario() -> None:
         a, b = _slow_pass(fake_modal)
         adapter = AsyncModalAdapter(sdk=fake_modal, call_timeout=5.0)
-        caller = asyncio.create_task(adapter.observe({A: a, B: b}))
+        caller = asyncio.create_task(adapter.observe(tracked({A: a, B: b})))
         await _until(lambda: fake_modal.waiting(a) == 1)
         caller.cancel()
         with pytest.raises(asyncio.CancelledError):
@@ -568,7 +568,7 @@ def test_a_caller_deadline_does_not_cancel_the_waiter(fake_modal: FakeModal) -> 
     async def scenario() -> None:
         a, b = _slow_pass(fake_modal)
         adapter = AsyncModalAdapter(sdk=fake_modal, call_timeout=5.0)
-        caller = asyncio.create_task(asyncio.wait_for(adapter.observe({A: a, B: b}), 0.2))
+        caller = asyncio.create_task(asyncio.wait_for(adapter.observe(tracked({A: a, B: b})), 0.2))
         await _until(caller.done)
         with pytest.raises(TimeoutError):
             caller.result()
@@ -584,13 +584,13 @@ def test_a_caller_deadline_does_not_cancel_the_waiter(fake_modal: FakeModal) -> 
 def test_at_most_one_waiter_per_sandbox(fake_modal: FakeModal, modal_adapter: ModalAdapter) -> None:
     sid = seed(fake_modal, A, probe=True)
     for _ in range(5):
-        modal_adapter.observe({A: sid})
+        modal_adapter.observe(tracked({A: sid}))
     modal_adapter.provision(A, SandboxSpec(image="x"))  # adoption polls it too
     assert fake_modal.count("Sandbox.wait_until_ready", sid) == 1
     assert fake_modal.max_concurrent_waits == 1
     fake_modal.set_ready(sid)
     modal_adapter.drain()
-    modal_adapter.observe({A: sid})
+    modal_adapter.observe(tracked({A: sid}))
     assert fake_modal.count("Sandbox.wait_until_ready", sid) == 1
 
 
@@ -599,15 +599,15 @@ def test_terminate_forgets_the_latch_and_it_is_never_set_again(
     fake_modal: FakeModal, modal_adapter: ModalAdapter
 ) -> None:
     sid = seed(fake_modal, A, probe=True)
-    modal_adapter.observe({A: sid})
+    modal_adapter.observe(tracked({A: sid}))
     assert modal_adapter.latch.waiting(sid)
-    obs = modal_adapter.terminate(A, sid)
+    obs = modal_adapter.terminate(A, sandbox(sid))
     assert isinstance(obs, TerminateSucceeded)
     fake_modal.state(sid).returncode = None  # still shutting down: listed, running
     fake_modal.set_ready(sid)
     modal_adapter.drain()
     assert not modal_adapter.latch.is_set(sid)
-    again = modal_adapter.observe({A: sid})[A]
+    again = modal_adapter.observe(tracked({A: sid}))[A]
     assert again == InstanceRunning(at=again.at, instance_id=sid, readiness_confirmed=False)
     assert fake_modal.count("Sandbox.wait_until_ready", sid) == 1  # no new waiter
 
@@ -616,11 +616,11 @@ def test_an_observed_exit_forgets_the_latch(
     fake_modal: FakeModal, modal_adapter: ModalAdapter
 ) -> None:
     sid = seed(fake_modal, A, probe=True, ready=True)
-    modal_adapter.observe({A: sid})
+    modal_adapter.observe(tracked({A: sid}))
     modal_adapter.drain()
     assert modal_adapter.latch.is_set(sid)
     fake_modal.when("Sandbox.poll", lambda: fake_modal.exit(sid, 0), sandbox_id=sid)
-    assert isinstance(modal_adapter.observe({A: sid})[A], InstanceTerminated)
+    assert isinstance(modal_adapter.observe(tracked({A: sid}))[A], InstanceTerminated)
     assert not modal_adapter.latch.is_set(sid)
 
 
@@ -628,54 +628,56 @@ def test_latch_entries_of_sandboxes_that_left_the_list_are_pruned(
     fake_modal: FakeModal, modal_adapter: ModalAdapter
 ) -> None:
     pods = {pod(f"p{i}"): seed(fake_modal, pod(f"p{i}"), probe=True, ready=True) for i in range(40)}
-    modal_adapter.observe(pods)
+    modal_adapter.observe(tracked(pods))
     modal_adapter.drain()
     assert len(modal_adapter.latch) == 40
     for sid in list(pods.values())[:30]:
         fake_modal.exit(sid, 0)
-    modal_adapter.observe(pods)
+    modal_adapter.observe(tracked(pods))
     assert len(modal_adapter.latch) == 10
     for sid in list(pods.values())[30:]:
         fake_modal.purge(sid)
-    modal_adapter.observe({})  # nobody tracked any more: the list is all that counts
+    modal_adapter.observe(tracked({}))  # nobody tracked any more: the list is all that counts
     assert len(modal_adapter.latch) == 0
 
 
 def test_a_failed_list_prunes_nothing(fake_modal: FakeModal, modal_adapter: ModalAdapter) -> None:
     sid = seed(fake_modal, A, probe=True, ready=True)
-    modal_adapter.observe({A: sid})
+    modal_adapter.observe(tracked({A: sid}))
     modal_adapter.drain()
     fake_modal.fail("Sandbox.list", exception.ServiceError("down"))
-    modal_adapter.observe({A: sid})
+    modal_adapter.observe(tracked({A: sid}))
     assert modal_adapter.latch.is_set(sid)
 
 
 # -- terminate ---------------------------------------------------------------------------------
 def test_terminate_by_id(fake_modal: FakeModal, modal_adapter: ModalAdapter) -> None:
     sid = seed(fake_modal, A)
-    assert isinstance(modal_adapter.terminate(A, sid), TerminateSucceeded)
+    assert isinstance(modal_adapter.terminate(A, sandbox(sid)), TerminateSucceeded)
     assert fake_modal.state(sid).returncode == 137
 
 
 def test_terminate_is_idempotent(fake_modal: FakeModal, modal_adapter: ModalAdapter) -> None:
     sid = seed(fake_modal, A)
     fake_modal.exit(sid, 0)
-    assert isinstance(modal_adapter.terminate(A, sid), TerminateSucceeded)  # already finished
+    assert isinstance(
+        modal_adapter.terminate(A, sandbox(sid)), TerminateSucceeded
+    )  # already finished
     fake_modal.purge(sid)
-    assert isinstance(modal_adapter.terminate(A, sid), TerminateSucceeded)  # unknown id
+    assert isinstance(modal_adapter.terminate(A, sandbox(sid)), TerminateSucceeded)  # unknown id
     fake_modal.fail("Sandbox.terminate", exception.NotFoundError("gone"))
     other = seed(fake_modal, B)
-    assert isinstance(modal_adapter.terminate(B, other), TerminateSucceeded)
+    assert isinstance(modal_adapter.terminate(B, sandbox(other)), TerminateSucceeded)
 
 
 def test_terminate_without_an_id_finds_the_claim_sandboxes(
     fake_modal: FakeModal, modal_adapter: ModalAdapter
 ) -> None:
     mine, other = seed(fake_modal, A), seed(fake_modal, B)
-    assert isinstance(modal_adapter.terminate(A, ""), TerminateSucceeded)
+    assert isinstance(modal_adapter.terminate(A, sandbox("")), TerminateSucceeded)
     assert fake_modal.state(mine).returncode == 137
     assert fake_modal.state(other).returncode is None
-    assert isinstance(modal_adapter.terminate(pod("nobody"), None), TerminateSucceeded)
+    assert isinstance(modal_adapter.terminate(pod("nobody"), sandbox(None)), TerminateSucceeded)
 
 
 def test_terminate_without_an_id_finds_a_sandbox_the_list_does_not_show_yet() -> None:
@@ -685,22 +687,22 @@ def test_terminate_without_an_id_finds_a_sandbox_the_list_does_not_show_yet() ->
     with ModalAdapter(sdk=fake, clock=ticking_clock(), call_timeout=0.5) as adapter:
         created = adapter.provision(A, SandboxSpec(image="x"))
         assert isinstance(created, ProvisionSucceeded)
-        assert isinstance(adapter.terminate(A, ""), TerminateSucceeded)
+        assert isinstance(adapter.terminate(A, sandbox("")), TerminateSucceeded)
         assert fake.state(created.instance_id).returncode == 137
         # Found both ways (the list caught up): terminated once.
         fake.add(claim(B), name=sandbox_name(claim(B)))
-        assert isinstance(adapter.terminate(B, None), TerminateSucceeded)
+        assert isinstance(adapter.terminate(B, sandbox(None)), TerminateSucceeded)
     assert fake.count("Sandbox.terminate") == 2
 
 
 def test_terminate_errors_fail(fake_modal: FakeModal, modal_adapter: ModalAdapter) -> None:
     sid = seed(fake_modal, A)
     fake_modal.fail("Sandbox.terminate", exception.ServiceError("503"))
-    obs = modal_adapter.terminate(A, sid)
+    obs = modal_adapter.terminate(A, sandbox(sid))
     assert isinstance(obs, TerminateFailed)
     assert "503" in obs.error
     fake_modal.fail("Sandbox.list", exception.ServiceError("list down"))
-    obs = modal_adapter.terminate(A, "")
+    obs = modal_adapter.terminate(A, sandbox(""))
     assert isinstance(obs, TerminateFailed)
     assert "list down" in obs.error
 
@@ -709,7 +711,7 @@ def test_terminate_errors_fail(fake_modal: FakeModal, modal_adapter: ModalAdapte
 def test_close_cancels_waiters_and_stops_the_loop_thread(fake_modal: FakeModal) -> None:
     sid = seed(fake_modal, A, probe=True)
     adapter = ModalAdapter(sdk=fake_modal)
-    adapter.observe({A: sid})
+    adapter.observe(tracked({A: sid}))
     deadline = time.monotonic() + 2
     while fake_modal.waiting(sid) != 1:
         assert time.monotonic() < deadline
@@ -719,7 +721,7 @@ def test_close_cancels_waiters_and_stops_the_loop_thread(fake_modal: FakeModal) 
     assert not adapter._thread.is_alive()
     adapter.close()  # idempotent
     with pytest.raises(RuntimeError, match="closed"):
-        adapter.observe({A: sid})
+        adapter.observe(tracked({A: sid}))
 
 
 def test_close_right_after_a_pass_stops_the_waiter_at_once(fake_modal: FakeModal) -> None:
@@ -729,7 +731,7 @@ def test_close_right_after_a_pass_stops_the_waiter_at_once(fake_modal: FakeModal
     async def scenario() -> None:
         sid = seed(fake_modal, A, probe=True)
         adapter = AsyncModalAdapter(sdk=fake_modal, readiness_budget=3)
-        await adapter.observe({A: sid})  # starts the waiter; close before it ran a step
+        await adapter.observe(tracked({A: sid}))  # starts the waiter; close before it ran a step
         start = time.monotonic()
         await adapter.aclose()
         assert time.monotonic() - start < 1.0
@@ -780,7 +782,7 @@ def test_a_waiter_cancelled_before_its_first_step_can_be_started_again(
         assert waiter.cancelled()
         assert not adapter.latch.waiting(sid)
         fake_modal.set_ready(sid)
-        await adapter.observe({A: sid})  # a miss: a new waiter
+        await adapter.observe(tracked({A: sid}))  # a miss: a new waiter
         await adapter.latch.drain()
         assert adapter.latch.is_set(sid)
         await adapter.aclose()
@@ -794,17 +796,17 @@ def test_a_failed_terminate_leaves_the_latch_and_the_sandbox_stays_ready(
     """Upstream leaves the pod unchanged when Terminate fails: the sandbox keeps running, and
     its confirmed readiness must survive (it was forgotten before the call, for good)."""
     sid = seed(fake_modal, A, probe=True, ready=True)
-    modal_adapter.observe({A: sid})
+    modal_adapter.observe(tracked({A: sid}))
     modal_adapter.drain()
     assert modal_adapter.latch.is_set(sid)
     for operation in ("Sandbox.terminate", "Sandbox.from_id"):
         fake_modal.fail(operation, exception.ServiceError("503"))
-        assert isinstance(modal_adapter.terminate(A, sid), TerminateFailed)
+        assert isinstance(modal_adapter.terminate(A, sandbox(sid)), TerminateFailed)
         assert modal_adapter.latch.is_set(sid)
-        obs = modal_adapter.observe({A: sid})[A]
+        obs = modal_adapter.observe(tracked({A: sid}))[A]
         assert obs == InstanceRunning(at=obs.at, instance_id=sid, readiness_confirmed=True)
     # ... and a terminate that succeeds still forgets it for good
-    assert isinstance(modal_adapter.terminate(A, sid), TerminateSucceeded)
+    assert isinstance(modal_adapter.terminate(A, sandbox(sid)), TerminateSucceeded)
     assert not modal_adapter.latch.is_set(sid)
 
 
@@ -812,14 +814,14 @@ def test_a_failed_terminate_leaves_a_pending_waiter_running(
     fake_modal: FakeModal, modal_adapter: ModalAdapter
 ) -> None:
     sid = seed(fake_modal, A, probe=True)
-    modal_adapter.observe({A: sid})
+    modal_adapter.observe(tracked({A: sid}))
     assert modal_adapter.latch.waiting(sid)
     fake_modal.fail("Sandbox.terminate", exception.ServiceError("503"))
-    assert isinstance(modal_adapter.terminate(A, sid), TerminateFailed)
+    assert isinstance(modal_adapter.terminate(A, sandbox(sid)), TerminateFailed)
     assert modal_adapter.latch.waiting(sid)
     fake_modal.set_ready(sid)
     modal_adapter.drain()
-    obs = modal_adapter.observe({A: sid})[A]
+    obs = modal_adapter.observe(tracked({A: sid}))[A]
     assert obs == InstanceRunning(at=obs.at, instance_id=sid, readiness_confirmed=True)
 
 
@@ -831,7 +833,7 @@ def test_options_are_validated() -> None:
 def test_observations_carry_the_clock_time(fake_modal: FakeModal) -> None:
     sid = seed(fake_modal, A)
     with ModalAdapter(sdk=fake_modal, clock=lambda: t(42)) as adapter:
-        assert adapter.observe({A: sid})[A].at == t(42)
+        assert adapter.observe(tracked({A: sid}))[A].at == t(42)
 
 
 def test_clock_fixture_ticks() -> None:
@@ -861,7 +863,7 @@ def test_every_sandbox_state_maps_to_exactly_one_observation(
         sid = seed(fake, A, probe=probe, ready=latched)
         adapter = AsyncModalAdapter(sdk=fake, call_timeout=0.02, clock=lambda: t(1))
         if latched:
-            await adapter.observe({A: sid})
+            await adapter.observe(tracked({A: sid}))
             await adapter.latch.drain()
         if not listed:
             fake.hide(sid)
@@ -873,7 +875,7 @@ def test_every_sandbox_state_maps_to_exactly_one_observation(
             fake.hang("Sandbox.poll", sandbox_id=sid)
         elif poll is not None:
             fake.when("Sandbox.poll", lambda: fake.exit(sid, poll), sandbox_id=sid)
-        out = await adapter.observe({A: sid})
+        out = await adapter.observe(tracked({A: sid}))
         await adapter.aclose()
         return out
 

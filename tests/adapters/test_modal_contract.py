@@ -27,7 +27,7 @@ import pytest
 from lifecycle.adapters.modal import ModalAdapter, SandboxSpec, probe_plan
 from lifecycle.adapters.modal_fake import FakeModal, FakeProbe, FakeSandbox, exception
 
-from .conftest import pod, ticking_clock
+from .conftest import pod, sandbox, ticking_clock, tracked
 
 modal = pytest.importorskip("modal")
 
@@ -180,14 +180,14 @@ def _scenario() -> FakeModal:
     with ModalAdapter(sdk=fake, clock=ticking_clock(), call_timeout=1.0) as adapter:
         pa = adapter.provision(a, spec)
         pb = adapter.provision(b, SandboxSpec(image="python:3.12"))
-        ids = {a: pa.instance_id, b: pb.instance_id}  # type: ignore[attr-defined]
-        adapter.observe(ids)
+        ids = {a: pa.instance_id, b: pb.instance_id}  # type: ignore[union-attr]
+        adapter.observe(tracked(ids))
         fake.set_ready(ids[a])
         adapter.drain()
         fake.exit(ids[b], 1)
-        adapter.observe(ids)
-        adapter.terminate(a, ids[a])
-        adapter.terminate(b, "")
+        adapter.observe(tracked(ids))
+        adapter.terminate(a, sandbox(ids[a]))
+        adapter.terminate(b, sandbox(""))
         fake.list_lags = True
         adapter.provision(pod("c"), spec)
         adapter.provision(pod("c"), spec)  # not listed yet: adopted by name

@@ -75,10 +75,10 @@ def test_probe_mapping(probe: dict[str, Any] | None, plan: ProbePlan | None) -> 
 def test_exit_classification_keeps_code_and_meaning(code: int, kind: type, meaning: str) -> None:
     obs = exit_observation(code, instance_id="sb-1", at=t())
     assert isinstance(obs, kind)
-    assert obs.exit_code == code  # type: ignore[attr-defined]
-    assert obs.instance_id == "sb-1"  # type: ignore[attr-defined]
-    assert obs.detail.startswith(f"exit {code}: ")  # type: ignore[attr-defined]
-    assert meaning in obs.detail  # type: ignore[attr-defined]
+    assert obs.exit_code == code  # type: ignore[union-attr]
+    assert obs.instance_id == "sb-1"
+    assert obs.detail.startswith(f"exit {code}: ")  # type: ignore[union-attr]
+    assert meaning in obs.detail  # type: ignore[union-attr]
 
 
 # -- a polled sandbox (domain §4 rows "Poll nil ...") --------------------------------------------

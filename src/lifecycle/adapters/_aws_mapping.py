@@ -12,9 +12,8 @@ from typing import Any
 
 import attrs
 
-from .._core.observation import Observation
 from ..machines.pod import InstanceUnknown
-from .base import InstanceState, state_observation
+from .base import InstanceObservation, InstanceState, state_observation
 from .recording import redact
 
 CLAIM_TAG_KEY = "nebula.inftyai.com/claim"
@@ -186,7 +185,7 @@ def ec2_observation(
     at: datetime,
     *,
     address: str = "private",
-) -> Observation:
+) -> InstanceObservation | InstanceUnknown:
     """One ``describe_instances`` instance (plus its ``describe_instance_status`` entry, or
     ``None`` when it has none) as a Pod observation. The domain table, row by row:
 

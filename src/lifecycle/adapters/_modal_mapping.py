@@ -16,8 +16,7 @@ from typing import Any
 
 import attrs
 
-from .._core.observation import Observation
-from .base import InstanceState, classify_exit, state_observation
+from .base import InstanceObservation, InstanceState, classify_exit, state_observation
 
 CLAIM_TAG_KEY = "nebula.inftyai.com/claim"
 PROBE_TAG_KEY = "nebula.inftyai.com/readiness-probe"
@@ -106,7 +105,7 @@ def exit_meaning(code: int) -> str:
     return "exited with an error"
 
 
-def exit_observation(code: int, *, instance_id: str, at: datetime) -> Observation:
+def exit_observation(code: int, *, instance_id: str, at: datetime) -> InstanceObservation:
     """``InstanceTerminated`` for 0, 124 and 137; ``InstanceFailed`` for any other code.
     Both keep the code and its meaning."""
     return state_observation(
@@ -120,7 +119,7 @@ def exit_observation(code: int, *, instance_id: str, at: datetime) -> Observatio
 
 def sandbox_observation(
     *, instance_id: str, returncode: int | None, probe: bool, latched: bool, at: datetime
-) -> Observation:
+) -> InstanceObservation:
     """A polled sandbox (tags read, poll answered) as a Pod observation.
 
     Exited -> :func:`exit_observation`. Running without a probe tag, or with one whose

@@ -28,6 +28,9 @@ ADR 0021:
   terminates none of several ids when one is unknown, so then each id is terminated on its
   own, and an id counts as gone only when EC2 took it or does not know it.
 - Listing uses boto3's paginators.
+
+:class:`AwsAdapter` is a :class:`~lifecycle.adapters.provider.Provider` of :class:`FleetSpec`:
+a tracked pod's region is its spec's.
 """
 
 from __future__ import annotations
@@ -43,10 +46,9 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from .._core.observation import Observation
 from .._core.refs import ObjectRef
 from .._log import get_logger
-from ..machines.nodeclaim import claim_name
+from ..machines._claims import claim_name
 from ..machines.pod import (
     InstanceAbsent,
     InstanceUnknown,
@@ -74,7 +76,8 @@ from ._aws_mapping import (
     state_of,
     status_checks_ok,
 )
-from .base import Clock, RecordingMixin, utc_now
+from .base import Clock, RecordingMixin, at_or_now, check_attempt, utc_now
+from .provider import PollOutcome, ProvisionOutcome, TerminateOutcome, Tracked
 from .recording import Recorder
 
 if TYPE_CHECKING:
@@ -89,7 +92,6 @@ __all__ = [
     "FailureKind",
     "FleetFailure",
     "FleetSpec",
-    "Placement",
     "StatusUnavailable",
     "classify_code",
     "ec2_observation",
@@ -108,7 +110,7 @@ DEFAULT_NOT_FOUND_GRACE = 300.0
 _log = get_logger("lifecycle.adapters.aws")
 
 
-# -- requests and placements -------------------------------------------------------------------
+# -- requests ----------------------------------------------------------------------------------
 def fleet_client_token(claim: str, uid: str, attempt: int = 0) -> str:
     """The ``ClientToken`` of a pod's ``create_fleet``: the same for every retry of one create
     (so EC2 answers a repeat with the first fleet), different for another pod of the same name
@@ -244,14 +246,6 @@ class FleetSpec:
         return request  # type: ignore[return-value]
 
 
-@attrs.frozen(slots=True)
-class Placement:
-    """Where a tracked pod's instance lives: its region and (once known) its instance id."""
-
-    region: str
-    instance_id: str = ""
-
-
 # -- the adapter ------------------------------------------------------------------------------
 class AwsAdapter(RecordingMixin):
     """Provision, observe and terminate EC2 instances, returning Pod observations.
@@ -263,6 +257,8 @@ class AwsAdapter(RecordingMixin):
     ``private`` (its ``PrivateIpAddress``, the pod IP) or ``public`` (upstream's public DNS
     name, else public IP). Every observation returned is also handed to ``recorder``.
     """
+
+    name = "aws"
 
     def __init__(
         self,
@@ -355,7 +351,9 @@ class AwsAdapter(RecordingMixin):
         return out
 
     # -- provision ----------------------------------------------------------------------------
-    def provision(self, ref: ObjectRef, spec: FleetSpec, *, attempt: int = 0) -> Observation:
+    def provision(
+        self, ref: ObjectRef, spec: FleetSpec, *, attempt: int = 0, at: datetime | None = None
+    ) -> ProvisionOutcome:
         """Adopt the claim's instance, or launch one with an instant fleet.
 
         Every retry of one create sends the same ``ClientToken`` (:func:`fleet_client_token`
@@ -363,9 +361,8 @@ class AwsAdapter(RecordingMixin):
         fleet it already launched. ``attempt`` is the host's count of *deliberate* creates for
         this pod (0 for the first): raise it only to launch anew after the pod's earlier
         instance is known to be gone; never for a retry after an error or a timeout."""
-        if isinstance(attempt, bool) or not isinstance(attempt, int) or attempt < 0:
-            raise ValueError(f"attempt must be a non-negative int, not {attempt!r}")
-        at = self.clock()
+        check_attempt(attempt)
+        at = at_or_now(at, self.clock)
         claim = claim_name(ref.namespace, ref.name)
         try:
             client = self.client(spec.region)
@@ -418,23 +415,26 @@ class AwsAdapter(RecordingMixin):
         return self._emit(ref, ProvisionErrored(at=at, error=failure.text()))
 
     # -- observe ------------------------------------------------------------------------------
-    def observe(self, pods: Mapping[ObjectRef, Placement]) -> dict[ObjectRef, Observation]:
+    def observe(
+        self, pods: Mapping[ObjectRef, Tracked[FleetSpec]], *, at: datetime | None = None
+    ) -> dict[ObjectRef, PollOutcome]:
         """One observation pass: one paginated list per region, status checks for running
         instances, and a by-id lookup for tracked instances the list did not show."""
-        at = self.clock()
-        out: dict[ObjectRef, Observation] = {}
-        regions: dict[str, dict[ObjectRef, Placement]] = {}
-        for ref, placement in pods.items():
-            regions.setdefault(placement.region, {})[ref] = placement
+        at = at_or_now(at, self.clock)
+        out: dict[ObjectRef, PollOutcome] = {}
+        regions: dict[str, dict[ObjectRef, str]] = {}
+        for ref, pod in pods.items():
+            regions.setdefault(pod.spec.region, {})[ref] = pod.instance_id
         for region, group in regions.items():
             out.update(self._observe_region(region, group, at))
         self._forget_stale_missing()
         return self._emit_all(out)
 
     def _observe_region(
-        self, region: str, pods: Mapping[ObjectRef, Placement], at: datetime
-    ) -> dict[ObjectRef, Observation]:
-        out: dict[ObjectRef, Observation] = {}
+        self, region: str, pods: Mapping[ObjectRef, str], at: datetime
+    ) -> dict[ObjectRef, PollOutcome]:
+        """One region's pass over ``pods`` (each with its instance id, or ``""``)."""
+        out: dict[ObjectRef, PollOutcome] = {}
         try:
             client = self.client(region)
             listed = self._describe(client, [{"Name": "tag-key", "Values": [CLAIM_TAG_KEY]}])
@@ -447,12 +447,11 @@ class AwsAdapter(RecordingMixin):
             by_claim.setdefault(claim_of(listed_inst), []).append(listed_inst)
 
         chosen: dict[ObjectRef, Mapping[str, Any]] = {}
-        for ref, placement in pods.items():
-            known = placement.instance_id
+        for ref, known in pods.items():
             inst: Mapping[str, Any] | None = by_id.get(known) if known else None
             if inst is None and known:
                 found = self._lookup(client, known, at)
-                if isinstance(found, Observation):
+                if isinstance(found, InstanceAbsent | InstanceUnknown):
                     out[ref] = found
                     continue
                 inst = found
@@ -487,7 +486,7 @@ class AwsAdapter(RecordingMixin):
 
     def _lookup(
         self, client: EC2Client, instance_id: str, at: datetime
-    ) -> Mapping[str, Any] | Observation:
+    ) -> Mapping[str, Any] | InstanceAbsent | InstanceUnknown:
         """A tracked instance the tag list did not show (tags and lists are eventually
         consistent): look it up by id. NotFound is unknown until it has lasted the grace."""
         try:
@@ -520,15 +519,17 @@ class AwsAdapter(RecordingMixin):
             del self._missing_since[iid]
 
     # -- terminate ----------------------------------------------------------------------------
-    def terminate(self, ref: ObjectRef, placement: Placement) -> Observation:
+    def terminate(
+        self, ref: ObjectRef, pod: Tracked[FleetSpec], *, at: datetime | None = None
+    ) -> TerminateOutcome:
         """Terminate the pod's instance (by id, else every live instance with its claim tag).
         Idempotent: an instance EC2 does not know is already gone. Succeeds only when every
         id is gone (terminated by this call or unknown to EC2)."""
-        at = self.clock()
+        at = at_or_now(at, self.clock)
         try:
-            client = self.client(placement.region)
-            if placement.instance_id:
-                ids = [placement.instance_id]
+            client = self.client(pod.spec.region)
+            if pod.instance_id:
+                ids = [pod.instance_id]
             else:
                 claim = claim_name(ref.namespace, ref.name)
                 ids = [str(i.get("InstanceId", "")) for i in self._by_claim(client, claim)]

@@ -11,7 +11,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from .._core.observation import Observation
 from .._core.redact import redact_observation
@@ -102,6 +102,21 @@ def utc_now() -> datetime:
     return datetime.now(UTC)
 
 
+ObsT = TypeVar("ObsT", bound=Observation)
+
+
+def check_attempt(attempt: int) -> int:
+    """``attempt`` as the provider port takes it: a non-negative int (else ``ValueError``)."""
+    if isinstance(attempt, bool) or not isinstance(attempt, int) or attempt < 0:
+        raise ValueError(f"attempt must be a non-negative int, not {attempt!r}")
+    return attempt
+
+
+def at_or_now(at: datetime | None, clock: Clock) -> datetime:
+    """The time an observation is stamped with: the host's ``at``, else the adapter's clock."""
+    return clock() if at is None else at
+
+
 class RecordingMixin:
     """Mixin for a live adapter: every observation it returns is redacted (a provider's text
     enters the library here, so the journal, traces and events only ever see the redacted
@@ -109,11 +124,11 @@ class RecordingMixin:
 
     recorder: Recorder | None
 
-    def _emit(self, ref: ObjectRef, obs: Observation) -> Observation:
+    def _emit(self, ref: ObjectRef, obs: ObsT) -> ObsT:
         obs = redact_observation(obs)
         if self.recorder is not None:
             self.recorder.record(ref, obs)
         return obs
 
-    def _emit_all(self, out: dict[ObjectRef, Observation]) -> dict[ObjectRef, Observation]:
+    def _emit_all(self, out: dict[ObjectRef, ObsT]) -> dict[ObjectRef, ObsT]:
         return {ref: self._emit(ref, obs) for ref, obs in out.items()}

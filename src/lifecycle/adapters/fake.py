@@ -1,8 +1,10 @@
 """The fake provider: an in-memory stand-in for Modal or EC2 that tests and examples script.
 
-As upstream's fake (``docs/upstream/pod-nodeclaim.md``, "Providers"): Provision gives id ``fake-N``,
-endpoint ``fake://<id>``, ``reserved=True``, idempotent by claim, and the instance is Running
-at once, so the first poll reads Running/Ready. Terminate deletes it; List returns them all.
+It implements the provider port (:class:`~lifecycle.adapters.provider.Provider`, with
+:class:`FakeSpec` as its spec), as upstream's fake does (``docs/upstream/pod-nodeclaim.md``,
+"Providers"): Provision gives id ``fake-N``, endpoint ``fake://<id>``, ``reserved=True``,
+idempotent by claim, and the instance is Running at once, so the first poll reads
+Running/Ready. Terminate deletes it; List returns them all.
 
 On top of that it is scriptable, so a test can make an instance boot slowly
 (``boot_ticks``/``start_pending`` and :meth:`FakeProvider.boot`), wait on a readiness probe
@@ -23,7 +25,7 @@ CreatePod / poll / DeletePod loop against a runner, optionally recording a repla
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Any, Protocol
 
@@ -32,7 +34,7 @@ import attrs
 from .._core.observation import Observation
 from .._core.redact import redact, redact_observation
 from .._core.refs import ObjectRef
-from ..machines._claims import claim_ref
+from ..machines._claims import claim_name, claim_ref
 from ..machines.nodeclaim import PodAbsent
 from ..machines.pod import (
     CreateRequested,
@@ -45,16 +47,39 @@ from ..machines.pod import (
     TerminateFailed,
     TerminateSucceeded,
 )
-from .base import InstanceState, ProviderError, classify_exit, state_observation
+from .base import (
+    Clock,
+    InstanceState,
+    ProviderError,
+    at_or_now,
+    check_attempt,
+    classify_exit,
+    state_observation,
+    utc_now,
+)
+from .provider import PollOutcome, ProvisionOutcome, TerminateOutcome, Tracked
 
 __all__ = [
     "FakeInstance",
     "FakeNode",
     "FakeProvider",
+    "FakeSpec",
     "ProvisionOutcome",
 ]
 
-ProvisionOutcome = ProvisionSucceeded | ProvisionRejected | ProvisionErrored
+
+@attrs.frozen(slots=True)
+class FakeSpec:
+    """What a pod asks of the fake provider: how its instance boots. ``None`` takes the
+    provider's default (see :class:`FakeProvider`)."""
+
+    boot_ticks: int | None = None
+    start_pending: bool | None = None
+    probe: bool | None = None
+
+
+#: The spec of a pod that takes every default.
+DEFAULT_SPEC = FakeSpec()
 
 
 @attrs.frozen(slots=True)
@@ -93,7 +118,8 @@ class FakeProvider:
     Modal create, held at Provisioning until a poll sees it). ``boot_ticks=N`` shows a new
     instance Pending for its first ``N`` Lists, then Running; ``start_pending=True`` keeps it
     Pending until :meth:`boot`. ``probe=True`` gives new instances a readiness probe that has
-    not passed until :meth:`confirm_ready`. Every option can also be set per :meth:`provision`.
+    not passed until :meth:`confirm_ready`. Each can also be set per pod by its
+    :class:`FakeSpec`. ``clock`` stamps observations when a call passes no ``at``.
     """
 
     name = "fake"
@@ -105,6 +131,7 @@ class FakeProvider:
         boot_ticks: int = 0,
         start_pending: bool = False,
         probe: bool = False,
+        clock: Clock = utc_now,
     ) -> None:
         if boot_ticks < 0:
             raise ValueError(f"boot_ticks must not be negative, got {boot_ticks}")
@@ -112,6 +139,7 @@ class FakeProvider:
         self.boot_ticks = boot_ticks
         self.start_pending = start_pending
         self.probe = probe
+        self.clock = clock
         self._instances: dict[str, _Instance] = {}
         self._by_claim: dict[str, str] = {}
         self._next = 0
@@ -122,58 +150,85 @@ class FakeProvider:
         #: ``("list",)``. Tests assert on it (e.g. that Terminate was called once).
         self.calls: list[tuple[str, ...]] = []
 
-    # -- the provider interface ---------------------------------------------------------------
+    @staticmethod
+    def claim(ref: ObjectRef) -> str:
+        """The claim name that tags ``ref``'s instance: ``<ns>-<name>``."""
+        return claim_name(ref.namespace, ref.name)
+
+    # -- the provider port --------------------------------------------------------------------
     def provision(
         self,
-        claim: str,
-        at: datetime,
+        ref: ObjectRef,
+        spec: FakeSpec = DEFAULT_SPEC,
         *,
-        boot_ticks: int | None = None,
-        start_pending: bool | None = None,
-        probe: bool | None = None,
+        attempt: int = 0,
+        at: datetime | None = None,
     ) -> ProvisionOutcome:
-        """Create an instance for ``claim`` (or find the one it has) and say so as the Pod
-        observation: :class:`ProvisionSucceeded`, or a scripted rejection or error."""
+        """Create an instance for ``ref``'s claim (or find the one it has) and say so as the
+        Pod observation: :class:`ProvisionSucceeded`, or a scripted rejection or error.
+        ``attempt`` changes nothing here: a claim has one instance while it has any."""
+        check_attempt(attempt)
+        at = at_or_now(at, self.clock)
+        claim = self.claim(ref)
         self.calls.append(("provision", claim))
-        if not claim:
-            raise ValueError("provision needs a claim name")
         if self._provision_script:
             kind, error = self._provision_script.popleft()
             if kind == "reject":
                 return ProvisionRejected(at=at, error=redact(error))
             return ProvisionErrored(at=at, error=redact(error))
         existing = self._by_claim.get(claim)
-        if existing is not None:
-            inst = self._instances[existing]
-        else:
-            ticks = self.boot_ticks if boot_ticks is None else boot_ticks
-            if ticks < 0:
-                raise ValueError(f"boot_ticks must not be negative, got {ticks}")
-            pending = self.start_pending if start_pending is None else start_pending
-            self._next += 1
-            iid = f"fake-{self._next}"
-            inst = _Instance(
-                iid,
-                claim,
-                InstanceState.PENDING if pending or ticks else InstanceState.RUNNING,
-                f"fake://{iid}",
-                ready=not (self.probe if probe is None else probe),
-                boot_left=None if pending else ticks,
-            )
-            self._instances[iid] = inst
-            self._by_claim[claim] = iid
+        inst = self._create(claim, spec) if existing is None else self._instances[existing]
         return ProvisionSucceeded(
             at=at, reserved=self.reserved, instance_id=inst.id, endpoint=inst.endpoint
         )
 
-    def terminate(self, instance_id: str) -> None:
-        """Delete the instance. Idempotent: ``""`` or an unknown id is a no-op. Raises a
-        scripted :class:`ProviderError` (see :meth:`fail_next_terminate`)."""
+    def observe(
+        self, pods: Mapping[ObjectRef, Tracked[FakeSpec]], *, at: datetime | None = None
+    ) -> dict[ObjectRef, PollOutcome]:
+        """One List, read for each pod (as a poll of every tracked pod does).
+
+        A failed List is :class:`InstanceUnknown` for all (it changes nothing); a pod whose
+        instance (by its tracked id, else by its claim) the List does not contain is
+        :class:`InstanceAbsent`; otherwise the instance's state.
+        """
+        at = at_or_now(at, self.clock)
+        try:
+            listing = self.list()
+        except ProviderError as e:
+            return {ref: InstanceUnknown(at=at, error=redact(str(e))) for ref in pods}
+        by_id = {inst.id: inst for inst in listing}
+        by_claim = {inst.claim: inst for inst in listing}
+        out: dict[ObjectRef, PollOutcome] = {}
+        for ref, pod in pods.items():
+            inst = by_id.get(pod.instance_id) or by_claim.get(self.claim(ref))
+            if inst is None:
+                out[ref] = InstanceAbsent(at=at)
+            else:
+                out[ref] = state_observation(
+                    inst.state,
+                    at,
+                    instance_id=inst.id,
+                    endpoint=inst.endpoint,
+                    readiness_confirmed=inst.ready,
+                    exit_code=inst.exit_code,
+                )
+        return out
+
+    def terminate(
+        self, ref: ObjectRef, pod: Tracked[FakeSpec], *, at: datetime | None = None
+    ) -> TerminateOutcome:
+        """Delete the pod's instance (by id, else its claim's). Idempotent: an unknown id, or a
+        pod without an instance, is success. A scripted failure (see
+        :meth:`fail_next_terminate`) is :class:`TerminateFailed`."""
+        at = at_or_now(at, self.clock)
+        instance_id = pod.instance_id or self._by_claim.get(self.claim(ref), "")
         self.calls.append(("terminate", instance_id))
         if self._terminate_errors:
-            raise ProviderError(self._terminate_errors.popleft())
+            return TerminateFailed(at=at, error=redact(self._terminate_errors.popleft()))
         self._drop(instance_id)
+        return TerminateSucceeded(at=at)
 
+    # -- inspection ---------------------------------------------------------------------------
     def list(self) -> list[FakeInstance]:
         """Every instance, as snapshots. Each successful List is one tick for booting
         instances. Raises a scripted :class:`ProviderError` (see :meth:`fail_next_list`)."""
@@ -195,39 +250,6 @@ class FakeProvider:
 
     def get(self, instance_id: str) -> FakeInstance:
         return self._get(instance_id).snapshot()
-
-    # -- observations -------------------------------------------------------------------------
-    def observe(self, claim: str, at: datetime) -> Observation:
-        """One List, read for ``claim``: the Pod observation a poll would make."""
-        return self.observe_all([claim], at)[claim]
-
-    def observe_all(self, claims: Iterable[str], at: datetime) -> dict[str, Observation]:
-        """One List, read for each claim (as a poll of every tracked pod does).
-
-        A failed List is :class:`InstanceUnknown` for all (it changes nothing); a claim the
-        List does not contain is :class:`InstanceAbsent`; otherwise the instance's state.
-        """
-        wanted = list(claims)
-        try:
-            listing = self.list()
-        except ProviderError as e:
-            return {c: InstanceUnknown(at=at, error=redact(str(e))) for c in wanted}
-        by_claim = {inst.claim: inst for inst in listing}
-        out: dict[str, Observation] = {}
-        for claim in wanted:
-            inst = by_claim.get(claim)
-            if inst is None:
-                out[claim] = InstanceAbsent(at=at)
-            else:
-                out[claim] = state_observation(
-                    inst.state,
-                    at,
-                    instance_id=inst.id,
-                    endpoint=inst.endpoint,
-                    readiness_confirmed=inst.ready,
-                    exit_code=inst.exit_code,
-                )
-        return out
 
     # -- scripting ----------------------------------------------------------------------------
     def boot(self, instance_id: str) -> None:
@@ -281,10 +303,29 @@ class FakeProvider:
         self._provision_script.extend([("error", error)] * _positive(times))
 
     def fail_next_terminate(self, error: str = "fake: Terminate failed", times: int = 1) -> None:
-        """The next ``times`` Terminates raise :class:`ProviderError`."""
+        """The next ``times`` Terminates fail: :class:`TerminateFailed` (nothing is deleted)."""
         self._terminate_errors.extend([error] * _positive(times))
 
     # -- internals ----------------------------------------------------------------------------
+    def _create(self, claim: str, spec: FakeSpec) -> _Instance:
+        ticks = self.boot_ticks if spec.boot_ticks is None else spec.boot_ticks
+        if ticks < 0:
+            raise ValueError(f"boot_ticks must not be negative, got {ticks}")
+        pending = self.start_pending if spec.start_pending is None else spec.start_pending
+        self._next += 1
+        iid = f"fake-{self._next}"
+        inst = _Instance(
+            iid,
+            claim,
+            InstanceState.PENDING if pending or ticks else InstanceState.RUNNING,
+            f"fake://{iid}",
+            ready=not (self.probe if spec.probe is None else spec.probe),
+            boot_left=None if pending else ticks,
+        )
+        self._instances[iid] = inst
+        self._by_claim[claim] = iid
+        return inst
+
     def _get(self, instance_id: str) -> _Instance:
         try:
             return self._instances[instance_id]
@@ -320,10 +361,10 @@ class FakeNode:
     """The virtual node's loop on the fake provider, feeding ``sink`` (a runner).
 
     ``create_pod`` is CreatePod (CreateRequested, then the Provision outcome), ``poll`` one
-    List read for every tracked pod, ``delete_pod`` DeletePod (DeletionRequested, Terminate,
-    then TerminateSucceeded or TerminateFailed), ``pod_gone`` the NodeClaim controller finding
-    the pod absent. Each method returns what the sink returned, one per observation, and every
-    observation is also handed to ``recorder`` so the run can be saved as a trace.
+    List read for every tracked pod, ``delete_pod`` DeletePod (DeletionRequested, then the
+    Terminate outcome), ``pod_gone`` the NodeClaim controller finding the pod absent. Each
+    method returns what the sink returned, one per observation, and every observation is also
+    handed to ``recorder`` so the run can be saved as a trace.
     """
 
     def __init__(
@@ -338,13 +379,11 @@ class FakeNode:
         self.sink = sink
         self.recorder = recorder
         self.pool = pool
-        #: Pods whose instance the node knows, by uid (polled by :meth:`poll`).
-        self.tracked: dict[str, ObjectRef] = {}
+        #: Pods whose instance the node knows, by uid: their ref and what the provider
+        #: needs to find the instance (polled by :meth:`poll`).
+        self.tracked: dict[str, tuple[ObjectRef, Tracked[FakeSpec]]] = {}
 
-    @staticmethod
-    def claim(ref: ObjectRef) -> str:
-        """The claim name that tags ``ref``'s instance: ``<ns>-<name>``."""
-        return claim_ref(ref).name
+    claim = staticmethod(FakeProvider.claim)
 
     def feed(self, ref: ObjectRef, observation: Observation) -> Any:
         """Redact ``observation``, record it (if recording) and hand it to the sink."""
@@ -353,36 +392,42 @@ class FakeNode:
             self.recorder.record(ref, observation)
         return self.sink.observe(ref, observation)
 
-    def create_pod(self, ref: ObjectRef, at: datetime, *, pool: str | None = None) -> list[Any]:
+    def create_pod(
+        self,
+        ref: ObjectRef,
+        at: datetime,
+        *,
+        pool: str | None = None,
+        spec: FakeSpec = DEFAULT_SPEC,
+    ) -> list[Any]:
         results = [
             self.feed(
                 ref,
                 CreateRequested(at=at, pool=pool or self.pool, provider=self.provider.name),
             )
         ]
-        outcome = self.provider.provision(self.claim(ref), at)
+        outcome = self.provider.provision(ref, spec, at=at)
         results.append(self.feed(ref, outcome))
-        if not isinstance(outcome, ProvisionErrored):  # a rejected pod is tracked with id ""
-            self.tracked[ref.uid] = ref
+        if isinstance(outcome, ProvisionSucceeded):
+            self.tracked[ref.uid] = (ref, Tracked(spec, outcome.instance_id))
+        elif isinstance(outcome, ProvisionRejected):  # a rejected pod is tracked with id ""
+            self.tracked[ref.uid] = (ref, Tracked(spec))
         return results
 
     def poll(self, at: datetime) -> list[Any]:
         if not self.tracked:
             return []
-        refs = list(self.tracked.values())
-        seen = self.provider.observe_all([self.claim(r) for r in refs], at)
-        return [self.feed(r, seen[self.claim(r)]) for r in refs]
+        pods = dict(self.tracked.values())
+        seen = self.provider.observe(pods, at=at)
+        return [self.feed(ref, seen[ref]) for ref in pods]
 
     def delete_pod(self, ref: ObjectRef, at: datetime) -> list[Any]:
         results = [self.feed(ref, DeletionRequested(at=at))]
-        inst = self.provider.find(self.claim(ref))
-        try:
-            self.provider.terminate("" if inst is None else inst.id)
-        except ProviderError as e:
-            results.append(self.feed(ref, TerminateFailed(at=at, error=str(e))))
-            return results
-        self.tracked.pop(ref.uid, None)
-        results.append(self.feed(ref, TerminateSucceeded(at=at)))
+        _, pod = self.tracked.get(ref.uid, (ref, Tracked(DEFAULT_SPEC)))
+        outcome = self.provider.terminate(ref, pod, at=at)
+        if isinstance(outcome, TerminateSucceeded):
+            self.tracked.pop(ref.uid, None)
+        results.append(self.feed(ref, outcome))
         return results
 
     def pod_gone(self, ref: ObjectRef, at: datetime) -> Any:

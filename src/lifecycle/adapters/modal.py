@@ -21,10 +21,11 @@ corrected (ADR 0020):
   name instead of starting a second one; terminating a claim finds that sandbox by name too;
 - SDK errors are told apart by their public ``modal.exception`` types only.
 
-:class:`AsyncModalAdapter` is the asyncio core (the SDK's ``.aio`` interface);
+:class:`AsyncModalAdapter` is the asyncio core (the SDK's ``.aio`` interface), an
+:class:`~lifecycle.adapters.provider.AsyncProvider` of :class:`SandboxSpec`;
 :class:`ModalAdapter` runs it on a private event-loop thread for synchronous hosts, such as a
-loop around :class:`lifecycle.Runner`. Tests and ``--fake`` runs pass
-``sdk=lifecycle.adapters.modal_fake.FakeModal()``.
+loop around :class:`lifecycle.Runner`: a :class:`~lifecycle.adapters.provider.Provider`.
+Tests and ``--fake`` runs pass ``sdk=lifecycle.adapters.modal_fake.FakeModal()``.
 """
 
 from __future__ import annotations
@@ -42,10 +43,9 @@ from typing import Any, TypeVar
 
 import attrs
 
-from .._core.observation import Observation
 from .._core.refs import ObjectRef
 from .._log import get_logger
-from ..machines.nodeclaim import claim_name
+from ..machines._claims import claim_name
 from ..machines.pod import (
     InstanceAbsent,
     InstanceRunning,
@@ -67,7 +67,8 @@ from ._modal_mapping import (
     probe_plan,
     sandbox_observation,
 )
-from .base import Clock, RecordingMixin, utc_now
+from .base import Clock, RecordingMixin, at_or_now, check_attempt, utc_now
+from .provider import PollOutcome, ProvisionOutcome, TerminateOutcome, Tracked
 from .recording import Recorder, redact
 
 __all__ = [
@@ -143,6 +144,8 @@ class AsyncModalAdapter(RecordingMixin):
     Sandboxes live in the app ``app_name`` (looked up, created if missing). Every observation
     returned is also handed to ``recorder``.
     """
+
+    name = "modal"
 
     def __init__(
         self,
@@ -244,7 +247,7 @@ class AsyncModalAdapter(RecordingMixin):
             return False
         return code is None
 
-    async def _poll(self, sandbox: Any, tags: Mapping[str, str], at: datetime) -> Observation:
+    async def _poll(self, sandbox: Any, tags: Mapping[str, str], at: datetime) -> PollOutcome:
         """Poll one sandbox whose tags were read. An exit forgets its latch; a running sandbox
         with an unconfirmed probe gets its (single) waiter."""
         sid = sandbox.object_id
@@ -264,12 +267,17 @@ class AsyncModalAdapter(RecordingMixin):
         )
 
     # -- provision ----------------------------------------------------------------------------
-    async def provision(self, ref: ObjectRef, spec: SandboxSpec) -> Observation:
+    async def provision(
+        self, ref: ObjectRef, spec: SandboxSpec, *, attempt: int = 0, at: datetime | None = None
+    ) -> ProvisionOutcome:
         """Find the claim's sandbox (adopt it) or create one. ``ProvisionSucceeded`` (a fresh
         sandbox is unreserved; an adopted one is reserved when it is running and ready),
         ``ProvisionRejected`` (auth, quota, capacity, unsupported) or ``ProvisionErrored``
-        (among others: the lookup failed, or the found sandbox's tags were unreadable)."""
-        at = self.clock()
+        (among others: the lookup failed, or the found sandbox's tags were unreadable).
+        ``attempt`` changes nothing: the sandbox's name is its claim's, free again once the
+        earlier sandbox has finished."""
+        check_attempt(attempt)
+        at = at_or_now(at, self.clock)
         claim = claim_name(ref.namespace, ref.name)
         try:
             existing = await self._list({CLAIM_TAG_KEY: claim})
@@ -289,7 +297,7 @@ class AsyncModalAdapter(RecordingMixin):
             ref, ProvisionSucceeded(at=at, reserved=False, instance_id=sandbox.object_id)
         )
 
-    async def _adopt(self, sandbox: Any, at: datetime) -> Observation:
+    async def _adopt(self, sandbox: Any, at: datetime) -> ProvisionSucceeded | ProvisionErrored:
         """Adopt the claim's sandbox. Unreadable tags fail Provision (domain §4): without them
         the probe tag is unknown, so nothing about readiness may be built on them; the error is
         unattributable, the pod keeps provisioning and the next attempt repeats the lookup."""
@@ -304,7 +312,9 @@ class AsyncModalAdapter(RecordingMixin):
         running = isinstance(obs, InstanceRunning) and obs.readiness_confirmed
         return ProvisionSucceeded(at=at, reserved=running, instance_id=sid)
 
-    async def _adopt_by_name(self, claim: str, at: datetime) -> Observation:
+    async def _adopt_by_name(
+        self, claim: str, at: datetime
+    ) -> ProvisionSucceeded | ProvisionErrored:
         """The claim's sandbox exists (its name is taken) though the list did not show it:
         adopt it by name. Not found by name (it finished meanwhile) is unattributable: the
         next attempt creates again."""
@@ -364,7 +374,9 @@ class AsyncModalAdapter(RecordingMixin):
             timeout=self.provision_timeout,
         )
 
-    def _provision_failure(self, e: BaseException, at: datetime) -> Observation:
+    def _provision_failure(
+        self, e: BaseException, at: datetime
+    ) -> ProvisionRejected | ProvisionErrored:
         """Auth, permission, quota/capacity and invalid (unsupported) requests are rejections;
         conflicts, not-found, transport errors, timeouts and anything else are not."""
         rejection = not self._is(e, "ConflictError") and any(
@@ -381,14 +393,16 @@ class AsyncModalAdapter(RecordingMixin):
         return ProvisionErrored(at=at, error=_text(e))
 
     # -- observe ------------------------------------------------------------------------------
-    async def observe(self, pods: Mapping[ObjectRef, str | None]) -> dict[ObjectRef, Observation]:
-        """One observation pass over ``pods`` (each with its known sandbox id, or ``None``/"").
+    async def observe(
+        self, pods: Mapping[ObjectRef, Tracked[SandboxSpec]], *, at: datetime | None = None
+    ) -> dict[ObjectRef, PollOutcome]:
+        """One observation pass over ``pods`` (each with its known sandbox id, or ``""``).
 
         A failed list makes every pod :class:`InstanceUnknown`; each sandbox's tags, poll and
         by-id lookup then have their own deadline, and each failure is unknown for that pod.
         """
-        at = self.clock()
-        out: dict[ObjectRef, Observation] = {}
+        at = at_or_now(at, self.clock)
+        out: dict[ObjectRef, PollOutcome] = {}
         try:
             listed = await self._list()
         except Exception as e:
@@ -420,11 +434,11 @@ class AsyncModalAdapter(RecordingMixin):
                 by_claim.setdefault(claim, []).append((sandbox, tags))
         keep = {sb.object_id for sb in listed}
 
-        async def one(ref: ObjectRef, known: str) -> tuple[ObjectRef, Observation]:
+        async def one(ref: ObjectRef, known: str) -> tuple[ObjectRef, PollOutcome]:
             async with limit:
                 return ref, await self._observe_pod(ref, known, by_claim, unreadable, keep, at)
 
-        results = await asyncio.gather(*(one(ref, known or "") for ref, known in pods.items()))
+        results = await asyncio.gather(*(one(ref, pod.instance_id) for ref, pod in pods.items()))
         out.update(results)
         self.latch.prune(keep)
         return self._emit_all(out)
@@ -437,7 +451,7 @@ class AsyncModalAdapter(RecordingMixin):
         unreadable: Mapping[str, BaseException],
         keep: set[str],
         at: datetime,
-    ) -> Observation:
+    ) -> PollOutcome:
         claim = claim_name(ref.namespace, ref.name)
         found = by_claim.get(claim, [])
         if known in unreadable:
@@ -458,7 +472,7 @@ class AsyncModalAdapter(RecordingMixin):
             )
         return InstanceAbsent(at=at)
 
-    async def _observe_by_id(self, sandbox_id: str, keep: set[str], at: datetime) -> Observation:
+    async def _observe_by_id(self, sandbox_id: str, keep: set[str], at: datetime) -> PollOutcome:
         """A tracked sandbox the list did not show: finished sandboxes are not listed, so look
         it up by id before concluding it is absent."""
         try:
@@ -488,14 +502,16 @@ class AsyncModalAdapter(RecordingMixin):
         return await self._poll(sandbox, tags, at)
 
     # -- terminate ----------------------------------------------------------------------------
-    async def terminate(self, ref: ObjectRef, instance_id: str | None) -> Observation:
+    async def terminate(
+        self, ref: ObjectRef, pod: Tracked[SandboxSpec], *, at: datetime | None = None
+    ) -> TerminateOutcome:
         """Terminate the pod's sandbox (by id, else every sandbox tagged with its claim, and the
         one holding its claim's name, which a lagging list may not show yet). Idempotent: an
         unknown id or a finished sandbox is success. A sandbox confirmed gone is forgotten by
         the latch; a failed call leaves the latch (and its waiter) alone: the sandbox keeps
         running, and upstream leaves the pod unchanged."""
-        at = self.clock()
-        ids = [instance_id] if instance_id else []
+        at = at_or_now(at, self.clock)
+        ids = [pod.instance_id] if pod.instance_id else []
         if not ids:
             claim = claim_name(ref.namespace, ref.name)
             try:
@@ -524,6 +540,8 @@ class ModalAdapter:
     """:class:`AsyncModalAdapter` for synchronous hosts: every call runs on a private event
     loop thread (where the detached readiness waiters live too). Close it (or use ``with``)."""
 
+    name = "modal"
+
     def __init__(self, app_name: str = "lifecycle", **options: Any) -> None:
         self.core = AsyncModalAdapter(app_name, **options)
         self._loop = asyncio.new_event_loop()
@@ -548,14 +566,20 @@ class ModalAdapter:
     def clock(self) -> Clock:
         return self.core.clock
 
-    def provision(self, ref: ObjectRef, spec: SandboxSpec) -> Observation:
-        return self._run(self.core.provision(ref, spec))
+    def provision(
+        self, ref: ObjectRef, spec: SandboxSpec, *, attempt: int = 0, at: datetime | None = None
+    ) -> ProvisionOutcome:
+        return self._run(self.core.provision(ref, spec, attempt=attempt, at=at))
 
-    def observe(self, pods: Mapping[ObjectRef, str | None]) -> dict[ObjectRef, Observation]:
-        return self._run(self.core.observe(pods))
+    def observe(
+        self, pods: Mapping[ObjectRef, Tracked[SandboxSpec]], *, at: datetime | None = None
+    ) -> dict[ObjectRef, PollOutcome]:
+        return self._run(self.core.observe(pods, at=at))
 
-    def terminate(self, ref: ObjectRef, instance_id: str | None) -> Observation:
-        return self._run(self.core.terminate(ref, instance_id))
+    def terminate(
+        self, ref: ObjectRef, pod: Tracked[SandboxSpec], *, at: datetime | None = None
+    ) -> TerminateOutcome:
+        return self._run(self.core.terminate(ref, pod, at=at))
 
     def drain(self) -> None:
         """Block until every readiness waiter has finished."""
