@@ -51,6 +51,12 @@ A host that implements its own :class:`~lifecycle.stores.Store` checks it with
 :func:`check_store` (``check_store(lambda: MyStore(...))``): compare-and-set, the journal, the
 outbox and redelivery, and the optional batch and retention methods -- the conformance suite
 the shipped memory, SQLite and PostgreSQL stores pass.
+
+A provider adapter (:class:`~lifecycle.adapters.Provider`) is checked the same way with
+:func:`check_provider` (``check_provider(lambda: MyProvider(...), spec)``; an asyncio one with
+:func:`check_async_provider`): provision idempotent by claim, observe answering for exactly the
+pods asked, terminate idempotent, failures as typed and redacted observations, and every answer
+accepted by the Pod machine a runner drives -- the check the fake, Modal and AWS adapters pass.
 """
 
 from __future__ import annotations
@@ -85,6 +91,7 @@ from ._testing.hostile import (
     hostile_times,
     hostile_values,
 )
+from ._testing.provider import check_async_provider, check_provider
 from ._testing.stateful import stateful_test
 from ._testing.store import check_store
 from ._testing.strategies import (
@@ -121,7 +128,9 @@ __all__ = [
     "Step",
     "assert_flip_only",
     "assert_journal_folds",
+    "check_async_provider",
     "check_machine",
+    "check_provider",
     "check_rows",
     "check_scenario",
     "check_store",

@@ -32,6 +32,7 @@ from lifecycle.machines.pod import (
     ProvisionSucceeded,
     TerminateSucceeded,
 )
+from lifecycle.testing import check_provider
 
 from .conftest import pod, ticking_clock, tracked_in
 
@@ -342,3 +343,16 @@ def test_a_create_whose_answer_was_lost_is_not_launched_twice(
     fresh = adapter.provision(pod("a"), spec, attempt=1)
     assert isinstance(fresh, ProvisionSucceeded)
     assert fresh.instance_id != again.instance_id
+
+
+def test_the_adapter_over_moto_passes_the_provider_conformance_check(
+    session: Any, endpoint: str, spec: FleetSpec
+) -> None:
+    """The conformance check over real HTTP (moto launches instances running, checks ok; it
+    has no fault injection, so the failure half runs on FakeEC2 in
+    ``test_provider_conformance.py``)."""
+
+    def make() -> AwsAdapter:
+        return AwsAdapter(session=session, endpoint_url=endpoint, page_size=5)
+
+    check_provider(make, spec)
