@@ -1,47 +1,36 @@
-"""The write-then-emit protocol once, without I/O, for many objects at a time.
+"""The protocol's sans-I/O driver: many objects at a time, for ``observe_many`` and asyncio.
 
-:func:`protocol` is a generator: it does the pure steps itself (apply, flips, stamping,
-fallbacks, emitting to the runner's emitters, deriving linked observations) and *yields* each
-store operation as a request (:class:`Load`, :class:`Commit`, :class:`Mark`, :class:`Pause`),
-to be resumed with its answer or thrown the :class:`~lifecycle.StoreError` it raised. A driver
-runs the requests: :func:`run` against a synchronous store (``Runner.observe_many``), and
-``lifecycle.aio`` against an asyncio one (``AsyncRunner``). So the sync and asyncio runners
-share one implementation of the protocol, attempt by attempt.
+Every decision is :class:`~lifecycle._protocol.WriteProtocol`'s; this module only groups the
+store operations. :func:`observe` is a generator that *yields* each store operation as a
+request (:class:`Load`, :class:`Commit`, :class:`Mark`, :class:`Pause`), to be resumed with its
+answer or thrown the :class:`~lifecycle.StoreError` it raised. A driver runs the requests:
+:func:`run` against a synchronous store (``Runner.observe_many``, ``Runner.redeliver``), and
+``lifecycle.aio`` against an asyncio one (``AsyncRunner``).
 
-Per attempt, for the objects still pending: read them (one request), apply, compute flips
-against what *this* attempt read, then commit them (one request; each object has its own
-compare-and-set). Committed objects deliver their events and follow their links; conflicting
-ones retry alone, with their machine's budget; a store error or an exhausted budget fails the
-object with the fallback Warning of ``Runner.observe``. With ``refuse=True`` (one object, the
-``observe`` call) a refused observation raises, exactly as ``Runner.observe`` does, and links
-are followed depth-first; for a batch it is that item's failed :class:`Result`, and links are
-followed as a batch too.
+Per attempt, for the objects still pending: read them (one request), decide each, then commit
+them (one request; each object has its own compare-and-set). Committed objects deliver their
+events and apply their cascade intents; conflicting ones retry alone, with their machine's
+budget; a store error or an exhausted budget loses the write (the fallback of
+``Runner.observe``). With ``refuse=True`` (one object: ``AsyncRunner.observe``, an intent
+applied depth-first) a refused observation raises, as ``Runner.observe`` does; for a batch it
+is that item's failed :class:`Result`, and cascades are applied as a batch too.
 """
 
 from __future__ import annotations
 
-import random
 from collections.abc import Generator, Sequence
 from typing import Any
 
 import attrs
 
 from . import _cascade
-from ._core.bounds import check_ref
-from ._core.errors import (
-    Conflict,
-    IdentityMismatch,
-    LifecycleError,
-    StoreError,
-    UnknownObservation,
-    apply_failed,
-)
+from ._core.errors import IdentityMismatch, LifecycleError, StoreError
 from ._core.machine import Machine
 from ._core.observation import Observation
 from ._core.refs import ObjectRef
-from ._core.serde import validate as check_observation
-from ._core.transition import Flip, Transition, stamp, store_epoch
-from .runner import Outcome, Result, RetryPolicy, Runner
+from ._core.transition import Transition
+from ._delivery import Delivery, in_order
+from ._protocol import Outcome, Result, RetryPolicy, Write, WriteProtocol
 from .stores.base import CommitItem, Record
 
 
@@ -63,7 +52,7 @@ class Commit:
 
 @attrs.frozen(slots=True)
 class Mark:
-    """Mark these outbox ids delivered: answer ``None``."""
+    """Mark these outbox ids delivered: answer ``None`` (a store without an outbox: no-op)."""
 
     ids: tuple[str, ...]
 
@@ -77,49 +66,22 @@ class Pause:
 
 
 Request = Load | Commit | Mark | Pause
-Protocol = Generator[Request, Any, list[Result]]
+Driven = Generator[Request, Any, list[Result]]
 
 
 @attrs.define(slots=True)
 class _Item:
+    """One observation of one object, between its attempts."""
+
     index: int
     ref: ObjectRef
     observation: Observation
     machine: Machine[Any]
-    policy: RetryPolicy
     attempt: int = 0
     version: int = 0
-    flips: tuple[Flip, ...] = ()
-    actions: tuple[Transition, ...] = ()
-    transitions: tuple[Transition, ...] = ()
-    intents: tuple[Transition, ...] = ()
     before: Any = None
-    after: Any = None
-    error: Exception | None = None
-
-
-def delay(policy: RetryPolicy) -> float:
-    """The pause ``policy.pause()`` would sleep (backoff with jitter)."""
-    if not policy.backoff:
-        return 0.0
-    return policy.backoff * (1 + random.uniform(-policy.jitter, policy.jitter))
-
-
-def validate(core: Runner, items: Sequence[tuple[ObjectRef, Observation]]) -> list[_Item]:
-    """Every item's machine and policy; refuses (raises) an observation a machine does not
-    know, or one outside the input bounds, before anything is read or written."""
-    out = []
-    for index, (ref, observation) in enumerate(items):
-        check_ref(ref)
-        machine = core.machine_for(ref)
-        if observation.__class__ not in machine.accepted:
-            raise UnknownObservation(
-                f"{machine.name}: {observation.__class__.__name__} is not one of its "
-                f"observations ({', '.join(sorted(machine.vocabulary))})"
-            )
-        check_observation(observation)
-        out.append(_Item(index, ref, observation, machine, core.write_policy(machine, observation)))
-    return out
+    write: Write | None = None
+    actions: tuple[Transition, ...] = ()
 
 
 def _waves(items: list[_Item]) -> list[list[_Item]]:
@@ -135,314 +97,251 @@ def _waves(items: list[_Item]) -> list[list[_Item]]:
     return waves
 
 
-def protocol(
-    core: Runner,
+def observe(
+    protocol: WriteProtocol,
     items: Sequence[tuple[ObjectRef, Observation]],
     *,
     refuse: bool,
     catch_up: bool = True,
-) -> Protocol:
-    """Observe ``items`` through ``core``'s machines, policies, emitters and links; returns
-    one :class:`Result` per item, in order. With ``catch_up`` (a caller's own call, not a
-    cascade) the runner's pending cascade intents are retried first (ADR 0090); their results
-    go in the first result's ``caught_up``."""
-    work = validate(core, items)
+) -> Driven:
+    """Observe ``items``; one :class:`Result` per item, in order. With ``catch_up`` (a
+    caller's own call, not a cascade) the pending cascade intents are retried first (ADR
+    0090); their results go in the first result's ``caught_up``."""
+    work = [
+        _Item(index, ref, obs, protocol.admit(ref, obs)) for index, (ref, obs) in enumerate(items)
+    ]
     results: list[Result | None] = [None] * len(work)
     retried: tuple[Result, ...] = ()
-    if catch_up and core.pending and core.pending.retrying.acquire(blocking=False):
+    pending = protocol.pending
+    if catch_up and pending and pending.retrying.acquire(blocking=False):
         try:
-            found = yield from apply_intents(core, core.pending.take(), batch=not refuse)
+            found = yield from apply_intents(protocol, pending.take(), batch=not refuse)
             retried = tuple(r for r in found if r is not None)
         finally:
-            core.pending.retrying.release()
+            pending.retrying.release()
     for wave in _waves(work):
-        pending = wave
-        while pending:
-            for item in pending:
+        todo = wave
+        while todo:
+            for item in todo:
                 item.attempt += 1
             try:
                 records: list[Record | IdentityMismatch | None] = yield Load(
-                    tuple((i.machine, i.ref) for i in pending)
+                    tuple((i.machine, i.ref) for i in todo)
                 )
             except StoreError as e:
-                for item in pending:
-                    item.error = e
-                    results[item.index] = _fail(core, item)
+                for item in todo:
+                    results[item.index] = _lost(protocol, item, e)
                 break
             writes: list[_Item] = []
-            for item, record in zip(pending, records, strict=True):
-                machine = item.machine
+            for item, record in zip(todo, records, strict=True):
                 if isinstance(record, IdentityMismatch):  # bad input: no write, no fallback
                     if refuse:
                         raise record
-                    results[item.index] = _refused(core, item, record)
-                    continue
-                before = machine.initial(item.ref) if record is None else record.status
-                version = 0 if record is None else record.version
-                try:
-                    after = machine.apply(before, item.observation)
-                    same = after is before or after == before
-                    flips = () if same else machine.flips(before, after)
-                except Exception as caught:
-                    if refuse and isinstance(caught, LifecycleError):
-                        raise
-                    refusal = caught if isinstance(caught, LifecycleError) else None
-                    if refusal is None:  # a machine's own failure: typed, nothing written
-                        refusal = apply_failed(machine.name, item.ref, item.observation, caught)
-                        if refuse:
-                            raise refusal from caught
-                    core._log.warning(
-                        "observation refused",
-                        ref=str(item.ref),
-                        uid=item.ref.uid,
-                        error=str(refusal),
-                    )
-                    results[item.index] = Result(
-                        Outcome.FAILED,
-                        item.ref,
-                        None,
-                        version,
-                        error=refusal,
-                        attempts=item.attempt,
-                        actions=item.actions,
+                    results[item.index] = protocol.refused(
+                        item.ref, 0, record, item.attempt, item.actions
                     )
                     continue
-                if item.attempt == 1 and machine.has_actions:
-                    item.actions = core._actions(
-                        machine, item.ref, before, item.observation, version
-                    )
-                if same:
-                    results[item.index] = Result(
-                        Outcome.UNCHANGED,
-                        item.ref,
-                        before,
-                        version,
-                        attempts=item.attempt,
-                        actions=item.actions,
-                    )
-                    continue
-                item.version, item.before, item.after = version, before, after
-                item.flips = flips
-                item.transitions = (
-                    stamp(
-                        item.flips,
-                        item.ref,
-                        machine.name,
-                        version + 1,
-                        item.observation.at,
-                        store_epoch(core.epoch_source),
-                    )
-                    if item.flips
-                    else ()
-                )
-                links = core._links.get(machine.name)
-                if links is not None:
-                    item.intents = _cascade.derive(
-                        links,
-                        item.ref,
-                        machine.name,
-                        before,
-                        after,
-                        item.observation.at,
-                        version + 1,
-                        len(item.transitions),
-                        store_epoch(core.epoch_source),
-                    )
-                writes.append(item)
+                result = _decide(protocol, item, record, refuse)
+                if result is None:
+                    writes.append(item)
+                else:
+                    results[item.index] = result
             if not writes:
                 break
             try:
                 outcomes: list[int | StoreError | IdentityMismatch] = yield Commit(
                     tuple(
-                        CommitItem(
-                            i.machine,
-                            i.ref,
-                            i.version,
-                            i.after,
-                            i.observation,
-                            i.transitions + i.intents if i.intents else i.transitions,
-                        )
+                        CommitItem(i.machine, i.ref, i.version, w.after, i.observation, w.written)
                         for i in writes
+                        if (w := i.write) is not None
                     )
                 )
             except StoreError as e:
                 outcomes = [e] * len(writes)
             retry: list[_Item] = []
+            pause: RetryPolicy | None = None
             committed: list[tuple[_Item, int]] = []
             for item, outcome in zip(writes, outcomes, strict=True):
                 if isinstance(outcome, IdentityMismatch):
                     if refuse:
                         raise outcome
-                    results[item.index] = _refused(core, item, outcome)
+                    results[item.index] = protocol.refused(
+                        item.ref, 0, outcome, item.attempt, item.actions
+                    )
                 elif isinstance(outcome, StoreError):
-                    item.error = outcome
-                    if isinstance(outcome, Conflict) and item.attempt < item.policy.attempts:
-                        retry.append(item)
+                    policy = protocol.again(item.machine, item.observation, outcome, item.attempt)
+                    if policy is None:
+                        results[item.index] = _lost(protocol, item, outcome)
                     else:
-                        results[item.index] = _fail(core, item)
+                        pause = pause or policy
+                        retry.append(item)
                 else:
                     committed.append((item, outcome))
             if committed:
-                yield from _deliver(core, [t for i, _ in committed for t in i.transitions])
-                cascades = yield from _follow(core, [i for i, _ in committed], batch=not refuse)
+                yield from deliver(
+                    protocol.delivery, [t for i, _ in committed for t in _written(i).transitions]
+                )
+                cascades = yield from _follow(protocol, [i for i, _ in committed], batch=not refuse)
                 for (item, version), cascade in zip(committed, cascades, strict=True):
+                    write = _written(item)
                     results[item.index] = Result(
                         Outcome.COMMITTED,
                         item.ref,
-                        item.after,
+                        write.after,
                         version,
-                        item.transitions,
+                        write.transitions,
                         attempts=item.attempt,
                         cascade=cascade,
                         actions=item.actions,
                     )
-            if retry:
-                yield Pause(retry[0].policy, delay(retry[0].policy))
-            pending = retry
-    assert all(r is not None for r in results)
+            if pause is not None:
+                yield Pause(pause, pause.delay())
+            todo = retry
     done = [r for r in results if r is not None]
+    assert len(done) == len(results)
     if retried and done:
         done[0] = done[0]._replace(caught_up=retried)
     return done
 
 
-def _refused(core: Runner, item: _Item, error: IdentityMismatch) -> Result:
-    """The item names a uid stored for another object: refused, nothing written, no event
-    (a fallback Warning would name the impostor)."""
-    core._log.warning("observation refused", ref=str(item.ref), uid=item.ref.uid, error=str(error))
-    return Result(
-        Outcome.FAILED, item.ref, None, 0, error=error, attempts=item.attempt, actions=item.actions
-    )
+def _decide(
+    protocol: WriteProtocol, item: _Item, record: Record | None, refuse: bool
+) -> Result | None:
+    """Decide ``item`` on what this attempt read: its result, or ``None`` to commit it."""
+    machine = item.machine
+    before = machine.initial(item.ref) if record is None else record.status
+    version = 0 if record is None else record.version
+    try:
+        write = protocol.decide(machine, item.ref, item.observation, before, version)
+    except LifecycleError as refusal:
+        if refuse:
+            raise
+        return protocol.refused(item.ref, version, refusal, item.attempt, item.actions)
+    if item.attempt == 1 and machine.has_actions:
+        item.actions = protocol.actions(machine, item.ref, before, item.observation, version)
+    item.version, item.before, item.write = version, before, write
+    if write is None:
+        return Result(
+            Outcome.UNCHANGED,
+            item.ref,
+            before,
+            version,
+            attempts=item.attempt,
+            actions=item.actions,
+        )
+    return None
 
 
-def _fail(core: Runner, item: _Item) -> Result:
-    """The write did not land: log, send the fallback Warning (if a Warning flip was lost)."""
-    assert item.error is not None
-    core._log.warning(
-        "status write failed", ref=str(item.ref), uid=item.ref.uid, error=str(item.error)
-    )
-    fallback = core._fallback(
-        item.ref, item.machine, item.flips, item.version, item.observation, item.error, item.before
-    )
-    core._send(fallback)
-    return Result(
-        Outcome.FAILED,
+def _written(item: _Item) -> Write:
+    assert item.write is not None
+    return item.write
+
+
+def _lost(protocol: WriteProtocol, item: _Item, error: StoreError) -> Result:
+    return protocol.lost(
+        item.machine,
         item.ref,
-        None,
+        item.observation,
+        item.before,
         item.version,
-        fallback=fallback,
-        error=item.error,
-        attempts=item.attempt,
-        actions=item.actions,
+        item.write,
+        error,
+        item.attempt,
+        item.actions,
     )
 
 
-def _deliver(core: Runner, transitions: Sequence[Transition]) -> Generator[Request, Any, int]:
-    """Send committed events to every emitter; mark those every emitter took."""
-    if not transitions:
+def deliver(delivery: Delivery, events: Sequence[Transition]) -> Generator[Request, Any, int]:
+    """:meth:`Delivery.deliver` as requests: send, then mark what every emitter took."""
+    if not events:
         return 0
-    delivered = tuple(t.id for t in transitions if core._send((t,)))
+    delivered = delivery.send(events)
     if delivered:
         try:
-            yield Mark(delivered)
+            yield Mark(tuple(delivered))
         except StoreError as e:
-            core._log.warning("could not mark events delivered; they will repeat", error=str(e))
+            delivery.unmarked(e)
     return len(delivered)
 
 
+def redeliver(
+    protocol: WriteProtocol, claimed: Sequence[Transition], delivery: Delivery | None = None
+) -> Generator[Request, Any, tuple[int, list[Result]]]:
+    """Claimed outbox rows, delivered again (ADR 0062): their events in the one order of
+    :mod:`lifecycle._delivery` (to ``delivery``'s emitters, default the protocol's), then
+    their cascade intents applied in commit order (ADR 0090). Returns the events delivered
+    and the intents' results."""
+    events, intents = _cascade.split(claimed)
+    delivered = yield from deliver(delivery or protocol.delivery, in_order(events))
+    if not intents:
+        return delivered, []
+    protocol.pending.drop(t.id for t in intents)  # the outbox has them: apply them now
+    found = yield from apply_intents(protocol, in_order(intents))
+    return delivered, [r for r in found if r is not None]
+
+
 def _follow(
-    core: Runner, committed: list[_Item], *, batch: bool
+    protocol: WriteProtocol, committed: list[_Item], *, batch: bool
 ) -> Generator[Request, Any, list[tuple[Result, ...]]]:
     """Apply the cascade intents each committed item recorded; one tuple of results per item."""
-    flat = [t for item in committed for t in item.intents]
+    flat = [t for item in committed for t in _written(item).intents]
     if not flat:
         return [()] * len(committed)
-    found = yield from apply_intents(core, flat, batch=batch)
+    found = yield from apply_intents(protocol, flat, batch=batch)
     out: list[tuple[Result, ...]] = []
     at = 0
     for item in committed:
-        mine = found[at : at + len(item.intents)]
-        at += len(item.intents)
-        out.append(tuple(r for r in mine if r is not None))
+        n = len(_written(item).intents)
+        out.append(tuple(r for r in found[at : at + n] if r is not None))
+        at += n
     return out
 
 
 def apply_intents(
-    core: Runner, intents: Sequence[Transition], *, batch: bool = False
+    protocol: WriteProtocol, intents: Sequence[Transition], *, batch: bool = False
 ) -> Generator[Request, Any, list[Result | None]]:
-    """Apply cascade intents to their targets (ADR 0090); one result per intent (``None``:
-    held behind an earlier pending intent of its lane). An intent its target confirms is
-    marked done; one whose target write failed is held pending and blocks its lane. One by one,
-    depth-first (``observe``), or in rounds of one intent per lane (``batch``)."""
+    """Apply cascade intents to their targets in the order of :class:`_cascade.Rounds`; one
+    result per intent (``None``: held behind an earlier pending intent of its lane). One by
+    one, depth-first, or in rounds of one intent per lane (``batch``). Confirmed intents are
+    marked done."""
     results: list[Result | None] = [None] * len(intents)
-    blocked = core.pending.lanes() if core.pending else set()
-    done: list[str] = []
-    todo = list(range(len(intents)))
-    while todo:
-        chosen: list[int] = []
-        later: list[int] = []
-        lanes: set[_cascade.Lane] = set()
-        for i in todo:
-            key = _cascade.lane(intents[i])
-            if key in blocked:
-                core.pending.hold(intents[i])
-            elif key in lanes or (chosen and not batch):
-                later.append(i)
-            else:
-                lanes.add(key)
-                chosen.append(i)
+    rounds = _cascade.Rounds(protocol.pending, intents, batch=batch)
+    while chosen := rounds.next():
         pairs: list[tuple[int, ObjectRef, Observation]] = []
         for i in chosen:
             t = intents[i]
             assert t.intent is not None
             try:
-                machine = core.machine_for(t.intent.target)
-                obs = _cascade.observation_of(machine, t)
+                obs = _cascade.observation_of(protocol.machine_for(t.intent.target), t)
                 if batch:
-                    validate(core, [(t.intent.target, obs)])
+                    protocol.admit(t.intent.target, obs)
             except LifecycleError as e:
-                results[i] = _refused_link(core, t, e)
+                results[i] = protocol.refused_link(t, e)
                 continue
             pairs.append((i, t.intent.target, obs))
         if batch and pairs:
-            found = yield from protocol(
-                core, [(r, o) for _, r, o in pairs], refuse=False, catch_up=False
+            found = yield from observe(
+                protocol, [(r, o) for _, r, o in pairs], refuse=False, catch_up=False
             )
             for (i, _, _), result in zip(pairs, found, strict=True):
                 results[i] = result
         for i, target, obs in pairs if not batch else ():
             try:
-                (results[i],) = yield from protocol(
-                    core, [(target, obs)], refuse=True, catch_up=False
+                (results[i],) = yield from observe(
+                    protocol, [(target, obs)], refuse=True, catch_up=False
                 )
             except LifecycleError as e:
-                results[i] = _refused_link(core, intents[i], e)
+                results[i] = protocol.refused_link(intents[i], e)
         for i in chosen:
             settled = results[i]
             assert settled is not None
-            if _cascade.confirmed(settled.error):
-                done.append(intents[i].id)
-            else:
-                blocked.add(_cascade.lane(intents[i]))
-                core.pending.hold(intents[i])
-        todo = later
-    if done:
+            rounds.settle(i, settled.error)
+    if rounds.done:
         try:
-            yield Mark(tuple(done))
+            yield Mark(tuple(rounds.done))
         except StoreError as e:
-            core._log.warning("could not mark cascade intents done; they will repeat", error=str(e))
+            protocol.delivery.unmarked(e, "cascade intents done")
     return results
-
-
-def _refused_link(core: Runner, t: Transition, error: LifecycleError) -> Result:
-    assert t.intent is not None
-    core._log.warning(
-        "linked observation refused",
-        source=str(t.ref),
-        target=str(t.intent.target),
-        error=str(error),
-    )
-    return Result(Outcome.FAILED, t.intent.target, None, 0, error=error)
 
 
 # -- the synchronous driver -----------------------------------------------------------------
@@ -482,23 +381,24 @@ def answer(store: Any, request: Request) -> Any:
                 out.append(e)
         return out
     if isinstance(request, Mark):
-        store.mark_delivered(request.ids)
+        mark = getattr(store, "mark_delivered", None)
+        if mark is not None:
+            mark(request.ids)
         return None
     if request.seconds:
         request.policy.sleep(request.seconds)
     return None
 
 
-def run(gen: Protocol, store: Any) -> list[Result]:
-    """Drive :func:`protocol` against a synchronous store."""
+def run(gen: Generator[Request, Any, Any], store: Any) -> Any:
+    """Drive a generator of this module against a synchronous store; its return value."""
     reply: Any = None
     error: StoreError | None = None
     while True:
         try:
             request = gen.send(reply) if error is None else gen.throw(error)
         except StopIteration as stop:
-            done: list[Result] = stop.value
-            return done
+            return stop.value
         reply, error = None, None
         try:
             reply = answer(store, request)

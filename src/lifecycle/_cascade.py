@@ -103,6 +103,57 @@ def confirmed(error: Exception | None) -> bool:
     return isinstance(error, LifecycleError) and not isinstance(error, StoreError)
 
 
+class Rounds:
+    """The order intents of one call are applied in: one lane at a time, in commit order.
+
+    :meth:`next` picks the intents to apply now -- the first of each lane not blocked
+    (``batch``: one round of many lanes), or just the first of them (depth-first, one by one);
+    an intent whose lane is blocked (an earlier one of it is pending) is held pending instead.
+    :meth:`settle` takes each applied intent's outcome: confirmed intents are ``done`` (to be
+    marked), the others are held and block their lane. Sans-I/O: every runner drives it.
+    """
+
+    __slots__ = ("batch", "blocked", "done", "intents", "pending", "todo")
+
+    def __init__(
+        self, pending: PendingIntents, intents: Sequence[Transition], *, batch: bool
+    ) -> None:
+        self.pending = pending
+        self.intents = intents
+        self.batch = batch
+        self.blocked: set[Lane] = pending.lanes() if pending else set()
+        self.todo = list(range(len(intents)))
+        #: ids of the intents their targets confirmed, in order
+        self.done: list[str] = []
+
+    def next(self) -> list[int]:
+        """Indices of the intents to apply now (none left: ``[]``)."""
+        chosen: list[int] = []
+        later: list[int] = []
+        lanes: set[Lane] = set()
+        for i in self.todo:
+            key = lane(self.intents[i])
+            if key in self.blocked:
+                self.pending.hold(self.intents[i])
+            elif key in lanes or (chosen and not self.batch):
+                later.append(i)
+            else:
+                lanes.add(key)
+                chosen.append(i)
+        self.todo = later
+        return chosen
+
+    def settle(self, i: int, error: Exception | None) -> None:
+        """Intent ``i`` was applied, with the target's ``error`` (``None``: it committed or
+        had nothing to change)."""
+        t = self.intents[i]
+        if confirmed(error):
+            self.done.append(t.id)
+        else:
+            self.blocked.add(lane(t))
+            self.pending.hold(t)
+
+
 class PendingIntents:
     """Intents this process could not apply yet, in commit order; thread-safe."""
 

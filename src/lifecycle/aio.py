@@ -2,7 +2,8 @@
 guarantees, awaited.
 
 :class:`AsyncRunner` runs the very implementation ``Runner.observe_many`` runs (the sans-I/O
-protocol in ``lifecycle._batch``), with each store operation awaited: on an
+driver in ``lifecycle._batch`` of the decisions in ``lifecycle._protocol``), with each store
+operation awaited: on an
 :class:`AsyncStore` such as :class:`~lifecycle.stores.postgres_async.AsyncPostgresStore`
 (psycopg's asyncio API), or on any synchronous store through :class:`ThreadedStore`, which
 runs its calls on a worker thread so SQLite's disk waits never block the event loop.
@@ -20,30 +21,33 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
-from . import _cascade
-from ._batch import Commit, Load, Mark, Pause, Request, apply_intents, protocol
+from . import _batch
+from ._batch import Commit, Load, Mark, Pause, Request
 from ._core.errors import IdentityMismatch, SchemaRefused, StoreError
 from ._core.machine import Machine
 from ._core.observation import Observation
 from ._core.refs import ObjectRef
 from ._core.schema import check_store, review
 from ._core.transition import Transition
+from ._log import get_logger
+from ._protocol import Result, RetryPolicy, WriteProtocol
 from .emitters.base import Emitter
-from .links import Link
-from .machines import MachineRegistry
-from .runner import Result, RetryPolicy, Runner
-from .stores.base import CommitItem, JournalEntry, Record, Store
+from .links import Link, default_links
+from .machines import MachineRegistry, default_registry
+from .stores.base import CommitItem, CommitStore, JournalEntry, Record
 from .stores.memory import MemoryStore
 
-__all__ = ["AsyncRunner", "AsyncStore", "ThreadedStore", "open_async_store"]
+__all__ = ["AsyncCommitStore", "AsyncRunner", "AsyncStore", "ThreadedStore", "open_async_store"]
 
 T = TypeVar("T")
 
+#: AsyncRunner logs as a runner (it is one).
+_log = get_logger("lifecycle.runner")
+
 
 @runtime_checkable
-class AsyncStore(Protocol):
-    """The :class:`~lifecycle.stores.Store` protocol, awaited. Optional, as for ``Store``:
-    ``load_many`` and ``commit_many`` (batches), ``snapshot`` (retention)."""
+class AsyncCommitStore(Protocol):
+    """:class:`~lifecycle.stores.CommitStore`, awaited: all :class:`AsyncRunner` needs."""
 
     async def load(self, machine: Machine[Any], ref: ObjectRef) -> Record | None: ...
 
@@ -56,6 +60,13 @@ class AsyncStore(Protocol):
         observation: Observation,
         transitions: Sequence[Transition],
     ) -> int: ...
+
+
+@runtime_checkable
+class AsyncStore(AsyncCommitStore, Protocol):
+    """The :class:`~lifecycle.stores.Store` protocol, awaited: the capabilities every
+    shipped store has. Optional, as for ``Store``: ``load_many`` and ``commit_many``
+    (batches), ``snapshot`` (retention), ``schema_versions``."""
 
     async def journal(self, machine: Machine[Any], ref: ObjectRef) -> list[JournalEntry]: ...
 
@@ -75,7 +86,7 @@ class ThreadedStore:
     A :class:`~lifecycle.MemoryStore` never blocks, so it is called inline (``inline=True``
     forces that for any store)."""
 
-    def __init__(self, store: Store, *, inline: bool | None = None) -> None:
+    def __init__(self, store: CommitStore, *, inline: bool | None = None) -> None:
         self.store = store
         self._inline = isinstance(store, MemoryStore) if inline is None else inline
         self._pool: concurrent.futures.ThreadPoolExecutor | None = None
@@ -142,28 +153,33 @@ class ThreadedStore:
         return out
 
     async def journal(self, machine: Machine[Any], ref: ObjectRef) -> list[JournalEntry]:
-        return await self._call(self.store.journal, machine, ref)
+        return await self._call(self.store.journal, machine, ref)  # type: ignore[attr-defined]
 
     async def records(self, machine: Machine[Any]) -> list[Record]:
-        return await self._call(lambda: list(self.store.records(machine)))
+        return await self._call(lambda: list(self.store.records(machine)))  # type: ignore[attr-defined]
 
     async def snapshot(self, machine: Machine[Any], ref: ObjectRef) -> Any:
         snapshot = getattr(self.store, "snapshot", None)
         return None if snapshot is None else await self._call(snapshot, machine, ref)
 
     async def claim_undelivered(self, limit: int = 1000) -> list[Transition]:
-        return await self._call(self.store.claim_undelivered, limit)
+        claim = getattr(self.store, "claim_undelivered", None)
+        return [] if claim is None else await self._call(claim, limit)
 
     async def mark_delivered(self, ids: Iterable[str]) -> None:
-        await self._call(self.store.mark_delivered, list(ids))
+        mark = getattr(self.store, "mark_delivered", None)
+        if mark is not None:
+            await self._call(mark, list(ids))
 
     async def close(self) -> None:
-        await self._call(self.store.close)
+        close = getattr(self.store, "close", None)
+        if close is not None:
+            await self._call(close)
         if self._pool is not None:
             self._pool.shutdown(wait=True)
 
 
-def as_async(store: AsyncStore | Store | None) -> AsyncStore:
+def as_async(store: AsyncCommitStore | CommitStore | None) -> AsyncCommitStore:
     """``store`` as an :class:`AsyncStore` (a synchronous one goes behind a thread)."""
     if store is None:
         return ThreadedStore(MemoryStore())
@@ -172,7 +188,7 @@ def as_async(store: AsyncStore | Store | None) -> AsyncStore:
     return ThreadedStore(store)  # type: ignore[arg-type]
 
 
-async def answer(store: AsyncStore, request: Request) -> Any:
+async def answer(store: AsyncCommitStore, request: Request) -> Any:
     """Run one protocol request against an :class:`AsyncStore`."""
     if isinstance(request, Load):
         load_many = getattr(store, "load_many", None)
@@ -207,7 +223,9 @@ async def answer(store: AsyncStore, request: Request) -> Any:
                 out.append(e)
         return out
     if isinstance(request, Mark):
-        await store.mark_delivered(request.ids)
+        mark = getattr(store, "mark_delivered", None)
+        if mark is not None:
+            await mark(request.ids)
         return None
     if request.seconds:
         await _pause(request)
@@ -224,15 +242,15 @@ async def _pause(request: Pause) -> None:
 class AsyncRunner:
     """:class:`~lifecycle.Runner` for asyncio: ``await runner.observe(ref, obs)``.
 
-    Takes the runner's arguments; ``store`` is an :class:`AsyncStore` or a synchronous
+    Takes the runner's arguments; ``store`` is an :class:`AsyncCommitStore` or a synchronous
     store (run on a worker thread, see :class:`ThreadedStore`). Per-machine policies, action
-    events, fallbacks and links behave exactly as in the synchronous runner -- the two run one
-    implementation of the protocol.
+    events, fallbacks and links behave exactly as in the synchronous runner -- the two make
+    the same decisions (``lifecycle._protocol``) and deliver the same way.
     """
 
     def __init__(
         self,
-        store: AsyncStore | Store | None = None,
+        store: AsyncCommitStore | CommitStore | None = None,
         emitters: Sequence[Emitter] = (),
         *,
         machines: MachineRegistry | None = None,
@@ -242,24 +260,22 @@ class AsyncRunner:
         policies: Mapping[str, RetryPolicy] | None = None,
         check_schema: bool = True,
     ) -> None:
-        self.store: AsyncStore = as_async(store)
-        #: The synchronous runner's configuration and pure helpers (its own store is unused).
-        self.core = Runner(
-            MemoryStore(journal=False),
+        self.store: AsyncCommitStore = as_async(store)
+        #: Every decision of the protocol, with this runner's configuration.
+        self.protocol = WriteProtocol(
+            machines if machines is not None else default_registry(),
             emitters,
-            machines=machines,
-            links=links,
-            policy=policy,
-            logger=logger,
+            links=default_links() if links is None else links,
+            policy=policy if policy is not None else RetryPolicy(),
             policies=policies,
-            check_schema=False,
+            log=logger if logger is not None else _log,
+            epoch_source=self.store,
         )
-        self.core.epoch_source = self.store
         # The start-up check (ADR 0088): a synchronous store is checked here, an asyncio one
         # before the first call that reads it (``await runner.check_schema()`` to do it now).
         self._schema_checked = not check_schema
         if isinstance(self.store, ThreadedStore) and check_schema:
-            check_store(self.store.store, self.core.machines)
+            check_store(self.store.store, self.machines)
             self._schema_checked = True
 
     async def check_schema(self) -> None:
@@ -267,57 +283,58 @@ class AsyncRunner:
         cannot read, or that an undeclared table change wrote (ADR 0088)."""
         versions = getattr(self.store, "schema_versions", None)
         if versions is not None:
-            found = review(await versions(), self.core.machines)
+            found = review(await versions(), self.machines)
             if found.findings:
                 raise SchemaRefused(found.findings)
         self._schema_checked = True
 
     @property
     def emitters(self) -> tuple[Emitter, ...]:
-        return self.core.emitters
+        return self.protocol.delivery.emitters
 
     @property
     def machines(self) -> MachineRegistry:
-        return self.core.machines
+        return self.protocol.machines
 
     @property
     def policy(self) -> RetryPolicy:
-        return self.core.policy
+        return self.protocol.policy
 
     def policy_for(self, machine: Machine[Any]) -> RetryPolicy:
-        return self.core.policy_for(machine)
+        return self.protocol.policy_for(machine)
 
     async def observe(self, ref: ObjectRef, observation: Observation) -> Result:
         """:meth:`Runner.observe`, awaited: a refused observation raises, the store untouched."""
-        results = await self._drive(protocol(self.core, [(ref, observation)], refuse=True))
+        results: list[Result] = await self._drive(
+            _batch.observe(self.protocol, [(ref, observation)], refuse=True)
+        )
         return results[0]
 
     async def observe_many(self, items: Iterable[tuple[ObjectRef, Observation]]) -> list[Result]:
         """:meth:`Runner.observe_many`, awaited."""
-        return await self._drive(protocol(self.core, list(items), refuse=False))
+        results: list[Result] = await self._drive(
+            _batch.observe(self.protocol, list(items), refuse=False)
+        )
+        return results
 
     async def redeliver(self, limit: int = 1000) -> int:
-        """Send committed but undelivered events again, under their ids (see
-        :meth:`Runner.redeliver`)."""
-        pending = await self.store.claim_undelivered(limit)
-        events, intents = _cascade.split(pending)
-        delivered = [t.id for t in events if self.core._send((t,))]
-        if delivered:
-            try:
-                await self.store.mark_delivered(delivered)
-            except StoreError as e:
-                self.core._log.warning(
-                    "could not mark events delivered; they will repeat", error=str(e)
-                )
-        if intents:  # cascade writes not confirmed yet (ADR 0090): apply them, in order
-            self.core.pending.drop(t.id for t in intents)
-            await self._drive(apply_intents(self.core, intents))
-        return len(delivered)
+        """Send committed but undelivered events again, under their ids, and apply the
+        cascade intents found in the outbox (see :meth:`Runner.redeliver`)."""
+        claim = getattr(self.store, "claim_undelivered", None)
+        claimed: list[Transition] = [] if claim is None else await claim(limit)
+        if not claimed:
+            return 0
+        delivered: tuple[int, list[Result]] = await self._drive(
+            _batch.redeliver(self.protocol, claimed)
+        )
+        return delivered[0]
 
     async def close(self) -> None:
-        await self.store.close()
+        close = getattr(self.store, "close", None)
+        if close is not None:
+            await close()
 
-    async def _drive(self, gen: Any) -> list[Result]:
+    async def _drive(self, gen: Any) -> Any:
         if not self._schema_checked:
             await self.check_schema()
         reply: Any = None
@@ -326,8 +343,7 @@ class AsyncRunner:
             try:
                 request = gen.send(reply) if error is None else gen.throw(error)
             except StopIteration as stop:
-                done: list[Result] = stop.value
-                return done
+                return stop.value
             reply, error = None, None
             try:
                 reply = await answer(self.store, request)

@@ -2,14 +2,16 @@
 between commit and delivery, or an emitter failed), from any number of replicas at once.
 
 Each round claims a batch of undelivered events (on PostgreSQL with ``FOR UPDATE SKIP
-LOCKED``, an object's events going to one replica at a time), sends each object's events in
-version order, stops an object at its first failed delivery (so a later event never overtakes
-an earlier one; the rest stay leased to this replica and are retried next round), and marks
-what was delivered. Delivery is at least once, under each event's stable id.
+LOCKED``, an object's events going to one replica at a time) and hands them to the delivery
+every runner uses (``lifecycle._delivery``, ADR 0092): each object's events in version order,
+an object stopped at its first failed delivery (so a later event never overtakes an earlier
+one; the rest stay leased to this replica and are retried next round), then marked. Delivery
+is at least once, under each event's stable id.
 
 Cascade intents in the outbox (ADR 0090) are applied to their targets through a
-:class:`~lifecycle.Runner` on the same store, each (source, target) lane in commit order, and
-marked done once the target confirms them; a failed target write stops its lane for the round.
+:class:`~lifecycle.Runner` on the same store (``Runner.redeliver_claimed``), each (source,
+target) lane in commit order, and marked done once the target confirms them; a failed target
+write stops its lane for the round.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import _cascade
 from ._core.errors import StoreError
-from ._core.transition import Transition
+from ._delivery import Delivery
 from ._log import get_logger
 from .emitters.base import Emitter
 from .stores.base import Store
@@ -37,8 +39,8 @@ class Dispatcher:
     Give it its own store (its own ``owner``): the runner's store already delivers the
     events it commits, and a dispatcher sharing that owner could send them at the same time.
     ``runner`` applies cascade intents (default: a :class:`~lifecycle.Runner` on ``store``
-    with ``emitters``, the default machines and links); the events of the writes it makes are
-    delivered by that runner.
+    with ``emitters``, the default machines and links; give one on this same store); the
+    events of the writes it makes are delivered by that runner.
     """
 
     def __init__(
@@ -53,10 +55,15 @@ class Dispatcher:
         if batch < 1:
             raise ValueError(f"batch must be at least 1, got {batch}")
         self.store = store
-        self.emitters = tuple(emitters)
         self.batch = batch
         self._log = logger if logger is not None else _log
+        #: How this dispatcher hands events to ``emitters`` (the one order of every runner).
+        self.delivery = Delivery(emitters, self._log)
         self._runner = runner
+
+    @property
+    def emitters(self) -> tuple[Emitter, ...]:
+        return self.delivery.emitters
 
     @property
     def runner(self) -> Runner:
@@ -67,53 +74,19 @@ class Dispatcher:
             self._runner = Runner(self.store, self.emitters, logger=self._log)
         return self._runner
 
-    def _send(self, t: Transition) -> bool:
-        ok = True
-        for emitter in self.emitters:
-            try:
-                emitter.emit(t)
-            except Exception as e:  # an emitter failing leaves the event queued
-                ok = False
-                self._log.warning(
-                    "emitter failed; event stays in the outbox",
-                    id=t.id,
-                    emitter=type(emitter).__name__,
-                    error=repr(e),
-                )
-        return ok
-
     def dispatch_once(self) -> int:
         """One round: claim, deliver per object in order, mark; apply cascade intents. Returns
         the events delivered plus the intents confirmed.
         Raises :class:`~lifecycle.StoreError` if the store cannot be reached."""
-        pending = self.store.claim_undelivered(self.batch)
-        events, intents = _cascade.split(pending)
-        delivered: list[str] = []
-        blocked: set[str] = set()
-        for t in sorted(events, key=lambda t: (t.ref.uid, t.version, t.n)):
-            if t.ref.uid in blocked:
-                continue
-            if self._send(t):
-                delivered.append(t.id)
-            else:
-                blocked.add(t.ref.uid)
-        count = self._mark(delivered)
-        if intents:  # the runner marks each one its target confirmed
-            runner = self.runner
-            ids = [t.id for t in intents]
-            runner.pending.drop(ids)
-            results = runner._cascade(sorted(intents, key=lambda t: (t.ref.uid, t.version, t.n)))
-            runner.pending.drop(ids)  # what failed stays in the outbox for the next round
-            count += sum(1 for r in results if _cascade.confirmed(r.error))
-        return count
-
-    def _mark(self, delivered: list[str]) -> int:
-        if delivered:
-            try:
-                self.store.mark_delivered(delivered)
-            except StoreError as e:
-                self._log.warning("could not mark events delivered; they will repeat", error=str(e))
-        return len(delivered)
+        claimed = self.store.claim_undelivered(self.batch)
+        if not claimed:
+            return 0
+        runner = self.runner
+        intents = [t.id for t in claimed if t.intent is not None]
+        delivered, results = runner.redeliver_claimed(claimed, self.delivery)
+        if intents:  # what failed stays in the outbox for the next round, not in the runner
+            runner.pending.drop(intents)
+        return delivered + sum(1 for r in results if _cascade.confirmed(r.error))
 
     def drain(self, rounds: int = 1000) -> int:
         """Rounds until a round delivers nothing (or ``rounds`` ran); returns the total."""

@@ -1,127 +1,42 @@
-"""The write-then-emit protocol: read, apply, commit with CAS (retrying conflicts), then emit.
+"""The runner: feeds observations to machines, persists their statuses, emits their events.
 
-    for attempt in 1..policy.attempts:
-        record = store.load(ref) or (machine.initial(ref), version 0)
-        status = machine.apply(record.status, observation)
-        if status == record.status: return UNCHANGED
-        flips  = machine.flips(record.status, status)       # inside the attempt
-        try:   version = store.commit(ref, expected=record.version, ...)
-        except Conflict: continue
-        except StoreError: fallback(flips); return FAILED
-        deliver(flips stamped with version)                 # after commit
-        return COMMITTED
-    fallback(flips); return FAILED
-
-Events are computed against the status read in the attempt that wins, so a concurrent writer
-that already made the flip suppresses ours. Nothing is emitted for a write that did not land,
-except one fallback Warning (``<Reason>StatusUpdateFailed``) when the lost write carried a
-Warning flip: people must still hear that something failed, without being told it was recorded.
+:class:`Runner` is the synchronous driver of the write-then-emit protocol, whose decisions are
+made once, in :mod:`lifecycle._protocol` (read, apply, compare, flips, commit with CAS and
+retries, fallback), with delivery in :mod:`lifecycle._delivery` and durable cascades in
+:mod:`lifecycle._cascade`. :meth:`Runner.observe` moves the data between them and the store
+inline (the hot path); :meth:`Runner.observe_many` and :meth:`Runner.redeliver` run the same
+decisions through the sans-I/O driver of :mod:`lifecycle._batch`, as ``AsyncRunner`` does.
 """
 
 from __future__ import annotations
 
-import enum
-import random
-import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
-from typing import Any, NamedTuple
+from typing import Any, cast
 
-import attrs
-
-from . import _cascade
+from . import _batch, _cascade
 from ._cascade import PendingIntents
-from ._core.bounds import check_ref
-from ._core.errors import (
-    CommitUnknown,
-    Conflict,
-    LifecycleError,
-    StoreError,
-    UnknownObservation,
-    apply_failed,
-)
+from ._core.errors import LifecycleError, StoreError
 from ._core.machine import Machine
-from ._core.observation import Observation, Tick
-from ._core.refs import EventType, ObjectRef
+from ._core.observation import Observation
+from ._core.refs import ObjectRef
 from ._core.schema import check_store
-from ._core.serde import validate as check_observation
-from ._core.transition import Flip, Transition, stamp, store_epoch
+from ._core.transition import Transition
+from ._delivery import Delivery, Mark, marker
 from ._log import get_logger
+from ._protocol import Outcome, Result, RetryPolicy, Write, WriteProtocol
 from .emitters.base import Emitter
 from .links import Link, default_links
 from .machines import MachineRegistry, default_registry
-from .stores.base import Store
+from .stores.base import CommitStore, Store
 from .stores.memory import MemoryStore
+
+__all__ = ["Outcome", "Result", "RetryPolicy", "Runner"]
 
 _log = get_logger("lifecycle.runner")
 
-
-class Outcome(enum.Enum):
-    COMMITTED = "committed"
-    UNCHANGED = "unchanged"
-    FAILED = "failed"
-
-
-@attrs.frozen(slots=True)
-class RetryPolicy:
-    """How often a conflicting write is retried, and how long to wait between attempts.
-
-    The default mirrors client-go's ``retry.DefaultRetry`` in count (5 attempts) and waits
-    10 ms (with 10 % jitter) between them.
-    """
-
-    attempts: int = 5
-    backoff: float = 0.01
-    jitter: float = 0.1
-    sleep: Callable[[float], None] = time.sleep
-
-    def __attrs_post_init__(self) -> None:
-        if self.attempts < 1:
-            raise ValueError(f"attempts must be at least 1, got {self.attempts}")
-        if self.backoff < 0 or self.jitter < 0:
-            raise ValueError("backoff and jitter must not be negative")
-
-    def pause(self) -> None:
-        if self.backoff:
-            self.sleep(self.backoff * (1 + random.uniform(-self.jitter, self.jitter)))
-
-
-class Result(NamedTuple):
-    """What one observation did. ``transitions`` were committed (and handed to emitters);
-    ``fallback`` holds the Warning sent instead when the write failed; ``cascade`` holds the
-    results of linked machines (a Pod's NodeClaim) that this commit fed.
-
-    An immutable named tuple (one is made per observation, so it is the cheapest record
-    Python has; see ADR 0067): read it by field name."""
-
-    outcome: Outcome
-    ref: ObjectRef
-    status: Any
-    version: int
-    transitions: tuple[Transition, ...] = ()
-    fallback: tuple[Transition, ...] = ()
-    error: Exception | None = None
-    attempts: int = 1
-    cascade: tuple[Result, ...] = ()
-    #: Action events (not transitions, no id) sent for this observation before its write.
-    actions: tuple[Transition, ...] = ()
-    #: Results of earlier cascade writes that had failed, applied before this observation
-    #: (the runner's pending intents, ADR 0090).
-    caught_up: tuple[Result, ...] = ()
-
-    @property
-    def committed(self) -> bool:
-        return self.outcome is Outcome.COMMITTED
-
-    def all_transitions(self) -> list[Transition]:
-        """This result's events and those of its cascade, in the order they were emitted."""
-        out: list[Transition] = []
-        for r in self.caught_up:
-            out.extend(r.all_transitions())
-        out += [*self.actions, *self.transitions, *self.fallback]
-        for r in self.cascade:
-            out.extend(r.all_transitions())
-        return out
+#: Builds a :class:`Result` in one ``tuple.__new__``, fields in order (the hot path; ADR 0067).
+_result = tuple.__new__
 
 
 class Runner:
@@ -130,11 +45,16 @@ class Runner:
     One runner serves every object of every registered machine. Its only state is the cascade
     intents whose target write failed (ADR 0090): they are retried at the start of its next
     call, and stay in the store's outbox for :meth:`redeliver` and the ``Dispatcher``.
+
+    ``store`` needs only ``load`` and a compare-and-set ``commit`` (:class:`CommitStore`, ADR
+    0092). Without an outbox (no ``mark_delivered``/``claim_undelivered``) events are
+    delivered inline only: an event an emitter refused is not sent again, and
+    :meth:`redeliver` finds nothing.
     """
 
     def __init__(
         self,
-        store: Store | None = None,
+        store: CommitStore | None = None,
         emitters: Sequence[Emitter] = (),
         *,
         machines: MachineRegistry | None = None,
@@ -144,54 +64,79 @@ class Runner:
         policies: Mapping[str, RetryPolicy] | None = None,
         check_schema: bool = True,
     ) -> None:
-        self.store: Store = store if store is not None else MemoryStore()
-        #: what events are stamped with the epoch of (``store_epoch``); AsyncRunner's store
-        self.epoch_source: object = self.store
-        self.emitters = tuple(emitters)
-        self.machines = machines if machines is not None else default_registry()
-        self.policy = policy if policy is not None else RetryPolicy()
-        #: Per machine name; else a machine's ``write_attempts`` caps ``policy``'s attempts.
-        self.policies: dict[str, RetryPolicy] = dict(policies or {})
+        chosen = store if store is not None else MemoryStore()
         #: structlog-style logger for failed writes and emitters (a dry run passes a silent one)
         self._log = logger if logger is not None else _log
-        self._links: dict[str, list[Link]] = {}
-        direct: set[type[Observation]] = set()
-        for link in default_links() if links is None else links:
-            self._links.setdefault(link.source, []).append(link)
-            direct |= link.direct
-        #: Observations that are another controller's direct write: one attempt (ADR 0090).
-        self._direct = frozenset(direct)
-        #: Cascade intents whose target write failed, retried at the start of the next call.
-        self.pending = PendingIntents()
+        #: Every decision of the protocol, with this runner's configuration.
+        self.protocol = WriteProtocol(
+            machines if machines is not None else default_registry(),
+            emitters,
+            links=default_links() if links is None else links,
+            policy=policy if policy is not None else RetryPolicy(),
+            policies=policies,
+            log=self._log,
+            epoch_source=chosen,
+        )
+        self.store = chosen
         self._in_cascade = False
         if check_schema:  # refuse a store holding records these machines cannot read (ADR 0088)
             check_store(self.store, self.machines)
 
+    @property
+    def store(self) -> Store:
+        """Where statuses are read and committed (events are stamped with its epoch).
+
+        Annotated as a complete :class:`~lifecycle.stores.Store`, which every shipped store
+        is; a host's own :class:`CommitStore` has only what it defines (the runner itself
+        looks its optional capabilities up by name)."""
+        return cast(Store, self._store)
+
+    @store.setter
+    def store(self, store: CommitStore) -> None:
+        self._store = store
+        self._mark: Mark | None = marker(store)
+        self.protocol.epoch_source = store
+
+    @property
+    def emitters(self) -> tuple[Emitter, ...]:
+        return self.protocol.delivery.emitters
+
+    @emitters.setter
+    def emitters(self, emitters: Sequence[Emitter]) -> None:
+        self.protocol.delivery.emitters = tuple(emitters)
+
+    @property
+    def machines(self) -> MachineRegistry:
+        return self.protocol.machines
+
+    @property
+    def policy(self) -> RetryPolicy:
+        return self.protocol.policy
+
+    @property
+    def policies(self) -> dict[str, RetryPolicy]:
+        """Per machine name; else a machine's ``write_attempts`` caps ``policy``'s attempts."""
+        return self.protocol.policies
+
+    @property
+    def pending(self) -> PendingIntents:
+        """Cascade intents whose target write failed, retried at the start of the next call."""
+        return self.protocol.pending
+
     def machine_for(self, ref: ObjectRef) -> Machine[Any]:
-        return self.machines.for_kind(ref.kind)
+        return self.protocol.machine_for(ref)
 
     def write_policy(self, machine: Machine[Any], observation: Observation) -> RetryPolicy:
-        """The retry policy for writing ``observation`` on ``machine``: one attempt for an
-        observation a link declares a direct write (a conflict is not retried: the cascade
-        intent stays pending and the next pass writes it again), else :meth:`policy_for`."""
-        policy = self.policy_for(machine)
-        if observation.__class__ in self._direct and policy.attempts != 1:
-            return attrs.evolve(policy, attempts=1)
-        return policy
+        """The retry policy for writing ``observation`` on ``machine`` (see
+        :meth:`WriteProtocol.write_policy <lifecycle._protocol.WriteProtocol.write_policy>`)."""
+        return self.protocol.write_policy(machine, observation)
 
     def policy_for(self, machine: Machine[Any]) -> RetryPolicy:
         """The retry policy for ``machine``'s writes: ``policies[name]`` if given, else the
         runner's policy with the machine's declared ``write_attempts`` (if any)."""
-        chosen = self.policies.get(machine.name)
-        if chosen is not None:
-            return chosen
-        if machine.write_attempts is not None and machine.write_attempts != self.policy.attempts:
-            chosen = attrs.evolve(self.policy, attempts=machine.write_attempts)
-            self.policies[machine.name] = chosen
-            return chosen
-        return self.policy
+        return self.protocol.policy_for(machine)
 
-    # -- the protocol -----------------------------------------------------------------------
+    # -- the protocol, driven inline ------------------------------------------------------------
     def observe(self, ref: ObjectRef, observation: Observation) -> Result:
         """Apply ``observation`` to ``ref``'s status, commit it, then emit its flips.
 
@@ -199,26 +144,16 @@ class Runner:
         observation, no row in the table, a value outside the input bounds); the store is
         then untouched.
         """
-        check_ref(ref)
-        machine = self.machine_for(ref)
-        if observation.__class__ not in machine.accepted:
-            raise UnknownObservation(
-                f"{machine.name}: {observation.__class__.__name__} is not one of its "
-                f"observations ({', '.join(sorted(machine.vocabulary))})"
-            )
-        check_observation(observation)
+        protocol = self.protocol
+        machine = protocol.admit(ref, observation)
         caught: tuple[Result, ...] = ()
-        if self.pending and not self._in_cascade:
+        if protocol.pending and not self._in_cascade:
             caught = self.catch_up()
-        flips: tuple[Flip, ...] = ()
+        store = self._store
+        write: Write | None = None
         actions: tuple[Transition, ...] = ()
         before: Any = None
         version = 0
-        error: StoreError | None = None
-        policy: RetryPolicy | None = None  # looked up on the first conflict only
-        store = self.store
-        links = self._links.get(machine.name)
-        intents: tuple[Transition, ...] = ()
         attempt = 0
         while True:
             attempt += 1
@@ -233,97 +168,34 @@ class Runner:
             else:
                 before = record.status
                 version = record.version
-            try:
-                after = machine.apply(before, observation)
-            except LifecycleError:
-                raise
-            except Exception as e:  # a machine's own failure: typed, nothing written
-                raise apply_failed(machine.name, ref, observation, e) from e
+            write = protocol.decide(machine, ref, observation, before, version)
             if attempt == 1 and machine.has_actions:
-                actions = self._actions(machine, ref, before, observation, version)
-            if after is before or after == before:
-                return Result(
-                    Outcome.UNCHANGED,
-                    ref,
-                    before,
-                    version,
-                    (),
-                    (),
-                    None,
-                    attempt,
-                    (),
-                    actions,
+                actions = protocol.actions(machine, ref, before, observation, version)
+            if write is None:
+                return _result(Result, (
+                    Outcome.UNCHANGED, ref, before, version, (), (), None, attempt, (), actions,
                     caught,
-                )
+                ))  # fmt: skip
             try:
-                flips = machine.flips(before, after)
-            except LifecycleError:
-                raise
-            except Exception as e:
-                raise apply_failed(machine.name, ref, observation, e) from e
-            transitions = (
-                stamp(flips, ref, machine.name, version + 1, observation.at, store_epoch(store))
-                if flips
-                else ()
-            )
-            written = transitions
-            if links is not None:
-                intents = _cascade.derive(
-                    links,
-                    ref,
-                    machine.name,
-                    before,
-                    after,
-                    observation.at,
-                    version + 1,
-                    len(transitions),
-                    store_epoch(store),
+                committed = store.commit(
+                    machine, ref, version, write.after, observation, write.written
                 )
-                if intents:
-                    written = transitions + intents
-            try:
-                committed = store.commit(machine, ref, version, after, observation, written)
-            except Conflict as e:
-                error = e
-                if policy is None:
-                    policy = self.write_policy(machine, observation)
-                if attempt >= policy.attempts:
-                    break
-                policy.pause()
-                continue
             except StoreError as e:
                 error = e
-                break
-            if transitions:
-                self._deliver(transitions)
-            cascade = self._cascade(intents) if intents else ()
-            return Result(
-                Outcome.COMMITTED,
-                ref,
-                after,
-                committed,
-                transitions,
-                (),
-                None,
-                attempt,
-                cascade,
-                actions,
+                again = protocol.again(machine, observation, e, attempt)
+                if again is None:
+                    break
+                again.pause()
+                continue
+            if write.transitions:
+                protocol.delivery.deliver(write.transitions, self._mark)
+            return _result(Result, (
+                Outcome.COMMITTED, ref, write.after, committed, write.transitions, (), None,
+                attempt, self.apply_intents(write.intents) if write.intents else (), actions,
                 caught,
-            )
-        assert error is not None
-        self._log.warning("status write failed", ref=str(ref), uid=ref.uid, error=str(error))
-        fallback = self._fallback(ref, machine, flips, version, observation, error, before)
-        self._send(fallback)
-        return Result(
-            Outcome.FAILED,
-            ref,
-            None,
-            version,
-            fallback=fallback,
-            error=error,
-            attempts=attempt,
-            actions=actions,
-            caught_up=caught,
+            ))  # fmt: skip
+        return protocol.lost(
+            machine, ref, observation, before, version, write, error, attempt, actions, caught
         )
 
     def observe_many(self, items: Iterable[tuple[ObjectRef, Observation]]) -> list[Result]:
@@ -342,9 +214,10 @@ class Runner:
         (``error`` holds the :class:`~lifecycle.LifecycleError`), and the others proceed.
         Other stores commit one object at a time, with the same results.
         """
-        from ._batch import protocol, run
-
-        return run(protocol(self, list(items), refuse=False), self.store)
+        done: list[Result] = _batch.run(
+            _batch.observe(self.protocol, list(items), refuse=False), self._store
+        )
+        return done
 
     def redeliver(self, limit: int = 1000) -> int:
         """Send events that were committed but not delivered (a crash, a failing emitter).
@@ -352,27 +225,61 @@ class Runner:
         Returns how many were delivered. Each keeps the id it was committed under. Events
         another writer committed are leased to it for the store's lease (30 s by default): a
         store opened with the same ``owner`` takes its own back at once, any other finds them
-        once the lease has run out — so call this periodically, not only at start-up.
+        once the lease has run out — so call this periodically, not only at start-up. Cascade
+        intents found in the outbox are applied too (ADR 0090). A store without an outbox has
+        nothing to redeliver.
         """
-        pending = self.store.claim_undelivered(limit)
-        if not pending:
+        claim = getattr(self._store, "claim_undelivered", None)
+        if claim is None:
             return 0
-        events, intents = _cascade.split(pending)
-        delivered = self._deliver(events)
-        if intents:  # cascade writes not confirmed yet (ADR 0090): apply them, in order
-            self.pending.drop(t.id for t in intents)
-            self._cascade(intents)
+        delivered, _ = self.redeliver_claimed(claim(limit))
         return delivered
+
+    def redeliver_claimed(
+        self, claimed: Sequence[Transition], delivery: Delivery | None = None
+    ) -> tuple[int, list[Result]]:
+        """Deliver claimed outbox rows (to ``delivery``'s emitters, default this runner's) and
+        apply their cascade intents: the events delivered and the intents' results."""
+        if not claimed:
+            return 0, []
+        done: tuple[int, list[Result]] = _batch.run(
+            _batch.redeliver(self.protocol, claimed, delivery), self._store
+        )
+        return done
 
     def catch_up(self) -> tuple[Result, ...]:
         """Retry the cascade intents whose target write failed (this runner's pending ones);
         :meth:`observe` calls it first whenever there are any. Returns their results."""
-        if not self.pending.retrying.acquire(blocking=False):
+        pending = self.protocol.pending
+        if not pending.retrying.acquire(blocking=False):
             return ()  # another thread is at it
         try:
-            return self._cascade(self.pending.take())
+            return self.apply_intents(pending.take())
         finally:
-            self.pending.retrying.release()
+            pending.retrying.release()
+
+    def apply_intents(self, intents: Sequence[Transition]) -> tuple[Result, ...]:
+        """Apply cascade intents in order, depth-first (each through :meth:`observe`); mark
+        those their target confirmed, keep the others pending. An intent whose lane (source,
+        target) has an earlier pending one waits (:class:`lifecycle._cascade.Rounds`)."""
+        outer, self._in_cascade = self._in_cascade, True
+        protocol = self.protocol
+        try:
+            rounds = _cascade.Rounds(protocol.pending, intents, batch=False)
+            results: list[Result] = []
+            while chosen := rounds.next():
+                for i in chosen:
+                    result = self._apply(intents[i])
+                    results.append(result)
+                    rounds.settle(i, result.error)
+            if rounds.done and self._mark is not None:
+                try:
+                    self._mark(rounds.done)
+                except StoreError as e:
+                    protocol.delivery.unmarked(e, "cascade intents done")
+            return tuple(results)
+        finally:
+            self._in_cascade = outer
 
     def resync(self, ref: ObjectRef, at: datetime) -> tuple[Result, ...]:
         """Feed ``ref``'s committed status to the machines linked to it again, as of ``at``.
@@ -384,171 +291,28 @@ class Runner:
         feeding them again is safe: a target that is already in step changes nothing.
         """
         machine = self.machines.for_kind(ref.kind)
-        record = self.store.load(machine, ref)
+        record = self._store.load(machine, ref)
         if record is None:
             return ()
-        return self._follow(machine, ref, machine.initial(ref), record.status, Tick(at=at))
+        intents = _cascade.derive(
+            self.protocol.links.get(machine.name, ()),
+            ref,
+            machine.name,
+            machine.initial(ref),
+            record.status,
+            at,
+            record.version,
+            0,
+        )
+        return tuple(self._apply(t) for t in intents)
 
     # -- internals --------------------------------------------------------------------------
-    def _send(self, transitions: Sequence[Transition]) -> bool:
-        """Hand each event to every emitter; whether every emitter took every event."""
-        return not self._failed(transitions)
-
-    def _failed(self, transitions: Sequence[Transition]) -> set[str]:
-        """Hand each event to every emitter; the ids of events some emitter refused."""
-        failed: set[str] = set()
-        for t in transitions:
-            for emitter in self.emitters:
-                try:
-                    emitter.emit(t)
-                except Exception as e:  # an emitter must never undo a commit
-                    failed.add(t.id)
-                    self._log.warning(
-                        "emitter failed; event stays in the outbox",
-                        id=t.id,
-                        emitter=type(emitter).__name__,
-                        error=repr(e),
-                    )
-        return failed
-
-    def _cascade(self, intents: Sequence[Transition]) -> tuple[Result, ...]:
-        """Apply cascade intents in order; mark those their target confirmed, keep the others
-        pending. An intent whose lane (source, target) has an earlier pending one waits."""
-        outer, self._in_cascade = self._in_cascade, True
-        try:
-            blocked = self.pending.lanes() if self.pending else set()
-            results: list[Result] = []
-            done: list[str] = []
-            for t in intents:
-                key = _cascade.lane(t)
-                if key in blocked:
-                    self.pending.hold(t)
-                    continue
-                result = self._apply(t)
-                results.append(result)
-                if _cascade.confirmed(result.error):
-                    done.append(t.id)
-                else:
-                    blocked.add(key)
-                    self.pending.hold(t)
-            if done:
-                self._mark(done)
-            return tuple(results)
-        finally:
-            self._in_cascade = outer
-
     def _apply(self, t: Transition) -> Result:
         """Observe one intent on its target (a refusal is that target's failed result)."""
         assert t.intent is not None
         target = t.intent.target
         try:
-            machine = self.machine_for(target)
+            machine = self.protocol.machine_for(target)
             return self.observe(target, _cascade.observation_of(machine, t))
         except LifecycleError as e:
-            self._log.warning(
-                "linked observation refused", source=str(t.ref), target=str(target), error=str(e)
-            )
-            return Result(Outcome.FAILED, target, None, 0, error=e)
-
-    def _mark(self, ids: Sequence[str]) -> None:
-        try:
-            self.store.mark_delivered(ids)
-        except StoreError as e:
-            self._log.warning("could not mark cascade intents done; they will repeat", error=str(e))
-
-    def _deliver(self, transitions: Sequence[Transition]) -> int:
-        if not transitions:
-            return 0
-        failed = self._failed(transitions)
-        delivered = [t.id for t in transitions]
-        if failed:
-            delivered = [i for i in delivered if i not in failed]
-        if delivered:
-            try:
-                self.store.mark_delivered(delivered)
-            except StoreError as e:
-                self._log.warning("could not mark events delivered; they will repeat", error=str(e))
-        return len(delivered)
-
-    def _actions(
-        self,
-        machine: Machine[Any],
-        ref: ObjectRef,
-        status: Any,
-        observation: Observation,
-        version: int,
-    ) -> tuple[Transition, ...]:
-        """Send the row's action events now: they touch no status and do not wait for (or
-        depend on) the write. Best effort: not queued, no id, may repeat."""
-        flips = machine.actions(status, observation)
-        if not flips:
-            return ()
-        sent = tuple(
-            t._replace(action=True)
-            for t in stamp(flips, ref, machine.name, version, observation.at)
-        )
-        self._send(sent)
-        return sent
-
-    @staticmethod
-    def _fallback(
-        ref: ObjectRef,
-        machine: Machine[Any],
-        flips: tuple[Flip, ...],
-        version: int,
-        observation: Observation,
-        error: Exception,
-        before: Any,
-    ) -> tuple[Transition, ...]:
-        """The fallback Warning for a lost write from ``before``: sent only where the row taken
-        declares ``fallback=True`` (a write no later pass redoes) and a Warning flip was lost.
-        None for a :class:`~lifecycle.CommitUnknown`: that write may have landed."""
-        if isinstance(error, CommitUnknown):
-            return ()
-        warning = next((f for f in flips if f.type is EventType.WARNING), None)
-        if warning is None or not machine.select(before, observation).fallback:
-            return ()  # the next pass redoes this write and sends the real Warning
-        message = machine.fallback_message(ref, warning, error)
-        return (
-            Transition(
-                ref,
-                machine.name,
-                warning.source,
-                warning.target,
-                f"{warning.reason}StatusUpdateFailed",
-                EventType.WARNING,
-                message,
-                version,
-                observation.at,
-                0,
-                warning.condition,
-                fallback=True,
-                controller=warning.controller,
-            ),
-        )
-
-    def _follow(
-        self,
-        machine: Machine[Any],
-        ref: ObjectRef,
-        before: Any,
-        after: Any,
-        observation: Observation,
-    ) -> tuple[Result, ...]:
-        links = self._links.get(machine.name)
-        if not links:
-            return ()
-        results = []
-        for link in links:
-            for target, derived in link.derive(ref, before, after, observation.at):
-                try:
-                    results.append(self.observe(target, derived))
-                except LifecycleError as e:
-                    self._log.warning(
-                        "linked observation refused",
-                        source=str(ref),
-                        target=str(target),
-                        error=str(e),
-                    )
-                    results.append(Result(Outcome.FAILED, target, None, 0, error=e))
-        return tuple(results)
+            return self.protocol.refused_link(t, e)

@@ -21,7 +21,10 @@ from .._core.redact import redact
 from .base import (
     BatchStore,
     CommitItem,
+    CommitStore,
     JournalEntry,
+    JournalStore,
+    OutboxStore,
     Record,
     RetentionStore,
     SchemaStore,
@@ -38,9 +41,12 @@ if TYPE_CHECKING:
 __all__ = [
     "BatchStore",
     "CommitItem",
+    "CommitStore",
     "InvalidStoreURL",
     "JournalEntry",
+    "JournalStore",
     "MemoryStore",
+    "OutboxStore",
     "Record",
     "RetentionStore",
     "SQLiteStore",

@@ -1,4 +1,9 @@
-"""The Store protocol: one atomic commit of status + journal entry + outbox rows, with CAS."""
+"""The Store protocols: one atomic commit of status + journal entry + outbox rows, with CAS.
+
+:class:`CommitStore` (``load`` and a compare-and-set ``commit``) is all the runners need;
+the rest are optional capabilities (:class:`OutboxStore`, :class:`JournalStore`,
+:class:`BatchStore`, :class:`RetentionStore`, :class:`SchemaStore`), and :class:`Store` is
+what every shipped store offers (ADR 0092)."""
 
 from __future__ import annotations
 
@@ -112,16 +117,24 @@ def check_record(record: Record, machine: str, ref: ObjectRef) -> None:
 
 
 @runtime_checkable
-class Store(Protocol):
-    """Persistence for statuses, their journals and the outbox of undelivered events.
+class CommitStore(Protocol):
+    """What the runners need of a store, and all a host's own store must have (ADR 0092):
+    read an object's record, and commit a new status with compare-and-set.
 
-    ``commit`` is atomic: the status, the journal entry and the outbox rows are written
-    together or not at all. It raises :class:`~lifecycle.Conflict` when the stored version is
-    not ``expected`` and :class:`~lifecycle.StoreError` for anything else that went wrong.
+    ``commit`` is atomic: the status, the journal entry and the outbox rows (``transitions``:
+    events, then cascade intents) are written together or not at all. It raises
+    :class:`~lifecycle.Conflict` when the stored version is not ``expected`` (versions start
+    at 1 for the first commit) and :class:`~lifecycle.StoreError` for anything else.
 
-    A uid names one object: ``load``, ``commit``, ``journal`` (and ``snapshot``) of a ref
+    A uid names one object: ``load`` and ``commit`` (and ``journal``, ``snapshot``) of a ref
     whose kind, namespace, name or machine differ from those stored under its uid raise
     :class:`~lifecycle.IdentityMismatch` (see :func:`check_identity`), and write nothing.
+
+    Everything else is an optional capability, found by its methods: :class:`OutboxStore`
+    (without it, events are delivered inline only and never redelivered),
+    :class:`JournalStore`, :class:`BatchStore`, :class:`RetentionStore`,
+    :class:`SchemaStore`, an ``epoch`` (event ids across a lost history, ADR 0068) and
+    ``close``.
     """
 
     def load(self, machine: Machine[Any], ref: ObjectRef) -> Record | None: ...
@@ -136,13 +149,38 @@ class Store(Protocol):
         transitions: Sequence[Transition],
     ) -> int: ...
 
-    def journal(self, machine: Machine[Any], ref: ObjectRef) -> list[JournalEntry]: ...
 
-    def records(self, machine: Machine[Any]) -> Iterator[Record]: ...
+@runtime_checkable
+class OutboxStore(Protocol):
+    """Optional: the outbox of committed, undelivered events and cascade intents.
+
+    ``claim_undelivered`` returns (and leases to this store's owner) up to ``limit`` rows,
+    each object's in commit order; ``mark_delivered`` removes rows. The runners mark what
+    every emitter took, ``Runner.redeliver`` and the ``Dispatcher`` claim what is left.
+    """
 
     def claim_undelivered(self, limit: int = 1000) -> list[Transition]: ...
 
     def mark_delivered(self, ids: Iterable[str]) -> None: ...
+
+
+@runtime_checkable
+class JournalStore(Protocol):
+    """Optional: each object's journal (what produced each version) and every record of a
+    machine -- for ``lifecycle db check``, projections, the property checks and folding."""
+
+    def journal(self, machine: Machine[Any], ref: ObjectRef) -> list[JournalEntry]: ...
+
+    def records(self, machine: Machine[Any]) -> Iterator[Record]: ...
+
+
+@runtime_checkable
+class Store(CommitStore, OutboxStore, JournalStore, Protocol):
+    """Persistence for statuses, their journals and the outbox of undelivered events: the
+    capabilities every shipped store has (memory, SQLite, PostgreSQL).
+
+    The runners need only :class:`CommitStore`; this is what a complete store offers.
+    """
 
     def close(self) -> None: ...
 

@@ -1,0 +1,403 @@
+"""The write-then-emit protocol's decisions, once, for every driver (ADR 0092).
+
+    for attempt in 1..policy.attempts:
+        record = store.load(ref) or (machine.initial(ref), version 0)
+        write  = decide(record, observation)      # apply, compare, flips, stamps, intents
+        send the row's action events              # first attempt only
+        if write is None: return UNCHANGED
+        try:   version = store.commit(ref, expected=record.version, write)
+        except StoreError as e:
+            if again(e, attempt): pause; continue  # a Conflict within the budget
+            return lost(e)                         # log, fallback Warning where a row declares it
+        deliver(write.transitions)                 # after the commit (lifecycle._delivery)
+        apply(write.intents)                       # durable cascades (lifecycle._cascade)
+        return COMMITTED
+    return lost(last conflict)
+
+Events are computed against the status read in the attempt that wins, so a concurrent writer
+that already made the flip suppresses ours. Nothing is emitted for a write that did not land,
+except a fallback Warning (``<Reason>StatusUpdateFailed``) where the row taken declares one.
+
+:class:`WriteProtocol` holds a runner's configuration (machines, links, retry policies,
+delivery, pending cascade intents) and makes every decision above; it does no store I/O. The
+drivers only move data between it and a store: ``Runner.observe`` inline (the hot path: no
+generator, no per-item record), and the sans-I/O generator of ``lifecycle._batch`` for
+``Runner.observe_many`` and ``AsyncRunner`` (grouped reads and writes, awaited or not).
+"""
+
+from __future__ import annotations
+
+import enum
+import random
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, NamedTuple
+
+import attrs
+
+from . import _cascade
+from ._cascade import PendingIntents
+from ._core.bounds import check_ref
+from ._core.errors import (
+    CommitUnknown,
+    Conflict,
+    LifecycleError,
+    StoreError,
+    UnknownObservation,
+    apply_failed,
+)
+from ._core.machine import Machine
+from ._core.observation import Observation
+from ._core.refs import EventType, ObjectRef
+from ._core.serde import validate as check_observation
+from ._core.transition import Flip, Transition, stamp, store_epoch
+from ._delivery import Delivery
+from .emitters.base import Emitter
+from .links import Link
+from .machines import MachineRegistry
+
+
+class Outcome(enum.Enum):
+    COMMITTED = "committed"
+    UNCHANGED = "unchanged"
+    FAILED = "failed"
+
+
+@attrs.frozen(slots=True)
+class RetryPolicy:
+    """How often a conflicting write is retried, and how long to wait between attempts.
+
+    The default mirrors client-go's ``retry.DefaultRetry`` in count (5 attempts) and waits
+    10 ms (with 10 % jitter) between them.
+    """
+
+    attempts: int = 5
+    backoff: float = 0.01
+    jitter: float = 0.1
+    sleep: Callable[[float], None] = time.sleep
+
+    def __attrs_post_init__(self) -> None:
+        if self.attempts < 1:
+            raise ValueError(f"attempts must be at least 1, got {self.attempts}")
+        if self.backoff < 0 or self.jitter < 0:
+            raise ValueError("backoff and jitter must not be negative")
+
+    def delay(self) -> float:
+        """Seconds to wait before the next attempt: the backoff with its jitter."""
+        if not self.backoff:
+            return 0.0
+        return self.backoff * (1 + random.uniform(-self.jitter, self.jitter))
+
+    def pause(self) -> None:
+        if self.backoff:
+            self.sleep(self.delay())
+
+
+class Result(NamedTuple):
+    """What one observation did. ``transitions`` were committed (and handed to emitters);
+    ``fallback`` holds the Warning sent instead when the write failed; ``cascade`` holds the
+    results of linked machines (a Pod's NodeClaim) that this commit fed.
+
+    An immutable named tuple (one is made per observation, so it is the cheapest record
+    Python has; see ADR 0067): read it by field name."""
+
+    outcome: Outcome
+    ref: ObjectRef
+    status: Any
+    version: int
+    transitions: tuple[Transition, ...] = ()
+    fallback: tuple[Transition, ...] = ()
+    error: Exception | None = None
+    attempts: int = 1
+    cascade: tuple[Result, ...] = ()
+    #: Action events (not transitions, no id) sent for this observation before its write.
+    actions: tuple[Transition, ...] = ()
+    #: Results of earlier cascade writes that had failed, applied before this observation
+    #: (the runner's pending intents, ADR 0090).
+    caught_up: tuple[Result, ...] = ()
+
+    @property
+    def committed(self) -> bool:
+        return self.outcome is Outcome.COMMITTED
+
+    def all_transitions(self) -> list[Transition]:
+        """This result's events and those of its cascade, in the order they were emitted."""
+        out: list[Transition] = []
+        for r in self.caught_up:
+            out.extend(r.all_transitions())
+        out += [*self.actions, *self.transitions, *self.fallback]
+        for r in self.cascade:
+            out.extend(r.all_transitions())
+        return out
+
+
+class Write(NamedTuple):
+    """What one attempt commits: the new status, its flips stamped as events, the cascade
+    intents its links derive (ADR 0090), and ``written`` -- events then intents, the outbox
+    rows of the commit."""
+
+    after: Any
+    flips: tuple[Flip, ...]
+    transitions: tuple[Transition, ...]
+    intents: tuple[Transition, ...]
+    written: tuple[Transition, ...]
+
+
+#: Builds a :class:`Write` in one ``tuple.__new__`` (a named tuple's own ``__new__`` is a
+#: Python call on the hot path; ADR 0067): ``_write(Write, (after, flips, ...))``.
+_write = tuple.__new__
+
+
+class WriteProtocol:
+    """One runner's configuration and every decision of the protocol; no store I/O."""
+
+    def __init__(
+        self,
+        machines: MachineRegistry,
+        emitters: Sequence[Emitter],
+        *,
+        links: Iterable[Link],
+        policy: RetryPolicy,
+        policies: Mapping[str, RetryPolicy] | None,
+        log: Any,
+        epoch_source: object,
+    ) -> None:
+        self.machines = machines
+        self.policy = policy
+        #: Per machine name; else a machine's ``write_attempts`` caps ``policy``'s attempts.
+        self.policies: dict[str, RetryPolicy] = dict(policies or {})
+        #: structlog-style logger for failed writes, refusals and emitters
+        self.log = log
+        self.delivery = Delivery(emitters, log)
+        #: Links by source machine name.
+        self.links: dict[str, list[Link]] = {}
+        direct: set[type[Observation]] = set()
+        for link in links:
+            self.links.setdefault(link.source, []).append(link)
+            direct |= link.direct
+        #: Observations that are another controller's direct write: one attempt (ADR 0090).
+        self.direct = frozenset(direct)
+        #: Cascade intents whose target write failed, retried at the start of the next call.
+        self.pending = PendingIntents()
+        self.epoch_source = epoch_source
+
+    @property
+    def epoch_source(self) -> object:
+        """What events are stamped with the epoch of (``store_epoch``): the runner's store."""
+        return self._epoch_source
+
+    @epoch_source.setter
+    def epoch_source(self, store: object) -> None:
+        self._epoch_source = store
+        #: A store (or the store a wrapper holds) with no ``epoch`` at all stamps ``""``:
+        #: known once, not looked up per commit.
+        self._epochless = not hasattr(store, "epoch") and not hasattr(
+            getattr(store, "store", None), "epoch"
+        )
+
+    def epoch(self) -> str:
+        """The epoch to stamp events with now (ADR 0068)."""
+        return "" if self._epochless else store_epoch(self._epoch_source)
+
+    # -- before anything is read ------------------------------------------------------------
+    def machine_for(self, ref: ObjectRef) -> Machine[Any]:
+        return self.machines.for_kind(ref.kind)
+
+    def admit(self, ref: ObjectRef, observation: Observation) -> Machine[Any]:
+        """``ref``'s machine; refuses (raises) a bad reference, an observation the machine
+        does not know, or one outside the input bounds, before anything is read."""
+        check_ref(ref)
+        machine = self.machines.for_kind(ref.kind)
+        if observation.__class__ not in machine.accepted:
+            raise UnknownObservation(
+                f"{machine.name}: {observation.__class__.__name__} is not one of its "
+                f"observations ({', '.join(sorted(machine.vocabulary))})"
+            )
+        check_observation(observation)
+        return machine
+
+    def policy_for(self, machine: Machine[Any]) -> RetryPolicy:
+        """The retry policy for ``machine``'s writes: ``policies[name]`` if given, else the
+        runner's policy with the machine's declared ``write_attempts`` (if any)."""
+        chosen = self.policies.get(machine.name)
+        if chosen is not None:
+            return chosen
+        if machine.write_attempts is not None and machine.write_attempts != self.policy.attempts:
+            chosen = attrs.evolve(self.policy, attempts=machine.write_attempts)
+            self.policies[machine.name] = chosen
+            return chosen
+        return self.policy
+
+    def write_policy(self, machine: Machine[Any], observation: Observation) -> RetryPolicy:
+        """The retry policy for writing ``observation`` on ``machine``: one attempt for an
+        observation a link declares a direct write (a conflict is not retried: the cascade
+        intent stays pending and the next pass writes it again), else :meth:`policy_for`."""
+        policy = self.policy_for(machine)
+        if observation.__class__ in self.direct and policy.attempts != 1:
+            return attrs.evolve(policy, attempts=1)
+        return policy
+
+    # -- per attempt --------------------------------------------------------------------------
+    def decide(
+        self,
+        machine: Machine[Any],
+        ref: ObjectRef,
+        observation: Observation,
+        before: Any,
+        version: int,
+    ) -> Write | None:
+        """What to commit on top of ``before`` (read at ``version``); ``None``: nothing
+        changes. A machine's own failure is a typed :class:`~lifecycle.LifecycleError`."""
+        try:
+            after = machine.apply(before, observation)
+            if after is before or after == before:
+                return None
+            flips = machine.flips(before, after)
+        except LifecycleError:
+            raise
+        except Exception as e:  # a machine's own failure: typed, nothing written
+            raise apply_failed(machine.name, ref, observation, e) from e
+        links = self.links.get(machine.name)
+        if links is None:
+            if not flips:
+                return _write(Write, (after, flips, (), (), ()))
+            transitions = stamp(
+                flips,
+                ref,
+                machine.name,
+                version + 1,
+                observation.at,
+                store_epoch(self.epoch_source),
+            )
+            return _write(Write, (after, flips, transitions, (), transitions))
+        epoch = "" if self._epochless else store_epoch(self._epoch_source)
+        at = observation.at
+        transitions = stamp(flips, ref, machine.name, version + 1, at, epoch) if flips else ()
+        intents = _cascade.derive(
+            links, ref, machine.name, before, after, at, version + 1, len(transitions), epoch
+        )
+        return _write(Write, (after, flips, transitions, intents, transitions + intents))
+
+    def actions(
+        self,
+        machine: Machine[Any],
+        ref: ObjectRef,
+        status: Any,
+        observation: Observation,
+        version: int,
+    ) -> tuple[Transition, ...]:
+        """Send the row's action events now (first attempt): they touch no status and do not
+        wait for (or depend on) the write. Best effort: not queued, no id, may repeat."""
+        flips = machine.actions(status, observation)
+        if not flips:
+            return ()
+        sent = tuple(
+            t._replace(action=True)
+            for t in stamp(flips, ref, machine.name, version, observation.at)
+        )
+        self.delivery.announce(sent)
+        return sent
+
+    def again(
+        self, machine: Machine[Any], observation: Observation, error: StoreError, attempt: int
+    ) -> RetryPolicy | None:
+        """The policy to pause with before another attempt after ``error``, or ``None``:
+        the write failed (not a conflict, or the budget is spent)."""
+        if isinstance(error, Conflict):
+            policy = self.write_policy(machine, observation)
+            if attempt < policy.attempts:
+                return policy
+        return None
+
+    # -- how an observation ends without a commit -----------------------------------------------
+    def lost(
+        self,
+        machine: Machine[Any],
+        ref: ObjectRef,
+        observation: Observation,
+        before: Any,
+        version: int,
+        write: Write | None,
+        error: StoreError,
+        attempts: int,
+        actions: tuple[Transition, ...],
+        caught_up: tuple[Result, ...] = (),
+    ) -> Result:
+        """The write did not land: log it, send the fallback Warning (see :func:`fallback`)."""
+        self.log.warning("status write failed", ref=str(ref), uid=ref.uid, error=str(error))
+        flips = write.flips if write is not None else ()
+        sent = fallback(ref, machine, flips, version, observation, error, before)
+        if sent:
+            self.delivery.announce(sent)
+        return Result(
+            Outcome.FAILED,
+            ref,
+            None,
+            version,
+            fallback=sent,
+            error=error,
+            attempts=attempts,
+            actions=actions,
+            caught_up=caught_up,
+        )
+
+    def refused(
+        self,
+        ref: ObjectRef,
+        version: int,
+        error: LifecycleError,
+        attempts: int,
+        actions: tuple[Transition, ...],
+    ) -> Result:
+        """A batch item its machine or store refused (bad input): nothing written, no event
+        (a fallback Warning would name what was refused)."""
+        self.log.warning("observation refused", ref=str(ref), uid=ref.uid, error=str(error))
+        return Result(
+            Outcome.FAILED, ref, None, version, error=error, attempts=attempts, actions=actions
+        )
+
+    def refused_link(self, t: Transition, error: LifecycleError) -> Result:
+        """A cascade intent its target refused: logged, and settled (it would refuse again)."""
+        assert t.intent is not None
+        target = t.intent.target
+        self.log.warning(
+            "linked observation refused", source=str(t.ref), target=str(target), error=str(error)
+        )
+        return Result(Outcome.FAILED, target, None, 0, error=error)
+
+
+def fallback(
+    ref: ObjectRef,
+    machine: Machine[Any],
+    flips: tuple[Flip, ...],
+    version: int,
+    observation: Observation,
+    error: Exception,
+    before: Any,
+) -> tuple[Transition, ...]:
+    """The fallback Warning for a lost write from ``before``: sent only where the row taken
+    declares ``fallback=True`` (a write no later pass redoes) and a Warning flip was lost.
+    None for a :class:`~lifecycle.CommitUnknown`: that write may have landed."""
+    if isinstance(error, CommitUnknown):
+        return ()
+    warning = next((f for f in flips if f.type is EventType.WARNING), None)
+    if warning is None or not machine.select(before, observation).fallback:
+        return ()  # the next pass redoes this write and sends the real Warning
+    message = machine.fallback_message(ref, warning, error)
+    return (
+        Transition(
+            ref,
+            machine.name,
+            warning.source,
+            warning.target,
+            f"{warning.reason}StatusUpdateFailed",
+            EventType.WARNING,
+            message,
+            version,
+            observation.at,
+            0,
+            warning.condition,
+            fallback=True,
+            controller=warning.controller,
+        ),
+    )
