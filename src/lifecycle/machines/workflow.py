@@ -24,6 +24,7 @@ from .._core.analysis import allow_refused
 from .._core.errors import InvalidObservation
 from .._core.machine import replace
 from .._core.observation import Observation
+from .._core.redact import redact
 from .._core.refs import EventType, ObjectRef
 from .._core.table import SAME, Effect, Guard, Row, Table, ignore
 from .._core.transition import Flip
@@ -374,7 +375,7 @@ class WorkflowMachine(ConditionMachine[WorkflowStatus]):
 
     def fallback_message(self, ref: ObjectRef, flip: Flip, error: Exception) -> str:
         """The two fallbacks upstream names, in its words; any other: the default."""
-        tail = f"; recording the Workflow Failed condition also failed: {error}"
+        tail = f"; recording the Workflow Failed condition also failed: {redact(str(error))}"
         if flip.reason == HETEROGENEOUS_PLATFORM:
             return f"Platform detection failed: {flip.message}{tail}"
         if flip.reason == OVERRIDE_ERROR:

@@ -25,6 +25,7 @@ import attrs
 
 from .._core.machine import replace
 from .._core.observation import Observation
+from .._core.redact import redact
 from .._core.refs import Condition, EventType, ObjectRef
 from .._core.table import SAME, Effect, Guard, Row, Table, ignore
 from .._core.transition import Flip
@@ -325,7 +326,7 @@ class WorkloadRunMachine(ConditionMachine[WorkloadRunStatus]):
         return {"name": status.name}
 
     def fallback_message(self, ref: ObjectRef, flip: Flip, error: Exception) -> str:
-        tail = f"; recording the WorkloadRun Failed condition also failed: {error}"
+        tail = f"; recording the WorkloadRun Failed condition also failed: {redact(str(error))}"
         if flip.reason == BUILD_FAILED:
             return f"WorkloadRun build failed: {flip.message}{tail}"
         return super().fallback_message(ref, flip, error)
