@@ -58,12 +58,12 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))  # tests.stores.pg: the throwaway server
 
 import psycopg  # noqa: E402
+from tests.stores.pg import PgServer  # noqa: E402
 
 from benchmarks.workload import BENCH, OBSERVATIONS  # noqa: E402
 from lifecycle import MachineRegistry, ObjectRef, Runner  # noqa: E402
 from lifecycle.stores._pgsql import parse_url  # noqa: E402
 from lifecycle.stores.postgres import PostgresStore  # noqa: E402
-from tests.stores.pg import PgServer  # noqa: E402
 
 AT = datetime(2026, 11, 30, tzinfo=UTC)
 Metric = dict[str, Any]

@@ -352,12 +352,17 @@ def test_a_bad_timeout_in_the_url_is_refused(bad: str) -> None:
 # -- epochs and rewinds ---------------------------------------------------------------------------
 def change_history(store: PostgresStore) -> None:
     """What a failover does to the store's view: the server's history (cluster/timeline) is no
-    longer the current epoch's."""
+    longer the current epoch's, and every session the store had is gone (a session's server
+    keeps its history while the session lives: sessions check the epoch once, ADR 0068)."""
     with psycopg.connect(store.target.conninfo, autocommit=True) as conn:
         conn.execute(
             f'UPDATE "{store.target.schema}".epochs SET history = %s '
             f'WHERE seq = (SELECT max(seq) FROM "{store.target.schema}".epochs)',
             ("0/00000000",),
+        )
+        conn.execute(
+            "SELECT pg_terminate_backend(pid, 2000) FROM pg_stat_activity "
+            "WHERE application_name = 'lifecycle' AND pid <> pg_backend_pid()"
         )
 
 

@@ -428,6 +428,25 @@ class Statements:
     def __init__(self, schema: str, *, journal: bool) -> None:
         s = q(schema)
         self.qualified_migrations = f"{schema}.schema_migrations"
+        #: The session setting holding the epoch this session verified ("e:TAG"), per schema.
+        self.epoch_setting = f"lifecycle.epoch_{schema}"
+        setting = f"current_setting('{self.epoch_setting}', true)"
+        #: Whether a write stamped with ``%(epoch)s`` (NULL: no events, any epoch will do) may
+        #: land on this session: it verified the store's epoch against its server's history.
+        self.epoch_ok = (
+            f"SELECT coalesce(c.s LIKE 'e:%%' AND (%(epoch)s::text IS NULL "
+            f"OR c.s = 'e:' || %(epoch)s::text), false) AS ok FROM (SELECT {setting} AS s) c"
+        )
+        # Run once per session (each new pooled connection) and by every epoch refresh: the
+        # current epoch, the history it belongs to and the server's, in one snapshot; the
+        # session trusts the epoch only when they agree on a server out of recovery. Such a
+        # server's history is fixed until it stops, which ends the session (ADR 0068).
+        self.epoch_verify = f"""
+            SELECT e.tag, e.history, h.now,
+                   set_config('{self.epoch_setting}',
+                              CASE WHEN e.history = h.now THEN 'e:' || e.tag ELSE '' END, false)
+            FROM (SELECT CASE WHEN pg_is_in_recovery() THEN '' ELSE {HISTORY} END AS now) h,
+                 (SELECT tag, history FROM {s}.epochs ORDER BY seq DESC LIMIT 1) e"""
         journal_cte = (
             f""", j AS (
                 INSERT INTO {s}.journal (uid, version, at, observation, fields, transitions,
@@ -443,15 +462,11 @@ class Statements:
         # (an UPDATE of the expected version of *this* object -- same machine, kind, namespace
         # and name -- or an INSERT of version 1), the journal entry and the outbox rows, all
         # carrying the commit's token. ``ep`` holds the write to the epoch its events were
-        # stamped with, on the history (cluster, timeline) that epoch belongs to. No row in
-        # ``w``: nothing was written; the second column says whether the epoch was the cause.
+        # stamped with: the one this session verified is current on its server's history
+        # (:attr:`epoch_verify`, ADR 0068). No row in ``w``: nothing was written; the second
+        # column says whether the epoch was the cause.
         self.commit = f"""
-            WITH ep AS (
-                SELECT coalesce((
-                    SELECT e.history = {HISTORY}
-                           AND (%(epoch)s::text IS NULL OR e.tag = %(epoch)s::text)
-                    FROM {s}.epochs e ORDER BY e.seq DESC LIMIT 1), false) AS ok
-            ), u AS (
+            WITH ep AS ({self.epoch_ok}), u AS (
                 UPDATE {s}.objects
                 SET state = %(state)s, version = %(version)s, status = %(status)s::json,
                     updated_at = now(), commit_token = %(token)s, schema_version = %(sv)s,
@@ -475,10 +490,86 @@ class Statements:
                 INSERT INTO {s}.outbox (id, uid, version, n, payload, claimed_by, claimed_until)
                 SELECT e.id, w.uid, %(version)s, e.n, e.payload::json, %(owner)s,
                        clock_timestamp() + make_interval(secs => %(lease)s)
-                FROM w, unnest(%(ids)s::text[], %(ns)s::int[], %(payloads)s::text[])
+                FROM w, unnest(%(ids)b::text[], %(ns)b::int[], %(payloads)b::text[])
                      AS e(id, n, payload)
             )
             SELECT (SELECT count(*) FROM w), (SELECT ok FROM ep)"""
+        batch_journal = (
+            f""", j AS (
+                INSERT INTO {s}.journal (uid, version, at, observation, fields, transitions,
+                                         commit_token, schema_version, schema_fingerprint)
+                SELECT b.uid, b.version, b.at, b.observation, b.fields::json, b.events::json,
+                       b.token, b.sv, b.sfp
+                FROM w JOIN b USING (i)
+            )"""
+            if journal
+            else ""
+        )
+        # ``commit_many`` as one statement over the whole batch (after :attr:`lock_many`, in
+        # the same transaction): every column arrives as one binary array (``unnest``), each
+        # item is compared-and-set on its own version, and the journal and outbox rows are
+        # selected from what was written. ``bad``: some uid is stored under another identity,
+        # and then nothing is written. One row per item, in order: written, epoch accepted,
+        # and the stored version (before this statement) for a conflict's report.
+        self.commit_batch = f"""
+            WITH b AS (
+                SELECT * FROM unnest(
+                    %(uid)b::text[], %(machine)b::text[], %(kind)b::text[],
+                    %(namespace)b::text[], %(name)b::text[], %(state)b::text[],
+                    %(version)b::bigint[], %(status)b::text[], %(at)b::text[],
+                    %(observation)b::text[], %(fields)b::text[], %(events)b::text[],
+                    %(token)b::text[], %(epoch)b::text[], %(sv)b::int[], %(sfp)b::text[])
+                    WITH ORDINALITY AS b(uid, machine, kind, namespace, name, state, version,
+                                         status, at, observation, fields, events, token,
+                                         epoch, sv, sfp, i)
+            ), ok AS (
+                SELECT b.i, coalesce(c.s LIKE 'e:%%'
+                                     AND (b.epoch IS NULL OR c.s = 'e:' || b.epoch), false) AS ok
+                FROM b, (SELECT {setting} AS s) c
+            ), bad AS (
+                SELECT EXISTS (
+                    SELECT 1 FROM b JOIN {s}.objects o ON o.uid = b.uid
+                    WHERE (o.machine, o.kind, o.namespace, o.name)
+                          IS DISTINCT FROM (b.machine, b.kind, b.namespace, b.name)) AS bad
+            ), u AS (
+                UPDATE {s}.objects o
+                SET state = b.state, version = b.version, status = b.status::json,
+                    updated_at = now(), commit_token = b.token, schema_version = b.sv,
+                    schema_fingerprint = b.sfp
+                FROM b JOIN ok USING (i)
+                WHERE o.uid = b.uid AND o.version = b.version - 1 AND b.version > 1 AND ok.ok
+                  AND NOT (SELECT bad FROM bad)
+                RETURNING b.i
+            ), n AS (
+                INSERT INTO {s}.objects (uid, machine, kind, namespace, name, state, version,
+                                         status, commit_token, schema_version,
+                                         schema_fingerprint)
+                SELECT b.uid, b.machine, b.kind, b.namespace, b.name, b.state, b.version,
+                       b.status::json, b.token, b.sv, b.sfp
+                FROM b JOIN ok USING (i)
+                WHERE b.version = 1 AND ok.ok AND NOT (SELECT bad FROM bad)
+                ORDER BY b.uid
+                ON CONFLICT (uid) DO NOTHING
+                RETURNING uid
+            ), w AS (
+                SELECT i FROM u UNION ALL SELECT b.i FROM n JOIN b USING (uid)
+            ){batch_journal}, x AS (
+                INSERT INTO {s}.outbox (id, uid, version, n, payload, claimed_by, claimed_until)
+                SELECT e.id, b.uid, b.version, e.n, e.payload::json, %(owner)s,
+                       clock_timestamp() + make_interval(secs => %(lease)s)
+                FROM unnest(%(e_item)b::bigint[], %(e_id)b::text[], %(e_n)b::int[],
+                            %(e_payload)b::text[]) AS e(i, id, n, payload)
+                JOIN w USING (i) JOIN b USING (i)
+            )
+            SELECT b.i, w.i IS NOT NULL, ok.ok, (SELECT bad FROM bad), o.version
+            FROM b JOIN ok USING (i) LEFT JOIN w USING (i)
+                 LEFT JOIN {s}.objects o ON o.uid = b.uid
+            ORDER BY b.i"""
+        #: lock a batch's stored objects in uid order first: overlapping batches of several
+        #: replicas then wait for each other instead of deadlocking
+        self.lock_many = (
+            f"SELECT 1 FROM {s}.objects WHERE uid = ANY(%b::text[]) ORDER BY uid FOR UPDATE"
+        )
         self.version_of = f"SELECT version FROM {s}.objects WHERE uid = %s"
         #: what a refused commit is told: the stored version and identity
         self.identity_of = (
@@ -571,7 +662,7 @@ class Statements:
         # id (at least once). So its commit does not wait for the disk.
         self.mark = (
             "WITH lazy AS (SELECT set_config('synchronous_commit', 'off', true)) "
-            f"DELETE FROM {s}.outbox WHERE id = ANY(%s) AND EXISTS (SELECT 1 FROM lazy)"
+            f"DELETE FROM {s}.outbox WHERE id = ANY(%b::text[]) AND EXISTS (SELECT 1 FROM lazy)"
         )
         self.undelivered = f"SELECT count(*) FROM {s}.outbox"
         self.snapshot = f"SELECT version, status, {_SV} FROM {s}.snapshots WHERE uid = %s"
@@ -713,6 +804,48 @@ def item_params(item: CommitItem, *, owner: str, lease: float) -> dict[str, Any]
         owner=owner,
         lease=lease,
     )
+
+
+_BATCH_COLUMNS = (
+    "uid", "machine", "kind", "namespace", "name", "state", "version", "status", "at",
+    "observation", "fields", "events", "token", "epoch", "sv", "sfp",
+)  # fmt: skip
+
+
+def batch_params(params: Sequence[dict[str, Any]], *, owner: str, lease: float) -> dict[str, Any]:
+    """The parameters of :attr:`Statements.commit_batch`: each column of the items'
+    :func:`commit_params` as one array, and their outbox rows as four flat arrays (item
+    position from 1, id, position in the commit, payload)."""
+    out: dict[str, Any] = {c: [p[c] for p in params] for c in _BATCH_COLUMNS}
+    e_item: list[int] = []
+    e_id: list[str] = []
+    e_n: list[int] = []
+    e_payload: list[str] = []
+    for i, p in enumerate(params, 1):
+        if p["ids"]:
+            e_item += [i] * len(p["ids"])
+            e_id += p["ids"]
+            e_n += p["ns"]
+            e_payload += p["payloads"]
+    out.update(e_item=e_item, e_id=e_id, e_n=e_n, e_payload=e_payload, owner=owner, lease=lease)
+    return out
+
+
+def batch_counts(
+    params: Sequence[dict[str, Any]], rows: Sequence[Sequence[Any]]
+) -> tuple[list[tuple[int, bool]], dict[str, Sequence[Any]], bool]:
+    """A :attr:`Statements.commit_batch` result as :func:`batch_results` takes it: per item
+    (written, epoch accepted), the stored versions of the items not written (as
+    ``versions`` rows), and whether the batch was refused for an identity mismatch."""
+    counts: list[tuple[int, bool]] = []
+    stored: dict[str, Sequence[Any]] = {}
+    refused = False
+    for p, (_, written, ok, bad, version) in zip(params, rows, strict=True):
+        counts.append((1 if written else 0, bool(ok)))
+        refused = refused or bool(bad)
+        if not written and version is not None:
+            stored[p["uid"]] = (p["uid"], version)
+    return counts, stored, refused
 
 
 def record_from(
@@ -859,6 +992,20 @@ def new_epoch_tag(history: str) -> str:
     except ValueError:
         number = 0
     return f"t{number}-{secrets.token_hex(3)}"
+
+
+def verified_epoch(target: Target, row: Sequence[Any] | None) -> tuple[str, str, str]:
+    """An :attr:`Statements.epoch_verify` row as ``(tag, its history, the server's)``;
+    refuses a store without an epoch and a server in recovery (a standby takes no writes)."""
+    if row is None:
+        raise StoreError(f"PostgreSQL at {target.where}: the store has no epoch")
+    tag, history, current = (str(v) for v in row[:3])
+    if not current:
+        raise StoreError(
+            f"PostgreSQL at {target.where}: the server is a standby (in recovery); "
+            "it takes no writes"
+        )
+    return tag, history, current
 
 
 @attrs.frozen(slots=True)

@@ -32,6 +32,7 @@ from .._core.schema import SchemaCount, merge_counts
 from .._core.transition import Transition
 from .._log import get_logger
 from . import _pgsql as sql
+from ._pgmarks import MARK_DELAY, HeldMarks
 from ._pgsql import (
     ConnectionPool,
     Landed,
@@ -314,6 +315,8 @@ class PostgresStore(sql.PgSettings):
             synchronous_commit, owner,
         )  # fmt: skip
         self._watchdog = Watchdog(self._call_timeout)
+        #: delivered-marks held back, sent in front of the next read (issue 19, ADR 0062)
+        self._marks = HeldMarks(min(MARK_DELAY, self._lease / 4), self._send_marks)
         conn = _connect(self.target)
         try:
             if migrate:
@@ -336,6 +339,7 @@ class PostgresStore(sql.PgSettings):
         def configure(c: psycopg.Connection[Any]) -> None:
             for stmt in settings:
                 c.execute(stmt)
+            c.execute(self._sql.epoch_verify)  # the session's epoch (ADR 0068)
 
         self._pool: ConnectionPool[psycopg.Connection[Any]] = ConnectionPool(
             self.target.conninfo,
@@ -420,16 +424,17 @@ class PostgresStore(sql.PgSettings):
     # -- epochs, rewinds and unknown outcomes -------------------------------------------
     def _refresh_epoch(self, conn: psycopg.Connection[Any]) -> None:
         """Read the store's epoch; start a new one if the server's history (cluster,
-        timeline) is not the current epoch's -- a failover or a restore happened."""
+        timeline) is not the current epoch's -- a failover or a restore happened. The session
+        of ``conn`` then trusts that epoch: its commits check it without reading the
+        server's history (ADR 0068)."""
         with conn.transaction():
             conn.execute(self._sql.epoch_lock, (f"lifecycle-epoch:{self.target.schema}",))
-            row = conn.execute(self._sql.epoch_now).fetchone()
-            if row is None:
-                raise StoreError(f"PostgreSQL at {self.target.where}: the store has no epoch")
-            tag, history, current = (str(v) for v in row)
+            row = conn.execute(self._sql.epoch_verify).fetchone()
+            tag, history, current = sql.verified_epoch(self.target, row)
             if history != current:
                 tag = sql.new_epoch_tag(current)
                 conn.execute(self._sql.epoch_add, (tag, self.owner))
+                conn.execute(self._sql.epoch_verify)
         old = self.epoch
         self._new_epoch(old, tag, current)
         if tag != old and self._acked:
@@ -503,10 +508,37 @@ class PostgresStore(sql.PgSettings):
         row = conn.execute(self._sql.end_backend, (2000, pid)).fetchone()
         return row is None or bool(row[0])
 
+    # -- marks held back ----------------------------------------------------------------
+    def _read(
+        self, conn: psycopg.Connection[Any], statement: str, params: Any = None
+    ) -> psycopg.Cursor[Any]:
+        """Run a read; the marks held back go in front of it, pipelined: one round trip, one
+        (asynchronously committed) transaction. Marks that fail are held again."""
+        marks = self._marks.take()
+        if not marks:
+            return conn.execute(statement, params)
+        try:
+            with conn.pipeline():
+                conn.execute(self._sql.mark, (marks,))
+                cur = conn.execute(statement, params)
+        except BaseException:
+            self._marks.restore(marks)
+            raise
+        return cur
+
+    def _send_marks(self, ids: list[str]) -> None:
+        """Mark ``ids`` on their own (the marks' thread, ``close``). A failure is logged, as
+        a failed mark always was: those events will be delivered again, under their ids."""
+        try:
+            with self._conn("outbox mark") as conn:
+                conn.execute(self._sql.mark, (ids,))
+        except StoreError as e:
+            _log.warning("could not mark events delivered; they will repeat", error=str(e))
+
     # -- the protocol -------------------------------------------------------------------
     def load(self, machine: Machine[Any], ref: ObjectRef) -> Record | None:
         with self._conn(f"load of {ref.uid}") as conn:
-            row = conn.execute(self._sql.load, (ref.uid,)).fetchone()
+            row = self._read(conn, self._sql.load, (ref.uid,)).fetchone()
             if ref.uid in self._acked:
                 self._check_rewind(conn, ref.uid, None if row is None else int(row[0]))
         if row is None:
@@ -551,9 +583,9 @@ class PostgresStore(sql.PgSettings):
                     if row is not None and row[0] == 1:
                         self._acknowledge(ref.uid, expected + 1, params["token"])
                         return expected + 1
-                    if row is not None and not row[1]:  # the epoch changed under us
+                    if row is not None and not row[1]:  # the epoch changed, or is unverified
                         self._refresh_epoch(conn)
-                        if params["epoch"] is None:
+                        if params["epoch"] is None or params["epoch"] == self.epoch:
                             continue
                         raise Conflict(ref.uid, expected, expected)
                     ident = conn.execute(self._sql.identity_of, (ref.uid,)).fetchone()
@@ -644,23 +676,24 @@ class PostgresStore(sql.PgSettings):
         through one replica at a time, in version order."""
         params = {"me": self.owner, "lease": self._lease, "limit": limit}
         with self._conn("outbox claim") as conn:
-            rows = conn.execute(self._sql.claim, params).fetchall()
+            rows = self._read(conn, self._sql.claim, params).fetchall()
         with self._decoding("outbox"):
             return sql.outbox_from(rows)
 
     def mark_delivered(self, ids: Iterable[str]) -> None:
-        done = sorted(set(ids))
-        if not done:
-            return
-        with self._conn("outbox mark") as conn:
-            conn.execute(self._sql.mark, (done,))
+        """Mark events delivered: held back and sent in front of this handle's next read --
+        within :data:`~lifecycle.stores._pgmarks.MARK_DELAY` (0.2 s, a quarter of the lease
+        at most) either way, and at :meth:`close`. A mark is not a durable write (ADR 0062):
+        lost, the events are delivered again under their ids."""
+        self._marks.add(ids)
 
     def undelivered_count(self) -> int:
         with self._conn("outbox count") as conn:
-            row = conn.execute(self._sql.undelivered).fetchone()
+            row = self._read(conn, self._sql.undelivered).fetchone()
         return 0 if row is None else int(row[0])
 
     def close(self) -> None:
+        self._marks.close()
         self._watchdog.close()
         self._pool.close()
 
@@ -668,7 +701,7 @@ class PostgresStore(sql.PgSettings):
     def load_many(self, items: Sequence[tuple[Machine[Any], ObjectRef]]) -> list[Record | None]:
         uids = list(dict.fromkeys(ref.uid for _, ref in items))
         with self._conn(f"load of {len(uids)} objects") as conn:
-            rows = conn.execute(self._sql.load_many, (uids,)).fetchall()
+            rows = self._read(conn, self._sql.load_many, (uids,)).fetchall()
             found = {row[0]: row for row in rows}
             for uid in uids:
                 if uid in self._acked:
@@ -751,7 +784,51 @@ class PostgresStore(sql.PgSettings):
     ) -> list[int | StoreError]:
         """Per item its version (written) or its refusal. Raises psycopg's IntegrityError /
         DataError as they are (commit_many isolates them), :class:`Lost` for a lost
-        connection, and refuses the whole batch -- rolled back -- on an identity mismatch."""
+        connection, and refuses the whole batch -- nothing written -- on an identity mismatch.
+
+        One round trip: the batch's stored rows locked in uid order, then one statement
+        writing every item from binary arrays (:attr:`Statements.commit_batch`), pipelined
+        up to one sync: one implicit transaction. A batch holding one object twice is
+        written item by item."""
+        params = [p for _, p in ready]
+        uids = [p["uid"] for p in params]
+        if len(set(uids)) < len(uids):
+            return self._commit_each(items, ready)
+        batch = sql.batch_params(params, owner=self.owner, lease=self._lease)
+        with self._conn(f"commit of {len(items)} objects", _REFUSED, writes=True) as conn:
+            with conn.pipeline():  # one implicit transaction up to the pipeline's sync
+                conn.execute(self._sql.lock_many, (uids,), binary=True)
+                cur = conn.cursor()
+                cur.execute(self._sql.commit_batch, batch, binary=True)
+            rows = cur.fetchall()
+        counts, stored, refused = sql.batch_counts(params, rows)
+        if refused:
+            self._check_identities(items)  # raises the IdentityMismatch
+            raise StoreError(f"PostgreSQL at {self.target.where}: batch refused (identity)")
+        return self._settle_batch(params, counts, stored)
+
+    def _settle_batch(
+        self,
+        params: list[dict[str, Any]],
+        counts: list[tuple[int, bool]],
+        stored: dict[str, Sequence[Any]],
+    ) -> list[int | StoreError]:
+        """Per item its version or :class:`Conflict`; a refused epoch refreshes it, a
+        conflict behind an acknowledged version is a rewind."""
+        out = sql.batch_results(params, counts, stored)
+        if not all(ok for _, ok in counts):
+            with self._conn("epoch check") as conn:
+                self._refresh_epoch(conn)
+        for p, result in zip(params, out, strict=True):
+            if isinstance(result, Conflict) and result.actual != p["expected"]:
+                self._check_rewind(None, p["uid"], result.actual)
+        return out
+
+    def _commit_each(
+        self, items: Sequence[CommitItem], ready: list[tuple[int, dict[str, Any]]]
+    ) -> list[int | StoreError]:
+        """:meth:`_commit_batch` for a batch holding an object more than once: each item's
+        commit statement in turn (pipelined), so an object's later item sees its earlier."""
         params = [p for _, p in ready]
         counts: list[tuple[int, bool]] = []
         with (
@@ -774,14 +851,7 @@ class PostgresStore(sql.PgSettings):
                     if not n and p["uid"] in stored:  # raising here rolls the batch back
                         sql.check_row_identity(items[index].machine, items[index].ref,
                                                stored[p["uid"]][2:])  # fmt: skip
-        out = sql.batch_results(params, counts, stored)
-        if not all(ok for _, ok in counts):
-            with self._conn("epoch check") as conn:
-                self._refresh_epoch(conn)
-        for p, result in zip(params, out, strict=True):
-            if isinstance(result, Conflict) and result.actual != p["expected"]:
-                self._check_rewind(None, p["uid"], result.actual)
-        return out
+        return self._settle_batch(params, counts, stored)
 
     def _check_identities(self, items: Sequence[CommitItem]) -> None:
         uids = list(dict.fromkeys(item.ref.uid for item in items))

@@ -85,6 +85,7 @@ class AsyncPostgresStore(sql.PgSettings):
         async def configure(c: AsyncConn) -> None:
             for stmt in settings:
                 await c.execute(stmt)
+            await c.execute(self._sql.epoch_verify)  # the session's epoch (ADR 0068)
 
         self._pool: AsyncConnectionPool[AsyncConn] = AsyncConnectionPool(
             self.target.conninfo,
@@ -193,14 +194,12 @@ class AsyncPostgresStore(sql.PgSettings):
         """As :meth:`PostgresStore._refresh_epoch`."""
         async with conn.transaction():
             await conn.execute(self._sql.epoch_lock, (f"lifecycle-epoch:{self.target.schema}",))
-            cur = await conn.execute(self._sql.epoch_now)
-            row = await cur.fetchone()
-            if row is None:
-                raise StoreError(f"PostgreSQL at {self.target.where}: the store has no epoch")
-            tag, history, current = (str(v) for v in row)
+            cur = await conn.execute(self._sql.epoch_verify)
+            tag, history, current = sql.verified_epoch(self.target, await cur.fetchone())
             if history != current:
                 tag = sql.new_epoch_tag(current)
                 await conn.execute(self._sql.epoch_add, (tag, self.owner))
+                await conn.execute(self._sql.epoch_verify)
         old = self.epoch
         self._new_epoch(old, tag, current)
         if tag != old and self._acked:
@@ -313,9 +312,9 @@ class AsyncPostgresStore(sql.PgSettings):
                     if row is not None and row[0] == 1:
                         self._acknowledge(ref.uid, expected + 1, params["token"])
                         return expected + 1
-                    if row is not None and not row[1]:
+                    if row is not None and not row[1]:  # the epoch changed, or is unverified
                         await self._refresh_epoch(conn)
-                        if params["epoch"] is None:
+                        if params["epoch"] is None or params["epoch"] == self.epoch:
                             continue
                         raise Conflict(ref.uid, expected, expected)
                     cur = await conn.execute(self._sql.identity_of, (ref.uid,))
