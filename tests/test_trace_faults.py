@@ -451,3 +451,31 @@ def test_as_kubernetes_events_is_ordered_by_the_traces_clock(tmp_path: Path) -> 
         ("trainer-1", "10:00:00"),
         ("trainer-0", "10:05:00"),
     ]
+
+
+# -- writing race lines ------------------------------------------------------------------------
+def test_recorded_race_lines_read_back_as_written(tmp_path: Path) -> None:
+    from lifecycle.trace import TraceRecorder, fault_line
+
+    ref = ObjectRef("Pod", "ml", "trainer-0", "pod-a")
+    recorder = TraceRecorder()
+    other = InstanceRunning(at=t(30), instance_id="i-1", endpoint="https://u:hunter2@x/")
+    recorder.fault(ref, t(30), CONCURRENT_WRITE, observation=other)
+    recorder.fault(ref, t(31), CRASH_AFTER_COMMIT)
+    path = tmp_path / "r.jsonl"
+    recorder.write(path)
+    assert "hunter2" not in path.read_text(encoding="utf-8")  # redacted as records are
+    written, crash = read_trace(path)
+    assert isinstance(written, FaultLine)
+    assert isinstance(crash, FaultLine)
+    assert isinstance(written.observation, InstanceRunning)
+    assert (written.fault, written.observation.instance_id) == (CONCURRENT_WRITE, "i-1")
+    assert written.observation.at == t(30)
+    assert (crash.fault, crash.times, crash.observation) == (CRASH_AFTER_COMMIT, 1, None)
+    pod = MACHINES["pod"]
+    with pytest.raises(ValueError, match="only it, carries an observation"):
+        fault_line(pod, ref, t(0), CONCURRENT_WRITE)
+    with pytest.raises(ValueError, match="only it, carries an observation"):
+        fault_line(pod, ref, t(0), "conflict", observation=other)
+    with pytest.raises(ValueError, match="times must be 1"):
+        fault_line(pod, ref, t(0), CRASH_AFTER_COMMIT, 2)

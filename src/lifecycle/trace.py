@@ -886,20 +886,40 @@ def replay(
 
 # -- writing traces ---------------------------------------------------------------------------
 def fault_line(
-    machine: Machine[Any], ref: ObjectRef, at: datetime, fault: str, times: int = 1
+    machine: Machine[Any],
+    ref: ObjectRef,
+    at: datetime,
+    fault: str,
+    times: int = 1,
+    observation: Observation | None = None,
 ) -> dict[str, Any]:
-    """A fault line: the next ``times`` status writes of ``ref`` fail with ``fault``."""
-    if fault not in FAULTS:
-        raise ValueError(f"fault must be one of {', '.join(FAULTS)}, not {fault!r}")
+    """A fault line: the next ``times`` status writes of ``ref`` fail with ``fault``
+    (``conflict``, ``write-error``); or another writer commits ``observation`` just before
+    the next one (``concurrent-write``: the line's ``at`` becomes the observation's time, and
+    its strings are redacted as :meth:`TraceRecorder.record` does); or the process dies right
+    after it (``crash-after-commit``). The last two take no ``times``."""
+    if fault not in TRACE_FAULTS:
+        raise ValueError(f"fault must be one of {', '.join(TRACE_FAULTS)}, not {fault!r}")
     if times < 1:
         raise ValueError(f"times must be at least 1, got {times}")
-    return {
+    if (fault == CONCURRENT_WRITE) != (observation is not None):
+        raise ValueError("a concurrent-write fault, and only it, carries an observation")
+    line: dict[str, Any] = {
         "at": format_time(at),
         "machine": machine.name,
         "object": _object(ref),
         "fault": fault,
-        "times": times,
     }
+    if observation is not None:
+        written = observation_line(machine, ref, redact_observation(observation))
+        line["observe"] = written["observe"]
+        if "with" in written:
+            line["with"] = written["with"]
+    if fault in FAULTS:
+        line["times"] = times
+    elif times != 1:
+        raise ValueError(f"a {fault} fault happens once; times must be 1, got {times}")
+    return line
 
 
 class TraceRecorder:
@@ -920,8 +940,17 @@ class TraceRecorder:
         machine = self.machines.for_kind(ref.kind)
         self.lines.append(observation_line(machine, ref, redact_observation(observation)))
 
-    def fault(self, ref: ObjectRef, at: datetime, fault: str, times: int = 1) -> None:
-        self.lines.append(fault_line(self.machines.for_kind(ref.kind), ref, at, fault, times))
+    def fault(
+        self,
+        ref: ObjectRef,
+        at: datetime,
+        fault: str,
+        times: int = 1,
+        observation: Observation | None = None,
+    ) -> None:
+        """Keep a fault line (:func:`fault_line`)."""
+        machine = self.machines.for_kind(ref.kind)
+        self.lines.append(fault_line(machine, ref, at, fault, times, observation))
 
     def text(self, comment: str = "") -> str:
         """The trace as JSON Lines, after an optional ``#`` comment line."""
