@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import io
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -479,3 +479,46 @@ def test_recorded_race_lines_read_back_as_written(tmp_path: Path) -> None:
         fault_line(pod, ref, t(0), "conflict", observation=other)
     with pytest.raises(ValueError, match="times must be 1"):
         fault_line(pod, ref, t(0), CRASH_AFTER_COMMIT, 2)
+
+
+# -- a crash after any commit changes no outcome -----------------------------------------------
+CRASH_TRACES = (
+    "happy-path.jsonl",
+    "teardown.jsonl",
+    "demo.jsonl",
+    "certification-timeout.jsonl",
+    "certification-threshold-cascade.jsonl",
+)
+
+
+def _outcome(lines: Sequence[TraceLine]) -> tuple[dict[str, Any], list[str], list[Any]]:
+    store, emitter = MemoryStore(), MemoryEmitter()
+    results = replay(lines, store, [emitter])
+    statuses = {
+        record.ref.uid: (record.version, record.status)
+        for machine in MACHINES.values()
+        for record in store.records(machine)
+    }
+    assert store.claim_undelivered() == []
+    return statuses, emitter.ids(), results
+
+
+@pytest.mark.parametrize("name", CRASH_TRACES)
+def test_a_crash_after_any_commit_ends_where_the_fault_free_replay_ends(name: str) -> None:
+    """Before each line that commits, a crash-after-commit on its object: the restarted host
+    redelivers and applies what the dead process left, so every object ends where the
+    fault-free replay ends, with the same events under the same ids, in the same order."""
+    lines = [x for x in read_trace(TRACES / name) if not isinstance(x, FaultLine)]
+    statuses, ids, results = _outcome(lines)
+    crashed = 0
+    for i, (record, result) in enumerate(zip(lines, results, strict=True)):
+        if not result.committed:
+            continue
+        crash = FaultLine(
+            0, record.machine, record.ref, record.observation.at, CRASH_AFTER_COMMIT, 1
+        )
+        got_statuses, got_ids, _ = _outcome([*lines[:i], crash, *lines[i:]])
+        assert got_statuses == statuses, (name, i)
+        assert got_ids == ids, (name, i)
+        crashed += 1
+    assert crashed >= 4
