@@ -53,8 +53,8 @@ from ._core.serde import validate as check_observation
 from ._core.transition import Flip, Transition, stamp, store_epoch
 from ._delivery import Delivery
 from .emitters.base import Emitter
-from .links import Link
-from .machines import MachineRegistry
+from .links import Link, default_links
+from .machines import MachineRegistry, default_registry
 
 
 class Outcome(enum.Enum):
@@ -198,6 +198,30 @@ class WriteProtocol:
     def epoch(self) -> str:
         """The epoch to stamp events with now (ADR 0068)."""
         return "" if self._epochless else store_epoch(self._epoch_source)
+
+    @classmethod
+    def configured(
+        cls,
+        emitters: Sequence[Emitter],
+        *,
+        machines: MachineRegistry | None,
+        links: Iterable[Link] | None,
+        policy: RetryPolicy | None,
+        policies: Mapping[str, RetryPolicy] | None,
+        log: Any,
+        epoch_source: object,
+    ) -> WriteProtocol:
+        """A runner's arguments, with its defaults: every shipped machine and link, and the
+        default :class:`RetryPolicy`."""
+        return cls(
+            machines if machines is not None else default_registry(),
+            emitters,
+            links=default_links() if links is None else links,
+            policy=policy if policy is not None else RetryPolicy(),
+            policies=policies,
+            log=log,
+            epoch_source=epoch_source,
+        )
 
     # -- before anything is read ------------------------------------------------------------
     def machine_for(self, ref: ObjectRef) -> Machine[Any]:

@@ -32,8 +32,8 @@ from ._core.transition import Transition
 from ._log import get_logger
 from ._protocol import Result, RetryPolicy, WriteProtocol
 from .emitters.base import Emitter
-from .links import Link, default_links
-from .machines import MachineRegistry, default_registry
+from .links import Link
+from .machines import MachineRegistry
 from .stores.base import CommitItem, CommitStore, JournalEntry, Record
 from .stores.memory import MemoryStore
 
@@ -262,11 +262,11 @@ class AsyncRunner:
     ) -> None:
         self.store: AsyncCommitStore = as_async(store)
         #: Every decision of the protocol, with this runner's configuration.
-        self.protocol = WriteProtocol(
-            machines if machines is not None else default_registry(),
+        self.protocol = WriteProtocol.configured(
             emitters,
-            links=default_links() if links is None else links,
-            policy=policy if policy is not None else RetryPolicy(),
+            machines=machines,
+            links=links,
+            policy=policy,
             policies=policies,
             log=logger if logger is not None else _log,
             epoch_source=self.store,

@@ -26,8 +26,8 @@ from ._delivery import Delivery, Mark, marker
 from ._log import get_logger
 from ._protocol import Outcome, Result, RetryPolicy, Write, WriteProtocol
 from .emitters.base import Emitter
-from .links import Link, default_links
-from .machines import MachineRegistry, default_registry
+from .links import Link
+from .machines import MachineRegistry
 from .stores.base import CommitStore, Store
 from .stores.memory import MemoryStore
 
@@ -68,11 +68,11 @@ class Runner:
         #: structlog-style logger for failed writes and emitters (a dry run passes a silent one)
         self._log = logger if logger is not None else _log
         #: Every decision of the protocol, with this runner's configuration.
-        self.protocol = WriteProtocol(
-            machines if machines is not None else default_registry(),
+        self.protocol = WriteProtocol.configured(
             emitters,
-            links=default_links() if links is None else links,
-            policy=policy if policy is not None else RetryPolicy(),
+            machines=machines,
+            links=links,
+            policy=policy,
             policies=policies,
             log=self._log,
             epoch_source=chosen,
