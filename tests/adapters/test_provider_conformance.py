@@ -6,7 +6,7 @@ promise, naming it."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any
 
@@ -35,6 +35,8 @@ from lifecycle.machines.pod import (
     TerminateFailed,
 )
 from lifecycle.testing import check_async_provider, check_provider
+
+from .conftest import fleet
 
 SANDBOX = SandboxSpec(image="python:3.12-slim", command=("sleep", "infinity"))
 
@@ -220,3 +222,24 @@ def test_the_check_closes_what_it_made() -> None:
     with pytest.raises(AssertionError):
         check_provider(lambda: type("X", (Closing, Broken), {})("raises"), FakeSpec())
     assert closed == ["closed", "closed"]
+
+
+@pytest.mark.parametrize("attempt", [-1, True, 1.5])
+def test_a_bad_attempt_is_a_value_error_before_any_provider_call(attempt: Any) -> None:
+    """``attempt`` is the host's count of deliberate re-creates: every provider refuses one that
+    is not a non-negative int, as a ``ValueError``, and calls nothing."""
+    fake = FakeProvider()
+    sdk = FakeModal()
+    ec2 = FakeEC2("us-east-1")
+    aws = AwsAdapter(client_factory=lambda region: ec2)
+    ref = ObjectRef("Pod", "ml", "a", "uid-a")
+    with ModalAdapter(sdk=sdk) as modal:
+        calls: list[Callable[[], object]] = [
+            lambda: fake.provision(ref, FakeSpec(), attempt=attempt),
+            lambda: modal.provision(ref, SANDBOX, attempt=attempt),
+            lambda: aws.provision(ref, fleet(), attempt=attempt),
+        ]
+        for call in calls:
+            with pytest.raises(ValueError, match="attempt must be a non-negative int"):
+                call()
+    assert (fake.calls, sdk.calls, ec2.calls) == ([], [], [])
