@@ -79,7 +79,7 @@ def wait_for(predicate: Callable[[], bool], timeout: float = 10.0) -> None:
 
 def queued(store: SQLiteStore) -> int:
     assert store._group is not None
-    with store._group.ready:
+    with store._group.mutex:
         return len(store._group.queue)
 
 

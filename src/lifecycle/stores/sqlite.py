@@ -118,6 +118,18 @@ _INSERT_JOURNAL = (
     "schema_fingerprint) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
 )
 
+#: Group commit (ADR 0026): the compare-and-set of many objects in one statement each.
+_NEW_RETURNING = "ON CONFLICT (uid) DO NOTHING RETURNING uid"
+_UPDATE_ALL = (
+    "WITH v (uid, expected, machine, kind, namespace, name, state, version, status, sv, fp) "
+    "AS (VALUES {values}) "
+    "UPDATE objects SET state = v.state, version = v.version, status = v.status, "
+    "schema_version = v.sv, schema_fingerprint = v.fp FROM v "
+    "WHERE objects.uid = v.uid AND objects.version = v.expected AND objects.machine = v.machine "
+    "AND objects.kind = v.kind AND objects.namespace = v.namespace AND objects.name = v.name "
+    "RETURNING objects.uid"
+)
+
 Synchronous = Literal["OFF", "NORMAL", "FULL", "EXTRA"]
 #: An object's row with its identity, to check it in the same read (``check_identity``).
 _LOAD = (
@@ -296,52 +308,62 @@ class SQLiteStore:
 
     # -- group commit (ADR 0026) --------------------------------------------------------
     def _commit_grouped(self, group: _Group, row: _Row) -> int:
-        """Queue ``row``; the first caller to find no flush in progress leads: it takes the
-        whole queue (and the delivery marks waiting for a transaction) and writes it
-        (:meth:`_flush`). Every caller returns (or raises) its own outcome only once the
-        transaction that held its write is over."""
+        """Queue ``row``. The first caller to find no transaction in progress leads
+        (:meth:`_lead`); the others sleep until their write's transaction is over, each on its
+        own lock, and are woken one by one with their own outcome -- or, the first of the
+        queue, with none: it leads the next transaction."""
         slot = _Slot(row)
-        batch: list[_Slot] | None = None
-        marks: list[str] = []
-        with group.ready:
+        with group.mutex:
             group.queue.append(slot)
-            while slot.outcome is None and group.leading:
-                group.ready.wait()
-            if slot.outcome is None:  # no flush in progress: lead one
-                group.leading = True
-                batch, group.queue = group.queue, []
-                marks, group.marks = group.marks, []
-        if batch is not None:
-            try:
-                self._flush(batch, marks)
-                while leftover := self._leftover_marks(group):
-                    self._mark_quietly(leftover)
-            finally:
-                with group.ready:
-                    group.leading = False
-                    group.ready.notify_all()
+            lead = not group.leading
+            group.leading = True
+        if not lead:
+            slot.wake.acquire()  # until answered, or handed the lead
+            lead = slot.outcome is None
+        if lead:
+            self._lead(group)
         outcome = slot.outcome
         if isinstance(outcome, BaseException):
             raise outcome
         assert outcome is not None
         return outcome
 
-    @staticmethod
-    def _leftover_marks(group: _Group) -> list[str]:
-        """Marks that arrived during a flush with no commit queued to carry them: the leader
-        deletes them before it stands down."""
-        with group.ready:
-            if group.queue or not group.marks:
-                return []
-            marks, group.marks = group.marks, []
-            return marks
+    def _lead(self, group: _Group) -> None:
+        """As the group's leader: write the whole queue and the waiting delivery marks in one
+        transaction (:meth:`_flush`), answer each caller, then hand the lead to the first
+        caller queued meanwhile -- or stand down. Marks alone (no commit waiting) are deleted
+        by the leader itself."""
+        while True:
+            with group.mutex:
+                batch, group.queue = group.queue, []
+                marks, group.marks = group.marks, []
+                if not batch and not marks:
+                    group.leading = False
+                    return
+            try:
+                if batch:
+                    self._flush(batch, marks)
+                else:
+                    self._mark_quietly(marks)
+            finally:
+                for slot in batch:  # every outcome is set: wake its caller
+                    slot.wake.release()
+                with group.mutex:
+                    successor = group.queue[0] if group.queue else None
+                    again = successor is None and bool(group.marks)  # marks only: do them
+                    if successor is None and not again:
+                        group.leading = False
+                if successor is not None:
+                    successor.wake.release()  # woken without an outcome: it leads
+            if not again:
+                return
 
     def _take_marks(self) -> list[str]:
         """The delivery marks waiting for the next transaction (group commit only)."""
         group = self._group
         if group is None:
             return []
-        with group.ready:
+        with group.mutex:
             marks, group.marks = group.marks, []
         return marks
 
@@ -391,9 +413,14 @@ class SQLiteStore:
             with self._transaction() as db:
                 journal: list[tuple[Any, ...]] = []
                 outbox: list[tuple[Any, ...]] = []
+                passed = self._cas_all(db, [slot.row for slot in batch])
                 for slot in batch:
                     try:
-                        self._cas(db, slot.row)  # a refused CAS writes nothing
+                        if passed is None:
+                            self._cas(db, slot.row)  # a refused CAS writes nothing
+                        elif slot.row.ref.uid not in passed:
+                            row = slot.row
+                            raise self._conflict(row.machine, row.ref, row.expected)
                     except (Conflict, IdentityMismatch) as e:
                         slot.outcome = e
                         continue
@@ -415,6 +442,38 @@ class SQLiteStore:
                 _delete_marked(db, marks)
         for slot in written:  # committed: only now is anyone told
             slot.outcome = slot.row.expected + 1
+
+    def _cas_all(self, db: sqlite3.Connection, rows: list[_Row]) -> set[str] | None:
+        """Every row's compare-and-set in (at most) two statements -- an ``INSERT ... ON
+        CONFLICT DO NOTHING`` of the new objects and an ``UPDATE ... FROM`` of the stored
+        ones, each ``RETURNING`` the uids it wrote -- so a group costs its leader a few calls
+        into SQLite, not one per item. ``None`` (nothing written) when a uid appears twice:
+        the rows then go one by one, in order."""
+        if len({row.ref.uid for row in rows}) != len(rows):
+            return None
+        passed: set[str] = set()
+        new = [row for row in rows if row.expected == 0]
+        stored = [row for row in rows if row.expected != 0]
+        if new:
+            params: list[Any] = []
+            for row in new:
+                ref = row.ref
+                params += (ref.uid, row.machine, ref.kind, ref.namespace, ref.name, row.state,
+                           1, row.status, row.schema_version, row.fingerprint)  # fmt: skip
+            values = ",".join(["(?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"] * len(new))
+            sql = f"{_INSERT_OBJECT.partition(' VALUES ')[0]} VALUES {values} " + _NEW_RETURNING
+            passed.update(uid for (uid,) in db.execute(sql, params).fetchall())
+        if stored:
+            params = []
+            for row in stored:
+                ref = row.ref
+                params += (ref.uid, row.expected, row.machine, ref.kind, ref.namespace, ref.name,
+                           row.state, row.expected + 1, row.status, row.schema_version,
+                           row.fingerprint)  # fmt: skip
+            values = ",".join(["(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"] * len(stored))
+            sql = _UPDATE_ALL.format(values=values)
+            passed.update(uid for (uid,) in db.execute(sql, params).fetchall())
+        return passed
 
     def _item_in_savepoint(
         self, db: sqlite3.Connection, row: _Row, lease_until: float
@@ -867,18 +926,21 @@ class SQLiteStore:
     def mark_delivered(self, ids: Iterable[str]) -> None:
         """Delete delivered rows. The mark need not be durable (lost in a crash, an event is
         delivered again under its id), so it is committed with ``synchronous=NORMAL``; with
-        group commit, a mark made while a flush is in progress is carried by the next
-        transaction instead of its own (ADR 0026)."""
+        group commit, marks share transactions too: a mark made while one is in progress
+        is carried by the next (ADR 0026)."""
         done = list(ids)
         if not done:
             return
         group = self._group
-        if group is not None:
-            with group.ready:
-                if group.leading:  # a flush is in progress: the next transaction carries it
-                    group.marks.extend(done)
-                    return
-        self._mark_now(done)
+        if group is None:
+            self._mark_now(done)
+            return
+        with group.mutex:
+            group.marks.extend(done)
+            if group.leading:  # a transaction is in progress: the next one carries them
+                return
+            group.leading = True  # else lead one, for every mark (and commit) waiting
+        self._lead(group)
 
     def _mark_now(self, ids: list[str]) -> None:
         """Delete delivered rows in their own transaction, at ``synchronous=NORMAL``."""
@@ -1001,27 +1063,28 @@ class _Row:
 
 
 class _Slot:
-    """One caller's write in a group commit, and (once its transaction is over) its answer:
-    the new version or the exception to raise."""
+    """One caller's write in a group commit: its answer once its transaction is over (the
+    new version or the exception to raise), and the lock its caller sleeps on meanwhile."""
 
-    __slots__ = ("outcome", "row")
+    __slots__ = ("outcome", "row", "wake")
 
     def __init__(self, row: _Row) -> None:
         self.row = row
         self.outcome: int | BaseException | None = None
+        self.wake = threading.Lock()
+        self.wake.acquire()
 
 
 class _Group:
-    """The queue of a group commit: writes (and delivery marks) waiting for the next flush,
-    and whether a leader is flushing (``ready`` guards them and wakes the waiters when a
-    flush is over)."""
+    """The queue of a group commit: writes and delivery marks waiting for the next
+    transaction, and whether a caller leads one (``mutex`` guards the three)."""
 
-    __slots__ = ("leading", "marks", "queue", "ready")
+    __slots__ = ("leading", "marks", "mutex", "queue")
 
     def __init__(self) -> None:
-        self.ready = threading.Condition(threading.Lock())
+        self.mutex = threading.Lock()
         self.queue: list[_Slot] = []
-        #: outbox ids marked delivered during a flush, for the next transaction to delete
+        #: outbox ids marked delivered, for the next transaction to delete
         self.marks: list[str] = []
         self.leading = False
 
