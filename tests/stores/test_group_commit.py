@@ -27,6 +27,7 @@ import pytest
 
 from lifecycle import (
     Conflict,
+    IdentityMismatch,
     MachineRegistry,
     ObjectRef,
     Outcome,
@@ -51,9 +52,11 @@ class FaultyConnection:
     def __init__(self, db: sqlite3.Connection) -> None:
         self._db = db
         self.commits = 0
+        self.statements: list[str] = []
         self.before_commit: Callable[[int], None] = lambda n: None
 
     def execute(self, sql: str, *args: Any) -> sqlite3.Cursor:
+        self.statements.append(sql)
         if sql == "COMMIT":
             self.commits += 1
             self.before_commit(self.commits)
@@ -509,4 +512,67 @@ def test_a_crash_mid_group_keeps_every_acknowledged_write(tmp_path: Path) -> Non
         assert stored >= version, (uid, stored, version)
         entries = store.journal(POD, ObjectRef("Pod", "ns", f"w{uid.split('-')[1]}", uid))
         assert [e.version for e in entries] == list(range(1, stored + 1))
+    store.close()
+
+
+def test_a_group_of_updates_refuses_only_the_stale_and_the_impostor(tmp_path: Path) -> None:
+    store = SQLiteStore(tmp_path / "g.db", group_commit=True)
+    pods = refs(6)
+    for p in pods:
+        assert create(store, p) == 1
+    impostor = ObjectRef("Pod", "other-ns", pods[5].name, pods[5].uid)  # a stored uid
+    db = faulty(store)
+    hold_first_commit(store, db, followers=6)
+    obs = pod.ProvisionSucceeded(at=AT, reserved=True, instance_id="i-1")
+
+    def update(i: int) -> int:
+        if i == 0:  # leads the first flush alone
+            return create(store, refs(1, "lead")[0])
+        wait_for(lambda: db.commits >= 1)
+        if i == 6:  # a new object in the same group
+            return create(store, refs(1, "new")[0])
+        ref = impostor if i == 5 else pods[i]
+        expected = 2 if i == 3 else 1  # pods[3] is stale: stored at 1
+        status = POD.apply(POD.apply(POD.initial(ref), pod.CreateRequested(at=AT)), obs)
+        return store.commit(POD, ref, expected, status, obs, ())
+
+    results = run_threads(7, update)
+    assert results[0] == 1
+    assert results[1:3] == [2, 2]
+    assert isinstance(results[3], Conflict)
+    assert results[4] == 2
+    assert isinstance(results[5], IdentityMismatch)
+    assert results[6] == 1
+    assert db.commits == 2  # all of them in one group
+    assert any(sql.startswith("WITH v") for sql in db.statements)  # the one-statement CAS
+    assert [e.version for e in store.journal(POD, pods[3])] == [1]
+    assert [e.version for e in store.journal(POD, pods[5])] == [1]  # not the impostor's
+    assert stored_version(tmp_path / "g.db", pods[5].uid) == 1
+    store.close()
+
+
+def test_one_object_twice_in_a_group_commits_once(tmp_path: Path) -> None:
+    store = SQLiteStore(tmp_path / "g.db", group_commit=True)
+    target = refs(1, "twice")[0]
+    assert create(store, target) == 1
+    db = faulty(store)
+    hold_first_commit(store, db, followers=3)
+    obs = pod.ProvisionSucceeded(at=AT, reserved=True, instance_id="i-1")
+    status = POD.apply(POD.apply(POD.initial(target), pod.CreateRequested(at=AT)), obs)
+
+    def commit(i: int) -> int:
+        if i == 0:
+            return create(store, refs(1, "lead")[0])
+        wait_for(lambda: db.commits >= 1)
+        if i == 3:
+            return create(store, refs(1, "other")[0])
+        return store.commit(POD, target, 1, status, obs, ())  # both expect version 1
+
+    results = run_threads(4, commit)
+    assert db.commits == 2
+    assert sum(r == 2 for r in results[1:3]) == 1  # exactly one of the two wins
+    assert sum(isinstance(r, Conflict) for r in results[1:3]) == 1
+    assert results[3] == 1
+    assert not any(sql.startswith("WITH v") for sql in db.statements)  # one by one
+    assert [e.version for e in store.journal(POD, target)] == [1, 2]
     store.close()
