@@ -233,7 +233,7 @@ def traced(conn: psycopg.Connection[Any]) -> Iterator[Callable[[], int]]:
     conn.pgconn.set_trace_flags(psycopg.pq.Trace.SUPPRESS_TIMESTAMPS)
 
     def count() -> int:
-        os.fsync(fd)
+        conn.pgconn.untrace()  # flushes libpq's buffered trace; traced again below
         trips, last = 0, "B"
         with open(path) as f:
             for line in f:

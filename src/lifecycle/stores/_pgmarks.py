@@ -64,7 +64,7 @@ class HeldMarks:
         return len(self._ids)
 
     def _watch(self) -> None:
-        while not self._stop.wait(self.delay / 2):
+        while not self._stop.wait(min(self.delay / 2, 0.1)):
             if self._ids and time.monotonic() - self._since >= self.delay:
                 ids = self.take()
                 if ids:

@@ -1,0 +1,178 @@
+"""The PostgreSQL store's round trips (issue 19): ``Runner.observe`` is a load and a commit --
+the delivered-marks held back ride with the next read -- and ``commit_many`` is one round trip
+for the whole batch. Sessions verify the store's epoch once; an unverified session refreshes
+it and commits without a conflict."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+import psycopg
+import pytest
+
+from lifecycle import MemoryEmitter, Runner
+from lifecycle._core.transition import stamp
+from lifecycle.machines import POD, pod
+from lifecycle.stores.base import CommitItem
+from lifecycle.stores.postgres import PostgresStore
+
+from .helpers import pod_ref, raw, t
+
+pytestmark = pytest.mark.postgres
+
+
+@contextmanager
+def round_trips(store: PostgresStore) -> Iterator[Callable[[], int]]:
+    """Count the round trips on the store's only pooled connection: each turn from messages
+    the client sent to messages the server sent, in libpq's protocol trace (statements
+    pipelined together count once)."""
+    with store._pool.connection() as conn:
+        pass  # pool_size=1: every call below uses this connection
+    fd, path = tempfile.mkstemp(prefix="pgtrace-")
+    conn.pgconn.trace(fd)
+    conn.pgconn.set_trace_flags(psycopg.pq.Trace.SUPPRESS_TIMESTAMPS)
+
+    def count() -> int:
+        conn.pgconn.untrace()  # flushes libpq's buffered trace
+        trips, last = 0, "B"
+        with open(path) as f:
+            for line in f:
+                side = line[:1]
+                if side == "B" and last == "F":
+                    trips += 1
+                if side in "FB":
+                    last = side
+        return trips
+
+    try:
+        yield count
+    finally:
+        conn.pgconn.untrace()
+        os.close(fd)
+        os.unlink(path)
+
+
+def outbox_rows(store: PostgresStore) -> int:
+    return int(raw(store, "SELECT count(*) FROM {s}outbox")[0][0])
+
+
+def test_observe_is_a_load_and_a_commit(pg_url: str) -> None:
+    store = PostgresStore(pg_url, pool_size=1)
+    emitter = MemoryEmitter()
+    runner = Runner(store, [emitter], links=())
+    for i in range(6):  # warm: the pool's connection is open, statements are prepared
+        assert runner.observe(pod_ref(f"warm{i}"), pod.CreateRequested(at=t(0))).committed
+    refs = [pod_ref(f"warm{i}") for i in range(3)]
+    store._marks.delay = 3600.0  # only reads send the held marks: a count that cannot drift
+    with round_trips(store) as count:
+        for ref in refs:
+            result = runner.observe(ref, pod.ProvisionSucceeded(at=t(1), reserved=True,
+                                                                instance_id="i"))  # fmt: skip
+            assert result.committed
+            assert result.transitions
+        trips = count()
+    assert trips == 2 * len(refs)  # before: 3 each (load, commit, mark)
+    assert len(emitter.events) == 6 + len(refs)
+    store.close()  # sends the marks still held
+    other = PostgresStore(pg_url)
+    assert other.undelivered_count() == 0
+    other.close()
+
+
+def test_commit_many_is_one_round_trip(pg_url: str) -> None:
+    store = PostgresStore(pg_url, pool_size=1)
+    obs = pod.CreateRequested(at=t(0))
+
+    def items(prefix: str) -> list[CommitItem]:
+        out = []
+        for i in range(5):
+            ref = pod_ref(f"{prefix}{i}")
+            before = POD.initial(ref)
+            after = POD.apply(before, obs)
+            flips = stamp(POD.flips(before, after), ref, POD.name, 1, obs.at)
+            out.append(CommitItem(POD, ref, 0, after, obs, flips))
+        return out
+
+    assert store.commit_many(items("warm")) == [1] * 5
+    batch = items("b")
+    with round_trips(store) as count:
+        assert store.commit_many(batch) == [1] * 5
+        trips = count()
+    assert trips == 1  # before: 5 (BEGIN, the pipelined statements, their results, COMMIT)
+    again = store.commit_many(batch)  # every item conflicts: reported from the same statement
+    assert [type(r).__name__ for r in again] == ["Conflict"] * 5
+    assert all(getattr(r, "actual", None) == 1 for r in again)
+    store.close()
+
+
+def test_a_batch_holding_one_object_twice_writes_both_in_order(pg_url: str) -> None:
+    store = PostgresStore(pg_url)
+    ref = pod_ref("twice")
+    first = pod.CreateRequested(at=t(0))
+    second = pod.ProvisionSucceeded(at=t(1), reserved=True, instance_id="i")
+    s0 = POD.initial(ref)
+    s1 = POD.apply(s0, first)
+    s2 = POD.apply(s1, second)
+    batch = [
+        CommitItem(POD, ref, 0, s1, first, stamp(POD.flips(s0, s1), ref, POD.name, 1, t(0))),
+        CommitItem(POD, ref, 1, s2, second, stamp(POD.flips(s1, s2), ref, POD.name, 2, t(1))),
+    ]
+    assert store.commit_many(batch) == [1, 2]
+    assert [e.version for e in store.journal(POD, ref)] == [1, 2]
+    store.close()
+
+
+def test_held_marks_ride_with_the_next_read_and_never_wait_long(pg_url: str) -> None:
+    store = PostgresStore(pg_url, lease_seconds=30)
+    assert store._marks.delay == pytest.approx(0.2)
+    store._marks.delay = 3600.0  # hold them: only a read sends them now
+    runner = Runner(store, [MemoryEmitter()], links=())
+    ref = pod_ref("held")
+    assert runner.observe(ref, pod.CreateRequested(at=t(0))).committed
+    assert outbox_rows(store) == 1  # delivered, the mark held back
+    assert store.load(POD, ref) is not None
+    assert outbox_rows(store) == 0  # sent in front of the load
+    store._marks.delay = 0.05
+    assert runner.observe(ref, pod.ProvisionSucceeded(at=t(1), reserved=True,
+                                                      instance_id="i")).committed  # fmt: skip
+    deadline = time.monotonic() + 5
+    while outbox_rows(store) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert outbox_rows(store) == 0  # sent by the marks' thread, no read needed
+    store.close()
+
+
+def test_an_unverified_session_refreshes_its_epoch_and_commits_without_a_conflict(
+    pg_url: str,
+) -> None:
+    store = PostgresStore(pg_url, pool_size=1)
+    runner = Runner(store, [], links=())
+    ref = pod_ref("unverified")
+    assert runner.observe(ref, pod.CreateRequested(at=t(0))).committed
+    setting = store._sql.epoch_setting
+    with store._pool.connection() as conn:
+        assert conn.execute(f"SELECT current_setting('{setting}')").fetchone() == ("e:",)
+        conn.execute(f"RESET {setting}")  # as if the session had never verified the epoch
+    result = runner.observe(ref, pod.ProvisionSucceeded(at=t(1), reserved=True, instance_id="i"))
+    assert result.committed
+    assert result.attempts == 1
+    assert result.transitions[0].id == "unverified:2:0"  # same epoch, same id form
+    assert len(raw(store, "SELECT tag FROM {s}epochs")) == 1  # no new epoch
+    with store._pool.connection() as conn:
+        assert conn.execute(f"SELECT current_setting('{setting}')").fetchone() == ("e:",)
+    store.close()
+
+
+def test_the_commit_reads_no_server_history() -> None:
+    from lifecycle.stores._pgsql import Statements
+
+    statements = Statements("lifecycle", journal=True)
+    for text in (statements.commit, statements.commit_batch):
+        assert "pg_control_system" not in text
+        assert "pg_current_wal_lsn" not in text
+    assert "pg_control_system" in statements.epoch_verify
+    assert "pg_is_in_recovery" in statements.epoch_verify
