@@ -1,0 +1,155 @@
+"""Red team: breaks found in files other helpers are restructuring right now. Each test is
+marked ``xfail(strict=True)`` with where the fix belongs; when the fix lands the test passes,
+strict xfail turns that into a failure, and the mark is to be removed.
+
+- the CLI (``cli.py``): a refused ``memory://`` replay prints the log lines of the writes it
+  made before the refused line, so exit 2 comes with more than one line on stderr;
+- the SQLite store (``stores/sqlite.py``): an integer beyond 64 bits escapes as
+  ``OverflowError``; and a restored backup (a lost history) hands out the same event ids
+  again, for different events, where PostgreSQL starts a new epoch (ADR 0068);
+- the runner (``runner.py`` / ``_batch.py``): ``observe_many`` given items that are not
+  ``(ref, observation)`` pairs raises ``TypeError``/``ValueError``, not a LifecycleError.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from lifecycle import (
+    LifecycleError,
+    MemoryEmitter,
+    ObjectRef,
+    Runner,
+    SQLiteStore,
+    StoreError,
+)
+from lifecycle.machines import POD, pod
+from lifecycle.testing import assert_journal_folds
+
+T0 = datetime(2026, 11, 30, 10, 0, tzinfo=UTC)
+REF = ObjectRef("Pod", "ml", "trainer-0", "pod-a")
+
+FAULT_THEN_BAD_LINE = (
+    '{"at": "2026-11-30T10:00:00Z", "machine": "pod", "object": {"namespace": "ml", '
+    '"name": "p", "uid": "u"}, "fault": "write-error", "times": 1}\n'
+    '{"at": "2026-11-30T10:00:00Z", "machine": "pod", "object": {"namespace": "ml", '
+    '"name": "p", "uid": "u"}, "observe": "CreateRequested", "with": {}}\n'
+    '{"at": "2026-11-30T10:00:01Z", "machine": "pod", "object": {"namespace": "ml", '
+    '"name": "p", "uid": "u"}, "observe": "NoSuchObservation", "with": {}}\n'
+)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="cli.py: a memory:// replay runs once and holds its output back, but not the "
+    "library's log records, which go to stderr as they happen (here 'status write failed' "
+    "for the injected fault) -- hold them back with the output, or log the replay's "
+    "injected failures through a silent logger as the dry run does",
+)
+def test_a_refused_memory_replay_says_one_line_on_stderr(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from lifecycle.cli import main
+
+    trace = tmp_path / "t.jsonl"
+    trace.write_text(FAULT_THEN_BAD_LINE)
+    code = main(["replay", str(trace), "--store", "memory://"])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert err.strip().splitlines() == [err.strip().splitlines()[-1]], err
+    assert ":3:" in err
+
+
+def test_a_refused_sqlite_replay_says_one_line_on_stderr(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The same trace on SQLite: the dry run is silent, one line (the control case)."""
+    from lifecycle.cli import main
+
+    trace = tmp_path / "t.jsonl"
+    trace.write_text(FAULT_THEN_BAD_LINE)
+    code = main(["replay", str(trace), "--store", f"sqlite:///{tmp_path / 's.db'}"])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert len(err.strip().splitlines()) == 1, err
+    assert not (tmp_path / "s.db").exists()
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=OverflowError,
+    reason="stores/sqlite.py: an expected version or a claim limit beyond 64 bits reaches "
+    "sqlite3, which raises OverflowError; refuse it (StoreError/Conflict) as PostgreSQL does",
+)
+@pytest.mark.parametrize("call", ["commit", "claim_undelivered"])
+def test_sqlite_refuses_an_integer_beyond_64_bits_typed(tmp_path: Path, call: str) -> None:
+    store = SQLiteStore(tmp_path / "s.db", synchronous="OFF")
+    try:
+        obs = pod.CreateRequested(at=T0)
+        status = POD.apply(POD.initial(REF), obs)
+        calls: dict[str, Callable[[], object]] = {
+            "commit": lambda: store.commit(POD, REF, 2**70, status, obs, ()),
+            "claim_undelivered": lambda: store.claim_undelivered(10**30),
+        }
+        with pytest.raises(StoreError):
+            calls[call]()
+        assert store.load(POD, REF) is None
+    finally:
+        store.close()
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="stores/sqlite.py has no epoch: after its file is restored from a backup (a lost "
+    "history), versions are handed out again and an event id names two different events "
+    "(u:2:0 Initializing, then u:2:0 ProvisionFailed). A sketch: a random session tag "
+    "written to the database and to a sidecar file on open; a database whose tag differs "
+    "from the sidecar's (or without one) starts a new epoch, as PostgreSQL does (ADR 0068)",
+)
+def test_a_restored_sqlite_backup_never_reuses_an_event_id(tmp_path: Path) -> None:
+    path = tmp_path / "s.db"
+    sink = MemoryEmitter()
+
+    def write(obs: Any) -> None:
+        store = SQLiteStore(path)
+        try:
+            Runner(store, [sink]).observe(REF, obs)
+        finally:
+            store.close()
+
+    write(pod.CreateRequested(at=T0))
+    shutil.copy(path, tmp_path / "backup.db")
+    write(pod.ProvisionSucceeded(at=T0 + timedelta(seconds=1), reserved=True, instance_id="i-1"))
+    shutil.copy(tmp_path / "backup.db", path)  # the operator restores last night's backup
+    write(pod.ProvisionRejected(at=T0 + timedelta(seconds=2), error="no capacity"))
+    seen: dict[str, tuple[str, str]] = {}
+    for e in sink.events:
+        assert seen.setdefault(e.id, (e.reason, e.target)) == (e.reason, e.target), e.id
+    store = SQLiteStore(path)
+    try:
+        assert_journal_folds(POD, store, REF)
+    finally:
+        store.close()
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="runner.py/_batch.py: observe_many unpacks each item as (ref, observation) and "
+    "lets TypeError/ValueError escape; refuse a malformed item with a LifecycleError "
+    "(InvalidObservation naming the item's index) before anything is read or written",
+)
+@pytest.mark.parametrize(
+    "items",
+    [[None], [(REF,)], [REF], [(REF, pod.CreateRequested(at=T0), 1)], None],
+    ids=["None item", "1-tuple", "a bare ref", "3-tuple", "None"],
+)
+def test_observe_many_refuses_malformed_items_typed(items: Any) -> None:
+    runner = Runner()
+    with pytest.raises(LifecycleError):
+        runner.observe_many(items)
