@@ -515,6 +515,44 @@ class AsyncPostgresStore(sql.PgSettings):
     async def _commit_batch(
         self, items: Sequence[CommitItem], ready: list[tuple[int, dict[str, Any]]]
     ) -> list[int | StoreError]:
+        """As :meth:`PostgresStore._commit_batch`: one round trip (the ordered lock and
+        :attr:`Statements.commit_batch`, pipelined up to one sync)."""
+        params = [p for _, p in ready]
+        uids = [p["uid"] for p in params]
+        if len(set(uids)) < len(uids):
+            return await self._commit_each(items, ready)
+        batch = sql.batch_params(params, owner=self.owner, lease=self._lease)
+        async with self._conn(f"commit of {len(items)} objects", _REFUSED, writes=True) as conn:
+            async with conn.pipeline():  # one implicit transaction up to the pipeline's sync
+                await conn.execute(self._sql.lock_many, (uids,), binary=True)
+                cur = conn.cursor()
+                await cur.execute(self._sql.commit_batch, batch, binary=True)
+            rows = await cur.fetchall()
+        counts, stored, refused = sql.batch_counts(params, rows)
+        if refused:
+            await self._check_identities(items)  # raises the IdentityMismatch
+            raise StoreError(f"PostgreSQL at {self.target.where}: batch refused (identity)")
+        return await self._settle_batch(params, counts, stored)
+
+    async def _settle_batch(
+        self,
+        params: list[dict[str, Any]],
+        counts: list[tuple[int, bool]],
+        stored: dict[str, Sequence[Any]],
+    ) -> list[int | StoreError]:
+        out = sql.batch_results(params, counts, stored)
+        if not all(ok for _, ok in counts):
+            async with self._conn("epoch check") as conn:
+                await self._refresh_epoch(conn)
+        for p, result in zip(params, out, strict=True):
+            if isinstance(result, Conflict) and result.actual != p["expected"]:
+                await self._check_rewind(None, p["uid"], result.actual)
+        return out
+
+    async def _commit_each(
+        self, items: Sequence[CommitItem], ready: list[tuple[int, dict[str, Any]]]
+    ) -> list[int | StoreError]:
+        """A batch holding an object more than once: each item's statement in turn."""
         params = [p for _, p in ready]
         counts: list[tuple[int, bool]] = []
         async with (
@@ -537,14 +575,7 @@ class AsyncPostgresStore(sql.PgSettings):
                     if not n and p["uid"] in stored:  # raising here rolls the batch back
                         sql.check_row_identity(items[index].machine, items[index].ref,
                                                stored[p["uid"]][2:])  # fmt: skip
-        out = sql.batch_results(params, counts, stored)
-        if not all(ok for _, ok in counts):
-            async with self._conn("epoch check") as conn:
-                await self._refresh_epoch(conn)
-        for p, result in zip(params, out, strict=True):
-            if isinstance(result, Conflict) and result.actual != p["expected"]:
-                await self._check_rewind(None, p["uid"], result.actual)
-        return out
+        return await self._settle_batch(params, counts, stored)
 
     async def _check_identities(self, items: Sequence[CommitItem]) -> None:
         uids = list(dict.fromkeys(item.ref.uid for item in items))
