@@ -387,7 +387,7 @@ def run(
             chunk=10 if quick else 30,
         )
         if trips:
-            out["pg_round_trips"] = round_trips(url, synchronous_commit)  # type: ignore[assignment]
+            out["pg_round_trips"] = round_trips(url, synchronous_commit)
         return out
     finally:
         pg.destroy()
