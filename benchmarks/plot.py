@@ -17,10 +17,24 @@ from typing import Any
 
 from lifecycle import MachineRegistry, MemoryStore, ObjectRef, Runner, SQLiteStore, Store
 
-from .run import AT, runner_cost
+from .pure import AT
 from .workload import BENCH, OBSERVATIONS, stream
 
 ROOT = Path(__file__).resolve().parent.parent
+
+
+def runner_cost(objects: int, per_object: int) -> float:
+    """Seconds per observation through Runner.observe on the memory store."""
+    events = stream(objects, per_object)
+    obs = {e: cls(at=AT) for e, cls in OBSERVATIONS.items()}
+    refs = [ObjectRef("Bench", "bench", f"obj-{i}", f"u{i:08d}") for i in range(objects)]
+    work = [(refs[i], obs[e]) for i, e in events]
+    observe = Runner(MemoryStore(), [], machines=MachineRegistry([BENCH]), links=()).observe
+    gc.collect()
+    start = time.perf_counter()
+    for ref, o in work:
+        observe(ref, o)
+    return (time.perf_counter() - start) / len(work)
 
 
 def journal_cost(store: Store, objects: int, history: int, sample: int = 2000) -> float:

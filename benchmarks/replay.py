@@ -1,0 +1,94 @@
+"""``lifecycle replay`` against its floor, and its peak memory.
+
+- **time per line**: the whole replay command (``lifecycle.cli.main``, ``memory://``, JSON
+  lines out to ``/dev/null``) run in this process, against the **parse floor**: reading the
+  same file and decoding every line with ``orjson`` -- what any replay must do before it
+  decides anything. CPU time, the two alternating over rounds.
+- **peak RSS**: the command in a fresh interpreter; its maximum resident set as the kernel
+  reports it to the parent (``wait4``), at two trace lengths to show whether it grows.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from lifecycle.cli import main as cli
+
+from . import gen_trace
+from .fair import CPU, Metric, interleave, metric, ratios
+
+
+def _replay(trace: Path, lines: int) -> Any:
+    argv = ["replay", str(trace), "--store", "memory://", "--format", "jsonl"]
+
+    def run() -> int:
+        with open(os.devnull, "w", encoding="utf-8") as sink:
+            code = cli(argv, out=sink)
+        assert code == 0, code
+        return lines
+
+    return run
+
+
+def _parse(trace: Path, lines: int) -> Any:
+    def run() -> int:
+        loads = orjson.loads
+        n = 0
+        with open(trace, "rb") as f:
+            for line in f:
+                loads(line)
+                n += 1
+        assert n == lines
+        return lines
+
+    return run
+
+
+def peak_rss_mib(trace: Path) -> float:
+    """Maximum resident set of the replay command, in a fresh interpreter (MiB)."""
+    cmd = [sys.executable, "-m", "lifecycle.cli", "replay", str(trace), "--store", "memory://",
+           "--format", "jsonl"]  # fmt: skip
+    with open(os.devnull, "wb") as sink:
+        proc = subprocess.Popen(cmd, stdout=sink)
+        _, status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    assert proc.returncode == 0, proc.returncode
+    return usage.ru_maxrss / 1024  # KiB on Linux
+
+
+def replay_suite(quick: bool) -> dict[str, Metric]:
+    lines, rounds = (10_000, 2) if quick else (200_000, 5)
+    lengths = (10_000, 40_000) if quick else (200_000, 1_000_000)
+    with tempfile.TemporaryDirectory(prefix="lifecycle-bench-") as tmp:
+        trace = Path(tmp) / "trace.jsonl"
+        gen_trace.write(str(trace), lines)
+        t = interleave(
+            {"replay": _replay(trace, lines), "parse": _parse(trace, lines)},
+            rounds, CPU, warmup=0,
+        )  # fmt: skip
+        peaks = []
+        for n in lengths:
+            path = Path(tmp) / f"rss-{n}.jsonl"
+            gen_trace.write(str(path), n)
+            peaks.append(peak_rss_mib(path))
+            path.unlink()
+    return {
+        "replay_per_line_vs_parse_floor": metric(
+            ratios(t["replay"], t["parse"]), "<= 6", ours=t["replay"], base=t["parse"],
+            unit="us/line", what=f"lifecycle replay ({lines}-line Pod trace, memory://, jsonl "
+            "out) ÷ reading + orjson.loads of the same lines; CPU time, in process",
+        ),
+        "replay_peak_rss": metric(
+            [peaks[-1] / 160], "<= 1.0", ours=[peaks[-1]], unit="MiB", scale=1,
+            what=f"peak RSS of the replay command at {lengths[-1]} lines ÷ 160 MiB target",
+            note=f"peak RSS at {lengths[0]} lines: {peaks[0]:.0f} MiB; at {lengths[-1]}: "
+            f"{peaks[-1]:.0f} MiB",
+        ),
+    }  # fmt: skip
