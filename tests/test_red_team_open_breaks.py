@@ -6,9 +6,10 @@ strict xfail turns that into a failure, and the mark is to be removed.
   made before the refused line, so exit 2 comes with more than one line on stderr;
 - the SQLite store (``stores/sqlite.py``): an integer beyond 64 bits escapes as
   ``OverflowError``; and a restored backup (a lost history) hands out the same event ids
-  again, for different events, where PostgreSQL starts a new epoch (ADR 0068);
-- the runner (``runner.py`` / ``_batch.py``): ``observe_many`` given items that are not
-  ``(ref, observation)`` pairs raises ``TypeError``/``ValueError``, not a LifecycleError.
+  again, for different events, where PostgreSQL starts a new epoch (ADR 0068).
+
+Fixed since, and kept here as plain tests: ``observe_many`` given items that are not
+``(ref, observation)`` pairs is refused with a LifecycleError naming the item.
 """
 
 from __future__ import annotations
@@ -138,12 +139,6 @@ def test_a_restored_sqlite_backup_never_reuses_an_event_id(tmp_path: Path) -> No
         store.close()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="runner.py/_batch.py: observe_many unpacks each item as (ref, observation) and "
-    "lets TypeError/ValueError escape; refuse a malformed item with a LifecycleError "
-    "(InvalidObservation naming the item's index) before anything is read or written",
-)
 @pytest.mark.parametrize(
     "items",
     [[None], [(REF,)], [REF], [(REF, pod.CreateRequested(at=T0), 1)], None],

@@ -112,11 +112,6 @@ class HostWorkloadRun(workloadrun.WorkloadRunMachine):
         return f"{flip.reason}: could not record it: {error}"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the protocol sends a machine's fallback_message as returned; redact it where it "
-    "is built (_protocol.py fallback(): message = redact(machine.fallback_message(...)))",
-)
 def test_a_host_machines_own_fallback_message_is_redacted_too() -> None:
     machine = HostWorkloadRun()
     store = FailingStore()

@@ -41,13 +41,16 @@ from ._core.bounds import check_ref
 from ._core.errors import (
     CommitUnknown,
     Conflict,
+    InvalidObservation,
     LifecycleError,
     StoreError,
     UnknownObservation,
     apply_failed,
+    preview,
 )
 from ._core.machine import Machine
 from ._core.observation import Observation
+from ._core.redact import redact
 from ._core.refs import EventType, ObjectRef
 from ._core.serde import validate as check_observation
 from ._core.transition import Flip, Transition, stamp, store_epoch
@@ -226,6 +229,26 @@ class WriteProtocol:
     # -- before anything is read ------------------------------------------------------------
     def machine_for(self, ref: ObjectRef) -> Machine[Any]:
         return self.machines.for_kind(ref.kind)
+
+    @staticmethod
+    def pairs(
+        items: Iterable[tuple[ObjectRef, Observation]],
+    ) -> list[tuple[ObjectRef, Observation]]:
+        """``items`` as a list of ``(ref, observation)`` pairs, or :class:`InvalidObservation`
+        naming the first item that is not one (before anything is read or written)."""
+        try:
+            listed = list(items)
+        except TypeError:
+            raise InvalidObservation(
+                f"observe_many takes (ref, observation) pairs, not {preview(items)}"
+            ) from None
+        for index, item in enumerate(listed):
+            if not isinstance(item, tuple) or len(item) != 2:
+                raise InvalidObservation(
+                    f"observe_many item {index}: expected a (ref, observation) pair, "
+                    f"got {preview(item)}"
+                )
+        return listed
 
     def admit(self, ref: ObjectRef, observation: Observation) -> Machine[Any]:
         """``ref``'s machine; refuses (raises) a bad reference, an observation the machine
@@ -407,7 +430,8 @@ def fallback(
     warning = next((f for f in flips if f.type is EventType.WARNING), None)
     if warning is None or not machine.select(before, observation).fallback:
         return ()  # the next pass redoes this write and sends the real Warning
-    message = machine.fallback_message(ref, warning, error)
+    # A machine's own wording may quote the store's error: redacted like every message.
+    message = redact(machine.fallback_message(ref, warning, error))
     return (
         Transition(
             ref,

@@ -313,7 +313,7 @@ class AsyncRunner:
     async def observe_many(self, items: Iterable[tuple[ObjectRef, Observation]]) -> list[Result]:
         """:meth:`Runner.observe_many`, awaited."""
         results: list[Result] = await self._drive(
-            _batch.observe(self.protocol, list(items), refuse=False)
+            _batch.observe(self.protocol, self.protocol.pairs(items), refuse=False)
         )
         return results
 

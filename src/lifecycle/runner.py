@@ -215,7 +215,7 @@ class Runner:
         Other stores commit one object at a time, with the same results.
         """
         done: list[Result] = _batch.run(
-            _batch.observe(self.protocol, list(items), refuse=False), self._store
+            _batch.observe(self.protocol, self.protocol.pairs(items), refuse=False), self._store
         )
         return done
 
