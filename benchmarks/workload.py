@@ -72,11 +72,9 @@ TABLE = Table(
     terminal=(),
     observations=tuple(OBSERVATIONS.values()),
     rows=[
-        Row(src, OBSERVATIONS[ev], dst, dst, kind, f"{src} -> {dst}")
+        Row(src, OBSERVATIONS[ev], to=dst, reason=dst, event=kind, message=f"{src} -> {dst}")
         for src, ev, dst, kind in EDGES
     ],
-    guards={},
-    effects={},
 )
 
 

@@ -54,13 +54,11 @@ def door_table(open_state: str) -> Table:
         terminal=(),
         observations=(Opened, Closed),
         rows=(
-            Row("closed", Opened, open_state, "Opened", n, "opened"),
-            Row(open_state, Closed, "closed", "Closed", n, "closed"),
+            Row("closed", Opened, to=open_state, reason="Opened", event=n, message="opened"),
+            Row(open_state, Closed, to="closed", reason="Closed", event=n, message="closed"),
             ignore(open_state, Opened, "already open"),
             ignore("closed", Closed, "already closed"),
         ),
-        guards={},
-        effects={},
     )
 
 

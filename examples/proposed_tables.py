@@ -34,8 +34,6 @@ class ProposedPod(pod.PodMachine):
         terminal=pod.TABLE.terminal,
         observations=pod.TABLE.observations,
         rows=tuple(_proposed(row) for row in pod.ROWS),
-        guards=pod.GUARDS,
-        effects=pod.EFFECTS,
     )
 
 

@@ -52,15 +52,20 @@ DOOR_TABLE = Table(
     terminal=("jammed",),
     observations=(Opened, Closed, Jammed, Tick),
     rows=(
-        Row("closed", Opened, "open", "Opened", N, "opened by {by}"),
-        Row("open", Closed, "closed", "Closed", N, "closed"),
-        Row(("closed", "open"), Jammed, "jammed", "Jammed", W, "the lock jammed"),
+        Row("closed", Opened, to="open", reason="Opened", event=N, message="opened by {by}"),
+        Row("open", Closed, to="closed", reason="Closed", event=N, message="closed"),
+        Row(
+            ("closed", "open"),
+            Jammed,
+            to="jammed",
+            reason="Jammed",
+            event=W,
+            message="the lock jammed",
+        ),
         ignore("open", Opened, "already open"),
         ignore("closed", Closed, "already closed"),
         ignore(("closed", "open", "jammed"), Tick, "no timers"),
     ),  # a pair no row names (Opened while jammed) is refused: the suite checks that too
-    guards={},
-    effects={},
 )
 
 

@@ -21,12 +21,6 @@ from lifecycle.machines.pod import PodMachine
 
 def declaring_fallbacks(table: Table) -> Table:
     """``table`` with ``fallback=True`` on every row that enters a state with a Warning."""
-    effects = {
-        st.row.effect: st.effect
-        for steps in table.dispatch.values()
-        for st in steps
-        if st.row.effect is not None and st.effect is not None
-    }
     rows = [
         attrs.evolve(r, fallback=True) if r.event is EventType.WARNING and r.reason else r
         for r in table.rows
@@ -38,8 +32,6 @@ def declaring_fallbacks(table: Table) -> Table:
         terminal=table.terminal,
         observations=table.observations,
         rows=rows,
-        guards=table.guards,
-        effects=effects,
         context=table.context,
     )
 

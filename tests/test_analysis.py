@@ -83,8 +83,8 @@ def keys(table: TableSpec, **kw: Any) -> list[str]:
 def test_an_unreachable_state_and_the_rows_from_it() -> None:
     table = spec(
         (
-            Row("a", Go, "c", "Done", N),
-            Row("b", Go, "c", "Done", N),
+            Row("a", Go, to="c", reason="Done", event=N),
+            Row("b", Go, to="c", reason="Done", event=N),
             ignore(("a", "c"), (Stop), "nothing to stop"),
             ignore(ANY, Tick, "no timers"),
             ignore("c", Go, "done"),
@@ -106,12 +106,37 @@ def test_an_unreachable_state_and_the_rows_from_it() -> None:
 BASE = (ignore(ANY, Tick, "no timers"), ignore(ANY, Stop, "nothing to stop"))
 
 
+# Guards and an effect the analysis never calls: it reads them as opaque, by name.
+def g(status: Any, obs: Any) -> bool:
+    return True
+
+
+def expired(status: Any, obs: Any) -> bool:
+    return True
+
+
+def may_stop(status: Any, obs: Any) -> bool:
+    return True
+
+
+def lucky(status: Any, obs: Any) -> bool:
+    return True
+
+
+def parent_done(status: Any, obs: Any) -> bool:
+    return True
+
+
+def decides(status: Any, obs: Any, row: Row) -> Any:
+    return status
+
+
 def test_an_unguarded_row_shadows_every_later_row_for_the_pair() -> None:
     table = spec(
         (
-            Row("a", Go, "c", "Done", N),
-            Row("a", Go, "b", "Half", N, guard="g"),
-            Row("b", Go, "c", "Done", N),
+            Row("a", Go, to="c", reason="Done", event=N),
+            Row("a", Go, to="b", reason="Half", event=N, guard=g),
+            Row("b", Go, to="c", reason="Done", event=N),
             ignore("c", Go, "done"),
             *BASE,
         )
@@ -128,10 +153,10 @@ def test_an_unguarded_row_shadows_every_later_row_for_the_pair() -> None:
 def test_a_guard_asked_twice_answers_the_same_so_its_second_row_is_dead() -> None:
     table = spec(
         (
-            Row("a", Go, "b", "Half", N, guard="g"),
-            Row("a", Go, "c", "Done", N, guard="g"),
-            Row("a", Go, SAME),
-            Row("b", Go, "c", "Done", N),
+            Row("a", Go, to="b", reason="Half", event=N, guard=g),
+            Row("a", Go, to="c", reason="Done", event=N, guard=g),
+            Row("a", Go, to=SAME),
+            Row("b", Go, to="c", reason="Done", event=N),
             ignore("c", Go, "done"),
             *BASE,
         )
@@ -139,11 +164,31 @@ def test_a_guard_asked_twice_answers_the_same_so_its_second_row_is_dead() -> Non
     assert keys(table) == ["dead-row: a x Go [g] -> c"]
 
 
+def test_a_guard_is_the_function_not_its_name() -> None:
+    """Two functions of one name are two guards (an undeclared spec may hold them; a Table
+    refuses it): the second row is not taken to repeat the first's answer."""
+
+    def g(status: Any, obs: Any) -> bool:  # another guard named like the module's ``g``
+        return False
+
+    table = spec(
+        (
+            Row("a", Go, to="b", reason="Half", event=N, guard=globals()["g"]),
+            Row("a", Go, to="c", reason="Done", event=N, guard=g),
+            Row("a", Go, to=SAME),
+            Row("b", Go, to="c", reason="Done", event=N),
+            ignore("c", Go, "done"),
+            *BASE,
+        )
+    )
+    assert keys(table) == []
+
+
 def test_an_any_row_overridden_in_some_states_is_not_dead() -> None:
     table = spec(
         (
-            Row("a", Go, "b", "Half", N),
-            Row(ANY, Go, "c", "Done", N),  # shadowed in a, taken in b
+            Row("a", Go, to="b", reason="Half", event=N),
+            Row(ANY, Go, to="c", reason="Done", event=N),  # shadowed in a, taken in b
             ignore("c", Go, "done"),
             *BASE,
         )
@@ -154,10 +199,10 @@ def test_an_any_row_overridden_in_some_states_is_not_dead() -> None:
 def test_a_state_that_cannot_reach_a_terminal_one_is_stuck() -> None:
     table = spec(
         (
-            Row("a", Go, "b", "Half", N),
-            Row("a", Stop, "c", "Done", N),
+            Row("a", Go, to="b", reason="Half", event=N),
+            Row("a", Stop, to="c", reason="Done", event=N),
             ignore("b", (Go), "b loops"),
-            Row("b", Stop, "b", "Again", N),
+            Row("b", Stop, to="b", reason="Again", event=N),
             ignore("c", Go, "done"),
             ignore("c", Stop, "done"),
             ignore(ANY, Tick, "no timers"),
@@ -173,9 +218,9 @@ def test_a_state_that_cannot_reach_a_terminal_one_is_stuck() -> None:
 def test_a_state_left_only_on_a_tick_is_reported() -> None:
     table = spec(
         (
-            Row("a", Go, "b", "Waiting", N),
-            Row("a", Stop, "c", "Done", N),
-            Row("b", Tick, "c", "TimedOut", N, guard="expired"),
+            Row("a", Go, to="b", reason="Waiting", event=N),
+            Row("a", Stop, to="c", reason="Done", event=N),
+            Row("b", Tick, to="c", reason="TimedOut", event=N, guard=expired),
             ignore("b", Tick, "not yet"),
             ignore("b", (Go, Stop)[0], "waiting"),
             ignore("b", Stop, "waiting"),
@@ -193,9 +238,9 @@ def test_a_state_left_only_on_a_tick_is_reported() -> None:
 def test_every_pair_with_neither_row_nor_ignore_is_listed_at_once() -> None:
     table = spec(
         (
-            Row("a", Go, "b", "Half", N),
-            Row("b", Go, "c", "Done", N),
-            Row("b", Stop, "c", "Stopped", N, guard="may_stop"),
+            Row("a", Go, to="b", reason="Half", event=N),
+            Row("b", Go, to="c", reason="Done", event=N),
+            Row("b", Stop, to="c", reason="Stopped", event=N, guard=may_stop),
             ignore(ANY, Tick, "no timers"),
         )
     )
@@ -218,23 +263,24 @@ def test_every_pair_with_neither_row_nor_ignore_is_listed_at_once() -> None:
 
 def test_a_terminal_state_left_by_a_row_not_declared_recovery() -> None:
     rows = (
-        Row("a", Go, "c", "Done", N),
-        Row("c", Go, "a", "Again", N),  # Table refuses this; the analysis lists it
-        Row("c", Stop, "b", "Reopened", N, recovery=True),
-        Row("b", Go, "c", "Done", N),
+        Row("a", Go, to="c", reason="Done", event=N),
+        Row("c", Go, to="a", reason="Again", event=N),  # Table refuses this; the analysis lists it
+        Row("c", Stop, to="b", reason="Reopened", event=N, recovery=True),
+        Row("b", Go, to="c", reason="Done", event=N),
         ignore(("a", "b"), Stop, "nothing to stop"),
         ignore(ANY, Tick, "no timers"),
     )
     with pytest.raises(TableError):
         Table("t", states=("a", "b", "c"), initial="a", terminal=("c",),
-              observations=(Go, Stop, Tick), rows=rows, guards={}, effects={})  # fmt: skip
+              observations=(Go, Stop, Tick), rows=rows)  # fmt: skip
     report = check_table(spec(rows))
     assert [f.key for f in report.findings] == ["terminal-exit: c x Go -> a"]
     assert "not declared recovery=True" in report.findings[0].message
 
 
 def test_a_table_without_terminal_states() -> None:
-    table = spec((Row("a", Go, "b", "B", N), Row("b", Go, "a", "A", N),
+    table = spec((Row("a", Go, to="b", reason="B", event=N),
+                  Row("b", Go, to="a", reason="A", event=N),
                   ignore(ANY, (Stop), "-"), ignore(ANY, Tick, "-")), terminal=())  # fmt: skip
     assert keys(table) == ["unreachable: c", "no-terminal"]
 
@@ -242,7 +288,7 @@ def test_a_table_without_terminal_states() -> None:
 def test_a_state_reached_only_through_a_guard_says_so() -> None:
     table = spec(
         (
-            Row("a", Go, "b", "Half", N, guard="lucky"),
+            Row("a", Go, to="b", reason="Half", event=N, guard=lucky),
             ignore("a", Go, "unlucky"),
             ignore(ANY, Stop, "-"),
             ignore(ANY, Tick, "-"),
@@ -263,8 +309,8 @@ def test_a_state_reached_only_through_a_guard_says_so() -> None:
 
 def test_an_effect_that_enters_another_state_is_counted() -> None:
     rows = (
-        Row("a", Go, SAME, effect="decides"),
-        Row("b", Go, "c", "Done", N),
+        Row("a", Go, to=SAME, effect=decides),
+        Row("b", Go, to="c", reason="Done", event=N),
         ignore("c", Go, "done"),
         *BASE,
     )
@@ -275,12 +321,12 @@ def test_an_effect_that_enters_another_state_is_counted() -> None:
         "dead-row: c x Go -> (ignore)",
         "stuck: a",
     ]
-    assert keys(spec(rows), effect_targets={"decides": ("b",)}) == []
+    assert keys(spec(rows), effect_targets={decides: ("b",)}) == []
 
 
 # -- allowances -----------------------------------------------------------------------------------
 def test_an_allowance_moves_its_finding_aside_and_a_stale_one_is_a_finding() -> None:
-    table = spec((Row("a", Go, "c", "Done", N), *BASE), states=("a", "c"))
+    table = spec((Row("a", Go, to="c", reason="Done", event=N), *BASE), states=("a", "c"))
     report = check_table(table, allow("c refuses Go on purpose", "implicit-error: c x Go"))
     assert report.ok
     assert [(a.finding.key, a.reason) for a in report.allowed] == [
@@ -298,7 +344,9 @@ def test_an_allowance_needs_a_reason() -> None:
     with pytest.raises(ValueError, match="needs a reason"):
         allow(" ", "stuck: a")
     with pytest.raises(AllowanceError, match="gives no reason"):
-        check_table(spec((Row("a", Go, "c", "Done", N), *BASE)), {"unreachable: b": ""})
+        check_table(
+            spec((Row("a", Go, to="c", reason="Done", event=N), *BASE)), {"unreachable: b": ""}
+        )
 
 
 def test_allowance_files(tmp_path: Path) -> None:
@@ -362,13 +410,11 @@ PARENT = plain_machine(
         terminal=("Done",),
         observations=(Started, Finished),
         rows=(
-            Row("", Started, "Running", "Started", N),
-            Row(("", "Running"), Finished, "Done", "Finished", N),
+            Row("", Started, to="Running", reason="Started", event=N),
+            Row(("", "Running"), Finished, to="Done", reason="Finished", event=N),
             ignore(("Running", "Done"), Started, "started already"),
             ignore("Done", Finished, "done"),
         ),
-        guards={},
-        effects={},
     ),
 )
 
@@ -377,14 +423,16 @@ def child_machine(escape: bool) -> Machine[Any]:
     """A child that, once created, is finished only by what its parent's link tells it (or,
     with ``escape``, also by a Tick of its own)."""
     rows = [
-        Row("", Created, "Waiting", "Created", N),
+        Row("", Created, to="Waiting", reason="Created", event=N),
         ignore(("Waiting", "Done"), Created, "created already"),
         ignore("", ParentSeen, "not created yet"),
-        Row("Waiting", ParentSeen, "Done", "ParentDone", N, guard="parent_done"),
+        Row("Waiting", ParentSeen, to="Done", reason="ParentDone", event=N, guard=parent_done),
         ignore("Waiting", ParentSeen, "parent still running"),
         ignore("Done", ParentSeen, "done"),
         ignore(("", "Done"), Tick, "no timer"),
-        Row("Waiting", Tick, "Done", "GaveUp", N) if escape else ignore("Waiting", Tick, "-"),
+        Row("Waiting", Tick, to="Done", reason="GaveUp", event=N)
+        if escape
+        else ignore("Waiting", Tick, "-"),
     ]
     table = Table(
         "child",
@@ -393,8 +441,6 @@ def child_machine(escape: bool) -> Machine[Any]:
         terminal=("Done",),
         observations=(Created, ParentSeen, Tick),
         rows=tuple(rows),
-        guards={"parent_done": lambda s, o: True},
-        effects={},
     )
     return plain_machine("child", table)
 
@@ -517,12 +563,11 @@ STUCK_MODULE = textwrap.dedent(
             "stuck", states=("a", "b", "c"), initial="a", terminal=("c",),
             observations=(Go, Stop),
             rows=(
-                Row("a", Go, "b", "B", EventType.NORMAL),
-                Row("a", Stop, "c", "C", EventType.NORMAL),
+                Row("a", Go, to="b", reason="B", event=EventType.NORMAL),
+                Row("a", Stop, to="c", reason="C", event=EventType.NORMAL),
                 ignore(("b", "c"), Go, "-"),
                 ignore(("b", "c"), Stop, "-"),
             ),
-            guards={}, effects={},
         )
 
         def initial(self, ref: ObjectRef) -> S:
@@ -657,7 +702,16 @@ class Beat(Probe):
 
 
 POOL = (Ping, Pong, Beat)
-GUARDS = {"g0": lambda s, o: o.flags[0], "g1": lambda s, o: o.flags[1]}
+
+
+def g0(status: Any, obs: Probe) -> bool:
+    return obs.flags[0]
+
+
+def g1(status: Any, obs: Probe) -> bool:
+    return obs.flags[1]
+
+
 STATES = ("s0", "s1", "s2", "s3")
 
 
@@ -675,7 +729,7 @@ def random_tables(draw: st.DrawFn) -> Table:
     for _ in range(draw(st.integers(1, 9))):
         src = draw(source)
         obs = draw(st.sampled_from(POOL))
-        guard = draw(st.sampled_from([None, None, "g0", "g1"]))
+        guard = draw(st.sampled_from([None, None, g0, g1]))
         if draw(st.booleans()):
             rows.append(ignore(src, obs, "-", guard=guard))
             continue
@@ -686,7 +740,9 @@ def random_tables(draw: st.DrawFn) -> Table:
         if leaves and not recovery:
             continue  # Table refuses it; the terminal-exit finding has its own test
         event = None if target == SAME else N
-        rows.append(Row(src, obs, target, "R", event, guard=guard, recovery=recovery))
+        rows.append(
+            Row(src, obs, to=target, reason="R", event=event, guard=guard, recovery=recovery)
+        )
     # every pair whose rows are all guarded gets an unguarded ignore, as Table requires
     for s in states:
         for o in POOL:
@@ -694,7 +750,7 @@ def random_tables(draw: st.DrawFn) -> Table:
             if tried and all(r.guard is not None for r in tried):
                 rows.append(ignore(s, o, "repair"))
     return Table("random", states=states, initial="s0", terminal=terminal, observations=POOL,
-                 rows=tuple(rows), guards=GUARDS, effects={})  # fmt: skip
+                 rows=tuple(rows))  # fmt: skip
 
 
 @attrs.frozen

@@ -53,8 +53,8 @@ def expected_labels(
         label = row.observation.__name__ + (" (recovery)" if row.recovery else "")
         if row.target == SAME:
             label += " [internal]"
-        if row.guard:
-            label += f" [{row.guard}]"
+        if row.guard is not None:
+            label += f" [{row.guard_name}]"
         for source in table.states if ANY in row.sources else row.sources:
             target = source if row.target == SAME else row.target
             out.setdefault((ids[source], ids[target]), []).append(label)
@@ -127,7 +127,7 @@ def test_the_diagram_is_a_transitions_machine_with_one_transition_per_row_and_so
     ]
     ids = state_ids(JOB.table)
     rows = [
-        (ids[s], ids[r.target], r.observation.__name__, [r.guard] if r.guard else [])
+        (ids[s], ids[r.target], r.observation.__name__, [r.guard_name] if r.guard else [])
         for r in JOB.table.rows
         if not r.ignore and r.target != SAME
         for s in r.sources
@@ -144,9 +144,7 @@ def test_state_ids_are_plain_unique_names() -> None:
         initial="",
         terminal=(),
         observations=(Tick,),
-        rows=(Row("", Tick, "ab", "X", event=POD.table.rows[0].event),),
-        guards={},
-        effects={},
+        rows=(Row("", Tick, to="ab", reason="X", event=POD.table.rows[0].event),),
     )
     ids = state_ids(table)
     assert list(ids.values()) == ["New", "ab", "ab2", "S9lives", "New2"]

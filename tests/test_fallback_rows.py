@@ -54,17 +54,19 @@ def _table(*rows: Row) -> Table:
         terminal=("Bad", "Good"),
         observations=(_Seen,),
         rows=rows,
-        guards={},
-        effects={},
     )
 
 
 @pytest.mark.parametrize(
     "row",
     [
-        Row("", _Seen, "Good", "Fine", EventType.NORMAL, fallback=True),  # not a Warning
-        Row("", _Seen, SAME, ignore=True, note="x", fallback=True),  # an ignore row
-        Row("", _Seen, "Bad", "", EventType.WARNING, fallback=True),  # no reason to name
+        Row(
+            "", _Seen, to="Good", reason="Fine", event=EventType.NORMAL, fallback=True
+        ),  # not a Warning
+        Row("", _Seen, to=SAME, ignore=True, note="x", fallback=True),  # an ignore row
+        Row(
+            "", _Seen, to="Bad", reason="", event=EventType.WARNING, fallback=True
+        ),  # no reason to name
     ],
 )
 def test_a_fallback_row_must_enter_a_warning_state_with_a_reason(row: Row) -> None:
@@ -73,7 +75,9 @@ def test_a_fallback_row_must_enter_a_warning_state_with_a_reason(row: Row) -> No
 
 
 def test_a_declared_fallback_row_lists_its_reason() -> None:
-    table = _table(Row("", _Seen, "Bad", "Broken", EventType.WARNING, fallback=True))
+    table = _table(
+        Row("", _Seen, to="Bad", reason="Broken", event=EventType.WARNING, fallback=True)
+    )
     assert table.fallback_reasons == ("BrokenStatusUpdateFailed",)
 
 

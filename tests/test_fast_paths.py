@@ -1,8 +1,9 @@
 """The compiled fast paths give exactly what the general code gives.
 
-Observations built from plain fields, ``replace``/``evolver`` copies, message rendering and
-the event time text each have a fast path (see ADR 0067); these tests hold each to the
-general path it shortcuts, including every way the input can be wrong.
+Observations built from plain fields, ``replace``/``evolver`` copies, message rendering, the
+event time text, a machine's compiled steps and the validators of observations built in Python
+each have a fast path (see ADRs 0015 and 0067); these tests hold each to the general path it
+shortcuts, including every way the input can be wrong.
 """
 
 from __future__ import annotations
@@ -15,13 +16,17 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from lifecycle import EventType, InvalidObservation, ObjectRef
+from lifecycle import EventType, InvalidObservation, Machine, ObjectRef, Observation
 from lifecycle._core import serde
-from lifecycle._core.machine import evolver, replace
+from lifecycle._core.machine import apply_reference, evolver, replace
 from lifecycle._core.transition import Transition
+from lifecycle._testing.coverage import row_paths
+from lifecycle._testing.strategies import default_ref
 from lifecycle.machines import default_registry
 from lifecycle.machines.nodeclaim import NodeClaimStatus
 from lifecycle.machines.pod import PodStatus
+
+from .machines.test_restore_runner import SAMPLES as RESTORE_SAMPLES
 
 MACHINES = default_registry()
 AT = datetime(2026, 11, 30, 10, 0, tzinfo=UTC)
@@ -249,3 +254,64 @@ def test_a_machine_that_chooses_its_observation_classes_is_asked_every_time() ->
 
     built = Choosy().observation("InstancePending", AT, {"instance_id": "i-1"})
     assert type(built) is Pending2
+
+
+# -- compiled steps and validators -----------------------------------------------------------------
+def _applied(apply: Any, status: Any, obs: Observation) -> tuple[str, Any]:
+    try:
+        return "ok", apply(status, obs)
+    except Exception as e:  # a refusal, or an effect's own error: the same either way
+        return "raised", (type(e), str(e))
+
+
+@pytest.mark.parametrize("machine", list(MACHINES.values()), ids=list(MACHINES))
+def test_a_compiled_step_does_what_the_plain_reference_does(machine: Machine[Any]) -> None:
+    """The kernel's ``apply`` (one compiled function per state and observation type) gives
+    what :func:`apply_reference` gives (select the row, then ignore / effect / enter): along a
+    path to every row, and for every kind of observation where each path ends (refusals too).
+    A machine's own ``apply`` around the kernel's (the condition machines' clock) is its own."""
+
+    def compiled(status: Any, obs: Observation) -> Any:
+        return Machine.apply(machine, status, obs)
+
+    def plain(status: Any, obs: Observation) -> Any:
+        return apply_reference(machine, status, obs)
+
+    samples = RESTORE_SAMPLES if machine.name == "restore" else None
+    found, _ = row_paths(machine, samples=samples)
+    assert len(found) > len(machine.table.rows) // 2
+    pool = {type(o): o for path in found for o in path.observations}
+    for path in found:
+        status = machine.initial(default_ref(machine))
+        for obs in path.observations:
+            assert _applied(compiled, status, obs) == _applied(plain, status, obs)
+            status = machine.apply(status, obs)
+        for obs in pool.values():
+            assert _applied(compiled, status, obs) == _applied(plain, status, obs)
+
+
+def _validated(check: Any, record: Any) -> tuple[str, str]:
+    try:
+        check(record, "")
+    except InvalidObservation as e:
+        return "refused", str(e)
+    return "ok", ""
+
+
+@given(which=st.sampled_from(OBSERVATIONS), data=st.data())
+def test_a_compiled_validator_refuses_exactly_what_its_field_by_field_twin_refuses(
+    which: tuple[Any, str], data: st.DataObject
+) -> None:
+    """The generated ``check`` (every field's cheap test in one expression) and ``full`` (one
+    field at a time, saying which is wrong) agree on records a host built in Python."""
+    machine, name = which
+    cls = machine.observation_type(name)
+    fields = [f for f in attrs.fields(cls) if f.init and f.name != "at"]
+    values = {f.name: data.draw(VALUES) for f in fields}
+    try:
+        record = cls(at=data.draw(st.sampled_from([AT, "2026"])), **values)
+    except Exception:  # the class's own validator or converter refused it first
+        return
+    check = serde._validator(cls)
+    full = check.__globals__["full"]
+    assert _validated(check, record) == _validated(full, record)

@@ -86,7 +86,7 @@ def oracle(table: Table) -> tuple[Oracle, Model]:
     wildcard: list[dict[str, Any]] = []
     for row in table.rows:
         dest = None if row.ignore or row.target == SAME else _name(row.target)
-        conditions = [] if row.guard is None else [_condition(table.guards[row.guard])]
+        conditions = [] if row.guard is None else [_condition(row.guard)]
         for source in row.sources:
             t = {
                 "trigger": row.observation.__name__,

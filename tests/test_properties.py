@@ -146,6 +146,10 @@ def test_every_row_of_the_shipped_tables_is_reached(machine: Machine[Any]) -> No
         assert machine.select(status, path.observations[-1]) is path.row
 
 
+def never(status: Any, obs: Any) -> bool:
+    return False
+
+
 def test_check_rows_reports_a_row_nothing_reaches() -> None:
     class DeadRowLamp(LampMachine):
         table: ClassVar[Table] = Table(
@@ -155,11 +159,16 @@ def test_check_rows_reports_a_row_nothing_reaches() -> None:
             terminal=("broken",),
             observations=LAMP_TABLE.observations,
             rows=(
-                Row(("off", "on"), Smash, "broken", "Melted", EventType.WARNING, guard="never"),
+                Row(
+                    ("off", "on"),
+                    Smash,
+                    to="broken",
+                    reason="Melted",
+                    event=EventType.WARNING,
+                    guard=never,
+                ),
                 *LAMP_TABLE.rows,
             ),
-            guards={"never": lambda status, obs: False, **LAMP_TABLE.guards},
-            effects={"probe": _lamp_probe},
         )
 
     with pytest.raises(AssertionError, match=r"no observation path reaches row 0: off\|on x Smash"):
@@ -224,7 +233,7 @@ class Smash(Observation):
     pass
 
 
-def _turning_on(status: LampStatus, obs: Switch) -> bool:
+def turning_on(status: LampStatus, obs: Switch) -> bool:
     return obs.on
 
 
@@ -246,17 +255,29 @@ LAMP_TABLE = Table(
     terminal=("broken",),
     observations=(Switch, Probe, Smash, Tick),
     rows=(
-        Row(("off", "on"), Switch, "on", "SwitchedOn", EventType.NORMAL, guard="turning_on"),
-        Row(("off", "on"), Switch, "off", "SwitchedOff", EventType.NORMAL),
-        Row(("off", "on"), Probe, "=", effect="probe"),
-        Row(("off", "on"), Smash, "broken", "Smashed", EventType.WARNING, "smashed"),
+        Row(
+            ("off", "on"),
+            Switch,
+            to="on",
+            reason="SwitchedOn",
+            event=EventType.NORMAL,
+            guard=turning_on,
+        ),
+        Row(("off", "on"), Switch, to="off", reason="SwitchedOff", event=EventType.NORMAL),
+        Row(("off", "on"), Probe, to="=", effect=_lamp_probe),
+        Row(
+            ("off", "on"),
+            Smash,
+            to="broken",
+            reason="Smashed",
+            event=EventType.WARNING,
+            message="smashed",
+        ),
         ignore("broken", Switch, "broken"),
         ignore("broken", Probe, "broken"),
         ignore("broken", Smash, "broken"),
         ignore(("off", "on", "broken"), Tick, "no timers"),
     ),
-    guards={"turning_on": _turning_on},
-    effects={"probe": _lamp_probe},
 )
 
 
@@ -312,8 +333,6 @@ def test_a_sample_override_wins_over_the_field_type() -> None:
             terminal=(),
             observations=(Odd,),
             rows=(ignore(("off", "on", "broken"), Odd, "nothing"),),
-            guards={},
-            effects={},
         )
 
     # any field type Hypothesis can build works; a per-class sample override is used first

@@ -146,8 +146,6 @@ def test_property_quick_start_catches_a_broken_door() -> None:
         terminal=table.terminal,
         observations=table.observations,
         rows=rows,
-        guards={},
-        effects={},
     )
     with pytest.raises(TableError, match="disagrees with the table"):
         type("Broken", (module.DoorMachine,), {"table": broken})()

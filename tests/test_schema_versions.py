@@ -89,13 +89,22 @@ def door_table(opened: type[Observation], open_state: str = "open", jams: bool =
     n, w = EventType.NORMAL, EventType.WARNING
     states = ("closed", open_state, *(("jammed",) if jams else ()))
     rows = [
-        Row("closed", opened, open_state, "Opened", n, "opened"),
-        Row(open_state, Closed, "closed", "Closed", n, "closed"),
+        Row("closed", opened, to=open_state, reason="Opened", event=n, message="opened"),
+        Row(open_state, Closed, to="closed", reason="Closed", event=n, message="closed"),
         ignore(open_state, opened, "already open"),
         ignore("closed", Closed, "already closed"),
     ]
     if jams:
-        rows.append(Row(("closed", open_state), Jammed, "jammed", "Jammed", w, "jammed"))
+        rows.append(
+            Row(
+                ("closed", open_state),
+                Jammed,
+                to="jammed",
+                reason="Jammed",
+                event=w,
+                message="jammed",
+            )
+        )
     return Table(
         "door",
         states=states,
@@ -103,8 +112,6 @@ def door_table(opened: type[Observation], open_state: str = "open", jams: bool =
         terminal=("jammed",) if jams else (),
         observations=(opened, Closed, *((Jammed,) if jams else ())),
         rows=rows,
-        guards={},
-        effects={},
     )
 
 

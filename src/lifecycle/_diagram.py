@@ -151,7 +151,7 @@ def build(machine: Machine[Any], fmt: Format = "mermaid", *, stays: bool = False
                 "label": f"{obs} (recovery)" if row.recovery else obs,
             }
             if row.guard is not None:
-                t["conditions"] = [row.guard]
+                t["conditions"] = [row.guard_name]
             transitions.append(t)
     graph = _Diagram(
         states=states,

@@ -37,6 +37,7 @@ from ._core.analysis import (
 )
 from ._core.errors import LifecycleError, preview
 from ._core.machine import Machine
+from ._core.table import Effect
 
 __all__ = [
     "KINDS",
@@ -166,7 +167,7 @@ def _settle(
 def check_table(
     table: TableLike,
     allowances: Mapping[str, str] | None = None,
-    effect_targets: Mapping[str, Iterable[str]] | None = None,
+    effect_targets: Mapping[Effect, Iterable[str]] | None = None,
 ) -> Report:
     """The report of one table (compiled or only declared)."""
     targets = {k: tuple(v) for k, v in (effect_targets or {}).items()}

@@ -141,11 +141,11 @@ def table_markdown(machine: Machine[Any]) -> str:
             str(n),
             _sources(row),
             row.observation.__name__,
-            _code(row.guard or ""),
+            _code(row.guard_name),
             _target(row),
             row.reason,
             row.event.value if row.event is not None else "",
-            _code(row.effect or ""),
+            _code(row.effect_name),
             _notes(row),
         )
         for n, row in enumerate(machine.table.rows, start=1)

@@ -84,7 +84,7 @@ def run(machine: Machine[Any], ref: ObjectRef, case: Case) -> tuple[Row, Any, An
 def assert_every_row(machine: Machine[Any], ref: ObjectRef, cases: Sequence[Case]) -> None:
     hit = {id(machine.select(fold(machine, ref, c.given, c.start), c.when)) for c in cases}
     missing = [
-        f"{r.sources} x {r.observation.__name__} (guard={r.guard}, ignore={r.ignore})"
+        f"{r.sources} x {r.observation.__name__} (guard={r.guard_name}, ignore={r.ignore})"
         for r in machine.table.rows
         if id(r) not in hit
     ]

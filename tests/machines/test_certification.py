@@ -325,7 +325,7 @@ def test_the_recovery_row_is_the_one_declared_exit_from_a_terminal_state() -> No
         (F,),
         IP,
         "WorkflowRunning",
-        "recovers",
+        certification.recovers,
     )
     left = [
         r
@@ -345,9 +345,7 @@ def test_a_table_refuses_an_undeclared_exit_from_a_terminal_state() -> None:
             initial="",
             terminal=("Failed",),
             observations=(Tick,),
-            rows=(Row("Failed", Tick, "", "Again", N, **extra),),
-            guards={},
-            effects={},
+            rows=(Row("Failed", Tick, to="", reason="Again", event=N, **extra),),
         )
 
     with pytest.raises(TableError, match="recovery=True"):
@@ -360,9 +358,7 @@ def test_a_table_refuses_an_undeclared_exit_from_a_terminal_state() -> None:
             initial="",
             terminal=("Failed",),
             observations=(Tick,),
-            rows=(Row("", Tick, "Failed", "X", W, recovery=True),),
-            guards={},
-            effects={},
+            rows=(Row("", Tick, to="Failed", reason="X", event=W, recovery=True),),
         )
 
 

@@ -454,7 +454,7 @@ def test_every_row_is_exercised() -> None:
     rows = nodeclaim.TABLE.rows
     hit = {id(NODECLAIM.select(c.before, c.obs)) for c in CASES}
     missing = [
-        f"{r.sources} x {r.observation.__name__} (guard={r.guard}, ignore={r.ignore})"
+        f"{r.sources} x {r.observation.__name__} (guard={r.guard_name}, ignore={r.ignore})"
         for r in rows
         if id(r) not in hit
     ]

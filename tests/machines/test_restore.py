@@ -165,7 +165,7 @@ def the_row(obs: type, *, source: str, guard: str | None = None, ignore: bool = 
         for r in ROWS
         if r.observation is obs
         and (source in r.sources or "*" in r.sources)
-        and r.guard == guard
+        and (r.guard_name or None) == guard
         and r.ignore == ignore
     ]
     assert len(found) == 1, (obs, source, guard, found)
@@ -503,7 +503,9 @@ def test_row(
 def test_every_row_has_a_test() -> None:
     covered = {id(c[1]) for c in CASES}
     missing = [
-        (r.sources, r.observation.__name__, r.guard, r.note) for r in ROWS if id(r) not in covered
+        (r.sources, r.observation.__name__, r.guard_name, r.note)
+        for r in ROWS
+        if id(r) not in covered
     ]
     assert not missing, f"rows without a test: {missing}"
     assert len(CASES) == len(ROWS) == len(TABLE.rows)

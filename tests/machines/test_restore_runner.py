@@ -195,7 +195,7 @@ def test_the_row_search_reaches_all_but_one_row() -> None:
     needs time to pass inside GateB with no status change, which only a real host does (its
     own test is ``test_row[T10 deadline]``)."""
     _, missing = row_paths(RESTORE, samples=SAMPLES)
-    assert [(r.observation.__name__, r.guard) for _, r in missing] == [
+    assert [(r.observation.__name__, r.guard_name) for _, r in missing] == [
         ("GateBFacts", "target_expired")
     ]
 

@@ -21,7 +21,7 @@ from typing import Any, Protocol
 import attrs
 
 from .observation import Observation
-from .table import ANY, SAME, Row
+from .table import ANY, SAME, Effect, Guard, Row
 
 #: The kinds of finding, in report order.
 KINDS = (
@@ -72,7 +72,7 @@ class TableSpec:
 class Assumption:
     """A finding holds only if ``guard`` can be ``holds`` for ``observation`` in ``state``."""
 
-    guard: str
+    guard: str  # its name
     holds: bool
     state: str
     observation: str
@@ -140,7 +140,7 @@ class TableModel:
     can enter (an effect declared in ``effect_targets`` may enter more than its target)."""
 
     def __init__(
-        self, table: TableLike, effect_targets: Mapping[str, Collection[str]] | None = None
+        self, table: TableLike, effect_targets: Mapping[Effect, Collection[str]] | None = None
     ) -> None:
         self.table = table
         self.states = tuple(table.states)
@@ -178,7 +178,7 @@ class TableModel:
         taken: list[Taken] = []
         shadowed: dict[int, int] = {}
         passed: list[Assumption] = []  # guards assumed false so far
-        asked: dict[str, int] = {}  # guard -> the earlier row that asked it
+        asked: dict[Guard, int] = {}  # guard -> the earlier row that asked it
         stop: int | None = None
         name = obs.__name__
         for i in self.candidates(state, obs):
@@ -191,8 +191,9 @@ class TableModel:
             elif row.guard in asked:  # the same pure guard said false a row ago
                 shadowed[i] = asked[row.guard]
             else:
-                taken.append(Taken(i, (*passed, Assumption(row.guard, True, state, name))))
-                passed.append(Assumption(row.guard, False, state, name))
+                guard = row.guard_name
+                taken.append(Taken(i, (*passed, Assumption(guard, True, state, name))))
+                passed.append(Assumption(guard, False, state, name))
                 asked[row.guard] = i
         return Walk(tuple(taken), shadowed, None if stop is not None else tuple(passed))
 
@@ -213,7 +214,7 @@ class TableModel:
     def _plain_label(self, index: int) -> str:
         row = self.rows[index]
         source = ",".join(show(s) for s in row.sources)
-        guard = f" [{row.guard}]" if row.guard else ""
+        guard = f" [{row.guard_name}]" if row.guard is not None else ""
         target = "(ignore)" if row.ignore else "=" if row.target == SAME else show(row.target)
         return f"{source} x {row.observation.__name__}{guard} -> {target}"
 
@@ -266,7 +267,7 @@ def can_finish(model: TableModel, states: Iterable[str]) -> set[str]:
 
 
 def analyse_table(
-    table: TableLike, effect_targets: Mapping[str, Collection[str]] | None = None
+    table: TableLike, effect_targets: Mapping[Effect, Collection[str]] | None = None
 ) -> list[Finding]:
     """Every finding of one table, in :data:`KINDS` order."""
     model = TableModel(table, effect_targets)

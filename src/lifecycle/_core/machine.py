@@ -20,7 +20,7 @@ from .observation import Observation
 from .redact import redact
 from .refs import Condition, EventType, ObjectRef
 from .schema import Schema, Upcaster
-from .table import SAME, Effect, Row, Step, Table, render
+from .table import SAME, Effect, Row, Table, render
 from .transition import Flip
 
 
@@ -145,6 +145,20 @@ def _enter_step(
     return enter
 
 
+def apply_reference(machine: Machine[S], status: S, obs: Observation) -> S:
+    """What :meth:`Machine.apply` does, in plain Python (the compiled steps are held to it by
+    the tests): the row :meth:`Machine.select` picks for ``obs`` in ``status``'s state gives
+    the status back unchanged if it is an ignore row, else its effect's result, else
+    :meth:`Machine.enter`'s (the row's target, reason and message)."""
+    row = machine.select(status, obs)
+    if row.ignore:
+        return status
+    if row.effect is not None:
+        result: S = row.effect(status, obs, row)
+        return result
+    return machine.enter(status, obs, row)
+
+
 def replace(status: R, /, **changes: Any) -> R:
     """A copy of a status record with ``changes``: attrs classes and NamedTuples alike.
 
@@ -214,7 +228,7 @@ class Machine(Generic[S]):
     analysis_allowances: ClassVar[Mapping[str, str]] = {}
     #: Effects that may enter a state other than their row's target: effect -> those states
     #: (``lifecycle check`` counts them as possible targets of every row with that effect).
-    effect_targets: ClassVar[Mapping[str, tuple[str, ...]]] = {}
+    effect_targets: ClassVar[Mapping[Effect, tuple[str, ...]]] = {}
     #: The version of this machine's stored records (statuses, journal entries): bump it when
     #: the status, the observations or the states change, and declare how older records read
     #: in ``upcasters`` (ADR 0088).
@@ -244,7 +258,7 @@ class Machine(Generic[S]):
         # The hot path: one callable per (state, observation type), compiled once here so
         # that ``apply`` is a dict lookup and a call (see ADR 0015).
         self._steps: dict[tuple[str, type[Observation]], Callable[[Any, Any], Any]] = {
-            key: self._compile(key, steps) for key, steps in self._dispatch.items()
+            key: self._compile(key, rows) for key, rows in self._dispatch.items()
         }
         # Entering a state is an event whose type depends on the state alone unless a
         # subclass decides otherwise; then flips can be memoised by their content.
@@ -260,27 +274,27 @@ class Machine(Generic[S]):
         self.schema = Schema.of(self)
 
     def _compile(
-        self, key: tuple[str, type[Observation]], steps: tuple[Step, ...]
+        self, key: tuple[str, type[Observation]], rows: tuple[Row, ...]
     ) -> Callable[[Any, Any], Any]:
-        """The rows of one (state, observation type) as one function: each guard in table
-        order, then the first holding row's effect, with no loop over the rows and no lookups
-        (what :meth:`select`, then the row's effect, do). A lone row that needs no call of its
-        own is its own step: an ignore row's, or its compiled entry."""
-        first = steps[0]
-        if len(steps) == 1 and first.guard is None and first.effect is None:
-            if first.row.ignore:
+        """The rows of one (state, observation type) as one function that does what
+        :func:`apply_reference` does for that pair: each guard in table order, then the first
+        holding row's effect, with no loop over the rows and no lookups. A lone row that needs
+        no call of its own is its own step: an ignore row's, or its compiled entry."""
+        first = rows[0]
+        if len(rows) == 1 and first.guard is None and first.effect is None:
+            if first.ignore:
                 return _unchanged
             if type(self).enter is Machine.enter:
-                return _enter_step(self.status_type, first.row, self)
+                return _enter_step(self.status_type, first, self)
         namespace: dict[str, Any] = {"InvalidTransition": InvalidTransition, "NAME": self.name}
         lines = ["def step(s, o):"]
-        for i, step in enumerate(steps):
-            lines.append(f"    # {' '.join(step.row.label.splitlines())}")
-            take = self._take(i, step.row, step.effect, namespace)
-            if step.guard is None:
+        for i, row in enumerate(rows):
+            lines.append(f"    # {' '.join(row.label.splitlines())}")
+            take = self._take(i, row, namespace)
+            if row.guard is None:
                 lines.append(f"    {take}")
                 break
-            namespace[f"G{i}"] = step.guard
+            namespace[f"G{i}"] = row.guard
             lines += [f"    if G{i}(s, o):", f"        {take}"]
         else:  # every row guarded: the table's validation makes this unreachable
             lines.append("    raise InvalidTransition(NAME, s.state, o.__class__.__name__)")
@@ -290,15 +304,15 @@ class Machine(Generic[S]):
         )
         return step_fn
 
-    def _take(self, i: int, row: Row, effect: Effect | None, namespace: dict[str, Any]) -> str:
+    def _take(self, i: int, row: Row, namespace: dict[str, Any]) -> str:
         """The statement that takes row ``i`` in a compiled step (its names go in
         ``namespace``): the status itself for an ignore row, else the row's effect, else
         :meth:`enter` (compiled for the row unless a subclass overrides it)."""
         if row.ignore:
             return "return s"
         namespace[f"R{i}"] = row
-        if effect is not None:
-            namespace[f"E{i}"] = effect
+        if row.effect is not None:
+            namespace[f"E{i}"] = row.effect
             return f"return E{i}(s, o, R{i})"
         if type(self).enter is not Machine.enter:
             namespace[f"E{i}"] = self.enter
@@ -353,16 +367,16 @@ class Machine(Generic[S]):
 
     def select(self, status: S, obs: Observation) -> Row:
         """The row that ``obs`` takes from ``status``, or a clear error."""
-        steps = self._dispatch.get((status.state, obs.__class__))
-        if steps is None:
+        rows = self._dispatch.get((status.state, obs.__class__))
+        if rows is None:
             if obs.__class__ not in self.table.observations:
                 raise UnknownObservation(
                     f"{self.name}: {obs.__class__.__name__} is not one of its observations"
                 )
             raise InvalidTransition(self.name, status.state, obs.__class__.__name__)
-        for step in steps:
-            if step.guard is None or step.guard(status, obs):
-                return step.row
+        for row in rows:
+            if row.guard is None or row.guard(status, obs):
+                return row
         raise InvalidTransition(self.name, status.state, obs.__class__.__name__)  # unreachable
 
     def apply(self, status: S, obs: Observation) -> S:
@@ -422,7 +436,7 @@ class Machine(Generic[S]):
         event types. A state entered by rows of both types needs an ``event_type`` override
         (the Pod's Terminated is one), and a ``warning_states`` that disagrees is an error."""
         declared: dict[str, EventType] = {}
-        reachable = {id(st.row): st.row for steps in self._dispatch.values() for st in steps}
+        reachable = {id(r): r for rows in self._dispatch.values() for r in rows}
         for row in reachable.values():
             if row.ignore or row.event is None or row.target == SAME:
                 continue

@@ -13,7 +13,7 @@ from typing import Any
 
 import attrs
 
-from .errors import TableError
+from .errors import TableError, preview
 from .observation import Observation
 from .refs import EventType
 
@@ -41,9 +41,29 @@ class Action:
     message: str = ""
 
 
-@attrs.frozen(slots=True)
+def name_of(fn: Callable[..., Any]) -> str:
+    """The name a guard or effect goes by in docs, diagrams and reports: its ``__name__``
+    (a factory that makes one per use names what it makes)."""
+    name = getattr(fn, "__name__", None)
+    return name if isinstance(name, str) else type(fn).__name__
+
+
+def _show_callable(fn: Callable[..., Any] | None) -> str:
+    return "None" if fn is None else name_of(fn)
+
+
+@attrs.frozen(slots=True, kw_only=True)
 class Row:
-    """One declared transition. ``source`` is a state, a tuple of states, or ``ANY``.
+    """One declared transition, read as a sentence: from ``source``, on ``observation``,
+    go ``to`` a state, giving ``reason``, an ``event`` and a ``message``; only where the
+    ``guard`` holds; by the ``effect``.
+
+    ``source`` is a state, a tuple of states, or ``ANY``; ``to`` (the attribute ``target``) a
+    state or ``SAME``. Everything after ``observation`` is given by keyword. ``guard`` and
+    ``effect`` are the functions themselves, ``guard(status, obs) -> bool`` and
+    ``effect(status, obs, row) -> status``; docs, diagrams and reports name them by their
+    ``__name__``. Without an effect a row takes its target, reason and message
+    (:meth:`~lifecycle.Machine.enter`).
 
     ``recovery`` declares the one kind of row allowed to leave a terminal state (tables refuse
     any other); :attr:`Table.recovery_rows` lists them so property tests exempt exactly those.
@@ -54,19 +74,29 @@ class Row:
     the real Warning, and a fallback would say the same thing twice (ADR 0091).
     """
 
-    source: str | tuple[str, ...]
-    observation: type[Observation]
-    target: str
+    source: str | tuple[str, ...] = attrs.field(kw_only=False)
+    observation: type[Observation] = attrs.field(kw_only=False)
+    target: str = attrs.field(alias="to")
     reason: str = ""
     event: EventType | None = None
     message: str = ""
-    guard: str | None = None
-    effect: str | None = None
+    guard: Guard | None = attrs.field(default=None, repr=_show_callable)
+    effect: Effect | None = attrs.field(default=None, repr=_show_callable)
     ignore: bool = False
     note: str = ""
     recovery: bool = False
     action: Action | None = None
     fallback: bool = False
+
+    @property
+    def guard_name(self) -> str:
+        """The guard's name (``""``: no guard)."""
+        return "" if self.guard is None else name_of(self.guard)
+
+    @property
+    def effect_name(self) -> str:
+        """The effect's name (``""``: no effect)."""
+        return "" if self.effect is None else name_of(self.effect)
 
     @property
     def sources(self) -> tuple[str, ...]:
@@ -76,7 +106,7 @@ class Row:
     def label(self) -> str:
         """The row as reports name it: ``SOURCES x Observation [guard] -> TARGET``."""
         sources = "|".join(s or "∅" for s in self.sources)
-        guard = f" [{self.guard}]" if self.guard else ""
+        guard = f" [{self.guard_name}]" if self.guard is not None else ""
         target = "(ignore)" if self.ignore else self.target or "∅"
         return f"{sources} x {self.observation.__name__}{guard} -> {target}"
 
@@ -126,19 +156,10 @@ def ignore(
     source: str | tuple[str, ...],
     observation: type[Observation],
     note: str,
-    guard: str | None = None,
+    guard: Guard | None = None,
 ) -> Row:
     """An explicit "this observation changes nothing here" row."""
-    return Row(source, observation, SAME, guard=guard, ignore=True, note=note)
-
-
-@attrs.frozen(slots=True)
-class Step:
-    """A compiled row: the declared row with its guard and effect resolved to functions."""
-
-    row: Row
-    guard: Guard | None
-    effect: Effect | None
+    return Row(source, observation, to=SAME, guard=guard, ignore=True, note=note)
 
 
 class Table:
@@ -147,6 +168,7 @@ class Table:
     __slots__ = (
         "context",
         "dispatch",
+        "effects",
         "fallback_reasons",
         "guards",
         "initial",
@@ -167,8 +189,6 @@ class Table:
         terminal: Iterable[str],
         observations: Iterable[type[Observation]],
         rows: Iterable[Row],
-        guards: Mapping[str, Guard],
-        effects: Mapping[str, Effect],
         context: Iterable[str] = (),
     ) -> None:
         self.machine = machine
@@ -177,7 +197,13 @@ class Table:
         self.terminal = frozenset(terminal)
         self.observations = tuple(observations)
         self.rows = tuple(rows)
-        self.guards = dict(guards)
+        #: The guards and the effects the rows name, each once, in row order.
+        self.guards: tuple[Guard, ...] = tuple(
+            dict.fromkeys(r.guard for r in self.rows if r.guard is not None)
+        )
+        self.effects: tuple[Effect, ...] = tuple(
+            dict.fromkeys(r.effect for r in self.rows if r.effect is not None)
+        )
         #: Message placeholders the machine supplies (``Machine.context``) beyond observations.
         self.context = frozenset(context)
         #: The declared exceptions to terminal absorption.
@@ -186,22 +212,30 @@ class Table:
         self.fallback_reasons = tuple(
             dict.fromkeys(f"{r.reason}{FALLBACK_SUFFIX}" for r in self.rows if r.fallback)
         )
-        self.dispatch = self._compile(effects)
+        self.dispatch = self._compile()
+        for what, functions in (("guards", self.guards), ("effects", self.effects)):
+            names = [name_of(f) for f in functions]
+            twice = sorted({n for n in names if names.count(n) > 1})
+            if twice:
+                raise self._fail(
+                    f"two different {what} are named {', '.join(map(repr, twice))}: docs, "
+                    "diagrams and reports name them by their __name__"
+                )
 
     def _fail(self, problem: str) -> TableError:
         return TableError(f"{self.machine} table: {problem}")
 
-    def _compile(
-        self, effects: Mapping[str, Effect]
-    ) -> dict[tuple[str, type[Observation]], tuple[Step, ...]]:
+    def _compile(self) -> dict[tuple[str, type[Observation]], tuple[Row, ...]]:
+        """Validate the rows and order them per (state, observation type): the rows naming
+        the state, in declaration order, then the ``ANY`` rows, up to the first unguarded."""
         known = set(self.states)
         if self.initial not in known:
             raise self._fail(f"initial state {self.initial!r} is not declared")
         if not self.terminal <= known:
             raise self._fail(f"terminal states {sorted(self.terminal - known)} are not declared")
         vocabulary = set(self.observations)
-        specific: dict[tuple[str, type[Observation]], list[Step]] = {}
-        wildcard: dict[type[Observation], list[Step]] = {}
+        specific: dict[tuple[str, type[Observation]], list[Row]] = {}
+        wildcard: dict[type[Observation], list[Row]] = {}
         for row in self.rows:
             where = f"row {row.sources} x {row.observation.__name__}"
             if row.observation not in vocabulary:
@@ -213,10 +247,9 @@ class Table:
                 raise self._fail(f"{where}: unknown target state {row.target!r}")
             if row.ignore and row.target != SAME:
                 raise self._fail(f"{where}: an ignore row cannot change state")
-            if row.guard is not None and row.guard not in self.guards:
-                raise self._fail(f"{where}: unknown guard {row.guard!r}")
-            if row.effect is not None and row.effect not in effects:
-                raise self._fail(f"{where}: unknown effect {row.effect!r}")
+            for what, fn in (("guard", row.guard), ("effect", row.effect)):
+                if fn is not None and not callable(fn):
+                    raise self._fail(f"{where}: the {what} must be a function, got {preview(fn)}")
             if not row.ignore and row.target != SAME and row.event is None:
                 raise self._fail(f"{where}: a state-changing row must declare its event type")
             if row.recovery and not any(s in self.terminal for s in row.sources):
@@ -238,41 +271,36 @@ class Table:
             ]
             if missing:
                 raise self._fail(f"{where}: message names unknown fields {missing}")
-            step = Step(
-                row,
-                None if row.guard is None else self.guards[row.guard],
-                None if row.effect is None else effects[row.effect],
-            )
             for s in row.sources:
                 if s == ANY:
-                    wildcard.setdefault(row.observation, []).append(step)
+                    wildcard.setdefault(row.observation, []).append(row)
                 else:
-                    specific.setdefault((s, row.observation), []).append(step)
-        dispatch: dict[tuple[str, type[Observation]], tuple[Step, ...]] = {}
+                    specific.setdefault((s, row.observation), []).append(row)
+        dispatch: dict[tuple[str, type[Observation]], tuple[Row, ...]] = {}
         for state in self.states:
             for obs in self.observations:
-                steps = specific.get((state, obs), []) + wildcard.get(obs, [])
-                if not steps:
+                rows = specific.get((state, obs), []) + wildcard.get(obs, [])
+                if not rows:
                     continue
-                unguarded = [i for i, st in enumerate(steps) if st.guard is None]
+                unguarded = [i for i, r in enumerate(rows) if r.guard is None]
                 if not unguarded:
                     raise self._fail(
                         f"({state!r}, {obs.__name__}): every row is guarded; add an unguarded "
                         "row or an ignore row so no pair falls through"
                     )
                 if state in self.terminal and any(
-                    st.row.target not in (SAME, state) and not st.row.recovery for st in steps
+                    r.target not in (SAME, state) and not r.recovery for r in rows
                 ):
                     raise self._fail(
                         f"terminal state {state!r} has a row leaving it (only a row declared "
                         "recovery=True may)"
                     )
-                dispatch[(state, obs)] = tuple(steps[: unguarded[0] + 1])
+                dispatch[(state, obs)] = tuple(rows[: unguarded[0] + 1])
         return dispatch
 
     def rows_from(self, state: str) -> list[Row]:
         """Every reachable row (in dispatch order) whose source is ``state``."""
-        return [st.row for (s, _), steps in self.dispatch.items() if s == state for st in steps]
+        return [r for (s, _), rows in self.dispatch.items() if s == state for r in rows]
 
     def accepts(self, state: str, observation: type[Observation]) -> bool:
         return (state, observation) in self.dispatch

@@ -451,7 +451,7 @@ def check_scenario(
 
 def _describe(row: Row) -> str:
     sources = "|".join(s or '""' for s in row.sources)
-    guard = f" [{row.guard}]" if row.guard else ""
+    guard = f" [{row.guard_name}]" if row.guard is not None else ""
     return f"{sources} x {row.observation.__name__}{guard} -> {row.target}"
 
 

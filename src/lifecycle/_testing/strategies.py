@@ -127,7 +127,7 @@ def table_strings(machine: Machine[Any]) -> tuple[str, ...]:
     """Strings that matter to ``machine``: its states, reasons, and what its guards compare."""
     table = machine.table
     found = set(table.states) | {r.reason for r in table.rows}
-    for guard in table.guards.values():
+    for guard in table.guards:
         found |= _guard_strings(guard)
     return tuple(sorted(s for s in found if s))
 
@@ -283,9 +283,9 @@ class _Vocabulary:
             if not table.accepts(state, cls):
                 continue
             targets = {
-                step.row.target
-                for step in table.dispatch[(state, cls)]
-                if not step.row.ignore and step.row.target not in (SAME, state)
+                row.target
+                for row in table.dispatch[(state, cls)]
+                if not row.ignore and row.target not in (SAME, state)
             }
             for target in sorted(targets):
                 group = ending if target in table.terminal else live

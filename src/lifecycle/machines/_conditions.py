@@ -258,12 +258,18 @@ def stamp_generation(status: Any, obs: SpecUpdated, row: Row) -> Any:
     return replace(status, generation=obs.generation, conditions=conditions)
 
 
-#: The rows of :class:`SpecUpdated` on a live status; a machine using them registers the guard
-#: ``stale_generation`` (:func:`stale_generation`) and the effect ``generation``
+#: The rows of :class:`SpecUpdated` on a live status: a spec not newer than the stamped
+#: generation (:func:`stale_generation`) changes nothing, a newer one is stamped
 #: (:func:`stamp_generation`).
 SPEC_UPDATED_ROWS: tuple[Row, ...] = (
-    ignore(LIVE, SpecUpdated, "not newer than the stamped generation", guard="stale_generation"),
-    Row(LIVE, SpecUpdated, SAME, effect="generation", note="observedGeneration only: no event"),
+    ignore(LIVE, SpecUpdated, "not newer than the stamped generation", guard=stale_generation),
+    Row(
+        LIVE,
+        SpecUpdated,
+        to=SAME,
+        effect=stamp_generation,
+        note="observedGeneration only: no event",
+    ),
 )
 
 
@@ -277,7 +283,7 @@ def action_row(
     note: str = "informational",
 ) -> Row:
     """A row that only sends an action event (no status change; it may repeat)."""
-    return Row(source, obs, SAME, ignore=True, note=note, action=Action(reason, kind, message))
+    return Row(source, obs, to=SAME, ignore=True, note=note, action=Action(reason, kind, message))
 
 
 def not_negative(_: object, attribute: attrs.Attribute[Any], value: float | None) -> None:

@@ -146,8 +146,13 @@ def _recording(state: str) -> Guard:
     def guard(s: RestoreStatus, o: Observation) -> bool:
         return s.recording == state
 
-    guard.__name__ = f"records_{state.lower()}"
+    guard.__name__ = guard.__qualname__ = f"records_{state.lower()}"
     return guard
+
+
+records_rejected = _recording(REJECTED)
+records_unknown = _recording(UNKNOWN_STATE)
+records_restored = _recording(RESTORED)
 
 
 def _both(a: Guard, b: Guard) -> Guard:
@@ -156,24 +161,3 @@ def _both(a: Guard, b: Guard) -> Guard:
 
     guard.__name__ = f"{a.__name__}_and_{b.__name__}"
     return guard
-
-
-GUARDS: dict[str, Guard] = {
-    "bypass": bypass,
-    "bypass_reopens": bypass_reopens,
-    "invalid_new": invalid_new,
-    "refused_earlier": refused_earlier,
-    "not_ready": not_ready,
-    "gate_fails": gate_fails,
-    "gate_blocks": gate_blocks,
-    "gate_warns": gate_warns,
-    "gate_legacy": gate_legacy,
-    "on_unknown_warn": on_unknown_warn,
-    "bypassed": bypassed,
-    "retry_expired": retry_expired,
-    "target_expired": target_expired,
-    "target_first": target_first,
-    "target_unavailable": target_unavailable,
-    "notice_due": notice_due,
-    **{f"records_{s.lower()}": _recording(s) for s in (REJECTED, UNKNOWN_STATE, RESTORED)},
-}

@@ -14,7 +14,7 @@ from .._core.errors import InvalidObservation, preview
 from .._core.machine import replace
 from .._core.observation import Observation
 from .._core.refs import Condition, set_condition
-from .._core.table import SAME, Effect, Row
+from .._core.table import SAME, Row
 from ._restore_checks import FAIL, PASS, UNKNOWN, GateReport, redact_error
 from ._restore_facts import (
     COMPAT_CHECK_SKIPPED,
@@ -332,30 +332,6 @@ def cleanup(s: RestoreStatus, o: Any, row: Row) -> RestoreStatus:
     if o.step not in s.cleanup_pending or o.step in s.cleanup_done:
         return s
     return replace(s, cleanup_done=(*s.cleanup_done, o.step))
-
-
-EFFECTS: dict[str, Effect] = {
-    f.__name__: f
-    for f in (
-        opened,
-        skip,
-        suppress,
-        wait,
-        admit,
-        note_invalid,
-        gate,
-        unreadable,
-        claim_bypassed,
-        to_gate_b,
-        to_restoring,
-        unavailable,
-        restored,
-        restore_failed,
-        recorded,
-        write_failed,
-        cleanup,
-    )
-}
 
 
 # -- action notes (the ``{note}`` of each row's Action) ------------------------------------------

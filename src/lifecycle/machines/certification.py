@@ -30,7 +30,7 @@ from .._core.errors import InvalidObservation, preview
 from .._core.machine import replace
 from .._core.observation import Observation, Tick
 from .._core.refs import Condition, EventType
-from .._core.table import SAME, Action, Effect, Guard, Row, Table, ignore
+from .._core.table import SAME, Action, Row, Table, ignore
 from ._conditions import (
     FAILED,
     IN_PROGRESS,
@@ -48,8 +48,6 @@ from ._conditions import (
     not_negative,
     positive,
     seconds,
-    stale_generation,
-    stamp_generation,
 )
 from ._conditions import (
     SpecUpdated as SpecUpdated,  # re-exported: part of this vocabulary
@@ -302,21 +300,6 @@ def started(status: CertificationStatus, obs: WorkflowCreated) -> bool:
     return status.category(obs.category).state != PENDING
 
 
-GUARDS: dict[str, Guard] = {
-    "within_window": within_window,
-    "waiting": waiting,
-    "waiting_expired": waiting_expired,
-    "other_workflow": other_workflow,
-    "finishes_succeeded": finishes_succeeded,
-    "finishes_failed": finishes_failed,
-    "category_succeeded": category_succeeded,
-    "category_failed": category_failed,
-    "recovers": recovers,
-    "started": started,
-    "stale_generation": stale_generation,
-}
-
-
 # -- effects ----------------------------------------------------------------------------------
 def context(status: CertificationStatus, obs: Observation) -> dict[str, Any]:
     remaining = max(0.0, status.node_wait_s - _age(status, obs.at))
@@ -374,78 +357,179 @@ def rejected(
     return _enter(status, obs, row)
 
 
-EFFECTS: dict[str, Effect] = {
-    "submitted": submitted,
-    "generation": stamp_generation,
-    "enter": enter,
-    "created": created,
-    "report": reported,
-    "rejected": rejected,
-}
-
 N, W = EventType.NORMAL, EventType.WARNING
 IP, S, F = IN_PROGRESS, SUCCEEDED, FAILED
-RUNNING_ROW = (WORKFLOW_RUNNING, None)
 STOP = "a terminal Certification returns early: no write, no event"
 
 
 def _finishing(obs: type[Observation]) -> tuple[Row, ...]:
     return (
-        Row(IP, obs, S, ALL_WORKFLOWS_SUCCEEDED, N, MSG_SUCCEEDED, "finishes_succeeded", "report"),
-        Row(IP, obs, F, WORKFLOW_FAILED, W, MSG_FAILED, "finishes_failed", "report"),
+        Row(
+            IP,
+            obs,
+            to=S,
+            reason=ALL_WORKFLOWS_SUCCEEDED,
+            event=N,
+            message=MSG_SUCCEEDED,
+            guard=finishes_succeeded,
+            effect=reported,
+        ),
+        Row(
+            IP,
+            obs,
+            to=F,
+            reason=WORKFLOW_FAILED,
+            event=W,
+            message=MSG_FAILED,
+            guard=finishes_failed,
+            effect=reported,
+        ),
     )
 
 
 ROWS: tuple[Row, ...] = (
-    Row(NEW, Submitted, SAME, effect="submitted", note="the categories; no condition yet"),
+    Row(NEW, Submitted, to=SAME, effect=submitted, note="the categories; no condition yet"),
     *SPEC_UPDATED_ROWS,
-    Row(NEW, CategoryNotFound, F, CATEGORY_NOT_FOUND, W, MSG_CATEGORY_NOT_FOUND, None, "enter"),
+    Row(
+        NEW,
+        CategoryNotFound,
+        to=F,
+        reason=CATEGORY_NOT_FOUND,
+        event=W,
+        message=MSG_CATEGORY_NOT_FOUND,
+        effect=enter,
+    ),
     # Waiting for nodes: Normal on the first pass only; the countdown changes each pass
-    Row(LIVE, NoSchedulableNodes, IP, WAITING_FOR_NODES, N, MSG_WAITING, "within_window", "enter"),
-    Row(LIVE, NoSchedulableNodes, F, WORKFLOW_VALIDATION_FAILED, W, MSG_NO_NODES, None, "enter"),
-    Row(IP, Tick, F, WORKFLOW_VALIDATION_FAILED, W, MSG_NO_NODES, "waiting_expired", "enter"),
-    Row(IP, Tick, SAME, WAITING_FOR_NODES, None, MSG_WAITING, "waiting", "enter"),
+    Row(
+        LIVE,
+        NoSchedulableNodes,
+        to=IP,
+        reason=WAITING_FOR_NODES,
+        event=N,
+        message=MSG_WAITING,
+        guard=within_window,
+        effect=enter,
+    ),
+    Row(
+        LIVE,
+        NoSchedulableNodes,
+        to=F,
+        reason=WORKFLOW_VALIDATION_FAILED,
+        event=W,
+        message=MSG_NO_NODES,
+        effect=enter,
+    ),
+    Row(
+        IP,
+        Tick,
+        to=F,
+        reason=WORKFLOW_VALIDATION_FAILED,
+        event=W,
+        message=MSG_NO_NODES,
+        guard=waiting_expired,
+        effect=enter,
+    ),
+    Row(
+        IP,
+        Tick,
+        to=SAME,
+        reason=WAITING_FOR_NODES,
+        message=MSG_WAITING,
+        guard=waiting,
+        effect=enter,
+    ),
     ignore(LIVE, Tick, "no window open"),
     # Workflows, one category after another
-    ignore(IP, WorkflowCreated, "the category has its Workflow", guard="started"),
-    Row(LIVE, WorkflowCreated, IP, WORKFLOW_CREATED, N, MSG_CREATED, None, "created"),
-    ignore(IP, WorkflowObserved, "not this category's Workflow", guard="other_workflow"),
-    *_finishing(WorkflowObserved),
-    Row(IP, WorkflowObserved, SAME, *RUNNING_ROW, MSG_ADVANCING, "category_succeeded", "report"),
+    ignore(IP, WorkflowCreated, "the category has its Workflow", guard=started),
     Row(
-        IP, WorkflowObserved, SAME, *RUNNING_ROW, MSG_ADVANCING_FAILED, "category_failed", "report"
+        LIVE,
+        WorkflowCreated,
+        to=IP,
+        reason=WORKFLOW_CREATED,
+        event=N,
+        message=MSG_CREATED,
+        effect=created,
     ),
-    Row(IP, WorkflowObserved, SAME, *RUNNING_ROW, MSG_IN_PROGRESS, None, "report"),
+    ignore(IP, WorkflowObserved, "not this category's Workflow", guard=other_workflow),
+    *_finishing(WorkflowObserved),
+    Row(
+        IP,
+        WorkflowObserved,
+        to=SAME,
+        reason=WORKFLOW_RUNNING,
+        message=MSG_ADVANCING,
+        guard=category_succeeded,
+        effect=reported,
+    ),
+    Row(
+        IP,
+        WorkflowObserved,
+        to=SAME,
+        reason=WORKFLOW_RUNNING,
+        message=MSG_ADVANCING_FAILED,
+        guard=category_failed,
+        effect=reported,
+    ),
+    Row(
+        IP,
+        WorkflowObserved,
+        to=SAME,
+        reason=WORKFLOW_RUNNING,
+        message=MSG_IN_PROGRESS,
+        effect=reported,
+    ),
     ignore(NEW, WorkflowObserved, "no Workflow created yet"),
     Row(
         F,
         WorkflowObserved,
-        IP,
-        WORKFLOW_RUNNING,
-        N,
-        MSG_RECOVERED,
-        "recovers",
-        "report",
+        to=IP,
+        reason=WORKFLOW_RUNNING,
+        event=N,
+        message=MSG_RECOVERED,
+        guard=recovers,
+        effect=reported,
         recovery=True,
         note="the one declared exception to terminal absorption",
     ),
     _finishing(WorkflowMissing)[1],  # a missing Workflow fails its category: never all-succeeded
-    Row(IP, WorkflowMissing, SAME, *RUNNING_ROW, MSG_NOT_FOUND, None, "report"),
+    Row(
+        IP,
+        WorkflowMissing,
+        to=SAME,
+        reason=WORKFLOW_RUNNING,
+        message=MSG_NOT_FOUND,
+        effect=reported,
+    ),
     ignore(NEW, WorkflowMissing, "no Workflow created yet"),
     Row(
         LIVE,
         WorkflowCreateRejected,
-        F,
-        WORKFLOW_FAILED,
-        W,
-        MSG_CREATE_REJECTED,
-        None,
-        "rejected",
+        to=F,
+        reason=WORKFLOW_FAILED,
+        event=W,
+        message=MSG_CREATE_REJECTED,
+        effect=rejected,
         note="the action Warning, then the Failed write (2 Warnings)",
         action=Action(WORKFLOW_CREATION_ERROR, W, MSG_CREATE_REJECTED),
     ),
-    Row(LIVE, WorkflowNameCollision, F, WORKFLOW_NAME_COLLISION, W, "{error}", None, "enter"),
-    Row(LIVE, BuildFailed, F, WORKFLOW_VALIDATION_FAILED, W, "{error}", None, "enter"),
+    Row(
+        LIVE,
+        WorkflowNameCollision,
+        to=F,
+        reason=WORKFLOW_NAME_COLLISION,
+        event=W,
+        message="{error}",
+        effect=enter,
+    ),
+    Row(
+        LIVE,
+        BuildFailed,
+        to=F,
+        reason=WORKFLOW_VALIDATION_FAILED,
+        event=W,
+        message="{error}",
+        effect=enter,
+    ),
     action_row(NICResourcesDetected, NIC_RESOURCE_DETECTION, N, MSG_NIC),
     # Terminal: absorbing (Failed has the recovery row above)
     ignore((IP, *TERMINAL), Submitted, STOP),
@@ -473,8 +557,6 @@ TABLE = Table(
     terminal=TERMINAL,
     observations=OBSERVATIONS,
     rows=ROWS,
-    guards=GUARDS,
-    effects=EFFECTS,
     context=("selector", "remaining", "window", "index", "total"),
 )
 

@@ -27,7 +27,7 @@ from .._core.analysis import allow_refused
 from .._core.machine import Verdict, replace
 from .._core.observation import Observation
 from .._core.refs import Condition, EventType
-from .._core.table import SAME, Effect, Guard, Row, Table, ignore
+from .._core.table import SAME, Row, Table, ignore
 from .._core.transition import Flip
 from ._conditions import (
     FAILED,
@@ -45,8 +45,6 @@ from ._conditions import (
     go_duration,
     go_list,
     seconds,
-    stale_generation,
-    stamp_generation,
     with_condition,
 )
 from ._job_records import *  # noqa: F403 (the records are this module's vocabulary)
@@ -130,21 +128,6 @@ def measurement_timed_out(status: JobStatus, obs: Observation) -> bool:
 
 def new_failed_node(status: JobStatus, obs: HardwareFault) -> bool:
     return FailedNode(obs.node, obs.reason) not in status.failed_nodes
-
-
-GUARDS: dict[str, Guard] = {
-    "can_restart": can_restart,
-    "restarting": restarting,
-    "has_message": has_message,
-    "unsupported": unsupported,
-    "stale_generation": stale_generation,
-    "stalled_at_startup": stalled_at_startup,
-    "stalled": stalled,
-    "stalled_can_restart": stalled_can_restart,
-    "awaiting_validation": awaiting_validation,
-    "measurement_timed_out": measurement_timed_out,
-    "new_failed_node": new_failed_node,
-}
 
 
 # -- effects ----------------------------------------------------------------------------------
@@ -267,37 +250,52 @@ def hardware_failed(status: JobStatus, obs: HardwareFault, row: Row) -> JobStatu
     )
 
 
-EFFECTS: dict[str, Effect] = {
-    "submitted": submitted,
-    "generation": stamp_generation,
-    "created": created,
-    "enter": enter,
-    "running": running,
-    "stepped": stepped,
-    "restart": restart,
-    "failed": workload_failed,
-    "succeeded": succeeded,
-    "measured": measured,
-    "measured_validate": measured_validate,
-    "measurement_timeout": measurement_timeout,
-    "hardware_failed": hardware_failed,
-}
-
 N, W = EventType.NORMAL, EventType.WARNING
 IP, S, F = IN_PROGRESS, SUCCEEDED, FAILED
 STOP = "stop guard: a terminal Job is never rewritten"
-RESTARTING = (WORKLOAD_RESTARTING, None, MSG_RESTARTING)
-
 ROWS: tuple[Row, ...] = (
-    Row(NEW, Submitted, SAME, effect="submitted", note="the spec; no condition yet"),
+    Row(NEW, Submitted, to=SAME, effect=submitted, note="the spec; no condition yet"),
     ignore((IP, *TERMINAL), Submitted, "the Job exists; its spec was read already"),
     *SPEC_UPDATED_ROWS,
     # Creation
-    Row(NEW, WorkloadCreated, IP, WORKLOAD_CREATED, N, MSG_CREATED, None, "created"),
-    Row(IP, WorkloadCreated, SAME, WORKLOAD_CREATED, None, MSG_CREATED, "restarting", "created"),
+    Row(
+        NEW,
+        WorkloadCreated,
+        to=IP,
+        reason=WORKLOAD_CREATED,
+        event=N,
+        message=MSG_CREATED,
+        effect=created,
+    ),
+    Row(
+        IP,
+        WorkloadCreated,
+        to=SAME,
+        reason=WORKLOAD_CREATED,
+        message=MSG_CREATED,
+        guard=restarting,
+        effect=created,
+    ),
     ignore(IP, WorkloadCreated, "the workload exists already"),
-    Row(LIVE, BuildFailed, F, WORKLOAD_CREATION_ERROR, W, MSG_UNSUPPORTED, "unsupported", "enter"),
-    Row(LIVE, BuildFailed, F, WORKLOAD_CREATION_ERROR, W, MSG_BUILD_FAILED, None, "enter"),
+    Row(
+        LIVE,
+        BuildFailed,
+        to=F,
+        reason=WORKLOAD_CREATION_ERROR,
+        event=W,
+        message=MSG_UNSUPPORTED,
+        guard=unsupported,
+        effect=enter,
+    ),
+    Row(
+        LIVE,
+        BuildFailed,
+        to=F,
+        reason=WORKLOAD_CREATION_ERROR,
+        event=W,
+        message=MSG_BUILD_FAILED,
+        effect=enter,
+    ),
     action_row(
         CreateRejected,
         WORKLOAD_CREATION_ERROR,
@@ -306,39 +304,123 @@ ROWS: tuple[Row, ...] = (
         note="no write: the error is returned and the reconcile backs off",
     ),
     # The workload, polled
-    Row(IP, WorkloadPending, SAME, WORKLOAD_PENDING, None, MSG_PENDING, None, "enter"),
-    Row(IP, WorkloadRunning, SAME, WORKLOAD_RUNNING, None, MSG_RUNNING, None, "running"),
-    Row(IP, TrainingStepObserved, SAME, effect="stepped", note="resets the stall timer"),
-    Row(IP, WorkloadFailed, SAME, *RESTARTING, "can_restart", "restart"),
-    Row(IP, WorkloadFailed, F, WORKLOAD_FAILED, W, MSG_FAILED_DETAIL, "has_message", "failed"),
-    Row(IP, WorkloadFailed, F, WORKLOAD_FAILED, W, MSG_FAILED, None, "failed"),
-    Row(IP, WorkloadMissing, SAME, *RESTARTING, "can_restart", "restart"),
-    Row(IP, WorkloadMissing, F, WORKLOAD_FAILED, W, MSG_DELETED, None, "enter"),
-    Row(IP, Tick, SAME, *RESTARTING, "stalled_can_restart", "restart"),
-    Row(IP, Tick, F, WORKLOAD_STALLED, W, MSG_STALLED_AT_STARTUP, "stalled_at_startup", "enter"),
-    Row(IP, Tick, F, WORKLOAD_STALLED, W, MSG_STALLED, "stalled", "enter"),
+    Row(IP, WorkloadPending, to=SAME, reason=WORKLOAD_PENDING, message=MSG_PENDING, effect=enter),
+    Row(IP, WorkloadRunning, to=SAME, reason=WORKLOAD_RUNNING, message=MSG_RUNNING, effect=running),
+    Row(IP, TrainingStepObserved, to=SAME, effect=stepped, note="resets the stall timer"),
+    Row(
+        IP,
+        WorkloadFailed,
+        to=SAME,
+        reason=WORKLOAD_RESTARTING,
+        message=MSG_RESTARTING,
+        guard=can_restart,
+        effect=restart,
+    ),
+    Row(
+        IP,
+        WorkloadFailed,
+        to=F,
+        reason=WORKLOAD_FAILED,
+        event=W,
+        message=MSG_FAILED_DETAIL,
+        guard=has_message,
+        effect=workload_failed,
+    ),
+    Row(
+        IP,
+        WorkloadFailed,
+        to=F,
+        reason=WORKLOAD_FAILED,
+        event=W,
+        message=MSG_FAILED,
+        effect=workload_failed,
+    ),
+    Row(
+        IP,
+        WorkloadMissing,
+        to=SAME,
+        reason=WORKLOAD_RESTARTING,
+        message=MSG_RESTARTING,
+        guard=can_restart,
+        effect=restart,
+    ),
+    Row(
+        IP,
+        WorkloadMissing,
+        to=F,
+        reason=WORKLOAD_FAILED,
+        event=W,
+        message=MSG_DELETED,
+        effect=enter,
+    ),
+    Row(
+        IP,
+        Tick,
+        to=SAME,
+        reason=WORKLOAD_RESTARTING,
+        message=MSG_RESTARTING,
+        guard=stalled_can_restart,
+        effect=restart,
+    ),
+    Row(
+        IP,
+        Tick,
+        to=F,
+        reason=WORKLOAD_STALLED,
+        event=W,
+        message=MSG_STALLED_AT_STARTUP,
+        guard=stalled_at_startup,
+        effect=enter,
+    ),
+    Row(
+        IP,
+        Tick,
+        to=F,
+        reason=WORKLOAD_STALLED,
+        event=W,
+        message=MSG_STALLED,
+        guard=stalled,
+        effect=enter,
+    ),
     ignore(IP, Tick, "no stall"),
     ignore(NEW, Tick, "no timer before the workload exists"),
     Row(
         IP,
         WorkloadSucceeded,
-        S,
-        WORKLOAD_COMPLETED,
-        N,
-        MSG_COMPLETED_DETAIL,
-        "has_message",
-        "succeeded",
+        to=S,
+        reason=WORKLOAD_COMPLETED,
+        event=N,
+        message=MSG_COMPLETED_DETAIL,
+        guard=has_message,
+        effect=succeeded,
     ),
-    Row(IP, WorkloadSucceeded, S, WORKLOAD_COMPLETED, N, MSG_COMPLETED, None, "succeeded"),
-    Row(LIVE, TimedOut, F, JOB_TIMED_OUT, W, MSG_TIMED_OUT, None, "enter", note="site 16"),
+    Row(
+        IP,
+        WorkloadSucceeded,
+        to=S,
+        reason=WORKLOAD_COMPLETED,
+        event=N,
+        message=MSG_COMPLETED,
+        effect=succeeded,
+    ),
+    Row(
+        LIVE,
+        TimedOut,
+        to=F,
+        reason=JOB_TIMED_OUT,
+        event=W,
+        message=MSG_TIMED_OUT,
+        effect=enter,
+        note="site 16",
+    ),
     # Verdicts
-    Row(LIVE, HardwareFault, SAME, guard="new_failed_node", effect="hardware_failed"),
+    Row(LIVE, HardwareFault, to=SAME, guard=new_failed_node, effect=hardware_failed),
     ignore(LIVE, HardwareFault, "this (node, reason) pair is recorded already"),
     ignore(TERMINAL, HardwareFault, "checkNodeHealth skips a terminal Job"),
-    Row(LIVE, MeasurementsReported, SAME, effect="measured", note="kept for the verdict"),
-    Row(S, MeasurementsReported, SAME, guard="awaiting_validation", effect="measured_validate"),
+    Row(LIVE, MeasurementsReported, to=SAME, effect=measured, note="kept for the verdict"),
+    Row(S, MeasurementsReported, to=SAME, guard=awaiting_validation, effect=measured_validate),
     ignore(TERMINAL, MeasurementsReported, "no verdict is pending"),
-    Row(S, Tick, SAME, guard="measurement_timed_out", effect="measurement_timeout"),
+    Row(S, Tick, to=SAME, guard=measurement_timed_out, effect=measurement_timeout),
     ignore(TERMINAL, Tick, "no timer runs for a decided Job"),
     action_row(
         MeasurementCreateFailed,
@@ -372,8 +454,6 @@ TABLE = Table(
     terminal=TERMINAL,
     observations=OBSERVATIONS,
     rows=ROWS,
-    guards=GUARDS,
-    effects=EFFECTS,
     context=("workload", "restart", "max_restarts"),
 )
 

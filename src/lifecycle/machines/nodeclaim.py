@@ -18,7 +18,7 @@ from .._core.errors import preview
 from .._core.machine import Machine, evolver
 from .._core.observation import Observation, Tick
 from .._core.refs import EventType, ObjectRef
-from .._core.table import SAME, Effect, Guard, Row, Table, ignore
+from .._core.table import SAME, Guard, Row, Table, ignore
 
 NEW = ""
 PROVISIONING = "Provisioning"
@@ -191,25 +191,18 @@ def pod_exists(status: NodeClaimStatus, obs: PodObserved) -> bool:
     return obs.phase == "Running" or obs.reason == POD_REASON_INITIALIZING
 
 
-def _adopts(phase: str) -> Any:
+def _adopts(phase: str) -> Guard:
     def guard(status: NodeClaimStatus, obs: ClaimAdopted) -> bool:
         return normalize_phase(obs.phase) == phase
 
-    guard.__name__ = f"adopts_{phase.lower()}"
+    guard.__name__ = guard.__qualname__ = f"adopts_{phase.lower()}"
     return guard
 
 
-GUARDS: dict[str, Guard] = {
-    "within_grace": within_grace,
-    "grace_expired": grace_expired,
-    "other_pod": other_pod,
-    "other_pod_within_grace": other_pod_within_grace,
-    "pod_finished": pod_finished,
-    "pod_deleting": pod_deleting,
-    "claim_deleting": claim_deleting,
-    "pod_exists": pod_exists,
-    **{f"adopts_{p.lower()}": _adopts(p) for p in (PROVISIONING, BOUND, TERMINATING, TERMINATED)},
-}
+adopts_provisioning = _adopts(PROVISIONING)
+adopts_bound = _adopts(BOUND)
+adopts_terminating = _adopts(TERMINATING)
+adopts_terminated = _adopts(TERMINATED)
 
 
 # -- effects ----------------------------------------------------------------------------------
@@ -275,14 +268,6 @@ def deletion_noted(status: NodeClaimStatus, obs: Observation, row: Row) -> NodeC
     return _enter(status, obs, row, deleting=True)
 
 
-EFFECTS: dict[str, Effect] = {
-    "created": created,
-    "adopted": adopted,
-    "pod_seen": pod_seen,
-    "absent_noted": absent_noted,
-    "deletion_noted": deletion_noted,
-}
-
 N = EventType.NORMAL
 LIVE = (NEW, PROVISIONING, BOUND, TERMINATING, TERMINATED)
 PHASED = (PROVISIONING, BOUND, TERMINATING, TERMINATED)
@@ -290,157 +275,164 @@ MSG_GONE_NOW = "pod is gone: claim deleted now, no grace (a phase was set)"
 MSG_ORPHAN = "pod never appeared: orphan claim deleted"
 
 
-def _adopts_row(state: str, note: str = "") -> Row:
+def _adopts_row(state: str, guard: Guard, note: str = "") -> Row:
     """An adopted claim enters the phase it was stored in (guard ``adopts_<phase>``); the
     message's ``{phase}`` is the observation's, as stored."""
     return Row(
         NEW,
         ClaimAdopted,
-        state,
-        state,
-        N,
-        "adopted in phase {phase}",
-        guard=f"adopts_{state.lower()}",
-        effect="adopted",
+        to=state,
+        reason=state,
+        event=N,
+        message="adopted in phase {phase}",
+        guard=guard,
+        effect=adopted,
         note=note,
     )
 
 
 ROWS: tuple[Row, ...] = (
-    Row(NEW, ClaimCreated, SAME, effect="created", note="finalizer added; no phase yet"),
+    Row(NEW, ClaimCreated, to=SAME, effect=created, note="finalizer added; no phase yet"),
     ignore(PHASED, ClaimCreated, "the claim exists already"),
-    _adopts_row(PROVISIONING),
-    _adopts_row(BOUND, note="a legacy Initializing phase is read as Bound"),
-    _adopts_row(TERMINATING),
-    _adopts_row(TERMINATED),
-    Row(NEW, ClaimAdopted, SAME, effect="adopted", note="adopted before any phase was set"),
+    _adopts_row(PROVISIONING, adopts_provisioning),
+    _adopts_row(BOUND, adopts_bound, note="a legacy Initializing phase is read as Bound"),
+    _adopts_row(TERMINATING, adopts_terminating),
+    _adopts_row(TERMINATED, adopts_terminated),
+    Row(NEW, ClaimAdopted, to=SAME, effect=adopted, note="adopted before any phase was set"),
     ignore(PHASED, ClaimAdopted, "the claim is known already"),
     # A claim being deleted only tears down (reconcile step 1): it reads its pod no more, and
     # reaches Deleted only when teardown confirms the instance released.
-    ignore(LIVE, PodObserved, "being deleted: only teardown runs", guard="claim_deleting"),
+    ignore(LIVE, PodObserved, "being deleted: only teardown runs", guard=claim_deleting),
     ignore(
         LIVE,
         PodAbsent,
         "being deleted: the finalizer holds until teardown succeeds",
-        guard="claim_deleting",
+        guard=claim_deleting,
     ),
-    ignore((NEW,), Tick, "being deleted: no grace timer, only teardown", guard="claim_deleting"),
+    ignore((NEW,), Tick, "being deleted: no grace timer, only teardown", guard=claim_deleting),
     # The Pod, as committed. A UID mismatch is an absent pod.
     Row(
         NEW,
         PodObserved,
-        SAME,
-        guard="other_pod_within_grace",
-        effect="absent_noted",
+        to=SAME,
+        guard=other_pod_within_grace,
+        effect=absent_noted,
         note="another pod holds the name; the claim is young: wait",
     ),
     Row(
         NEW,
         PodObserved,
-        DELETED,
-        DELETED,
-        N,
-        MSG_ORPHAN,
-        guard="other_pod",
+        to=DELETED,
+        reason=DELETED,
+        event=N,
+        message=MSG_ORPHAN,
+        guard=other_pod,
         note="UID mismatch == absent; the grace window is over",
     ),
     Row(
         PHASED,
         PodObserved,
-        DELETED,
-        DELETED,
-        N,
-        MSG_GONE_NOW,
-        guard="other_pod",
+        to=DELETED,
+        reason=DELETED,
+        event=N,
+        message=MSG_GONE_NOW,
+        guard=other_pod,
         note="UID mismatch == absent: no grace once a phase is set",
     ),
     Row(
         (NEW, PROVISIONING, BOUND, TERMINATING),
         PodObserved,
-        TERMINATED,
-        TERMINATED,
-        N,
-        "pod is {phase}: instance released",
-        guard="pod_finished",
-        effect="pod_seen",
+        to=TERMINATED,
+        reason=TERMINATED,
+        event=N,
+        message="pod is {phase}: instance released",
+        guard=pod_finished,
+        effect=pod_seen,
         note="the claim is not deleted",
     ),
     ignore(TERMINATED, PodObserved, "terminated is held while the claim exists"),
     Row(
         (NEW, PROVISIONING, BOUND),
         PodObserved,
-        TERMINATING,
-        TERMINATING,
-        N,
-        "pod is being deleted",
-        guard="pod_deleting",
-        effect="pod_seen",
+        to=TERMINATING,
+        reason=TERMINATING,
+        event=N,
+        message="pod is being deleted",
+        guard=pod_deleting,
+        effect=pod_seen,
     ),
-    Row(TERMINATING, PodObserved, SAME, effect="pod_seen", note="hold until the pod finishes"),
+    Row(TERMINATING, PodObserved, to=SAME, effect=pod_seen, note="hold until the pod finishes"),
     Row(
         BOUND,
         PodObserved,
-        SAME,
-        effect="pod_seen",
+        to=SAME,
+        effect=pod_seen,
         note="Bound is never downgraded (a flapping pod holds)",
     ),
     Row(
         (NEW, PROVISIONING),
         PodObserved,
-        BOUND,
-        BOUND,
-        N,
-        "pod {reason} on its instance",
-        guard="pod_exists",
-        effect="pod_seen",
+        to=BOUND,
+        reason=BOUND,
+        event=N,
+        message="pod {reason} on its instance",
+        guard=pod_exists,
+        effect=pod_seen,
         note="Running, or booting as Initializing",
     ),
     Row(
         (NEW, PROVISIONING),
         PodObserved,
-        PROVISIONING,
-        PROVISIONING,
-        N,
-        "pod is {phase}/{reason}",
-        effect="pod_seen",
+        to=PROVISIONING,
+        reason=PROVISIONING,
+        event=N,
+        message="pod is {phase}/{reason}",
+        effect=pod_seen,
     ),
     # The Pod is gone.
     Row(
         PHASED,
         PodAbsent,
-        DELETED,
-        DELETED,
-        N,
-        MSG_GONE_NOW,
+        to=DELETED,
+        reason=DELETED,
+        event=N,
+        message=MSG_GONE_NOW,
         note="any phase set: teardown now, no grace (since #60)",
     ),
     Row(
         NEW,
         PodAbsent,
-        SAME,
-        guard="within_grace",
-        effect="absent_noted",
+        to=SAME,
+        guard=within_grace,
+        effect=absent_noted,
         note="a never-observed claim waits out the grace window",
     ),
-    Row(NEW, PodAbsent, DELETED, DELETED, N, MSG_ORPHAN),
+    Row(NEW, PodAbsent, to=DELETED, reason=DELETED, event=N, message=MSG_ORPHAN),
     Row(
         NEW,
         Tick,
-        DELETED,
-        DELETED,
-        N,
-        MSG_ORPHAN,
-        guard="grace_expired",
+        to=DELETED,
+        reason=DELETED,
+        event=N,
+        message=MSG_ORPHAN,
+        guard=grace_expired,
         note="the grace window ran out with the pod still absent",
     ),
     ignore(LIVE, Tick, "only a young, never-observed claim has a timer"),
     # Claim deletion: the finalizer tears the instance down.
-    Row(LIVE, ClaimDeletionRequested, SAME, effect="deletion_noted"),
-    Row(LIVE, TeardownSucceeded, DELETED, DELETED, N, "instance terminated, finalizer released"),
+    Row(LIVE, ClaimDeletionRequested, to=SAME, effect=deletion_noted),
+    Row(
+        LIVE,
+        TeardownSucceeded,
+        to=DELETED,
+        reason=DELETED,
+        event=N,
+        message="instance terminated, finalizer released",
+    ),
     Row(
         LIVE,
         TeardownFailed,
-        SAME,
+        to=SAME,
         message="teardown failed, retrying: {error}",
         note="the finalizer stays; the next reconcile retries",
     ),
@@ -454,8 +446,6 @@ TABLE = Table(
     terminal=(DELETED,),
     observations=OBSERVATIONS,
     rows=ROWS,
-    guards=GUARDS,
-    effects=EFFECTS,
 )
 
 

@@ -26,7 +26,7 @@ from .._core.machine import replace
 from .._core.observation import Observation
 from .._core.redact import redact
 from .._core.refs import EventType, ObjectRef
-from .._core.table import SAME, Effect, Guard, Row, Table, ignore
+from .._core.table import SAME, Row, Table, ignore
 from .._core.transition import Flip
 from . import _groups
 from ._conditions import (
@@ -42,8 +42,6 @@ from ._conditions import (
     ConditionMachine,
     action_row,
     exclusive,
-    stale_generation,
-    stamp_generation,
     with_condition,
 )
 from ._groups import Plan, running
@@ -123,20 +121,6 @@ def dependency_collision(status: WorkflowStatus, obs: DependencyCreateFailed) ->
 
 def job_collision(status: WorkflowStatus, obs: DependencyCreateFailed) -> bool:
     return obs.collision == "job"
-
-
-GUARDS: dict[str, Guard] = {
-    "finishes_succeeded": finishes_succeeded,
-    "finishes_failed": finishes_failed,
-    "finishes_failed_hardware": finishes_failed_hardware,
-    "finishes_failed_validation": finishes_failed_validation,
-    "finishes_iteration": finishes_iteration,
-    "stale_job": stale_job,
-    "group_busy": group_busy,
-    "stale_generation": stale_generation,
-    "dependency": dependency_collision,
-    "job_collision": job_collision,
-}
 
 
 # -- effects ----------------------------------------------------------------------------------
@@ -235,15 +219,6 @@ def advance(status: WorkflowStatus, obs: Observation, row: Row) -> WorkflowStatu
     return result
 
 
-EFFECTS: dict[str, Effect] = {
-    "submitted": submitted,
-    "generation": stamp_generation,
-    "enter": enter,
-    "partitioned": partitioned,
-    "launched": launched,
-    "advance": advance,
-}
-
 N, W = EventType.NORMAL, EventType.WARNING
 IP, S, F = IN_PROGRESS, SUCCEEDED, FAILED
 STOP = "a terminal Workflow returns early: no write, no event"
@@ -252,68 +227,165 @@ STOP = "a terminal Workflow returns early: no write, no event"
 def _outcome_rows(obs: type[Observation]) -> tuple[Row, ...]:
     """The rows a Job report or a Tick can take from InProgress; the first match wins."""
     return (
-        Row(IP, obs, S, JOB_COMPLETED, N, MSG_COMPLETED, "finishes_succeeded", "advance"),
-        Row(IP, obs, F, JOB_HARDWARE_FAILED, W, MSG_FAILED, "finishes_failed_hardware", "advance"),
         Row(
             IP,
             obs,
-            F,
-            JOB_VALIDATION_FAILED,
-            W,
-            MSG_FAILED,
-            "finishes_failed_validation",
-            "advance",
+            to=S,
+            reason=JOB_COMPLETED,
+            event=N,
+            message=MSG_COMPLETED,
+            guard=finishes_succeeded,
+            effect=advance,
+        ),
+        Row(
+            IP,
+            obs,
+            to=F,
+            reason=JOB_HARDWARE_FAILED,
+            event=W,
+            message=MSG_FAILED,
+            guard=finishes_failed_hardware,
+            effect=advance,
+        ),
+        Row(
+            IP,
+            obs,
+            to=F,
+            reason=JOB_VALIDATION_FAILED,
+            event=W,
+            message=MSG_FAILED,
+            guard=finishes_failed_validation,
+            effect=advance,
             note="the Workflow's own ValidationFailed rides on this write (no event)",
         ),
-        Row(IP, obs, F, ITERATIONS_FAILED, W, MSG_FAILED, "finishes_failed", "advance"),
         Row(
-            IP, obs, SAME, ITERATION_COMPLETED, None, MSG_ITERATION, "finishes_iteration", "advance"
+            IP,
+            obs,
+            to=F,
+            reason=ITERATIONS_FAILED,
+            event=W,
+            message=MSG_FAILED,
+            guard=finishes_failed,
+            effect=advance,
         ),
         Row(
             IP,
             obs,
-            SAME,
-            JOB_RUNNING,
-            None,
-            MSG_RUNNING,
-            effect="advance",
+            to=SAME,
+            reason=ITERATION_COMPLETED,
+            message=MSG_ITERATION,
+            guard=finishes_iteration,
+            effect=advance,
+        ),
+        Row(
+            IP,
+            obs,
+            to=SAME,
+            reason=JOB_RUNNING,
+            message=MSG_RUNNING,
+            effect=advance,
             note="groups move (drain, retry, timeout), or nothing changes and nothing is written",
         ),
     )
 
 
 ROWS: tuple[Row, ...] = (
-    Row(NEW, Submitted, SAME, effect="submitted", note="the spec; no condition yet"),
+    Row(NEW, Submitted, to=SAME, effect=submitted, note="the spec; no condition yet"),
     *SPEC_UPDATED_ROWS,
     # Discovery and partitioning (the first pass)
-    Row(NEW, OverridesFailed, F, OVERRIDE_ERROR, W, MSG_OVERRIDE, None, "enter", fallback=True),
-    Row(NEW, CheckpointPVCMissing, F, CHECKPOINT_PVC_MISSING, W, MSG_PVC, None, "enter"),
-    Row(NEW, NodeListFailed, F, NODE_DISCOVERY_ERROR, W, MSG_DISCOVERY, None, "enter"),
-    Row(NEW, NoNodesFound, F, NODE_DISCOVERY_ERROR, W, MSG_NO_NODES, None, "enter"),
-    Row(NEW, PlatformsMixed, F, HETEROGENEOUS_PLATFORM, W, "{error}", None, "enter", fallback=True),
-    Row(NEW, PartitionFailed, F, PARTITION_ERROR, W, "{error}", None, "enter"),
+    Row(
+        NEW,
+        OverridesFailed,
+        to=F,
+        reason=OVERRIDE_ERROR,
+        event=W,
+        message=MSG_OVERRIDE,
+        effect=enter,
+        fallback=True,
+    ),
+    Row(
+        NEW,
+        CheckpointPVCMissing,
+        to=F,
+        reason=CHECKPOINT_PVC_MISSING,
+        event=W,
+        message=MSG_PVC,
+        effect=enter,
+    ),
+    Row(
+        NEW,
+        NodeListFailed,
+        to=F,
+        reason=NODE_DISCOVERY_ERROR,
+        event=W,
+        message=MSG_DISCOVERY,
+        effect=enter,
+    ),
+    Row(
+        NEW,
+        NoNodesFound,
+        to=F,
+        reason=NODE_DISCOVERY_ERROR,
+        event=W,
+        message=MSG_NO_NODES,
+        effect=enter,
+    ),
+    Row(
+        NEW,
+        PlatformsMixed,
+        to=F,
+        reason=HETEROGENEOUS_PLATFORM,
+        event=W,
+        message="{error}",
+        effect=enter,
+        fallback=True,
+    ),
+    Row(
+        NEW, PartitionFailed, to=F, reason=PARTITION_ERROR, event=W, message="{error}", effect=enter
+    ),
     Row(
         LIVE,
         DependencyCreateFailed,
-        F,
-        DEPENDENCY_NAME_COLLISION,
-        W,
-        "{error}",
-        "dependency",
-        "enter",
+        to=F,
+        reason=DEPENDENCY_NAME_COLLISION,
+        event=W,
+        message="{error}",
+        guard=dependency_collision,
+        effect=enter,
     ),
     Row(
-        LIVE, DependencyCreateFailed, F, JOB_NAME_COLLISION, W, "{error}", "job_collision", "enter"
+        LIVE,
+        DependencyCreateFailed,
+        to=F,
+        reason=JOB_NAME_COLLISION,
+        event=W,
+        message="{error}",
+        guard=job_collision,
+        effect=enter,
     ),
     Row(
-        LIVE, DependencyCreateFailed, F, DEPENDENCY_CREATION_ERROR, W, MSG_DEPENDENCY, None, "enter"
+        LIVE,
+        DependencyCreateFailed,
+        to=F,
+        reason=DEPENDENCY_CREATION_ERROR,
+        event=W,
+        message=MSG_DEPENDENCY,
+        effect=enter,
     ),
-    Row(NEW, Partitioned, IP, GROUPS_PARTITIONED, N, MSG_PARTITIONED, None, "partitioned"),
+    Row(
+        NEW,
+        Partitioned,
+        to=IP,
+        reason=GROUPS_PARTITIONED,
+        event=N,
+        message=MSG_PARTITIONED,
+        effect=partitioned,
+    ),
     ignore(IP, Partitioned, "partitioned already"),
     # Jobs
-    ignore(IP, JobLaunched, "the group runs a Job already", guard="group_busy"),
-    Row(IP, JobLaunched, SAME, JOB_CREATED, None, MSG_RUNNING, None, "launched"),
-    ignore(IP, JobObserved, "not the group's current Job", guard="stale_job"),
+    ignore(IP, JobLaunched, "the group runs a Job already", guard=group_busy),
+    Row(IP, JobLaunched, to=SAME, reason=JOB_CREATED, message=MSG_RUNNING, effect=launched),
+    ignore(IP, JobObserved, "not the group's current Job", guard=stale_job),
     *_outcome_rows(JobObserved),
     ignore(NEW, JobObserved, "no groups before partitioning"),
     *_outcome_rows(Tick),
@@ -351,8 +423,6 @@ TABLE = Table(
     terminal=TERMINAL,
     observations=OBSERVATIONS,
     rows=ROWS,
-    guards=GUARDS,
-    effects=EFFECTS,
     context=("iteration", "iterations", "running", "completed", "failed", "hardware_note"),
 )
 

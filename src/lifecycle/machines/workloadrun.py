@@ -27,7 +27,7 @@ from .._core.machine import replace
 from .._core.observation import Observation
 from .._core.redact import redact
 from .._core.refs import Condition, EventType, ObjectRef
-from .._core.table import SAME, Effect, Guard, Row, Table, ignore
+from .._core.table import SAME, Row, Table, ignore
 from .._core.transition import Flip
 from ._conditions import (
     FAILED,
@@ -162,15 +162,6 @@ def workflow_failed_validation(status: WorkloadRunStatus, obs: WorkflowObserved)
     return obs.state == FAILED and obs.reason == JOB_VALIDATION_FAILED
 
 
-GUARDS: dict[str, Guard] = {
-    "already_exists": already_exists,
-    "other_workflow": other_workflow,
-    "workflow_succeeded": workflow_succeeded,
-    "workflow_failed": workflow_failed,
-    "workflow_failed_validation": workflow_failed_validation,
-}
-
-
 # -- effects ----------------------------------------------------------------------------------
 def _enter(
     status: WorkloadRunStatus, obs: Observation, row: Row, **changes: Any
@@ -222,13 +213,6 @@ def finished(status: WorkloadRunStatus, obs: WorkflowObserved, row: Row) -> Work
     return _enter(status, obs, row)
 
 
-EFFECTS: dict[str, Effect] = {
-    "enter": enter,
-    "created": created,
-    "mirror": mirror,
-    "finished": finished,
-}
-
 N, W = EventType.NORMAL, EventType.WARNING
 STOP = "a terminal WorkloadRun returns early: no write, no event"
 
@@ -236,17 +220,25 @@ ROWS: tuple[Row, ...] = (
     Row(
         NEW,
         ExecFrameworkMissing,
-        FAILED,
-        BUILD_FAILED,
-        W,
-        MSG_BUILD_FAILED,
-        effect="enter",
+        to=FAILED,
+        reason=BUILD_FAILED,
+        event=W,
+        message=MSG_BUILD_FAILED,
+        effect=enter,
         fallback=True,
     ),
     ignore((IN_PROGRESS, *TERMINAL), ExecFrameworkMissing, "the build guard runs before create"),
-    Row(NEW, WorkflowCreated, IN_PROGRESS, WORKFLOW_CREATED, N, MSG_CREATED, effect="created"),
+    Row(
+        NEW,
+        WorkflowCreated,
+        to=IN_PROGRESS,
+        reason=WORKFLOW_CREATED,
+        event=N,
+        message=MSG_CREATED,
+        effect=created,
+    ),
     ignore((IN_PROGRESS, *TERMINAL), WorkflowCreated, "the run has its Workflow"),
-    ignore(NEW, WorkflowCreateFailed, "AlreadyExists: requeue", guard="already_exists"),
+    ignore(NEW, WorkflowCreateFailed, "AlreadyExists: requeue", guard=already_exists),
     action_row(
         WorkflowCreateFailed,
         WORKFLOW_CREATION_ERROR,
@@ -256,40 +248,48 @@ ROWS: tuple[Row, ...] = (
         note="no write; the error is returned",
     ),
     ignore((IN_PROGRESS, *TERMINAL), WorkflowCreateFailed, "the run has its Workflow"),
-    ignore(IN_PROGRESS, WorkflowObserved, "not the run's Workflow", guard="other_workflow"),
+    ignore(IN_PROGRESS, WorkflowObserved, "not the run's Workflow", guard=other_workflow),
     Row(
         IN_PROGRESS,
         WorkflowObserved,
-        SUCCEEDED,
-        WORKFLOW_SUCCEEDED,
-        N,
-        MSG_SUCCEEDED,
-        guard="workflow_succeeded",
-        effect="finished",
+        to=SUCCEEDED,
+        reason=WORKFLOW_SUCCEEDED,
+        event=N,
+        message=MSG_SUCCEEDED,
+        guard=workflow_succeeded,
+        effect=finished,
     ),
     Row(
         IN_PROGRESS,
         WorkflowObserved,
-        FAILED,
-        WORKFLOW_VALIDATION_FAILED,
-        W,
-        "{message}",
-        guard="workflow_failed_validation",
-        effect="finished",
+        to=FAILED,
+        reason=WORKFLOW_VALIDATION_FAILED,
+        event=W,
+        message="{message}",
+        guard=workflow_failed_validation,
+        effect=finished,
     ),
     Row(
         IN_PROGRESS,
         WorkflowObserved,
-        FAILED,
-        WORKFLOW_FAILED,
-        W,
-        "{message}",
-        guard="workflow_failed",
-        effect="finished",
+        to=FAILED,
+        reason=WORKFLOW_FAILED,
+        event=W,
+        message="{message}",
+        guard=workflow_failed,
+        effect=finished,
     ),
-    Row(IN_PROGRESS, WorkflowObserved, SAME, effect="mirror", note="mirror fields; no event"),
+    Row(IN_PROGRESS, WorkflowObserved, to=SAME, effect=mirror, note="mirror fields; no event"),
     ignore(NEW, WorkflowObserved, "no workflowRef yet"),
-    Row(IN_PROGRESS, WorkflowGone, FAILED, WORKFLOW_DELETED, W, MSG_DELETED, effect="enter"),
+    Row(
+        IN_PROGRESS,
+        WorkflowGone,
+        to=FAILED,
+        reason=WORKFLOW_DELETED,
+        event=W,
+        message=MSG_DELETED,
+        effect=enter,
+    ),
     ignore(NEW, WorkflowGone, "no workflowRef yet"),
     action_row(
         LogProfileNotFound,
@@ -308,8 +308,6 @@ TABLE = Table(
     terminal=TERMINAL,
     observations=OBSERVATIONS,
     rows=ROWS,
-    guards=GUARDS,
-    effects=EFFECTS,
     context=("name",),
 )
 
