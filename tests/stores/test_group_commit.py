@@ -576,3 +576,25 @@ def test_one_object_twice_in_a_group_commits_once(tmp_path: Path) -> None:
     assert not any(sql.startswith("WITH v") for sql in db.statements)  # one by one
     assert [e.version for e in store.journal(POD, target)] == [1, 2]
     store.close()
+
+
+def test_commit_many_sets_a_large_batch_in_chunks_and_refuses_only_the_conflict(
+    tmp_path: Path,
+) -> None:
+    """``commit_many`` uses the same few-statement compare-and-set, 500 rows a statement."""
+    from lifecycle.stores import CommitItem
+
+    store = SQLiteStore(tmp_path / "m.db")
+    pods = refs(1203)
+    assert create(store, pods[700]) == 1  # stored already: its item conflicts
+    obs = pod.CreateRequested(at=AT)
+    status = POD.apply(POD.initial(pods[0]), obs)
+    db = faulty(store)
+    out = store.commit_many([CommitItem(POD, p, 0, status, obs, ()) for p in pods])
+    assert isinstance(out[700], Conflict)
+    assert [v for i, v in enumerate(out) if i != 700] == [1] * 1202
+    inserts = [sql for sql in db.statements if sql.startswith("INSERT INTO objects")]
+    assert len(inserts) == 3  # 500 + 500 + 203 rows
+    assert [e.version for e in store.journal(POD, pods[700])] == [1]
+    assert stored_version(tmp_path / "m.db", pods[1202].uid) == 1
+    store.close()

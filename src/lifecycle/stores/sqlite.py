@@ -444,33 +444,36 @@ class SQLiteStore:
             slot.outcome = slot.row.expected + 1
 
     def _cas_all(self, db: sqlite3.Connection, rows: list[_Row]) -> set[str] | None:
-        """Every row's compare-and-set in (at most) two statements -- an ``INSERT ... ON
-        CONFLICT DO NOTHING`` of the new objects and an ``UPDATE ... FROM`` of the stored
-        ones, each ``RETURNING`` the uids it wrote -- so a group costs its leader a few calls
-        into SQLite, not one per item. ``None`` (nothing written) when a uid appears twice:
-        the rows then go one by one, in order."""
+        """Every row's compare-and-set in a few statements -- an ``INSERT ... ON CONFLICT DO
+        NOTHING`` of the new objects and an ``UPDATE ... FROM`` of the stored ones, each
+        ``RETURNING`` the uids it wrote, :data:`_CHUNK` rows at a time -- so a group or a
+        batch costs a few calls into SQLite, not one per item. ``None`` (nothing written) when
+        a uid appears twice: the rows then go one by one, in order."""
         if len({row.ref.uid for row in rows}) != len(rows):
             return None
         passed: set[str] = set()
         new = [row for row in rows if row.expected == 0]
         stored = [row for row in rows if row.expected != 0]
-        if new:
+        insert = _INSERT_OBJECT.partition(" VALUES ")[0]
+        for start in range(0, len(new), _CHUNK):
+            part = new[start : start + _CHUNK]
             params: list[Any] = []
-            for row in new:
+            for row in part:
                 ref = row.ref
                 params += (ref.uid, row.machine, ref.kind, ref.namespace, ref.name, row.state,
                            1, row.status, row.schema_version, row.fingerprint)  # fmt: skip
-            values = ",".join(["(?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"] * len(new))
-            sql = f"{_INSERT_OBJECT.partition(' VALUES ')[0]} VALUES {values} " + _NEW_RETURNING
+            values = ",".join(["(?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"] * len(part))
+            sql = f"{insert} VALUES {values} {_NEW_RETURNING}"
             passed.update(uid for (uid,) in db.execute(sql, params).fetchall())
-        if stored:
+        for start in range(0, len(stored), _CHUNK):
+            part = stored[start : start + _CHUNK]
             params = []
-            for row in stored:
+            for row in part:
                 ref = row.ref
                 params += (ref.uid, row.expected, row.machine, ref.kind, ref.namespace, ref.name,
                            row.state, row.expected + 1, row.status, row.schema_version,
                            row.fingerprint)  # fmt: skip
-            values = ",".join(["(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"] * len(stored))
+            values = ",".join(["(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"] * len(part))
             sql = _UPDATE_ALL.format(values=values)
             passed.update(uid for (uid,) in db.execute(sql, params).fetchall())
         return passed
@@ -659,12 +662,17 @@ class SQLiteStore:
                 with self._transaction() as db:
                     journal: list[tuple[Any, ...]] = []
                     outbox: list[tuple[Any, ...]] = []
+                    valid = [row for row in rows if not isinstance(row, StoreError)]
+                    passed = self._cas_all(db, valid)  # every CAS in one or two statements
                     for row in rows:
                         if isinstance(row, StoreError):
                             out.append(row)
                             continue
                         try:
-                            self._cas(db, row)
+                            if passed is None:
+                                self._cas(db, row)
+                            elif row.ref.uid not in passed:
+                                raise self._conflict(row.machine, row.ref, row.expected)
                         except Conflict as e:
                             out.append(e)
                             continue
