@@ -22,18 +22,20 @@ from typing import Any
 PREFIX = "<lifecycle generated "
 
 _lock = threading.Lock()
+#: (owner, source) -> its file name; owner -> how many sources bear its name.
+_files: dict[tuple[str, str], str] = {}
+_owners: dict[str, int] = {}
 
 
-def filename(owner: str, lines: list[str]) -> str:
-    """A linecache file name for ``lines``: ``<lifecycle generated OWNER>``, or with `` #2``
-    and so on when another source already has that name (the same source shares it)."""
-    n = 1
-    while True:
-        name = f"{PREFIX}{owner}{'' if n == 1 else f' #{n}'}>"
-        cached = linecache.cache.get(name)
-        if cached is None or (len(cached) == 4 and cached[2] == lines):
-            return name
-        n += 1
+def filename(owner: str, source: str) -> str:
+    """The linecache file name of ``source``: ``<lifecycle generated OWNER>``, then
+    ``<lifecycle generated OWNER #2>`` and so on for other sources of the same owner (the same
+    source keeps its name, so compiling a machine again adds nothing)."""
+    name = _files.get((owner, source))
+    if name is None:
+        n = _owners[owner] = _owners.get(owner, 0) + 1
+        name = _files[(owner, source)] = f"{PREFIX}{owner}{'' if n == 1 else f' #{n}'}>"
+    return name
 
 
 def compile_function(
@@ -46,12 +48,11 @@ def compile_function(
     :func:`inspect.getsource`. Only names in ``namespace`` are visible to the code."""
     if not source.endswith("\n"):
         source += "\n"
-    lines = source.splitlines(keepends=True)
     with _lock:
-        file = filename(owner, lines)
+        file = filename(owner, source)
         code = compile(source, file, "exec")
         # An entry without a modification time is kept by ``linecache.checkcache``.
-        linecache.cache[file] = (len(source), None, lines, file)
+        linecache.cache[file] = (len(source), None, source.splitlines(keepends=True), file)
     exec(code, namespace)  # the only exec of the library: see the module docstring
     function: Callable[..., Any] = namespace[name]
     return function
