@@ -20,8 +20,8 @@ import yaml  # type: ignore[import-untyped]
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from lifecycle.machines._restore_input import MAX_DEPTH, MAX_FILE_BYTES, MAX_MESSAGE
-from lifecycle.machines._restore_offline import main
+from lifecycle.machines.restore._input import MAX_DEPTH, MAX_FILE_BYTES, MAX_MESSAGE
+from lifecycle.machines.restore._offline import main
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "restore"
 SOAK = os.environ.get("LIFECYCLE_SOAK") == "1"

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from lifecycle.machines._restore_checks import (
+from lifecycle.machines.restore._checks import (
     CHECKS,
     FAIL,
     NA,
@@ -27,7 +27,7 @@ from lifecycle.machines._restore_checks import (
     pair_gpus,
     redact_digest,
 )
-from lifecycle.machines._restore_facts import (
+from lifecycle.machines.restore._facts import (
     IMPL_NAMES,
     STATUS_CODES,
     CudaFacts,
@@ -580,7 +580,7 @@ def _offline(
 ) -> tuple[int, str, str]:
     import io
 
-    from lifecycle.machines._restore_offline import main
+    from lifecycle.machines.restore._offline import main
 
     m, t = tmp_path / "manifest.yaml", tmp_path / "target.yaml"
     m.write_text(manifest_text)

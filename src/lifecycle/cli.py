@@ -866,7 +866,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def cmd_restore_check(args: argparse.Namespace, out: TextIO) -> int:
     """``lifecycle restore check MANIFEST TARGET [...]``: the gate's verdict, offline."""
-    from .machines import _restore_offline
+    from .machines.restore import _offline as _restore_offline
 
     return _restore_offline.main(args.rest, out=out)
 

@@ -1034,7 +1034,7 @@ def test_a_status_write_error_is_redacted() -> None:
 
 
 def test_a_redacted_error_is_one_bounded_line_without_secrets() -> None:
-    from lifecycle.machines._restore_checks import ERROR_MAX, redact_error
+    from lifecycle.machines.restore._checks import ERROR_MAX, redact_error
 
     text = redact_error("token=s3cr3t-value\n" + "word " * 200 + 'claim "a b"')
     assert "\n" not in text

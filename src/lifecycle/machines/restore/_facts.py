@@ -14,8 +14,8 @@ from typing import Any
 
 import attrs
 
-from .._core.errors import preview
-from .._core.refs import ObjectRef
+from ..._core.errors import preview
+from ..._core.refs import ObjectRef
 
 #: The highest ``compat.schemaVersion`` this library understands.
 SUPPORTED_SCHEMA = 1

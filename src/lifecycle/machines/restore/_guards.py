@@ -8,13 +8,13 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any
 
-from .._core.observation import Observation
-from .._core.table import Guard
-from ._restore_checks import FAIL, UNKNOWN, GateReport, evaluate
-from ._restore_facts import (
+from ..._core.observation import Observation
+from ..._core.table import Guard
+from ._checks import FAIL, UNKNOWN, GateReport, evaluate
+from ._facts import (
     TARGET_FACTS_UNAVAILABLE,
 )
-from ._restore_records import (
+from ._records import (
     COMPATIBLE_CONDITION,
     REJECTED,
     RESTORE_INCOMPATIBLE,
@@ -26,7 +26,7 @@ from ._restore_records import (
     RestoreStatus,
     TargetFactsUnavailable,
 )
-from ._restore_records import (
+from ._records import (
     UNKNOWN as UNKNOWN_STATE,
 )
 

@@ -6,11 +6,11 @@ from datetime import datetime
 
 import attrs
 
-from .._core.observation import Observation, Tick
-from .._core.refs import Condition
-from ._quantity import parse_limit
-from ._restore_checks import CheckResult
-from ._restore_facts import (
+from ..._core.observation import Observation, Tick
+from ..._core.refs import Condition
+from .._quantity import parse_limit
+from ._checks import CheckResult
+from ._facts import (
     AttemptKey,
     Gpu,
     GpuPair,

@@ -21,14 +21,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from .._core.analysis import allow_refused
-from .._core.machine import Machine
-from .._core.observation import Observation, Tick
-from .._core.refs import EventType, ObjectRef
-from .._core.table import ANY, SAME, Action, Row, Table, ignore
-from ._quantity import QuantityError, parse_limit, parse_quantity
-from ._restore_checks import CHECKS, RESERVED_IDS, CheckResult, GateReport, evaluate, pair_gpus
-from ._restore_facts import (
+from ..._core.analysis import allow_refused
+from ..._core.machine import Machine
+from ..._core.observation import Observation, Tick
+from ..._core.refs import EventType, ObjectRef
+from ..._core.table import ANY, SAME, Action, Row, Table, ignore
+from .._quantity import QuantityError, parse_limit, parse_quantity
+from ._checks import CHECKS, RESERVED_IDS, CheckResult, GateReport, evaluate, pair_gpus
+from ._facts import (
     IMPL_NAMES,
     STATUS_CODES,
     AttemptKey,
@@ -42,7 +42,7 @@ from ._restore_facts import (
     Volume,
     attempt_ref,
 )
-from ._restore_guards import (
+from ._guards import (
     bypass,
     bypass_reopens,
     bypassed,
@@ -64,7 +64,7 @@ from ._restore_guards import (
     target_first,
     target_unavailable,
 )
-from ._restore_records import (
+from ._records import (
     CLAIMED,
     COMPAT_CHECK_SKIPPED,
     COMPAT_CHECK_STARTED,
@@ -109,7 +109,7 @@ from ._restore_records import (
     StatusWritten,
     TargetFactsUnavailable,
 )
-from ._restore_rules import (
+from ._rules import (
     action_note,
     admit,
     claim_bypassed,

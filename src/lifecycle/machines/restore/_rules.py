@@ -1,4 +1,4 @@
-"""Effects and action notes of the Restore table (``restore.py`` declares the rows).
+"""Effects and action notes of the Restore table (the package ``__init__`` declares the rows).
 
 Every function is pure: it reads the status and the observation, never a clock. A free-text
 error (a provider's, CRIU's, the API server's) reaches the status, its conditions and its
@@ -10,27 +10,27 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any
 
-from .._core.errors import InvalidObservation, preview
-from .._core.machine import replace
-from .._core.observation import Observation
-from .._core.refs import Condition, set_condition
-from .._core.table import SAME, Row
-from ._restore_checks import FAIL, PASS, UNKNOWN, GateReport, redact_error
-from ._restore_facts import (
+from ..._core.errors import InvalidObservation, preview
+from ..._core.machine import replace
+from ..._core.observation import Observation
+from ..._core.refs import Condition, set_condition
+from ..._core.table import SAME, Row
+from ._checks import FAIL, PASS, UNKNOWN, GateReport, redact_error
+from ._facts import (
     COMPAT_CHECK_SKIPPED,
     COMPATIBLE,
     LEGACY_MANIFEST,
     MANIFEST_UNREADABLE,
     TARGET_FACTS_UNAVAILABLE,
 )
-from ._restore_guards import (
+from ._guards import (
     _target_unavailable,
     backoff,
     notice_due,
     report,
     skip_annotation,
 )
-from ._restore_records import (
+from ._records import (
     ARTIFACT_PENDING,
     COMPATIBLE_CONDITION,
     FAILED,
@@ -57,7 +57,7 @@ from ._restore_records import (
     StatusWriteFailed,
     TargetFactsUnavailable,
 )
-from ._restore_records import (
+from ._records import (
     UNKNOWN as UNKNOWN_STATE,
 )
 

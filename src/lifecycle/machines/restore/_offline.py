@@ -16,7 +16,7 @@ missing string fact is unknown, a missing list is empty, an unknown key is refus
     gpus: [{uuid: GPU-..., productName: NVIDIA L4}]
     driverVersion: 580.65.06
 
-Both files are read strictly (:mod:`._restore_input`): bounded in size and nesting, no YAML
+Both files are read strictly (:mod:`._input`): bounded in size and nesting, no YAML
 anchors or aliases, one type per field; a wrong one is named by its path.
 
 Exit codes: 0 compatible, 1 incompatible, 3 unknown, 2 bad input (``FILE: what is wrong``).
@@ -30,9 +30,9 @@ import sys
 from collections.abc import Sequence
 from typing import Any, TextIO
 
-from ._quantity import QuantityError, parse_limit
-from ._restore_checks import FAIL, UNKNOWN, GateReport, evaluate
-from ._restore_facts import (
+from .._quantity import QuantityError, parse_limit
+from ._checks import FAIL, UNKNOWN, GateReport, evaluate
+from ._facts import (
     SUPPORTED_SCHEMA,
     CudaFacts,
     Gpu,
@@ -41,7 +41,7 @@ from ._restore_facts import (
     TargetFacts,
     Volume,
 )
-from ._restore_input import (
+from ._input import (
     MAX_DEPTH,
     MAX_FILE_BYTES,
     MAX_ITEMS,

@@ -15,10 +15,10 @@ from collections.abc import Callable, Iterable, Sequence
 
 import attrs
 
-from .._core.errors import preview
-from .._core.redact import redact
-from ._quantity import QuantityError, parse_limit
-from ._restore_facts import (
+from ..._core.errors import preview
+from ..._core.redact import redact
+from .._quantity import QuantityError, parse_limit
+from ._facts import (
     CPU_ARCH_MISMATCH,
     CPU_LIMIT_INSUFFICIENT,
     DRIVER_BELOW_MINIMUM,

@@ -16,7 +16,7 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
-from .._core.errors import preview
+from ..._core.errors import preview
 
 #: A manifest is a few KiB; anything above this is refused before parsing.
 MAX_FILE_BYTES = 1024 * 1024
