@@ -308,14 +308,8 @@ class WriteProtocol:
         if links is None:
             if not flips:
                 return _write(Write, (after, flips, (), (), ()))
-            transitions = stamp(
-                flips,
-                ref,
-                machine.name,
-                version + 1,
-                observation.at,
-                store_epoch(self.epoch_source),
-            )
+            epoch = "" if self._epochless else store_epoch(self._epoch_source)
+            transitions = stamp(flips, ref, machine.name, version + 1, observation.at, epoch)
             return _write(Write, (after, flips, transitions, (), transitions))
         epoch = "" if self._epochless else store_epoch(self._epoch_source)
         at = observation.at

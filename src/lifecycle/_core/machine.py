@@ -77,6 +77,10 @@ def _unchanged(status: Any, obs: Any) -> Any:
     return status
 
 
+#: The row constants a compiled entry step can hold (see :func:`_enter_step`).
+_CONSTANTS = frozenset({"TARGET", "REASON", "MESSAGE"})
+
+
 def is_record_tuple(tp: object) -> bool:
     """Whether ``tp`` is a ``typing.NamedTuple`` record (the fastest status record: see ADR
     0015); attrs classes are the other kind of status the kernel accepts."""
@@ -132,6 +136,10 @@ def _enter_step(
         "REASON": row.reason,
         "MESSAGE": row.message,
     }
+    if record_tuple and all(values.get(f, "s") in _CONSTANTS for f in fields):
+        # Every field is the row's own constant: the values are one tuple, built once.
+        namespace["VALUES"] = tuple(namespace[values[f]] for f in fields)
+        call = "new(cls, VALUES)"
     # A status of a subclass keeps its class (and its own fields): the generic path.
     source = (
         "def enter(s, o):\n"
@@ -205,6 +213,46 @@ def evolver(cls: type[R]) -> Callable[..., R]:
     return evolve
 
 
+def _bound_apply(machine: Machine[Any]) -> Callable[[Any, Any], Any]:
+    """:meth:`Machine.apply` for ``machine``: its compiled steps, one dict lookup and a call."""
+    steps = machine._steps
+    select = machine.select
+
+    def apply(status: Any, obs: Any) -> Any:
+        step = steps.get((status.state, obs.__class__))
+        if step is None:
+            select(status, obs)  # raises the right error
+            raise AssertionError("unreachable")  # pragma: no cover
+        return step(status, obs)
+
+    apply.__doc__ = Machine.apply.__doc__
+    return apply
+
+
+def _memoised_flips(machine: Machine[Any]) -> Callable[[Any, Any], tuple[Flip, ...]]:
+    """:meth:`Machine.flips` for a machine whose flips depend on (from, to, reason, message)
+    alone: memoised by them (bounded; ``Flip`` records are immutable, sharing is safe)."""
+    memo = machine._flip_memo
+    compute = machine._state_flips
+
+    def flips(before: Any, after: Any) -> tuple[Flip, ...]:
+        source = before.state
+        target = after.state
+        if source == target:
+            return ()
+        key = (source, target, after.reason, after.message)
+        found = memo.get(key)
+        if found is None:
+            found = compute(before, after)
+            if len(memo) >= _FLIP_MEMO_SIZE:
+                memo.clear()
+            memo[key] = found
+        return found
+
+    flips.__doc__ = Machine.flips.__doc__
+    return flips
+
+
 class Machine(Generic[S]):
     """A pure, table-driven lifecycle. Subclasses set the class attributes and ``initial``.
 
@@ -272,6 +320,13 @@ class Machine(Generic[S]):
         # a flip is depends only on (from, to, reason, message) when no verdict is declared.
         self._memoise_flips = not self.verdicts and self._type_by_state and not self._signed
         self.schema = Schema.of(self)
+        # ``apply`` and ``flips`` as plain functions closed over this machine's tables, set on
+        # the instance (no bound method, no attribute lookups per call), unless a subclass
+        # overrides them (ADR 0015).
+        if type(self).apply is Machine.apply:
+            self.__dict__["apply"] = _bound_apply(self)
+        if type(self).flips is Machine.flips and self._memoise_flips:
+            self.__dict__["flips"] = _memoised_flips(self)
 
     def _compile(
         self, key: tuple[str, type[Observation]], rows: tuple[Row, ...]

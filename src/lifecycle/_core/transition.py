@@ -132,6 +132,9 @@ class Transition(NamedTuple):
 
     @property
     def id(self) -> str:
+        known = _IDS.get(id(self))
+        if known is not None and known[0] is self:
+            return known[1]
         if self.action:
             return ""
         if self.fallback:  # two different lost writes at one version must not share an id
@@ -184,6 +187,14 @@ class Transition(NamedTuple):
 #: ``isoformat`` of recent event times (events of one tick share their time).
 _ISO: dict[tuple[datetime, object, int], str] = {}
 
+#: The ids of the transitions the last :func:`stamp` made, by object identity: the store's
+#: commit and the delivery each ask for the id of a new event, and it is built once, when the
+#: event is stamped (ADR 0015). Only the last stamp's are kept (an observation stamps, commits
+#: and delivers before the next stamps); each entry holds its transition, so an ``id()`` is
+#: not reused while its entry is here. Any other transition builds its id when asked.
+_IDS: dict[int, tuple[Transition, str]] = {}
+_new = tuple.__new__
+
 
 def store_epoch(store: object) -> str:
     """The epoch a store stamps its events with (``""`` for a store without epochs; a
@@ -203,21 +214,15 @@ def stamp(
     epoch: str = "",
 ) -> tuple[Transition, ...]:
     """Give each flip its committed version and position (and the store's ``epoch``)."""
-    return tuple(
-        Transition(
-            ref,
-            machine,
-            f.source,
-            f.target,
-            f.reason,
-            f.type,
-            f.message,
-            version,
-            at,
-            n,
-            f.condition,
-            controller=f.controller,
-            epoch=epoch,
-        )
-        for n, f in enumerate(flips)
-    )
+    _IDS.clear()
+    uid = ref.uid
+    out = []
+    for n, f in enumerate(flips):
+        # All sixteen fields in order, in one ``tuple.__new__`` (ADR 0067).
+        t: Transition = _new(Transition, (
+            ref, machine, f.source, f.target, f.reason, f.type, f.message, version, at, n,
+            f.condition, False, f.controller, False, epoch, None,
+        ))  # fmt: skip
+        _IDS[id(t)] = (t, f"{uid}:{version}:{n}@{epoch}" if epoch else f"{uid}:{version}:{n}")
+        out.append(t)
+    return tuple(out)

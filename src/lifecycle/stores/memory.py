@@ -34,17 +34,19 @@ class MemoryStore:
     """Keeps records, journals and the outbox in dicts. Thread-safe; nothing survives exit.
 
     Entries hold references to the (immutable) statuses and observations themselves, so a
-    tracked object costs its status, its journal tuple and nothing else.
+    tracked object costs its record, its status and one journal list, and each journal entry
+    three references in that list (ADR 0015).
     """
 
     def __init__(self, *, journal: bool = True) -> None:
         self._records: dict[str, Record] = {}
-        # Per object, each entry flat: (version, observation, ref, machine, schema,
-        # *transitions) -- ``schema`` the writing machine's Schema (a shared constant) -- a
-        # transition as a tuple of plain values (see ``_pack``). A long journal of many objects
-        # then gives the cyclic garbage collector one object per entry to walk (besides the
-        # observation), not three (ADR 0067).
-        self._journals: dict[str, list[tuple[Any, ...]]] = {}
+        # Per object, one flat list: the version of its first entry, then three items per
+        # entry -- the observation, the writing machine's Schema (a shared constant) and the
+        # entry's transitions packed (see ``_pack``: plain values, shared between entries that
+        # say the same). Versions are consecutive (every commit appends one entry), and the
+        # object and machine are the record's. An entry costs 24 bytes and no object of its
+        # own for the cyclic garbage collector to walk (ADR 0015, ADR 0067).
+        self._journals: dict[str, list[Any]] = {}
         self._outbox: dict[str, Transition] = {}
         self._snapshots: dict[str, Snapshot] = {}
         self._keep_journal = journal
@@ -73,13 +75,17 @@ class MemoryStore:
         # Everything that can fail is done before anything is written.
         version = expected + 1
         name = machine.name
-        entry = None
+        schema = machine.schema
+        uid = ref.uid
         if self._keep_journal:
-            packed = [_pack(t, ref, name, version, observation) for t in transitions]
-            entry = (version, observation, ref, name, machine.schema, *packed)
-        outbox = {t.id: t for t in transitions}
+            packed = _pack(transitions, ref, name, version, observation)
+        if len(transitions) == 1:
+            t = transitions[0]
+            outbox = {t.id: t}
+        else:
+            outbox = {t.id: t for t in transitions}
         with self._lock:
-            current = self._records.get(ref.uid)
+            current = self._records.get(uid)
             if current is None:
                 actual = 0
             else:
@@ -87,18 +93,24 @@ class MemoryStore:
                     check_record(current, name, ref)
                 actual = current.version
             if actual != expected:
-                raise Conflict(ref.uid, expected, actual)
-            self._records[ref.uid] = Record(ref, name, status, version, machine.schema)
-            if entry is not None:
-                self._journals.setdefault(ref.uid, []).append(entry)
-            self._outbox.update(outbox)
+                raise Conflict(uid, expected, actual)
+            self._records[uid] = _record(ref, name, status, version, schema)
+            if self._keep_journal:
+                journal = self._journals.get(uid)
+                if journal is None:
+                    self._journals[uid] = [version, observation, schema, packed]
+                else:
+                    journal += (observation, schema, packed)
+            if outbox:
+                self._outbox.update(outbox)
             return version
 
     def journal(self, machine: Machine[Any], ref: ObjectRef) -> list[JournalEntry]:
         record = self._records.get(ref.uid)
-        if record is not None:
-            check_record(record, machine.name, ref)
-        return [_entry(flat, machine) for flat in self._journals.get(ref.uid, ())]
+        if record is None:
+            return []
+        check_record(record, machine.name, ref)
+        return _entries(self._journals.get(ref.uid, _NONE)[:], record, machine)
 
     def records(self, machine: Machine[Any]) -> Iterator[Record]:
         found = [r for r in self._records.values() if r.machine == machine.name]
@@ -138,10 +150,12 @@ class MemoryStore:
                 if snapshot is None:
                     continue
                 self._snapshots[ref.uid] = attrs.evolve(snapshot, schema=machine.schema)
-                flat = self._journals.get(ref.uid, [])
-                kept = [e for e in flat if e[0] > snapshot.version]
-                dropped += len(flat) - len(kept)
-                self._journals[ref.uid] = kept
+                journal = self._journals.get(ref.uid)
+                if journal is None:
+                    continue
+                gone = max(0, min(snapshot.version - journal[0] + 1, (len(journal) - 1) // 3))
+                dropped += gone
+                self._journals[ref.uid] = [journal[0] + gone, *journal[1 + 3 * gone :]]
         return dropped
 
     # -- schema versions (SchemaStore, ADR 0088) -------------------------------------------
@@ -158,8 +172,8 @@ class MemoryStore:
         with self._lock:
             for uid, record in self._records.items():
                 add(record.machine, "status", record.schema, uid)
-                for flat in self._journals.get(uid, ()):
-                    add(record.machine, "journal", flat[4], uid)
+                for schema in self._journals.get(uid, _NONE)[2::3]:
+                    add(record.machine, "journal", schema, uid)
                 snapshot = self._snapshots.get(uid)
                 if snapshot is not None:
                     add(record.machine, "snapshot", snapshot.schema, uid)
@@ -190,15 +204,18 @@ class MemoryStore:
             uids = [uid for uid, r in self._records.items() if r.machine == name]
         for uid in uids:
             with self._lock:
-                flats = list(self._journals.get(uid, ()))
-                snap = self._snapshots.get(uid)
-            redone = {i: _upgrading(_upcast_flat, machine, flat, uid, flat[0])
-                      for i, flat in enumerate(flats) if _below(flat[4], schema)}  # fmt: skip
-            with self._lock:
                 journal = self._journals.get(uid)
-                for i, flat in redone.items():
-                    if journal is not None and i < len(journal) and journal[i] is flats[i]:
-                        journal[i] = flat
+                read = _NONE if journal is None else journal[:]
+                snap = self._snapshots.get(uid)
+            # per entry below the version: its index in the list, its new observation
+            redone = {i: _upgrading(_upcast_observation, machine, (read[i], read[i + 1]), uid,
+                                    read[0] + (i - 1) // 3)
+                      for i in range(1, len(read), 3) if _below(read[i + 1], schema)}  # fmt: skip
+            with self._lock:
+                same = journal is not None and self._journals.get(uid) is journal
+                for i, observation in redone.items():  # unless compacted or upgraded meanwhile
+                    if journal is not None and same and journal[i] is read[i]:
+                        journal[i], journal[i + 1] = observation, schema
                         entries += 1
                 if snap is not None and _below(snap.schema, schema):
                     status = _upgrading(_upcast_snapshot, machine, snap, uid, snap.version)
@@ -222,22 +239,73 @@ class MemoryStore:
 
 
 _EVENT_TYPES = {t.value: t for t in EventType}
+_NORMAL, _WARNING = EventType.NORMAL, EventType.WARNING
+_NONE: list[Any] = [0]
+#: Packed transitions of recent entries, each kept once: entries that committed the same
+#: flips (most do: a machine's flips are few) share one tuple. Bounded.
+_PACKED: dict[tuple[Any, ...], tuple[Any, ...]] = {}
+_PACKED_SIZE = 4096
 
 
 def _pack(
-    t: Transition, ref: ObjectRef, machine: str, version: int, observation: Observation
-) -> Transition | tuple[Any, ...]:
-    """A committed transition without what its journal entry already says (object, machine,
-    version, time), its type as text: a tuple of plain values, which the garbage collector
-    stops tracking. One that says otherwise is kept whole."""
-    if t.ref is not ref or t.at is not observation.at or t.version != version:
-        return t  # (the runner stamps with these very objects; anything else stays whole)
-    if t.machine != machine or t.action or t.type.__class__ is not EventType:
-        return t
-    if t.intent is not None:  # a cascade intent (ADR 0090) keeps its target
-        return t
-    return (t.source, t.target, t.reason, t.type.value, t.message, t.n, t.condition,
-            t.fallback, t.controller)  # fmt: skip
+    transitions: Sequence[Transition],
+    ref: ObjectRef,
+    machine: str,
+    version: int,
+    observation: Observation,
+) -> tuple[Any, ...]:
+    """An entry's transitions without what the entry already says (object, machine, version,
+    time), each a tuple of plain values with its type as text; the same packed transitions
+    are shared between entries. A transition that says otherwise is kept whole."""
+    if not transitions:
+        return ()
+    out: list[Any] = []
+    whole = False
+    for t in transitions:
+        kind = t.type
+        text = "Normal" if kind is _NORMAL else "Warning" if kind is _WARNING else None
+        if (
+            text is None
+            or t.ref is not ref  # (the runner stamps with these very objects)
+            or t.at is not observation.at
+            or t.version != version
+            or t.machine != machine
+            or t.action
+            or t.intent is not None  # a cascade intent (ADR 0090) keeps its target
+        ):
+            out.append(t)
+            whole = True
+        else:
+            out.append((t.source, t.target, t.reason, text, t.message, t.n, t.condition,
+                        t.fallback, t.controller))  # fmt: skip
+    packed = tuple(out)
+    if whole:
+        return packed
+    shared = _PACKED.get(packed)
+    if shared is None:
+        if len(_PACKED) >= _PACKED_SIZE:
+            _PACKED.clear()
+        shared = _PACKED[packed] = packed
+    return shared
+
+
+#: Builds a :class:`Record` without its ``__init__`` (a frozen attrs class sets each field
+#: through ``object.__setattr__``): the memory store makes one per commit (ADR 0015).
+_RECORD_FIELDS = ("ref", "machine", "status", "version", "schema")
+_set_ref, _set_machine, _set_status, _set_version, _set_schema = (
+    Record.__dict__[name].__set__ for name in _RECORD_FIELDS
+)
+_object_new = object.__new__
+
+
+def _record(ref: ObjectRef, machine: str, status: Any, version: int, schema: Any) -> Record:
+    record: Record = _object_new(Record)
+    _set_ref(record, ref)
+    _set_machine(record, machine)
+    _set_status(record, status)
+    _set_version(record, version)
+    _set_schema(record, schema)
+    return record
 
 
 def _stale(stored: Schema | None, machine: Machine[Any]) -> bool:
@@ -277,7 +345,9 @@ def _upcast_record(machine: Machine[Any], record: Record) -> Record:
     return Record(record.ref, record.machine, status, record.version, machine.schema)
 
 
-def _upcast_observation(machine: Machine[Any], obs: Observation, stored: Schema) -> Observation:
+def _upcast_observation(machine: Machine[Any], entry: tuple[Observation, Schema]) -> Observation:
+    """An entry's observation, written under the entry's schema, as ``machine`` reads it."""
+    obs, stored = entry
     fields = serde.dump(obs)
     fields.pop("at", None)
     name, fields = machine.schema.upcast_observation(
@@ -286,33 +356,34 @@ def _upcast_observation(machine: Machine[Any], obs: Observation, stored: Schema)
     return machine.load_observation(name, obs.at.isoformat(), fields)
 
 
-def _upcast_flat(machine: Machine[Any], flat: tuple[Any, ...]) -> tuple[Any, ...]:
-    observation = _upcast_observation(machine, flat[1], flat[4])
-    return (flat[0], observation, flat[2], flat[3], machine.schema, *flat[5:])
-
-
-def _entry(flat: tuple[Any, ...], machine: Machine[Any] | None = None) -> JournalEntry:
-    version, observation, ref, machine_name, schema = flat[:5]
-    if machine is not None and schema is not machine.schema and _stale(schema, machine):
-        observation = _upcast_observation(machine, observation, schema)
-    transitions = tuple(
-        p
-        if isinstance(p, Transition)
-        else Transition(
-            ref,
-            machine_name,
-            p[0],
-            p[1],
-            p[2],
-            _EVENT_TYPES[p[3]],
-            p[4],
-            version,
-            observation.at,
-            p[5],
-            p[6],
-            p[7],
-            p[8],
+def _entries(journal: list[Any], record: Record, machine: Machine[Any]) -> list[JournalEntry]:
+    """The journal entries of one object's flat list (see ``MemoryStore._journals``)."""
+    ref, name = record.ref, record.machine
+    out = []
+    for k, i in enumerate(range(1, len(journal) - 2, 3)):
+        version = journal[0] + k
+        observation, schema, packed = journal[i], journal[i + 1], journal[i + 2]
+        if schema is not machine.schema and _stale(schema, machine):
+            observation = _upcast_observation(machine, (observation, schema))
+        transitions = tuple(
+            p
+            if isinstance(p, Transition)
+            else Transition(
+                ref,
+                name,
+                p[0],
+                p[1],
+                p[2],
+                _EVENT_TYPES[p[3]],
+                p[4],
+                version,
+                observation.at,
+                p[5],
+                p[6],
+                p[7],
+                p[8],
+            )
+            for p in packed
         )
-        for p in flat[5:]
-    )
-    return JournalEntry(version, observation, transitions)
+        out.append(JournalEntry(version, observation, transitions))
+    return out
