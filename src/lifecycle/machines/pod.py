@@ -30,7 +30,6 @@ from .._core.machine import Machine, evolver
 from .._core.observation import Observation
 from .._core.refs import Condition, EventType, ObjectRef, set_condition
 from .._core.table import ANY, SAME, Row, Table, ignore
-from ._pod_observations import *  # noqa: F403 (the Pod's vocabulary, re-exported)
 from ._pod_observations import (
     OBSERVATIONS,
     ConfigInvalid,
@@ -48,6 +47,55 @@ from ._pod_observations import (
     TerminateFailed,
     TerminateSucceeded,
 )
+
+#: The machine, its table and status, and its observation vocabulary (defined in
+#: ``_pod_observations.py``, importable from here).
+__all__ = [
+    "CONFIG_ERROR",
+    "FAILED",
+    "FAILED_PHASE",
+    "INITIALIZING",
+    "LIVE",
+    "MSG_ALLOCATING",
+    "MSG_AWAITING_READINESS",
+    "MSG_FAILED",
+    "MSG_GONE",
+    "MSG_INITIALIZING",
+    "MSG_PREEMPTED",
+    "MSG_RUNNING",
+    "MSG_TERMINATED",
+    "NEW",
+    "OBSERVATIONS",
+    "PENDING_PHASE",
+    "PLACED",
+    "POD",
+    "PRE_PLACEMENT",
+    "PROVISIONING",
+    "PROVISION_FAILED",
+    "ROWS",
+    "RUNNING",
+    "RUNNING_PHASE",
+    "SUCCEEDED_PHASE",
+    "TABLE",
+    "TERMINAL",
+    "TERMINATED",
+    "ConfigInvalid",
+    "CreateRequested",
+    "DeletionRequested",
+    "InstanceAbsent",
+    "InstanceFailed",
+    "InstancePending",
+    "InstanceRunning",
+    "InstanceTerminated",
+    "InstanceUnknown",
+    "PodMachine",
+    "PodStatus",
+    "ProvisionErrored",
+    "ProvisionRejected",
+    "ProvisionSucceeded",
+    "TerminateFailed",
+    "TerminateSucceeded",
+]
 
 # -- reasons (the Pod's exclusive states) and phases --------------------------------------
 NEW = ""
