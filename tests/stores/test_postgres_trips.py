@@ -1,13 +1,11 @@
-"""The PostgreSQL store's round trips (issue 19): ``Runner.observe`` is a load and a commit --
-the delivered-marks held back ride with the next read -- and ``commit_many`` is one round trip
-for the whole batch. Sessions verify the store's epoch once; an unverified session refreshes
-it and commits without a conflict."""
+"""The PostgreSQL store's round trips (issue 19): a commit is one, ``Runner.observe`` three (load,
+commit, the delivered-mark), and ``commit_many`` one for the whole batch. Sessions verify the
+store's epoch once; an unverified session refreshes it and commits without a conflict."""
 
 from __future__ import annotations
 
 import os
 import tempfile
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
@@ -56,18 +54,13 @@ def round_trips(store: PostgresStore) -> Iterator[Callable[[], int]]:
         os.unlink(path)
 
 
-def outbox_rows(store: PostgresStore) -> int:
-    return int(raw(store, "SELECT count(*) FROM {s}outbox")[0][0])
-
-
-def test_observe_is_a_load_and_a_commit(pg_url: str) -> None:
+def test_observe_is_a_load_a_commit_and_a_mark(pg_url: str) -> None:
     store = PostgresStore(pg_url, pool_size=1)
     emitter = MemoryEmitter()
     runner = Runner(store, [emitter], links=())
     for i in range(6):  # warm: the pool's connection is open, statements are prepared
         assert runner.observe(pod_ref(f"warm{i}"), pod.CreateRequested(at=t(0))).committed
     refs = [pod_ref(f"warm{i}") for i in range(3)]
-    store._marks.delay = 3600.0  # only reads send the held marks: a count that cannot drift
     with round_trips(store) as count:
         for ref in refs:
             result = runner.observe(ref, pod.ProvisionSucceeded(at=t(1), reserved=True,
@@ -75,12 +68,10 @@ def test_observe_is_a_load_and_a_commit(pg_url: str) -> None:
             assert result.committed
             assert result.transitions
         trips = count()
-    assert trips == 2 * len(refs)  # before: 3 each (load, commit, mark)
+    assert trips == 3 * len(refs)  # load, commit (one statement), mark
     assert len(emitter.events) == 6 + len(refs)
-    store.close()  # sends the marks still held
-    other = PostgresStore(pg_url)
-    assert other.undelivered_count() == 0
-    other.close()
+    assert store.undelivered_count() == 0
+    store.close()
 
 
 def test_commit_many_is_one_round_trip(pg_url: str) -> None:
@@ -123,26 +114,6 @@ def test_a_batch_holding_one_object_twice_writes_both_in_order(pg_url: str) -> N
     ]
     assert store.commit_many(batch) == [1, 2]
     assert [e.version for e in store.journal(POD, ref)] == [1, 2]
-    store.close()
-
-
-def test_held_marks_ride_with_the_next_read_and_never_wait_long(pg_url: str) -> None:
-    store = PostgresStore(pg_url, lease_seconds=30)
-    assert store._marks.delay == pytest.approx(0.2)
-    store._marks.delay = 3600.0  # hold them: only a read sends them now
-    runner = Runner(store, [MemoryEmitter()], links=())
-    ref = pod_ref("held")
-    assert runner.observe(ref, pod.CreateRequested(at=t(0))).committed
-    assert outbox_rows(store) == 1  # delivered, the mark held back
-    assert store.load(POD, ref) is not None
-    assert outbox_rows(store) == 0  # sent in front of the load
-    store._marks.delay = 0.05
-    assert runner.observe(ref, pod.ProvisionSucceeded(at=t(1), reserved=True,
-                                                      instance_id="i")).committed  # fmt: skip
-    deadline = time.monotonic() + 5
-    while outbox_rows(store) and time.monotonic() < deadline:
-        time.sleep(0.02)
-    assert outbox_rows(store) == 0  # sent by the marks' thread, no read needed
     store.close()
 
 

@@ -32,7 +32,6 @@ from .._core.schema import SchemaCount, merge_counts
 from .._core.transition import Transition
 from .._log import get_logger
 from . import _pgsql as sql
-from ._pgmarks import MARK_DELAY, HeldMarks
 from ._pgsql import (
     ConnectionPool,
     Landed,
@@ -315,8 +314,6 @@ class PostgresStore(sql.PgSettings):
             synchronous_commit, owner,
         )  # fmt: skip
         self._watchdog = Watchdog(self._call_timeout)
-        #: delivered-marks held back, sent in front of the next read (issue 19, ADR 0062)
-        self._marks = HeldMarks(min(MARK_DELAY, self._lease / 4), self._send_marks)
         conn = _connect(self.target)
         try:
             if migrate:
@@ -508,37 +505,10 @@ class PostgresStore(sql.PgSettings):
         row = conn.execute(self._sql.end_backend, (2000, pid)).fetchone()
         return row is None or bool(row[0])
 
-    # -- marks held back ----------------------------------------------------------------
-    def _read(
-        self, conn: psycopg.Connection[Any], statement: str, params: Any = None
-    ) -> psycopg.Cursor[Any]:
-        """Run a read; the marks held back go in front of it, pipelined: one round trip, one
-        (asynchronously committed) transaction. Marks that fail are held again."""
-        marks = self._marks.take()
-        if not marks:
-            return conn.execute(statement, params)
-        try:
-            with conn.pipeline():
-                conn.execute(self._sql.mark, (marks,))
-                cur = conn.execute(statement, params)
-        except BaseException:
-            self._marks.restore(marks)
-            raise
-        return cur
-
-    def _send_marks(self, ids: list[str]) -> None:
-        """Mark ``ids`` on their own (the marks' thread, ``close``). A failure is logged, as
-        a failed mark always was: those events will be delivered again, under their ids."""
-        try:
-            with self._conn("outbox mark") as conn:
-                conn.execute(self._sql.mark, (ids,))
-        except StoreError as e:
-            _log.warning("could not mark events delivered; they will repeat", error=str(e))
-
     # -- the protocol -------------------------------------------------------------------
     def load(self, machine: Machine[Any], ref: ObjectRef) -> Record | None:
         with self._conn(f"load of {ref.uid}") as conn:
-            row = self._read(conn, self._sql.load, (ref.uid,)).fetchone()
+            row = conn.execute(self._sql.load, (ref.uid,)).fetchone()
             if ref.uid in self._acked:
                 self._check_rewind(conn, ref.uid, None if row is None else int(row[0]))
         if row is None:
@@ -676,24 +646,23 @@ class PostgresStore(sql.PgSettings):
         through one replica at a time, in version order."""
         params = {"me": self.owner, "lease": self._lease, "limit": limit}
         with self._conn("outbox claim") as conn:
-            rows = self._read(conn, self._sql.claim, params).fetchall()
+            rows = conn.execute(self._sql.claim, params).fetchall()
         with self._decoding("outbox"):
             return sql.outbox_from(rows)
 
     def mark_delivered(self, ids: Iterable[str]) -> None:
-        """Mark events delivered: held back and sent in front of this handle's next read --
-        within :data:`~lifecycle.stores._pgmarks.MARK_DELAY` (0.2 s, a quarter of the lease
-        at most) either way, and at :meth:`close`. A mark is not a durable write (ADR 0062):
-        lost, the events are delivered again under their ids."""
-        self._marks.add(ids)
+        done = sorted(set(ids))
+        if not done:
+            return
+        with self._conn("outbox mark") as conn:
+            conn.execute(self._sql.mark, (done,))
 
     def undelivered_count(self) -> int:
         with self._conn("outbox count") as conn:
-            row = self._read(conn, self._sql.undelivered).fetchone()
+            row = conn.execute(self._sql.undelivered).fetchone()
         return 0 if row is None else int(row[0])
 
     def close(self) -> None:
-        self._marks.close()
         self._watchdog.close()
         self._pool.close()
 
@@ -701,7 +670,7 @@ class PostgresStore(sql.PgSettings):
     def load_many(self, items: Sequence[tuple[Machine[Any], ObjectRef]]) -> list[Record | None]:
         uids = list(dict.fromkeys(ref.uid for _, ref in items))
         with self._conn(f"load of {len(uids)} objects") as conn:
-            rows = self._read(conn, self._sql.load_many, (uids,)).fetchall()
+            rows = conn.execute(self._sql.load_many, (uids,)).fetchall()
             found = {row[0]: row for row in rows}
             for uid in uids:
                 if uid in self._acked:
