@@ -127,3 +127,18 @@ def test_the_moved_names_keep_their_public_homes() -> None:
     assert links.claim_ref is _claims.claim_ref
     assert trace.observation_line is trace_lines.observation_line
     assert trace.format_time is trace_lines.format_time
+
+
+def test_only_the_testing_face_and_trace_faults_import_the_test_doubles() -> None:
+    """Test doubles live in the testing package (ADR 0035): the shipped code path never
+    imports them, except :mod:`lifecycle.trace`, whose ``"fault"`` lines are injected
+    through :class:`~lifecycle.testing.FaultyStore`."""
+    allowed = {"lifecycle.testing", "lifecycle.trace"}
+    hits = [
+        f"{path.relative_to(PACKAGE.parent)}:{line}: imports {name}"
+        for path in sorted(PACKAGE.rglob("*.py"))
+        if "_testing" not in path.parts and module_name(path) not in allowed
+        for line, name in imported(path)
+        if name.startswith(("lifecycle._testing", "lifecycle.testing"))
+    ]
+    assert hits == []

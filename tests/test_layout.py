@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import importlib
+import importlib.util
 from pathlib import Path
 
 import pytest
@@ -39,3 +40,15 @@ def test_a_machine_module_still_exports_its_whole_vocabulary(machine: str, vocab
     records = importlib.import_module(f"lifecycle.machines.{vocabulary}")
     assert set(records.__all__) <= set(public.__all__)
     assert all(getattr(public, name) is getattr(records, name) for name in records.__all__)
+
+
+def test_the_test_doubles_live_in_the_testing_package() -> None:
+    """``stores/overlay.py`` once held :class:`FaultyStore` (a test double) beside the dry-run
+    store; the double now lives with the others, the dry-run store under its own name."""
+    from lifecycle import testing
+    from lifecycle.stores import dry_run
+
+    assert testing.FaultyStore.__module__ == "lifecycle._testing.doubles"
+    assert testing.FailingEmitter.__module__ == "lifecycle._testing.doubles"
+    assert dry_run.DryRunStore.__module__ == "lifecycle.stores.dry_run"
+    assert importlib.util.find_spec("lifecycle.stores.overlay") is None

@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from lifecycle.machines.restore import QuantityError, parse_limit, parse_quantity
 from lifecycle.machines.restore._checks import (
     CHECKS,
     FAIL,
@@ -38,7 +39,6 @@ from lifecycle.machines.restore._facts import (
     TargetFacts,
     Volume,
 )
-from lifecycle.machines.restore import QuantityError, parse_limit, parse_quantity
 
 DIGEST = "sha256:" + "ab12" * 16
 OTHER = "sha256:" + "cd34" * 16

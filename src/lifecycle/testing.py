@@ -78,6 +78,7 @@ from ._testing.coverage import RowPath, row_paths
 from ._testing.doubles import (
     FailEmitter,
     FailingEmitter,
+    FaultyStore,
     InjectFault,
     Redeliver,
     Step,
@@ -108,7 +109,6 @@ from ._testing.strategies import (
 )
 from .emitters.memory import MemoryEmitter
 from .stores.memory import MemoryStore
-from .stores.overlay import FaultyStore
 
 __all__ = [
     "EPOCH",

@@ -55,12 +55,13 @@ from ._core.trace_lines import format_time as format_time  # re-exported: public
 from ._core.trace_lines import object_fields as _object
 from ._core.trace_lines import observation_line as observation_line  # re-exported
 from ._core.transition import Transition
+from ._testing.doubles import FAULTS, FaultyStore
 from .emitters.base import Emitter
 from .links import Link, default_links
 from .machines import MachineRegistry, default_registry
 from .runner import Result, RetryPolicy, Runner
 from .stores.base import Store
-from .stores.overlay import FAULTS, FaultyStore, OverlayStore
+from .stores.dry_run import DryRunStore
 
 _KEYS = {"at", "machine", "object", "observe", "with", "fault", "times"}
 
@@ -830,7 +831,7 @@ def check(
     emitted, nothing written): a line the machines refuse raises :class:`TraceError`."""
     machines = machines if machines is not None else default_registry()
     policy = RetryPolicy(backoff=0.0)
-    runner = Runner(OverlayStore(store), (), machines=machines, policy=policy, logger=_SILENT)
+    runner = Runner(DryRunStore(store), (), machines=machines, policy=policy, logger=_SILENT)
     _run(trace, runner, name, logger=_SILENT)
 
 

@@ -34,8 +34,7 @@ from lifecycle.machines.restore import (
     StatusWritten,
     attempt_ref,
 )
-from lifecycle.stores.overlay import FaultyStore
-from lifecycle.testing import check_machine, row_paths
+from lifecycle.testing import FaultyStore, check_machine, row_paths
 from lifecycle.trace import read_trace, replay
 
 from .test_restore import (

@@ -32,7 +32,7 @@ from lifecycle import (
 )
 from lifecycle.machines import nodeclaim as nc
 from lifecycle.machines import pod
-from lifecycle.stores.overlay import FaultyStore
+from lifecycle.testing import FaultyStore
 from lifecycle.trace import FaultLine, read_trace
 
 from .conftest import drop_schema

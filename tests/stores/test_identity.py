@@ -39,8 +39,8 @@ from lifecycle._core.machine import Machine
 from lifecycle._core.transition import stamp
 from lifecycle.machines import JOB, NODECLAIM, POD, nodeclaim, pod
 from lifecycle.stores.base import CommitItem, Record, check_identity
-from lifecycle.stores.overlay import FaultyStore, OverlayStore
-from lifecycle.testing import assert_journal_folds
+from lifecycle.stores.dry_run import DryRunStore
+from lifecycle.testing import FaultyStore, assert_journal_folds
 
 from .helpers import pod_ref, step, t
 
@@ -116,7 +116,7 @@ KINDS = ["memory", "sqlite", "overlay", pytest.param("postgres", marks=pytest.ma
 
 @pytest.fixture(params=KINDS)
 def booted(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
-    """A store holding the Pod. ``overlay``: an OverlayStore over an SQLite store that holds
+    """A store holding the Pod. ``overlay``: a DryRunStore over an SQLite store that holds
     it (the dry run's store); the SQLite file is checked unchanged afterwards too."""
     kind = request.param
     closing: list[Store] = []
@@ -135,7 +135,7 @@ def booted(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
         store = PostgresStore(request.getfixturevalue("pg_url"))
     if base is not None:
         boot(base)
-        store = OverlayStore(base)
+        store = DryRunStore(base)
     else:
         boot(store)
     closing.append(store)
@@ -274,7 +274,7 @@ def test_the_overlay_refuses_an_impostor_of_its_own_writes(tmp_path: Path) -> No
     """Within one dry run: an object first written to the overlay (not in its base) still
     owns its uid."""
     base = SQLiteStore(tmp_path / "empty.db", synchronous="OFF")
-    overlay = OverlayStore(base)
+    overlay = DryRunStore(base)
     boot(overlay)
     before = seen(overlay)
     for machine, ref in IMPOSTORS.values():
@@ -455,7 +455,7 @@ def test_any_differing_identity_is_refused(tmp_path: Path, store_kind: str) -> N
     else:
         store = SQLiteStore(tmp_path / "any.db", synchronous="OFF")
         if store_kind == "overlay":
-            base, store = store, OverlayStore(store)
+            base, store = store, DryRunStore(store)
     boot(base if base is not None else store)
     before = seen(store)
 

@@ -20,9 +20,8 @@ from ..machines import MachineRegistry
 from ..runner import Outcome, Result, RetryPolicy, Runner
 from ..stores.base import Store, fold_from, journal_start
 from ..stores.memory import MemoryStore
-from ..stores.overlay import FaultyStore
 from .coverage import RowPath, row_paths
-from .doubles import FailEmitter, FailingEmitter, InjectFault, Redeliver, Step
+from .doubles import FailEmitter, FailingEmitter, FaultyStore, InjectFault, Redeliver, Step
 from .strategies import Samples, default_ref, scenarios
 
 

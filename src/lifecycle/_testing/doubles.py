@@ -1,18 +1,85 @@
-"""Test doubles and scenario steps: a failing emitter, per-call SQLite files, fault steps."""
+"""Test doubles and scenario steps: a store that fails on demand, a failing emitter, per-call
+SQLite files, fault steps."""
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
 import attrs
 
+from .._core.errors import Conflict, StoreError
+from .._core.machine import Machine
 from .._core.observation import Observation
+from .._core.refs import ObjectRef
 from .._core.transition import Transition
 from ..emitters.memory import MemoryEmitter
+from ..stores.base import JournalEntry, Record, Store
 from ..stores.sqlite import SQLiteStore, Synchronous
+
+# -- a store that fails on demand ------------------------------------------------------------
+Fault = Literal["conflict", "write-error"]
+FAULTS: tuple[Fault, ...] = ("conflict", "write-error")
+
+
+class FaultyStore:
+    """Wraps a store; :meth:`inject` makes the next ``times`` commits of one object fail.
+
+    ``conflict`` raises :class:`~lifecycle.Conflict` (as if another writer got there first),
+    ``write-error`` raises :class:`~lifecycle.StoreError`. Nothing is written on a fault.
+    """
+
+    def __init__(self, inner: Store) -> None:
+        self.inner = inner
+        self._faults: dict[str, list[Fault]] = {}
+
+    def inject(self, uid: str, fault: Fault, times: int = 1) -> None:
+        if fault not in FAULTS:
+            raise ValueError(f"unknown fault {fault!r}; known: {', '.join(FAULTS)}")
+        if times < 1:
+            raise ValueError(f"times must be at least 1, got {times}")
+        self._faults.setdefault(uid, []).extend([fault] * times)
+
+    def pending_faults(self, uid: str) -> int:
+        return len(self._faults.get(uid, ()))
+
+    def load(self, machine: Machine[Any], ref: ObjectRef) -> Record | None:
+        return self.inner.load(machine, ref)
+
+    def commit(
+        self,
+        machine: Machine[Any],
+        ref: ObjectRef,
+        expected: int,
+        status: Any,
+        observation: Observation,
+        transitions: Sequence[Transition],
+    ) -> int:
+        queue = self._faults.get(ref.uid)
+        if queue:
+            self.inner.load(machine, ref)  # an impostor is refused as such, not as a fault
+            fault = queue.pop(0)
+            if fault == "conflict":
+                raise Conflict(ref.uid, expected, None)
+            raise StoreError(f"injected write error on {ref.uid}")
+        return self.inner.commit(machine, ref, expected, status, observation, transitions)
+
+    def journal(self, machine: Machine[Any], ref: ObjectRef) -> list[JournalEntry]:
+        return self.inner.journal(machine, ref)
+
+    def records(self, machine: Machine[Any]) -> Iterator[Record]:
+        return self.inner.records(machine)
+
+    def claim_undelivered(self, limit: int = 1000) -> list[Transition]:
+        return self.inner.claim_undelivered(limit)
+
+    def mark_delivered(self, ids: Iterable[str]) -> None:
+        self.inner.mark_delivered(ids)
+
+    def close(self) -> None:
+        self.inner.close()
 
 
 # -- steps beside observations ----------------------------------------------------------------
@@ -20,7 +87,7 @@ from ..stores.sqlite import SQLiteStore, Synchronous
 class InjectFault:
     """The next ``times`` commits of the object fail with ``kind`` (see :class:`FaultyStore`)."""
 
-    kind: Literal["conflict", "write-error"]
+    kind: Fault
     times: int = 1
 
 
