@@ -2,14 +2,14 @@
 marked ``xfail(strict=True)`` with where the fix belongs; when the fix lands the test passes,
 strict xfail turns that into a failure, and the mark is to be removed.
 
-- the CLI (``cli.py``): a refused ``memory://`` replay prints the log lines of the writes it
-  made before the refused line, so exit 2 comes with more than one line on stderr;
 - the SQLite store (``stores/sqlite.py``): an integer beyond 64 bits escapes as
   ``OverflowError``; and a restored backup (a lost history) hands out the same event ids
   again, for different events, where PostgreSQL starts a new epoch (ADR 0068).
 
 Fixed since, and kept here as plain tests: ``observe_many`` given items that are not
-``(ref, observation)`` pairs is refused with a LifecycleError naming the item.
+``(ref, observation)`` pairs is refused with a LifecycleError naming the item; a refused
+``memory://`` replay says one line on stderr (it holds the library's log records back with
+its output, ``cli.py``).
 """
 
 from __future__ import annotations
@@ -46,13 +46,6 @@ FAULT_THEN_BAD_LINE = (
 )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="cli.py: a memory:// replay runs once and holds its output back, but not the "
-    "library's log records, which go to stderr as they happen (here 'status write failed' "
-    "for the injected fault) -- hold them back with the output, or log the replay's "
-    "injected failures through a silent logger as the dry run does",
-)
 def test_a_refused_memory_replay_says_one_line_on_stderr(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -53,6 +53,7 @@ import orjson
 
 from ._cli_check import add_check_command
 from ._cli_db import STORE_HELP, add_db_commands
+from ._cli_spool import LogStream, Spool
 from ._core.errors import LifecycleError, TraceError, UnknownMachine, preview
 from ._core.machine import Machine
 from ._core.redact import redact
@@ -334,8 +335,11 @@ def _replay(
     done = 0
     observed = failed = unplanned = 0  # observation lines; failed writes; those not injected
     seen: dict[str, ObjectRef] = {}
-    # The output of a throwaway replay is held (as UTF-8) until every line was accepted.
-    held = bytearray()
+    # The output of a throwaway replay is held (as UTF-8) until every line was accepted, and
+    # so are the library's log records: in memory up to a limit, then in a temporary file.
+    held = Spool()
+    memory, limit_held, spill = held.memory, held.limit, held.spill
+    logs = Spool() if throwaway else None
 
     def write(text: str) -> None:
         if shared_terminal:
@@ -346,7 +350,9 @@ def _replay(
         if capture is not None:
             capture.append(line)
         elif throwaway:
-            held.extend(line)
+            memory.extend(line)
+            if len(memory) > limit_held:
+                spill()
         else:
             write(line.decode())
 
@@ -429,6 +435,7 @@ def _replay(
         if update is not None:
             update(done)
 
+    _LOGS.held = logs
     try:
         if not throwaway and not new_file:  # (a new file's trace was checked above)
             check(trace, store, name=args.trace, machines=machines)
@@ -467,10 +474,13 @@ def _replay(
             else:
                 for row in rows:
                     emit(_json_line(_event_row(row)))
+        if logs is not None:  # every line was accepted: what the library logged, then
+            _LOGS.held = None
+            logs.copy_to(sys.stderr)
         if throwaway and capture is None:
             if table:
                 out.write(header(done))
-            out.write(held.decode())
+            held.copy_to(out)
         if args.final_status:
             if capture is not None:
                 _final_statuses(store, machines, seen, capture.append)
@@ -483,6 +493,10 @@ def _replay(
                 summary += f" ({unplanned} not injected by the trace)"
             out.write(summary + "\n")
     finally:
+        _LOGS.held = None
+        held.close()
+        if logs is not None:
+            logs.close()
         store.close()
     if unplanned:
         print(
@@ -876,8 +890,13 @@ def _logs_to_stderr() -> Iterator[None]:
     """The library's log records on stderr, one line each, while a command runs (WARNING and
     up; DEBUG with ``LIFECYCLE_DEBUG=1``), so ``--format jsonl`` stdout stays pure JSON; the
     ``lifecycle`` logger is restored afterwards (ADR 0098)."""
-    with logs_to(sys.stderr, debug=os.environ.get("LIFECYCLE_DEBUG", "") not in ("", "0")):
+    debug = os.environ.get("LIFECYCLE_DEBUG", "") not in ("", "0")
+    with logs_to(typing.cast(TextIO, _LOGS), debug=debug):
         yield
+
+
+#: The stream of the library's log records (stderr; held back by a ``memory://`` replay).
+_LOGS = LogStream()
 
 
 def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
