@@ -23,9 +23,9 @@ from lifecycle import (
     SchemaRefused,
     SQLiteStore,
     Table,
-    Upcaster,
     ignore,
 )
+from lifecycle.tables import Upcaster
 
 
 @attrs.frozen

@@ -10,8 +10,9 @@ import tempfile
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from lifecycle import MemoryEmitter, ObjectRef, Runner, SQLiteStore, placed
+from lifecycle import MemoryEmitter, ObjectRef, Runner, SQLiteStore
 from lifecycle.machines import pod as p
+from lifecycle.machines.nodeclaim import placed
 
 
 def main() -> list[str]:

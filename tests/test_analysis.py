@@ -19,8 +19,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from lifecycle import (
-    ANY,
-    SAME,
     EventType,
     InvalidTransition,
     Machine,
@@ -52,6 +50,7 @@ from lifecycle.analysis import (
 from lifecycle.cli import main
 from lifecycle.links import default_links
 from lifecycle.machines import default_registry
+from lifecycle.tables import ANY, SAME
 
 from .conftest import t
 

@@ -9,10 +9,11 @@ from typing import Any
 
 import pytest
 
-from lifecycle import ANY, SAME, Machine, default_registry
+from lifecycle import Machine, default_registry
 from lifecycle._diagram import EMPTY, build, diagram, state_ids
 from lifecycle.cli import main
 from lifecycle.machines import CERTIFICATION, JOB, POD, RESTORE
+from lifecycle.tables import ANY, SAME
 
 MACHINES = list(default_registry().values())
 IDS = [m.name for m in MACHINES]

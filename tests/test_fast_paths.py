@@ -190,7 +190,7 @@ def test_fields_named_like_the_generated_code_still_copy() -> None:
 
 
 def test_replace_takes_a_change_named_status() -> None:
-    from lifecycle import Condition
+    from lifecycle.tables import Condition
 
     ready = Condition("Ready", "True", "", "", AT)
     assert replace(ready, status="False").status == "False"

@@ -13,17 +13,12 @@ from typing import Any, ClassVar
 import attrs
 import pytest
 
-from lifecycle import (
-    Condition,
-    Machine,
-    MemoryStore,
-    default_registry,
-    kubernetes_status,
-)
+from lifecycle import Machine, MemoryStore, default_registry, kubernetes_status
 from lifecycle._k8s_status import kubernetes_condition, kubernetes_time
 from lifecycle.machines.pod import PodStatus
 from lifecycle.machines.workflow import WorkflowMachine
 from lifecycle.runner import Result
+from lifecycle.tables import Condition
 from lifecycle.trace import read_trace, replay
 
 client = pytest.importorskip("kubernetes.client")

@@ -52,3 +52,62 @@ def test_the_test_doubles_live_in_the_testing_package() -> None:
     assert testing.FailingEmitter.__module__ == "lifecycle._testing.doubles"
     assert dry_run.DryRunStore.__module__ == "lifecycle.stores.dry_run"
     assert importlib.util.find_spec("lifecycle.stores.overlay") is None
+
+
+#: The top-level face, by what it is for (ADR 0035).
+FACE = {
+    # running machines
+    *("Runner", "AsyncRunner", "Result", "Outcome", "RetryPolicy", "Dispatcher", "Link"),
+    *("MachineRegistry", "default_registry", "kubernetes_status"),
+    # stores and emitters
+    *("Store", "Record", "JournalEntry", "MemoryStore", "SQLiteStore", "open_store"),
+    *("AsyncStore", "ThreadedStore", "open_async_store"),
+    *("Emitter", "MemoryEmitter", "LogEmitter"),
+    # what a host reads and writes
+    *("ObjectRef", "Observation", "Tick", "Transition", "EventType"),
+    *("Machine", "Row", "Table", "ignore"),
+    # the errors
+    *("LifecycleError", "InvalidObservation", "InvalidTransition", "InvalidReference"),
+    *("StoreError", "Conflict", "CommitUnknown", "IdentityMismatch", "TableError"),
+    *("TraceError", "UnknownMachine", "UnknownObservation", "UnknownSchema", "SchemaRefused"),
+}
+
+
+def test_the_top_level_face_is_small_and_declared() -> None:
+    """55 names had crept onto the face; table-authoring names live in
+    :mod:`lifecycle.tables`, the NodePool projection with the NodeClaim machine."""
+    import lifecycle
+
+    assert set(lifecycle.__all__) == FACE
+    assert all(getattr(lifecycle, name) is not None for name in lifecycle.__all__)
+    assert lifecycle.__version__
+
+
+@pytest.mark.parametrize(
+    "name", ["ANY", "SAME", "Action", "Flip", "Verdict", "Condition", "Schema", "Upcaster"]
+)
+def test_table_authoring_names_live_one_level_down(name: str) -> None:
+    import lifecycle
+    from lifecycle import tables
+
+    assert name in tables.__all__
+    assert name not in lifecycle.__all__
+    assert not hasattr(lifecycle, name)
+
+
+def test_the_placed_projection_lives_with_the_nodeclaim_machine() -> None:
+    """``projections.py`` was one function exported at the top level."""
+    import lifecycle
+    from lifecycle.machines import nodeclaim
+
+    assert callable(nodeclaim.placed)
+    assert not hasattr(lifecycle, "placed")
+    assert importlib.util.find_spec("lifecycle.projections") is None
+
+
+def test_the_table_authoring_face_imports_only_the_kernel() -> None:
+    from tests.test_import_direction import imported
+
+    names = {name for _, name in imported(PACKAGE / "tables.py")}
+    assert names
+    assert all(name.startswith("lifecycle._core") for name in names)

@@ -29,8 +29,6 @@ from transitions import Machine as Oracle
 from transitions import MachineError
 
 from lifecycle import (
-    ANY,
-    SAME,
     InvalidObservation,
     InvalidTransition,
     LifecycleError,
@@ -40,6 +38,7 @@ from lifecycle import (
 )
 from lifecycle.machines import CERTIFICATION, JOB, NODECLAIM, POD, RESTORE, WORKFLOW, WORKLOADRUN
 from lifecycle.machines.pod import PROVISIONING, RUNNING, CreateRequested
+from lifecycle.tables import ANY, SAME
 from lifecycle.testing import EPOCH, default_ref, observation_sequences, row_paths
 
 from .machines.test_restore_runner import SAMPLES as RESTORE_SAMPLES

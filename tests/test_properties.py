@@ -17,9 +17,7 @@ from hypothesis import HealthCheck, Phase, given
 from hypothesis import strategies as st
 
 from lifecycle import (
-    Condition,
     EventType,
-    Flip,
     LifecycleError,
     Machine,
     ObjectRef,
@@ -28,12 +26,12 @@ from lifecycle import (
     StoreError,
     Table,
     Tick,
-    Verdict,
     ignore,
 )
 from lifecycle.machines import NODECLAIM, POD, NodeClaimMachine, PodMachine, pod
 from lifecycle.machines import nodeclaim as nc
 from lifecycle.stores.base import Store
+from lifecycle.tables import Condition, Flip, Verdict
 from lifecycle.testing import (
     EPOCH,
     Checker,

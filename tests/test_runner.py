@@ -579,7 +579,8 @@ def test_a_cascade_target_whose_write_failed_catches_up_without_resync() -> None
 
 def test_a_machine_that_overrides_actions_gets_them_sent() -> None:
     """Action events may come from an ``actions`` override, not only from table rows."""
-    from lifecycle import Flip, MachineRegistry
+    from lifecycle import MachineRegistry
+    from lifecycle.tables import Flip
 
     class NoisyPod(pod.PodMachine):
         def actions(self, status: Any, obs: Observation) -> tuple[Flip, ...]:

@@ -43,12 +43,12 @@ from lifecycle import (
     Table,
     TableError,
     UnknownSchema,
-    Upcaster,
     ignore,
 )
 from lifecycle._core.schema import fingerprint, review
 from lifecycle.cli import main
 from lifecycle.stores.base import fold_problem
+from lifecycle.tables import Upcaster
 
 from .stores.conftest import drop_schema, pg_server
 from .stores.pg import PgServer

@@ -11,8 +11,6 @@ import attrs
 import pytest
 
 from lifecycle import (
-    ANY,
-    SAME,
     EventType,
     InvalidTransition,
     Machine,
@@ -28,6 +26,7 @@ from lifecycle import (
 )
 from lifecycle._core.table import name_of
 from lifecycle.machines import default_registry
+from lifecycle.tables import ANY, SAME
 
 from .conftest import t
 

@@ -1,7 +1,11 @@
 """lifecycle: explicit, event-sourced lifecycle state machines for cloud and Kubernetes
 controllers, emitting deduplicated, flip-only transition events after each successful write.
 
-The public face is curated here; everything else is private to the package.
+The public face is curated here (ADR 0035): the runners, the stores, the emitters, the
+errors, and the vocabulary a host reads and writes (references, observations, transitions,
+machines and their tables). What only a table author needs is in :mod:`lifecycle.tables`;
+each shipped machine's vocabulary in ``lifecycle.machines.<name>``; test doubles and the
+property suite in :mod:`lifecycle.testing`. Everything else is private to the package.
 """
 
 import logging
@@ -23,19 +27,17 @@ from ._core.errors import (
     UnknownObservation,
     UnknownSchema,
 )
-from ._core.machine import Machine, Verdict
+from ._core.machine import Machine
 from ._core.observation import Observation, Tick
-from ._core.refs import Condition, EventType, ObjectRef
-from ._core.schema import Schema, Upcaster
-from ._core.table import ANY, SAME, Action, Row, Table, ignore
-from ._core.transition import Flip, Transition
+from ._core.refs import EventType, ObjectRef
+from ._core.table import Row, Table, ignore
+from ._core.transition import Transition
 from ._k8s_status import kubernetes_status
 from ._version import __version__ as __version__
 from .dispatch import Dispatcher
 from .emitters import Emitter, LogEmitter, MemoryEmitter
 from .links import Link
 from .machines import MachineRegistry, default_registry
-from .projections import placed
 from .runner import Outcome, Result, RetryPolicy, Runner
 from .stores import JournalEntry, MemoryStore, Record, SQLiteStore, Store, open_store
 
@@ -59,18 +61,13 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
-    "ANY",
-    "SAME",
-    "Action",
     "AsyncRunner",
     "AsyncStore",
     "CommitUnknown",
-    "Condition",
     "Conflict",
     "Dispatcher",
     "Emitter",
     "EventType",
-    "Flip",
     "IdentityMismatch",
     "InvalidObservation",
     "InvalidReference",
@@ -92,7 +89,6 @@ __all__ = [
     "Row",
     "Runner",
     "SQLiteStore",
-    "Schema",
     "SchemaRefused",
     "Store",
     "StoreError",
@@ -105,12 +101,9 @@ __all__ = [
     "UnknownMachine",
     "UnknownObservation",
     "UnknownSchema",
-    "Upcaster",
-    "Verdict",
     "default_registry",
     "ignore",
     "kubernetes_status",
     "open_async_store",
     "open_store",
-    "placed",
 ]

@@ -10,7 +10,6 @@ import attrs
 import pytest
 
 from lifecycle import (
-    Condition,
     Conflict,
     EventType,
     InvalidObservation,
@@ -44,6 +43,7 @@ from lifecycle.machines.job import (
     WorkloadRunning,
     WorkloadSucceeded,
 )
+from lifecycle.tables import Condition
 from tests.conftest import t
 
 from .rowcases import Case, assert_every_row, assert_every_row_has_an_effect, fold, run

@@ -14,18 +14,7 @@ from typing import Any
 import attrs
 import pytest
 
-import lifecycle
-from lifecycle import (
-    EventType,
-    Flip,
-    MemoryEmitter,
-    ObjectRef,
-    Observation,
-    Outcome,
-    Runner,
-    Store,
-    Tick,
-)
+from lifecycle import EventType, MemoryEmitter, ObjectRef, Observation, Outcome, Runner, Store, Tick
 from lifecycle.machines import nodeclaim, pod
 from lifecycle.machines.nodeclaim import (
     BOUND,
@@ -47,7 +36,9 @@ from lifecycle.machines.nodeclaim import (
     TeardownFailed,
     TeardownSucceeded,
     claim_name,
+    placed,
 )
+from lifecycle.tables import Flip
 from tests.conftest import pod_ref, t
 
 N = EventType.NORMAL
@@ -715,7 +706,7 @@ def test_unchanged_pod_feeds_nothing_to_its_claim(runner: Runner, emitter: Memor
 
 # -- the NodePool placed projection -----------------------------------------------------------
 def test_placed_counts_bound_claims_per_provider(runner: Runner, store: Store) -> None:
-    assert lifecycle.placed(store, "gpu") == {}
+    assert placed(store, "gpu") == {}
     pods = {
         "a": ("gpu", "modal", True),  # Running
         "b": ("gpu", "modal", False),  # booting (Initializing): counts
@@ -732,14 +723,14 @@ def test_placed_counts_bound_claims_per_provider(runner: Runner, store: Store) -
     runner.observe(held, pod.CreateRequested(at=t(0), pool="gpu", provider="modal"))
     runner.observe(held, pod.ProvisionSucceeded(at=t(1), reserved=False, instance_id="e"))
 
-    assert lifecycle.placed(store, "gpu") == {"modal": 2, "aws": 1}
-    assert lifecycle.placed(store, "cpu") == {"aws": 1}
-    assert lifecycle.placed(store) == {"modal": 2, "aws": 2}
-    assert lifecycle.placed(store, "none") == {}
+    assert placed(store, "gpu") == {"modal": 2, "aws": 1}
+    assert placed(store, "cpu") == {"aws": 1}
+    assert placed(store) == {"modal": 2, "aws": 2}
+    assert placed(store, "none") == {}
 
     for name in ("a", "b", "c"):
         runner.observe(pod_ref(name, f"pod-{name}"), pod.InstanceAbsent(at=t(30)))
-    assert lifecycle.placed(store, "gpu") == {}
+    assert placed(store, "gpu") == {}
 
 
 def test_placed_reads_a_stored_legacy_claim_as_bound(store: Store) -> None:
@@ -748,4 +739,4 @@ def test_placed_reads_a_stored_legacy_claim_as_bound(store: Store) -> None:
         {"state": "Initializing", "pool": "gpu", "provider": "aws", "pod_uid": "old"}
     )
     store.commit(NODECLAIM, ref, 0, legacy, ClaimAdopted(at=t(0), phase="Initializing"), ())
-    assert lifecycle.placed(store, "gpu") == {"aws": 1}
+    assert placed(store, "gpu") == {"aws": 1}

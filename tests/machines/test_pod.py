@@ -15,7 +15,7 @@ from typing import Any
 import attrs
 import pytest
 
-from lifecycle import Condition, EventType, Flip, InvalidTransition, Observation
+from lifecycle import EventType, InvalidTransition, Observation
 from lifecycle.machines import pod
 from lifecycle.machines.pod import (
     CONFIG_ERROR,
@@ -50,6 +50,7 @@ from lifecycle.machines.pod import (
     TerminateFailed,
     TerminateSucceeded,
 )
+from lifecycle.tables import Condition, Flip
 from tests.conftest import t
 
 N, W = EventType.NORMAL, EventType.WARNING

@@ -281,7 +281,7 @@ class Machine(Generic[S]):
     #: the status, the observations or the states change, and declare how older records read
     #: in ``upcasters`` (ADR 0088).
     schema_version: ClassVar[int] = 1
-    #: Per older version N, the :class:`~lifecycle.Upcaster` from N's records to N+1's.
+    #: Per older version N, the :class:`~lifecycle.tables.Upcaster` from N's records to N+1's.
     upcasters: ClassVar[Mapping[int, Upcaster]] = {}
     #: The version and fingerprint stores write beside each record (computed once).
     schema: Schema

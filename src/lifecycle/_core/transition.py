@@ -102,7 +102,7 @@ class Transition(NamedTuple):
     ``id`` is stable across redelivery: ``<uid>:<version>:<n>``. A fallback Warning (the write
     failed) regards the last committed ``version`` and has the id
     ``<uid>:<version>:f<n>-<reason>``.
-    An ``action`` event (a row's :class:`~lifecycle.Action`: not a transition, status
+    An ``action`` event (a row's :class:`~lifecycle.tables.Action`: not a transition, status
     untouched, may repeat) regards the version it was sent at and has no id (``""``).
     ``controller`` names the reporting controller when the machine declares one.
 

@@ -9,8 +9,10 @@ absence. Recommended and built here: a legacy ``Initializing`` phase is read as 
 from __future__ import annotations
 
 import hashlib
+from collections import Counter
+from collections.abc import Iterable
 from datetime import datetime
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 import attrs
 
@@ -467,3 +469,22 @@ class NodeClaimMachine(Machine[NodeClaimStatus]):
 
 
 NODECLAIM = NodeClaimMachine()
+
+
+# -- read side --------------------------------------------------------------------------------
+class StatusRecords(Protocol):
+    """What :func:`placed` reads: a store's ``records`` (every shipped store has it)."""
+
+    def records(self, machine: Machine[Any]) -> Iterable[Any]: ...
+
+
+def placed(store: StatusRecords, pool: str | None = None) -> dict[str, int]:
+    """NodePool ``status.placed``: Bound claims per provider (booting pods included, since a
+    booting pod binds its claim), for one pool or all. Recomputed from scratch on each call;
+    empty when nothing is placed (upstream writes a nil map)."""
+    counts: Counter[str] = Counter()
+    for record in store.records(NODECLAIM):
+        status = record.status
+        if status.state == BOUND and (pool is None or status.pool == pool):
+            counts[status.provider] += 1
+    return dict(counts)

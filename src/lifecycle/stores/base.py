@@ -29,7 +29,7 @@ class Record:
     machine: str
     status: Any
     version: int
-    #: The :class:`~lifecycle.Schema` the status was written under, where a store keeps the
+    #: The :class:`~lifecycle.tables.Schema` the status was written under, where a store keeps the
     #: record as objects (memory); ``None``: the machine's own. Not compared.
     schema: Any = attrs.field(default=None, eq=False)
 

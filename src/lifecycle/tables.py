@@ -1,0 +1,44 @@
+"""Writing a machine: what a table author needs beyond the top level (ADR 0035).
+
+The top level (:mod:`lifecycle`) holds what a host needs to run machines -- :class:`Machine`,
+:class:`Table`, :class:`Row` and :func:`ignore` among them, enough for the quick-starts. Here
+is the rest of a table's vocabulary::
+
+    from lifecycle.tables import ANY, SAME, Action, Condition, Verdict
+
+- :data:`ANY` (a row matching every source state) and :data:`SAME` (a target keeping the
+  state), :class:`Action` (an action event a row sends before the write, ADR 0012);
+- the ``Guard`` and ``Effect`` signatures a row's ``guard=`` and ``effect=`` functions have;
+- :class:`Verdict` (a declared verdict a machine flips besides its exclusive state, ADR 0001)
+  and :class:`Flip` (one flip of a status, what a ``flips`` function returns);
+- :class:`Condition` (a Kubernetes-style condition in a status, ADR 0010) and
+  :class:`EventType`;
+- :class:`Schema` and :class:`Upcaster` (a machine's record version and how older records are
+  read, ADR 0088).
+"""
+
+from __future__ import annotations
+
+from ._core.machine import Machine, Verdict
+from ._core.refs import Condition, EventType
+from ._core.schema import Schema, Upcaster
+from ._core.table import ANY, SAME, Action, Effect, Guard, Row, Table, ignore
+from ._core.transition import Flip
+
+__all__ = [
+    "ANY",
+    "SAME",
+    "Action",
+    "Condition",
+    "Effect",
+    "EventType",
+    "Flip",
+    "Guard",
+    "Machine",
+    "Row",
+    "Schema",
+    "Table",
+    "Upcaster",
+    "Verdict",
+    "ignore",
+]
