@@ -111,3 +111,13 @@ def test_the_table_authoring_face_imports_only_the_kernel() -> None:
     names = {name for _, name in imported(PACKAGE / "tables.py")}
     assert names
     assert all(name.startswith("lifecycle._core") for name in names)
+
+
+def test_one_word_for_the_rows_a_pair_tries() -> None:
+    """The word "dispatch" meant both the table's map and the outbox :class:`~lifecycle.Dispatcher`;
+    the table's is ``Table.by_pair`` (ADR 0035)."""
+    from lifecycle.machines import POD
+    from lifecycle.machines.pod import PROVISIONING, ProvisionSucceeded
+
+    assert POD.table.by_pair[(PROVISIONING, ProvisionSucceeded)]
+    assert not hasattr(POD.table, "dispatch")

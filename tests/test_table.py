@@ -1,4 +1,4 @@
-"""The kernel's table: every way a malformed table is refused, dispatch order, and the table
+"""The kernel's table: every way a malformed table is refused, the order rows are tried, and the table
 as the single source of event types."""
 
 from __future__ import annotations
@@ -130,9 +130,9 @@ def test_specific_rows_win_over_wildcards_and_guards_run_in_order() -> None:
         Row(ANY, Go, to=SAME, message="noted"),
         ignore("End", Stop, "terminal"),
     )
-    rows = t_.dispatch[("A", Go)]
+    rows = t_.by_pair[("A", Go)]
     assert [r.target for r in rows] == ["B", "End"]  # the unguarded row ends the list
-    assert [r.message for r in t_.dispatch[("B", Go)]] == ["noted"]  # the wildcard
+    assert [r.message for r in t_.by_pair[("B", Go)]] == ["noted"]  # the wildcard
     assert not t_.accepts("A", Stop)
     assert t_.accepts("End", Stop)
 

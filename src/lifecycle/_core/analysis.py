@@ -1,9 +1,9 @@
 """Static analysis of one transition table: what it can reach, where it can get stuck, and
 which pairs raise at run time (ADR 0085).
 
-The table is read as declared (its rows, not the compiled dispatch), so a declaration that
+The table is read as declared (its rows, not the compiled ``Table.by_pair``), so a declaration that
 :class:`~lifecycle.Table` would refuse can still be analysed and every problem listed at once.
-Rows are tried exactly as :class:`~lifecycle.Table` dispatches them: the rows naming the state,
+Rows are tried exactly as the :class:`~lifecycle.Table` tries them: the rows naming the state,
 in order, then the ``ANY`` rows, in order; the first row whose guard holds (or that has none)
 is taken. Guards are opaque: each may be true or false, except that one guard asked twice
 about the same status and observation gives the same answer twice (guards are pure).
@@ -136,7 +136,7 @@ class Walk:
 
 
 class TableModel:
-    """A table read for analysis: the dispatch order of every pair and the states each row
+    """A table read for analysis: the order rows are tried for every pair and the states each row
     can enter (an effect declared in ``effect_targets`` may enter more than its target)."""
 
     def __init__(
@@ -164,7 +164,7 @@ class TableModel:
         self._walks: dict[tuple[str, type[Observation]], Walk] = {}
 
     def candidates(self, state: str, obs: type[Observation]) -> list[int]:
-        """The rows tried for ``obs`` in ``state``, in dispatch order."""
+        """The rows tried for ``obs`` in ``state``, in the order they are tried."""
         return self._order.get((state, obs), [])
 
     def walk(self, state: str, obs: type[Observation]) -> Walk:

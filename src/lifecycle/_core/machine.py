@@ -296,7 +296,7 @@ class Machine(Generic[S]):
             if type(self).observation_type is Machine.observation_type
             and (build := serde.fast_builder(cls)) is not None
         }
-        self._dispatch = self.table.dispatch
+        self._by_pair = self.table.by_pair
         self._has_actions = any(r.action is not None for r in self.table.rows)
         #: Whether this machine can send action events (a row declares one, or a subclass
         #: overrides ``actions``); the runner skips the lookup otherwise.
@@ -306,7 +306,7 @@ class Machine(Generic[S]):
         # The hot path: one callable per (state, observation type), compiled once here so
         # that ``apply`` is a dict lookup and a call (see ADR 0015).
         self._steps: dict[tuple[str, type[Observation]], Callable[[Any, Any], Any]] = {
-            key: self._compile(key, rows) for key, rows in self._dispatch.items()
+            key: self._compile(key, rows) for key, rows in self._by_pair.items()
         }
         # Entering a state is an event whose type depends on the state alone unless a
         # subclass decides otherwise; then flips can be memoised by their content.
@@ -422,7 +422,7 @@ class Machine(Generic[S]):
 
     def select(self, status: S, obs: Observation) -> Row:
         """The row that ``obs`` takes from ``status``, or a clear error."""
-        rows = self._dispatch.get((status.state, obs.__class__))
+        rows = self._by_pair.get((status.state, obs.__class__))
         if rows is None:
             if obs.__class__ not in self.table.observations:
                 raise UnknownObservation(
@@ -491,7 +491,7 @@ class Machine(Generic[S]):
         event types. A state entered by rows of both types needs an ``event_type`` override
         (the Pod's Terminated is one), and a ``warning_states`` that disagrees is an error."""
         declared: dict[str, EventType] = {}
-        reachable = {id(r): r for rows in self._dispatch.values() for r in rows}
+        reachable = {id(r): r for rows in self._by_pair.values() for r in rows}
         for row in reachable.values():
             if row.ignore or row.event is None or row.target == SAME:
                 continue

@@ -1,7 +1,8 @@
 """Transition tables as data.
 
 A machine declares its rows once; the table validates them, compiles them to a dict keyed by
-``(state, observation type)`` and is then the single source for dispatch, docs and tests.
+``(state, observation type)`` (:attr:`Table.by_pair`) and is then the single source for the
+rows a machine tries, docs and tests.
 """
 
 from __future__ import annotations
@@ -166,8 +167,8 @@ class Table:
     """A validated, compiled transition table."""
 
     __slots__ = (
+        "by_pair",
         "context",
-        "dispatch",
         "effects",
         "fallback_reasons",
         "guards",
@@ -212,7 +213,8 @@ class Table:
         self.fallback_reasons = tuple(
             dict.fromkeys(f"{r.reason}{FALLBACK_SUFFIX}" for r in self.rows if r.fallback)
         )
-        self.dispatch = self._compile()
+        #: The rows tried, in order, for each (state, observation type) pair the table names.
+        self.by_pair = self._compile()
         for what, functions in (("guards", self.guards), ("effects", self.effects)):
             names = [name_of(f) for f in functions]
             twice = sorted({n for n in names if names.count(n) > 1})
@@ -276,7 +278,7 @@ class Table:
                     wildcard.setdefault(row.observation, []).append(row)
                 else:
                     specific.setdefault((s, row.observation), []).append(row)
-        dispatch: dict[tuple[str, type[Observation]], tuple[Row, ...]] = {}
+        by_pair: dict[tuple[str, type[Observation]], tuple[Row, ...]] = {}
         for state in self.states:
             for obs in self.observations:
                 rows = specific.get((state, obs), []) + wildcard.get(obs, [])
@@ -295,12 +297,12 @@ class Table:
                         f"terminal state {state!r} has a row leaving it (only a row declared "
                         "recovery=True may)"
                     )
-                dispatch[(state, obs)] = tuple(rows[: unguarded[0] + 1])
-        return dispatch
+                by_pair[(state, obs)] = tuple(rows[: unguarded[0] + 1])
+        return by_pair
 
     def rows_from(self, state: str) -> list[Row]:
-        """Every reachable row (in dispatch order) whose source is ``state``."""
-        return [r for (s, _), rows in self.dispatch.items() if s == state for r in rows]
+        """Every reachable row (in the order they are tried) whose source is ``state``."""
+        return [r for (s, _), rows in self.by_pair.items() if s == state for r in rows]
 
     def accepts(self, state: str, observation: type[Observation]) -> bool:
-        return (state, observation) in self.dispatch
+        return (state, observation) in self.by_pair

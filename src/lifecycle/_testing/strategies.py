@@ -284,7 +284,7 @@ class _Vocabulary:
                 continue
             targets = {
                 row.target
-                for row in table.dispatch[(state, cls)]
+                for row in table.by_pair[(state, cls)]
                 if not row.ignore and row.target not in (SAME, state)
             }
             for target in sorted(targets):
