@@ -121,3 +121,17 @@ def test_one_word_for_the_rows_a_pair_tries() -> None:
 
     assert POD.table.by_pair[(PROVISIONING, ProvisionSucceeded)]
     assert not hasattr(POD.table, "dispatch")
+
+
+def test_one_protocol_for_what_keeps_observations() -> None:
+    """``adapters/fake.py`` and ``adapters/recording.py`` each declared a ``Recorder``
+    protocol of the same shape; there is one, named for what it records."""
+    protocols = [
+        f"{path.name}:{node.name}"
+        for path in sorted(PACKAGE.rglob("*.py"))
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if isinstance(node, ast.ClassDef)
+        and node.name.endswith("Recorder")
+        and any(getattr(base, "id", None) == "Protocol" for base in node.bases)
+    ]
+    assert protocols == ["recording.py:ObservationRecorder"]

@@ -78,7 +78,7 @@ from ._aws_mapping import (
 )
 from .base import Clock, RecordingMixin, at_or_now, check_attempt, utc_now
 from .provider import PollOutcome, ProvisionOutcome, TerminateOutcome, Tracked
-from .recording import Recorder
+from .recording import ObservationRecorder
 
 if TYPE_CHECKING:
     from mypy_boto3_ec2 import EC2Client
@@ -266,7 +266,7 @@ class AwsAdapter(RecordingMixin):
         client_factory: Callable[[str], Any] | None = None,
         session: Any = None,
         endpoint_url: str | None = None,
-        recorder: Recorder | None = None,
+        recorder: ObservationRecorder | None = None,
         clock: Clock = utc_now,
         monotonic: Callable[[], float] = time.monotonic,
         not_found_grace: float = DEFAULT_NOT_FOUND_GRACE,

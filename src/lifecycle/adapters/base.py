@@ -24,7 +24,7 @@ from ..machines.pod import (
 )
 
 if TYPE_CHECKING:
-    from .recording import Recorder
+    from .recording import ObservationRecorder
 
 __all__ = [
     "GONE_EXIT_CODES",
@@ -122,7 +122,7 @@ class RecordingMixin:
     enters the library here, so the journal, traces and events only ever see the redacted
     form) and also handed to ``recorder``."""
 
-    recorder: Recorder | None
+    recorder: ObservationRecorder | None
 
     def _emit(self, ref: ObjectRef, obs: ObsT) -> ObsT:
         obs = redact_observation(obs)

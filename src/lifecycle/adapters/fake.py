@@ -58,6 +58,7 @@ from .base import (
     utc_now,
 )
 from .provider import PollOutcome, ProvisionOutcome, TerminateOutcome, Tracked
+from .recording import ObservationRecorder
 
 __all__ = [
     "FakeInstance",
@@ -351,12 +352,6 @@ class ObservationSink(Protocol):
     def observe(self, ref: ObjectRef, observation: Observation) -> Any: ...
 
 
-class Recorder(Protocol):
-    """Whatever keeps what was observed: a :class:`~lifecycle.trace.TraceRecorder`."""
-
-    def record(self, ref: ObjectRef, observation: Observation) -> None: ...
-
-
 class FakeNode:
     """The virtual node's loop on the fake provider, feeding ``sink`` (a runner).
 
@@ -372,7 +367,7 @@ class FakeNode:
         provider: FakeProvider,
         sink: ObservationSink,
         *,
-        recorder: Recorder | None = None,
+        recorder: ObservationRecorder | None = None,
         pool: str = "default",
     ) -> None:
         self.provider = provider

@@ -69,7 +69,7 @@ from ._modal_mapping import (
 )
 from .base import Clock, RecordingMixin, at_or_now, check_attempt, utc_now
 from .provider import PollOutcome, ProvisionOutcome, TerminateOutcome, Tracked
-from .recording import Recorder, redact
+from .recording import ObservationRecorder, redact
 
 __all__ = [
     "CLAIM_TAG_KEY",
@@ -152,7 +152,7 @@ class AsyncModalAdapter(RecordingMixin):
         app_name: str = "lifecycle",
         *,
         sdk: Any = None,
-        recorder: Recorder | None = None,
+        recorder: ObservationRecorder | None = None,
         clock: Clock = utc_now,
         call_timeout: float = DEFAULT_CALL_TIMEOUT,
         provision_timeout: float = DEFAULT_PROVISION_TIMEOUT,

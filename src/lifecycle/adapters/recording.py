@@ -35,7 +35,7 @@ from ..machines import MachineRegistry, default_registry
 
 __all__ = [
     "REDACTED",
-    "Recorder",
+    "ObservationRecorder",
     "RedactingRecorder",
     "TraceFileRecorder",
     "is_secret_key",
@@ -45,8 +45,11 @@ __all__ = [
 ]
 
 
-class Recorder(Protocol):
-    """Whatever keeps what an adapter observed (the kernel's ``TraceRecorder`` is one)."""
+class ObservationRecorder(Protocol):
+    """Whatever keeps the observations an adapter (or the fake node) made, one ``(ref,
+    observation)`` at a time: :class:`TraceFileRecorder`, :class:`RedactingRecorder`,
+    :class:`~lifecycle.trace.TraceRecorder`. (The Kubernetes emitter's event recorder is another
+    idea: it records transitions as Events.)"""
 
     def record(self, ref: ObjectRef, observation: Observation) -> None: ...
 
@@ -54,7 +57,7 @@ class Recorder(Protocol):
 class RedactingRecorder:
     """Passes each observation, redacted, to ``inner``."""
 
-    def __init__(self, inner: Recorder) -> None:
+    def __init__(self, inner: ObservationRecorder) -> None:
         self.inner = inner
 
     def record(self, ref: ObjectRef, observation: Observation) -> None:
