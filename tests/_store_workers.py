@@ -61,7 +61,7 @@ def hammer(path: str, worker: int, uids: list[str], rounds: int, out: str, barri
     def observe(uid: str, obs: Any) -> None:
         nonlocal failed, retried
         result = runner.observe(ref(uid), obs)
-        for r in (result, *result.cascade):
+        for r in (result, *result.linked):
             retried += r.attempts > 1
             if r.committed:
                 what = type(obs).__name__ if r is result else "PodObserved"

@@ -260,7 +260,7 @@ def test_the_workflows_timeout_write_on_a_job_is_one_attempt_and_stays_pending()
     _timed_out_workflow(runner)
     store.inject(JOB.uid, "conflict", 2)
     result = runner.observe(WF, Tick(at=t(200)))
-    (timed_out,) = [r for r in result.cascade if r.ref == JOB]
+    (timed_out,) = [r for r in result.linked if r.ref == JOB]
     assert (timed_out.outcome, timed_out.attempts) == (Outcome.FAILED, 1)
     assert store.pending_faults(JOB.uid) == 1  # one attempt, not five
     assert len(runner.pending) == 1

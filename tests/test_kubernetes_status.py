@@ -62,7 +62,7 @@ def statuses() -> Iterator[tuple[str, Machine[Any], Any]]:
         stack: list[Result] = list(results)
         while stack:
             result = stack.pop()
-            stack.extend(result.cascade)
+            stack.extend(result.linked)
             if result.status is not None:
                 yield path.name, MACHINES.for_kind(result.ref.kind), result.status
 

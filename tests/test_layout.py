@@ -135,3 +135,16 @@ def test_one_protocol_for_what_keeps_observations() -> None:
         and any(getattr(base, "id", None) == "Protocol" for base in node.bases)
     ]
     assert protocols == ["recording.py:ObservationRecorder"]
+
+
+def test_one_word_for_links() -> None:
+    """A :class:`~lifecycle.Link` feeds a linked object; the results of those writes are
+    ``Result.linked`` (``cascade`` was a second word for the same idea, kept as an alias
+    until 1.0) and the durable intents live in ``_link_intents``."""
+    from lifecycle import Result
+
+    assert "linked" in Result._fields
+    assert "cascade" not in Result._fields
+    assert Result.__dict__["cascade"].fget is not None  # the old name reads the new field
+    assert importlib.util.find_spec("lifecycle._cascade") is None
+    assert importlib.util.find_spec("lifecycle._link_intents") is not None

@@ -38,7 +38,7 @@ from lifecycle.stores.base import CommitStore, Record, Store
 from .conftest import pod_ref, t
 
 SRC = Path(__file__).resolve().parent.parent / "src" / "lifecycle"
-DRIVERS = ("runner", "_batch", "aio", "dispatch", "_protocol", "_delivery", "_cascade")
+DRIVERS = ("runner", "_batch", "aio", "dispatch", "_protocol", "_delivery", "_link_intents")
 #: the named-tuple API, public despite its underscore
 NAMED_TUPLE_API = {"_replace", "_make", "_fields", "_asdict"}
 REF = pod_ref()
@@ -60,7 +60,7 @@ def _imports(module: str) -> set[str]:
 
 
 # -- the house -------------------------------------------------------------------------------
-@pytest.mark.parametrize("module", ["_protocol", "_batch", "_delivery", "_cascade"])
+@pytest.mark.parametrize("module", ["_protocol", "_batch", "_delivery", "_link_intents"])
 def test_the_protocol_modules_do_not_import_the_runners(module: str) -> None:
     assert not _imports(module) & {"runner", "aio", "dispatch"}
 
@@ -194,7 +194,7 @@ def test_the_runner_runs_on_a_store_with_only_load_and_commit() -> None:
     assert runner.observe(REF, pod.CreateRequested(at=t(0))).committed
     result = runner.observe(REF, pod.ProvisionSucceeded(at=t(1), reserved=True, instance_id="i"))
     assert result.committed
-    assert [r.outcome for r in result.cascade] == [Outcome.COMMITTED]  # the NodeClaim's write
+    assert [r.outcome for r in result.linked] == [Outcome.COMMITTED]  # the NodeClaim's write
     assert store.records[claim_ref(REF).uid].version == 2  # created, then bound
     assert emitter.reasons(REF.uid) == ["Provisioning", "Initializing"]
     assert runner.redeliver() == 0  # no outbox: nothing to redeliver

@@ -217,7 +217,7 @@ def _cascade_targets(name: str) -> list[list[str]]:
     out: list[list[str]] = []
     for ref, obs in LINES[name]:
         result = runner.observe(ref, obs)
-        out.append(sorted({c.ref.uid for c in result.cascade}))
+        out.append(sorted({c.ref.uid for c in result.linked}))
     return out
 
 

@@ -558,7 +558,7 @@ def test_a_cascade_target_whose_write_failed_catches_up_without_resync() -> None
     store.inject(claim.uid, "write-error")  # the claim's commit is lost
     result = runner.observe(REF, pod.ProvisionSucceeded(at=t(1), reserved=True, instance_id="i"))
     assert result.committed
-    assert [r.outcome for r in result.cascade] == [Outcome.FAILED]
+    assert [r.outcome for r in result.linked] == [Outcome.FAILED]
     behind = store.load(nc.NODECLAIM, claim)
     assert behind is not None
     assert behind.status.state == nc.PROVISIONING  # behind the pod

@@ -1,5 +1,5 @@
-"""The kernel's table: every way a malformed table is refused, the order rows are tried, and the table
-as the single source of event types."""
+"""The kernel's table: every way a malformed table is refused, the order rows are tried, and
+the table as the single source of event types."""
 
 from __future__ import annotations
 

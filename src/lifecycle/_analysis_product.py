@@ -36,7 +36,7 @@ MAX_STATES = 50_000
 class LinkModel:
     """What a link can send: from machine ``source`` to machine ``target``, one of
     ``observations`` after a change of the source. With ``on_state_change`` a change of the
-    source's state always sends one (a cascade is durable: it is applied until the target
+    source's state always sends one (a link is durable: it is applied until the target
     confirms it); other changes (fields only) may or may not."""
 
     source: str
@@ -127,10 +127,10 @@ class Product:
                             self._mark(i, taken.assumes),
                         )
                         ignored = model.rows[taken.index].ignore
-                        out += self._cascade(moved, i, here[i], ignored, 0)
+                        out += self._follow_links(moved, i, here[i], ignored, 0)
         return out
 
-    def _cascade(
+    def _follow_links(
         self, start: _Outcome, moved: int, was: str, ignored: bool, depth: int
     ) -> list[_Outcome]:
         """Every outcome of the links out of machine ``moved`` (which was in state ``was``)
@@ -162,7 +162,7 @@ class Product:
                             )
                             ignore = model.rows[taken.index].ignore
                             was_j = before.state[j]
-                            for o in self._cascade(sent, j, was_j, ignore, depth + 1):
+                            for o in self._follow_links(sent, j, was_j, ignore, depth + 1):
                                 grown.setdefault(o.state, o)
             outcomes = list(grown.values())
         return outcomes

@@ -9,11 +9,11 @@ answer or thrown the :class:`~lifecycle.StoreError` it raised. A driver runs the
 
 Per attempt, for the objects still pending: read them (one request), decide each, then commit
 them (one request; each object has its own compare-and-set). Committed objects deliver their
-events and apply their cascade intents; conflicting ones retry alone, with their machine's
+events and apply their link intents; conflicting ones retry alone, with their machine's
 budget; a store error or an exhausted budget loses the write (the fallback of
 ``Runner.observe``). With ``refuse=True`` (one object: ``AsyncRunner.observe``, an intent
 applied depth-first) a refused observation raises, as ``Runner.observe`` does; for a batch it
-is that item's failed :class:`Result`, and cascades are applied as a batch too.
+is that item's failed :class:`Result`, and link intents are applied as a batch too.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from typing import Any
 
 import attrs
 
-from . import _cascade
+from . import _link_intents
 from ._core.errors import IdentityMismatch, LifecycleError, StoreError
 from ._core.machine import Machine
 from ._core.observation import Observation
@@ -105,7 +105,7 @@ def observe(
     catch_up: bool = True,
 ) -> Driven:
     """Observe ``items``; one :class:`Result` per item, in order. With ``catch_up`` (a
-    caller's own call, not a cascade) the pending cascade intents are retried first (ADR
+    caller's own call, not a link's) the pending link intents are retried first (ADR
     0090); their results go in the first result's ``caught_up``."""
     work = [
         _Item(index, ref, obs, protocol.admit(ref, obs)) for index, (ref, obs) in enumerate(items)
@@ -181,8 +181,8 @@ def observe(
                 yield from deliver(
                     protocol.delivery, [t for i, _ in committed for t in _written(i).transitions]
                 )
-                cascades = yield from _follow(protocol, [i for i, _ in committed], batch=not refuse)
-                for (item, version), cascade in zip(committed, cascades, strict=True):
+                linked = yield from _follow(protocol, [i for i, _ in committed], batch=not refuse)
+                for (item, version), fed in zip(committed, linked, strict=True):
                     write = _written(item)
                     results[item.index] = Result(
                         Outcome.COMMITTED,
@@ -191,7 +191,7 @@ def observe(
                         version,
                         write.transitions,
                         attempts=item.attempt,
-                        cascade=cascade,
+                        linked=fed,
                         actions=item.actions,
                     )
             if pause is not None:
@@ -269,9 +269,9 @@ def redeliver(
 ) -> Generator[Request, Any, tuple[int, list[Result]]]:
     """Claimed outbox rows, delivered again (ADR 0062): their events in the one order of
     :mod:`lifecycle._delivery` (to ``delivery``'s emitters, default the protocol's), then
-    their cascade intents applied in commit order (ADR 0090). Returns the events delivered
+    their link intents applied in commit order (ADR 0090). Returns the events delivered
     and the intents' results."""
-    events, intents = _cascade.split(claimed)
+    events, intents = _link_intents.split(claimed)
     delivered = yield from deliver(delivery or protocol.delivery, in_order(events))
     if not intents:
         return delivered, []
@@ -283,7 +283,7 @@ def redeliver(
 def _follow(
     protocol: WriteProtocol, committed: list[_Item], *, batch: bool
 ) -> Generator[Request, Any, list[tuple[Result, ...]]]:
-    """Apply the cascade intents each committed item recorded; one tuple of results per item."""
+    """Apply the link intents each committed item recorded; one tuple of results per item."""
     flat = [t for item in committed for t in _written(item).intents]
     if not flat:
         return [()] * len(committed)
@@ -300,19 +300,19 @@ def _follow(
 def apply_intents(
     protocol: WriteProtocol, intents: Sequence[Transition], *, batch: bool = False
 ) -> Generator[Request, Any, list[Result | None]]:
-    """Apply cascade intents to their targets in the order of :class:`_cascade.Rounds`; one
+    """Apply link intents to their targets in the order of :class:`_link_intents.Rounds`; one
     result per intent (``None``: held behind an earlier pending intent of its lane). One by
     one, depth-first, or in rounds of one intent per lane (``batch``). Confirmed intents are
     marked done."""
     results: list[Result | None] = [None] * len(intents)
-    rounds = _cascade.Rounds(protocol.pending, intents, batch=batch)
+    rounds = _link_intents.Rounds(protocol.pending, intents, batch=batch)
     while chosen := rounds.next():
         pairs: list[tuple[int, ObjectRef, Observation]] = []
         for i in chosen:
             t = intents[i]
             assert t.intent is not None
             try:
-                obs = _cascade.observation_of(protocol.machine_for(t.intent.target), t)
+                obs = _link_intents.observation_of(protocol.machine_for(t.intent.target), t)
                 if batch:
                     protocol.admit(t.intent.target, obs)
             except LifecycleError as e:
@@ -340,7 +340,7 @@ def apply_intents(
         try:
             yield Mark(tuple(rounds.done))
         except StoreError as e:
-            protocol.delivery.unmarked(e, "cascade intents done")
+            protocol.delivery.unmarked(e, "link intents done")
     return results
 
 

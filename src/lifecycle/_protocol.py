@@ -10,7 +10,7 @@
             if again(e, attempt): pause; continue  # a Conflict within the budget
             return lost(e)                         # log, fallback Warning where a row declares it
         deliver(write.transitions)                 # after the commit (lifecycle._delivery)
-        apply(write.intents)                       # durable cascades (lifecycle._cascade)
+        apply(write.intents)                       # durable links (lifecycle._link_intents)
         return COMMITTED
     return lost(last conflict)
 
@@ -19,7 +19,7 @@ that already made the flip suppresses ours. Nothing is emitted for a write that 
 except a fallback Warning (``<Reason>StatusUpdateFailed``) where the row taken declares one.
 
 :class:`WriteProtocol` holds a runner's configuration (machines, links, retry policies,
-delivery, pending cascade intents) and makes every decision above; it does no store I/O. The
+delivery, pending link intents) and makes every decision above; it does no store I/O. The
 drivers only move data between it and a store: ``Runner.observe`` inline (the hot path: no
 generator, no per-item record), and the sans-I/O generator of ``lifecycle._batch`` for
 ``Runner.observe_many`` and ``AsyncRunner`` (grouped reads and writes, awaited or not).
@@ -35,8 +35,7 @@ from typing import Any, NamedTuple
 
 import attrs
 
-from . import _cascade
-from ._cascade import PendingIntents
+from . import _link_intents
 from ._core.bounds import check_ref
 from ._core.errors import (
     CommitUnknown,
@@ -55,6 +54,7 @@ from ._core.refs import EventType, ObjectRef
 from ._core.serde import validate as check_observation
 from ._core.transition import Flip, Transition, stamp, store_epoch
 from ._delivery import Delivery
+from ._link_intents import PendingIntents
 from .emitters.base import Emitter
 from .links import Link, default_links
 from .machines import MachineRegistry, default_registry
@@ -98,7 +98,7 @@ class RetryPolicy:
 
 class Result(NamedTuple):
     """What one observation did. ``transitions`` were committed (and handed to emitters);
-    ``fallback`` holds the Warning sent instead when the write failed; ``cascade`` holds the
+    ``fallback`` holds the Warning sent instead when the write failed; ``linked`` holds the
     results of linked machines (a Pod's NodeClaim) that this commit fed.
 
     An immutable named tuple (one is made per observation, so it is the cheapest record
@@ -112,10 +112,10 @@ class Result(NamedTuple):
     fallback: tuple[Transition, ...] = ()
     error: Exception | None = None
     attempts: int = 1
-    cascade: tuple[Result, ...] = ()
+    linked: tuple[Result, ...] = ()
     #: Action events (not transitions, no id) sent for this observation before its write.
     actions: tuple[Transition, ...] = ()
-    #: Results of earlier cascade writes that had failed, applied before this observation
+    #: Results of earlier linked writes that had failed, applied before this observation
     #: (the runner's pending intents, ADR 0090).
     caught_up: tuple[Result, ...] = ()
 
@@ -123,19 +123,24 @@ class Result(NamedTuple):
     def committed(self) -> bool:
         return self.outcome is Outcome.COMMITTED
 
+    @property
+    def cascade(self) -> tuple[Result, ...]:
+        """The old name of :attr:`linked` (ADR 0035), kept until 1.0."""
+        return self.linked
+
     def all_transitions(self) -> list[Transition]:
-        """This result's events and those of its cascade, in the order they were emitted."""
+        """This result's events and those of its linked writes, in the order they were emitted."""
         out: list[Transition] = []
         for r in self.caught_up:
             out.extend(r.all_transitions())
         out += [*self.actions, *self.transitions, *self.fallback]
-        for r in self.cascade:
+        for r in self.linked:
             out.extend(r.all_transitions())
         return out
 
 
 class Write(NamedTuple):
-    """What one attempt commits: the new status, its flips stamped as events, the cascade
+    """What one attempt commits: the new status, its flips stamped as events, the link
     intents its links derive (ADR 0090), and ``written`` -- events then intents, the outbox
     rows of the commit."""
 
@@ -180,7 +185,7 @@ class WriteProtocol:
             direct |= link.direct
         #: Observations that are another controller's direct write: one attempt (ADR 0090).
         self.direct = frozenset(direct)
-        #: Cascade intents whose target write failed, retried at the start of the next call.
+        #: Link intents whose target write failed, retried at the start of the next call.
         self.pending = PendingIntents()
         self.epoch_source = epoch_source
 
@@ -277,7 +282,7 @@ class WriteProtocol:
 
     def write_policy(self, machine: Machine[Any], observation: Observation) -> RetryPolicy:
         """The retry policy for writing ``observation`` on ``machine``: one attempt for an
-        observation a link declares a direct write (a conflict is not retried: the cascade
+        observation a link declares a direct write (a conflict is not retried: the link
         intent stays pending and the next pass writes it again), else :meth:`policy_for`."""
         policy = self.policy_for(machine)
         if observation.__class__ in self.direct and policy.attempts != 1:
@@ -314,7 +319,7 @@ class WriteProtocol:
         epoch = "" if self._epochless else store_epoch(self._epoch_source)
         at = observation.at
         transitions = stamp(flips, ref, machine.name, version + 1, at, epoch) if flips else ()
-        intents = _cascade.derive(
+        intents = _link_intents.derive(
             links, ref, machine.name, before, after, at, version + 1, len(transitions), epoch
         )
         return _write(Write, (after, flips, transitions, intents, transitions + intents))
@@ -398,7 +403,7 @@ class WriteProtocol:
         )
 
     def refused_link(self, t: Transition, error: LifecycleError) -> Result:
-        """A cascade intent its target refused: logged, and settled (it would refuse again)."""
+        """A link intent its target refused: logged, and settled (it would refuse again)."""
         assert t.intent is not None
         target = t.intent.target
         self.log.warning(

@@ -319,7 +319,7 @@ class AsyncRunner:
 
     async def redeliver(self, limit: int = 1000) -> int:
         """Send committed but undelivered events again, under their ids, and apply the
-        cascade intents found in the outbox (see :meth:`Runner.redeliver`)."""
+        link intents found in the outbox (see :meth:`Runner.redeliver`)."""
         claim = getattr(self.store, "claim_undelivered", None)
         claimed: list[Transition] = [] if claim is None else await claim(limit)
         if not claimed:

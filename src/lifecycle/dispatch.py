@@ -8,7 +8,7 @@ an object stopped at its first failed delivery (so a later event never overtakes
 one; the rest stay leased to this replica and are retried next round), then marked. Delivery
 is at least once, under each event's stable id.
 
-Cascade intents in the outbox (ADR 0090) are applied to their targets through a
+Link intents in the outbox (ADR 0090) are applied to their targets through a
 :class:`~lifecycle.Runner` on the same store (``Runner.redeliver_claimed``), each (source,
 target) lane in commit order, and marked done once the target confirms them; a failed target
 write stops its lane for the round.
@@ -20,7 +20,7 @@ import threading
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from . import _cascade
+from . import _link_intents
 from ._core.errors import StoreError
 from ._delivery import Delivery
 from ._log import get_logger
@@ -38,7 +38,7 @@ class Dispatcher:
 
     Give it its own store (its own ``owner``): the runner's store already delivers the
     events it commits, and a dispatcher sharing that owner could send them at the same time.
-    ``runner`` applies cascade intents (default: a :class:`~lifecycle.Runner` on ``store``
+    ``runner`` applies link intents (default: a :class:`~lifecycle.Runner` on ``store``
     with ``emitters``, the default machines and links; give one on this same store); the
     events of the writes it makes are delivered by that runner.
     """
@@ -67,7 +67,7 @@ class Dispatcher:
 
     @property
     def runner(self) -> Runner:
-        """The runner that applies cascade intents (made on first use)."""
+        """The runner that applies link intents (made on first use)."""
         if self._runner is None:
             from .runner import Runner
 
@@ -75,7 +75,7 @@ class Dispatcher:
         return self._runner
 
     def dispatch_once(self) -> int:
-        """One round: claim, deliver per object in order, mark; apply cascade intents. Returns
+        """One round: claim, deliver per object in order, mark; apply link intents. Returns
         the events delivered plus the intents confirmed.
         Raises :class:`~lifecycle.StoreError` if the store cannot be reached."""
         claimed = self.store.claim_undelivered(self.batch)
@@ -86,7 +86,7 @@ class Dispatcher:
         delivered, results = runner.redeliver_claimed(claimed, self.delivery)
         if intents:  # what failed stays in the outbox for the next round, not in the runner
             runner.pending.drop(intents)
-        return delivered + sum(1 for r in results if _cascade.confirmed(r.error))
+        return delivered + sum(1 for r in results if _link_intents.confirmed(r.error))
 
     def drain(self, rounds: int = 1000) -> int:
         """Rounds until a round delivers nothing (or ``rounds`` ran); returns the total."""

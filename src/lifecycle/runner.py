@@ -2,8 +2,8 @@
 
 :class:`Runner` is the synchronous driver of the write-then-emit protocol, whose decisions are
 made once, in :mod:`lifecycle._protocol` (read, apply, compare, flips, commit with CAS and
-retries, fallback), with delivery in :mod:`lifecycle._delivery` and durable cascades in
-:mod:`lifecycle._cascade`. :meth:`Runner.observe` moves the data between them and the store
+retries, fallback), with delivery in :mod:`lifecycle._delivery` and durable links in
+:mod:`lifecycle._link_intents`. :meth:`Runner.observe` moves the data between them and the store
 inline (the hot path); :meth:`Runner.observe_many` and :meth:`Runner.redeliver` run the same
 decisions through the sans-I/O driver of :mod:`lifecycle._batch`, as ``AsyncRunner`` does.
 """
@@ -14,8 +14,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, cast
 
-from . import _batch, _cascade
-from ._cascade import PendingIntents
+from . import _batch, _link_intents
 from ._core.errors import LifecycleError, StoreError
 from ._core.machine import Machine
 from ._core.observation import Observation
@@ -23,6 +22,7 @@ from ._core.refs import ObjectRef
 from ._core.schema import check_store
 from ._core.transition import Transition
 from ._delivery import Delivery, Mark, marker
+from ._link_intents import PendingIntents
 from ._log import get_logger
 from ._protocol import Outcome, Result, RetryPolicy, Write, WriteProtocol
 from .emitters.base import Emitter
@@ -42,7 +42,7 @@ _result = tuple.__new__
 class Runner:
     """Feeds observations to machines, persists their statuses, and emits their events.
 
-    One runner serves every object of every registered machine. Its only state is the cascade
+    One runner serves every object of every registered machine. Its only state is the link
     intents whose target write failed (ADR 0090): they are retried at the start of its next
     call, and stay in the store's outbox for :meth:`redeliver` and the ``Dispatcher``.
 
@@ -78,7 +78,7 @@ class Runner:
             epoch_source=chosen,
         )
         self.store = chosen
-        self._in_cascade = False
+        self._applying_links = False
         if check_schema:  # refuse a store holding records these machines cannot read (ADR 0088)
             check_store(self.store, self.machines)
 
@@ -120,7 +120,7 @@ class Runner:
 
     @property
     def pending(self) -> PendingIntents:
-        """Cascade intents whose target write failed, retried at the start of the next call."""
+        """Link intents whose target write failed, retried at the start of the next call."""
         return self.protocol.pending
 
     def machine_for(self, ref: ObjectRef) -> Machine[Any]:
@@ -147,7 +147,7 @@ class Runner:
         protocol = self.protocol
         machine = protocol.admit(ref, observation)
         caught: tuple[Result, ...] = ()
-        if protocol.pending and not self._in_cascade:
+        if protocol.pending and not self._applying_links:
             caught = self.catch_up()
         store = self._store
         write: Write | None = None
@@ -225,7 +225,7 @@ class Runner:
         Returns how many were delivered. Each keeps the id it was committed under. Events
         another writer committed are leased to it for the store's lease (30 s by default): a
         store opened with the same ``owner`` takes its own back at once, any other finds them
-        once the lease has run out — so call this periodically, not only at start-up. Cascade
+        once the lease has run out — so call this periodically, not only at start-up. Link
         intents found in the outbox are applied too (ADR 0090). A store without an outbox has
         nothing to redeliver.
         """
@@ -239,7 +239,7 @@ class Runner:
         self, claimed: Sequence[Transition], delivery: Delivery | None = None
     ) -> tuple[int, list[Result]]:
         """Deliver claimed outbox rows (to ``delivery``'s emitters, default this runner's) and
-        apply their cascade intents: the events delivered and the intents' results."""
+        apply their link intents: the events delivered and the intents' results."""
         if not claimed:
             return 0, []
         done: tuple[int, list[Result]] = _batch.run(
@@ -248,7 +248,7 @@ class Runner:
         return done
 
     def catch_up(self) -> tuple[Result, ...]:
-        """Retry the cascade intents whose target write failed (this runner's pending ones);
+        """Retry the link intents whose target write failed (this runner's pending ones);
         :meth:`observe` calls it first whenever there are any. Returns their results."""
         pending = self.protocol.pending
         if not pending.retrying.acquire(blocking=False):
@@ -259,13 +259,13 @@ class Runner:
             pending.retrying.release()
 
     def apply_intents(self, intents: Sequence[Transition]) -> tuple[Result, ...]:
-        """Apply cascade intents in order, depth-first (each through :meth:`observe`); mark
+        """Apply link intents in order, depth-first (each through :meth:`observe`); mark
         those their target confirmed, keep the others pending. An intent whose lane (source,
-        target) has an earlier pending one waits (:class:`lifecycle._cascade.Rounds`)."""
-        outer, self._in_cascade = self._in_cascade, True
+        target) has an earlier pending one waits (:class:`lifecycle._link_intents.Rounds`)."""
+        outer, self._applying_links = self._applying_links, True
         protocol = self.protocol
         try:
-            rounds = _cascade.Rounds(protocol.pending, intents, batch=False)
+            rounds = _link_intents.Rounds(protocol.pending, intents, batch=False)
             results: list[Result] = []
             while chosen := rounds.next():
                 for i in chosen:
@@ -276,15 +276,15 @@ class Runner:
                 try:
                     self._mark(rounds.done)
                 except StoreError as e:
-                    protocol.delivery.unmarked(e, "cascade intents done")
+                    protocol.delivery.unmarked(e, "link intents done")
             return tuple(results)
         finally:
-            self._in_cascade = outer
+            self._applying_links = outer
 
     def resync(self, ref: ObjectRef, at: datetime) -> tuple[Result, ...]:
         """Feed ``ref``'s committed status to the machines linked to it again, as of ``at``.
 
-        Not needed to recover a cascade: every link observation is an intent in its source's
+        Not needed to recover a linked write: every link observation is an intent in its source's
         commit, applied until its target confirms it (ADR 0090). This re-derives them from the
         committed status as if the object were new (a host that edited a target behind the
         library's back uses it). Link observations carry the whole committed source status, so
@@ -294,7 +294,7 @@ class Runner:
         record = self._store.load(machine, ref)
         if record is None:
             return ()
-        intents = _cascade.derive(
+        intents = _link_intents.derive(
             self.protocol.links.get(machine.name, ()),
             ref,
             machine.name,
@@ -313,6 +313,6 @@ class Runner:
         target = t.intent.target
         try:
             machine = self.protocol.machine_for(target)
-            return self.observe(target, _cascade.observation_of(machine, t))
+            return self.observe(target, _link_intents.observation_of(machine, t))
         except LifecycleError as e:
             return self.protocol.refused_link(t, e)

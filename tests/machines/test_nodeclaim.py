@@ -627,20 +627,20 @@ def test_cascade_drives_the_claim_from_committed_pod_statuses(
 
     r = runner.observe(ref, pod.CreateRequested(at=t(0), pool="gpu", provider="modal"))
     assert r.committed
-    (c,) = r.cascade
+    (c,) = r.linked
     assert (c.ref, c.outcome, c.status.state) == (claim, Outcome.COMMITTED, PROVISIONING)
 
     r = runner.observe(ref, pod.ProvisionSucceeded(at=t(2), reserved=True, instance_id="sb-1"))
-    (c,) = r.cascade
+    (c,) = r.linked
     assert (c.status.state, c.status.instance_id) == (BOUND, "sb-1")  # booting counts
 
     r = runner.observe(ref, pod.InstanceRunning(at=t(15), instance_id="sb-1"))
     assert r.status.state == pod.RUNNING
-    (c,) = r.cascade
+    (c,) = r.linked
     assert c.outcome is Outcome.UNCHANGED  # Bound holds
 
     r = runner.observe(ref, pod.InstanceAbsent(at=t(30)))
-    (c,) = r.cascade
+    (c,) = r.linked
     assert c.status.state == TERMINATED
     assert [t.reason for t in r.all_transitions()] == [pod.TERMINATED, TERMINATED]
 
@@ -660,13 +660,13 @@ def test_cascade_of_an_unreserved_pod_and_its_deletion(
     runner.observe(ref, pod.CreateRequested(at=t(0)))
     r = runner.observe(ref, pod.ProvisionSucceeded(at=t(1), reserved=False, instance_id="sb-9"))
     assert r.status.state == pod.PROVISIONING
-    (c,) = r.cascade  # the pod gained an instance id: the claim records it, still Provisioning
+    (c,) = r.linked  # the pod gained an instance id: the claim records it, still Provisioning
     assert (c.status.state, c.status.instance_id) == (PROVISIONING, "sb-9")
     runner.observe(ref, pod.InstanceRunning(at=t(15)))
     r = runner.observe(ref, pod.DeletionRequested(at=t(20)))
-    assert r.cascade[0].status.state == TERMINATING
+    assert r.linked[0].status.state == TERMINATING
     r = runner.observe(ref, pod.TerminateSucceeded(at=t(21)))
-    assert (r.status.phase, r.cascade[0].status.state) == ("Succeeded", TERMINATED)
+    assert (r.status.phase, r.linked[0].status.state) == ("Succeeded", TERMINATED)
     emitter.assert_reasons(claim.uid, ["Provisioning", "Bound", "Terminating", "Terminated"])
 
 
@@ -682,7 +682,7 @@ def test_cascade_to_a_claim_being_deleted_changes_nothing(
     assert (failed.status.state, failed.transitions) == (BOUND, ())
     r = runner.observe(ref, pod.InstanceAbsent(at=t(15)))  # the pod follows its instance
     assert r.status.state == pod.TERMINATED
-    (c,) = r.cascade
+    (c,) = r.linked
     assert (c.outcome, c.status.state) == (Outcome.UNCHANGED, BOUND)
     assert runner.observe(claim, PodAbsent(at=t(16))).outcome is Outcome.UNCHANGED
     done = runner.observe(claim, TeardownSucceeded(at=t(20)))
@@ -697,10 +697,10 @@ def test_unchanged_pod_feeds_nothing_to_its_claim(runner: Runner, emitter: Memor
     ref = pod_ref()
     runner.observe(ref, pod.CreateRequested(at=t(0)))
     r = runner.observe(ref, pod.InstanceUnknown(at=t(5), error="List failed"))
-    assert (r.outcome, r.cascade) == (Outcome.UNCHANGED, ())
+    assert (r.outcome, r.linked) == (Outcome.UNCHANGED, ())
     r = runner.observe(ref, pod.ProvisionErrored(at=t(6), error="timeout"))
     assert r.committed  # the message changed ...
-    assert r.cascade == ()  # ... but nothing the claim reads did
+    assert r.linked == ()  # ... but nothing the claim reads did
     assert [t.reason for t in emitter.events] == ["Provisioning", "Provisioning"]
 
 

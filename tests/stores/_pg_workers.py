@@ -83,7 +83,7 @@ def soak(
             committed.append((result.ref.uid, result.version, what))
         elif result.outcome.value == "failed":
             failed += 1
-        for sub in result.cascade:
+        for sub in result.linked:
             record(sub, "PodObserved")
 
     def observation(i: int) -> Any:

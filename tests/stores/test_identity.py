@@ -343,7 +343,7 @@ def test_a_linked_target_whose_uid_is_taken_is_refused_typed(booted: Store) -> N
     runner = Runner(booted, [], policy=FAST)
     result = runner.observe(source, pod.CreateRequested(at=t(5)))
     assert result.committed
-    (claim,) = result.cascade
+    (claim,) = result.linked
     assert claim.outcome is Outcome.FAILED
     assert isinstance(claim.error, IdentityMismatch)
     assert booted.load(POD, squatter) == squatted

@@ -138,7 +138,7 @@ def shape(result: Result) -> tuple[Any, ...]:
         result.fallback,
         type(result.error).__name__,
         result.attempts,
-        tuple(shape(c) for c in result.cascade),
+        tuple(shape(c) for c in result.linked),
         result.actions,
     )
 
@@ -393,7 +393,7 @@ def test_links_are_followed_after_the_commit_and_reported_per_item(open_kind: Op
     runner = Runner(store, [emitter])
     results = runner.observe_many([(r, pod.CreateRequested(at=t(0))) for r in pods(3)])
     for r in results:
-        (claim,) = r.cascade
+        (claim,) = r.linked
         assert (claim.ref.kind, claim.ref.uid, claim.version) == (
             "NodeClaim",
             f"{r.ref.uid}-claim",

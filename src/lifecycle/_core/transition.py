@@ -37,7 +37,7 @@ class Flip:
 
 @attrs.frozen(slots=True, eq=False)
 class Intent:
-    """A cascade write recorded in its source's commit: observe ``observation`` (by name) on
+    """A linked write recorded in its source's commit: observe ``observation`` (by name) on
     ``target`` of machine ``machine``, at the source's ``at`` (ADR 0090).
 
     It rides in the outbox as a :class:`Transition` whose ``intent`` is set (never handed to an
@@ -126,7 +126,7 @@ class Transition(NamedTuple):
     action: bool = False
     #: the store epoch of the commit ("" unless the store's history changed: ADR 0068)
     epoch: str = ""
-    #: Set on a cascade intent (ADR 0090): an outbox entry applied to ``intent.target``,
+    #: Set on a link intent (ADR 0090): an outbox entry applied to ``intent.target``,
     #: never an event; its id follows the source's events, ``<uid>:<version>:<n>``.
     intent: Intent | None = None
 

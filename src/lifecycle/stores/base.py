@@ -38,7 +38,7 @@ class Record:
 class JournalEntry:
     """What produced ``version``: the observation, and the transitions it committed.
 
-    ``intents`` are the cascade writes the commit recorded for linked objects (ADR 0090); a
+    ``intents`` are the linked writes the commit recorded for linked objects (ADR 0090); a
     store hands them in with the events and the entry sorts them out of ``transitions``.
     """
 
@@ -122,7 +122,7 @@ class CommitStore(Protocol):
     read an object's record, and commit a new status with compare-and-set.
 
     ``commit`` is atomic: the status, the journal entry and the outbox rows (``transitions``:
-    events, then cascade intents) are written together or not at all. It raises
+    events, then link intents) are written together or not at all. It raises
     :class:`~lifecycle.Conflict` when the stored version is not ``expected`` (versions start
     at 1 for the first commit) and :class:`~lifecycle.StoreError` for anything else.
 
@@ -152,7 +152,7 @@ class CommitStore(Protocol):
 
 @runtime_checkable
 class OutboxStore(Protocol):
-    """Optional: the outbox of committed, undelivered events and cascade intents.
+    """Optional: the outbox of committed, undelivered events and link intents.
 
     ``claim_undelivered`` returns (and leases to this store's owner) up to ``limit`` rows,
     each object's in commit order; ``mark_delivered`` removes rows. The runners mark what
@@ -366,7 +366,7 @@ def transition_to_row(t: Transition) -> dict[str, Any]:
     }
     if t.epoch:
         row["epoch"] = t.epoch
-    if t.intent is not None:  # a cascade intent (ADR 0090): its target and observation
+    if t.intent is not None:  # a link intent (ADR 0090): its target and observation
         row["intent"] = t.intent.as_row()
     return row
 

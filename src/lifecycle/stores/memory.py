@@ -271,7 +271,7 @@ def _pack(
             or t.version != version
             or t.machine != machine
             or t.action
-            or t.intent is not None  # a cascade intent (ADR 0090) keeps its target
+            or t.intent is not None  # a link intent (ADR 0090) keeps its target
         ):
             out.append(t)
             whole = True

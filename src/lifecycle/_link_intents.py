@@ -1,4 +1,4 @@
-"""Durable cascades (ADR 0090): a link's observation is an intent in its source's own commit.
+"""Durable links (ADR 0090): a link's observation is an intent in its source's own commit.
 
 A committed status of one object is an observation for another (links). What a link derives is
 pure, so it is derived *before* the source's commit, from the status read in that attempt, and
