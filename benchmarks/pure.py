@@ -293,8 +293,8 @@ def memory_bytes(objects: int, per_object: int) -> float:
 
 
 def memory_suite(quick: bool) -> dict[str, Metric]:
-    objects = 500 if quick else 20_000
-    rounds = 1 if quick else 3
+    objects = 500 if quick else 5_000
+    rounds = 1 if quick else 2
     one = [memory_bytes(objects, 1) for _ in range(rounds)]
     twenty = [memory_bytes(objects, 20) for _ in range(rounds)]
     entry = [(b - a) / 19 for a, b in zip(one, twenty, strict=True)]

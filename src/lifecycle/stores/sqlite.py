@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import attrs
+import orjson
 
 from .._core.errors import Conflict, IdentityMismatch, StoreError
 from .._core.machine import Machine
@@ -56,6 +57,28 @@ from .base import (
 SCHEMA_VERSION = 3
 _CHUNK = 500  # uids per IN (...) query: well under SQLite's variable limit
 _dumps = json.JSONEncoder(separators=(",", ":")).encode  # compact, and built once
+
+
+def _dumps_bounded(value: Any) -> str:
+    """Compact JSON text of a value within the input bounds (ADR 0073: finite numbers,
+    64-bit integers) -- an observation's fields, a transition: ``orjson``, a third of the
+    cost of ``json``; ``json`` for anything it refuses. (A status, which a machine computes,
+    goes through ``json``: orjson would write a NaN as ``null``.)"""
+    try:
+        return orjson.dumps(value).decode()
+    except orjson.JSONEncodeError:
+        return _dumps(value)
+
+
+def _loads(text: str) -> Any:
+    """Parse stored JSON text: ``orjson``, or ``json`` for what it refuses (``NaN``, which
+    an older writer may have stored)."""
+    try:
+        return orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return json.loads(text)
+
+
 _log = get_logger("lifecycle.stores")
 
 _SCHEMA = """
@@ -278,9 +301,7 @@ class SQLiteStore:
         if m != machine.name or kind != ref.kind or namespace != ref.namespace or name != ref.name:
             check_identity(m, kind, namespace, name, machine.name, ref)
         with self._decoding(f"status of {ref.uid}"):
-            return Record(
-                ref, machine.name, load_status(machine, json.loads(status), sv, fp), version
-            )
+            return Record(ref, machine.name, load_status(machine, _loads(status), sv, fp), version)
 
     def commit(
         self,
@@ -506,8 +527,8 @@ class SQLiteStore:
     ) -> _Row:
         try:
             status_json = _dumps(machine.dump_status(status))
-            fields_json = _dumps(machine.dump_observation(observation))
-            events = [_dumps(transition_to_row(t)) for t in transitions]
+            fields_json = _dumps_bounded(machine.dump_observation(observation))
+            events = [_dumps_bounded(transition_to_row(t)) for t in transitions]
         except (TypeError, ValueError) as e:
             raise StoreError(f"cannot serialise the status of {ref}: {e}") from e
         return _Row(
@@ -627,7 +648,7 @@ class SQLiteStore:
                 out.append(None)
                 continue
             with self._decoding(f"status of {ref.uid}"):
-                status = load_status(machine, json.loads(row[1]), row[6], row[7])
+                status = load_status(machine, _loads(row[1]), row[6], row[7])
             out.append(Record(ref, machine.name, status, row[0]))
         return out
 
@@ -747,8 +768,8 @@ class SQLiteStore:
             return [
                 JournalEntry(
                     version,
-                    load_observation(machine, name, at, json.loads(fields), sv, fp),
-                    tuple(transition_from_row(t) for t in json.loads(events)),
+                    load_observation(machine, name, at, _loads(fields), sv, fp),
+                    tuple(transition_from_row(t) for t in _loads(events)),
                 )
                 for version, at, name, fields, events, sv, fp in rows
             ]
@@ -766,7 +787,7 @@ class SQLiteStore:
         for kind, namespace, name, uid, version, status, sv, fp in rows:
             ref = ObjectRef(kind, namespace, name, uid)
             with self._decoding(f"status of {uid}"):
-                loaded = load_status(machine, json.loads(status), sv, fp)
+                loaded = load_status(machine, _loads(status), sv, fp)
             yield Record(ref, machine.name, loaded, version)
 
     # -- retention (RetentionStore) -----------------------------------------------------
@@ -784,7 +805,7 @@ class SQLiteStore:
         if row is None:
             return None
         with self._decoding(f"snapshot of {ref.uid}"):
-            return Snapshot(row[0], load_status(machine, json.loads(row[1]), row[2], row[3]))
+            return Snapshot(row[0], load_status(machine, _loads(row[1]), row[2], row[3]))
 
     def compact(
         self, machine: Machine[Any], *, keep: int = 0, refs: Iterable[ObjectRef] | None = None
@@ -853,17 +874,17 @@ class SQLiteStore:
 
         def status(row: tuple[Any, ...]) -> tuple[Any, ...]:
             uid, version, data, sv, fp = row
-            state, new = upgraded_status(machine, json.loads(data), sv, fp)
+            state, new = upgraded_status(machine, _loads(data), sv, fp)
             return (state, _dumps(new), *now, uid, version, sv, fp)
 
         def entry(row: tuple[Any, ...]) -> tuple[Any, ...]:
             uid, version, at, obs, fields, sv, fp = row
-            obs, new = upgraded_observation(machine, obs, at, json.loads(fields), sv, fp)
+            obs, new = upgraded_observation(machine, obs, at, _loads(fields), sv, fp)
             return (obs, _dumps(new), *now, uid, version, sv, fp)
 
         def snapshot(row: tuple[Any, ...]) -> tuple[Any, ...]:
             uid, version, data, sv, fp = row
-            _, new = upgraded_status(machine, json.loads(data), sv, fp)
+            _, new = upgraded_status(machine, _loads(data), sv, fp)
             return (_dumps(new), *now, uid, version, sv, fp)
 
         done = [
@@ -927,7 +948,7 @@ class SQLiteStore:
             except sqlite3.Error as e:
                 raise self._fail("outbox claim", e) from e
         with self._decoding("outbox"):
-            found = [transition_from_row(json.loads(p)) for (p,) in rows]
+            found = [transition_from_row(_loads(p)) for (p,) in rows]
         found.sort(key=lambda t: (t.ref.uid, t.version, t.n))
         return found
 
