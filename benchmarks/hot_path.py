@@ -30,7 +30,7 @@ from lifecycle._core.transition import stamp
 
 from .fair import CPU, Metric, interleave, metric, ratios
 from .pure import AT, HAND_ROWS, Cursor, HandRunner, HandStatus, hand_apply, hand_flips
-from .workload import BENCH, OBSERVATIONS, STATES, TABLE, BenchMachine, stream
+from .workload import BENCH, EDGES, OBSERVATIONS, STATES, TABLE, BenchMachine, stream
 
 
 def _poll() -> type[Observation]:
@@ -231,12 +231,58 @@ def store_rows(rounds: int, chunk: int, objects: int) -> dict[str, Metric]:
     }  # fmt: skip
 
 
+def scaling_rows(rounds: int, chunk: int, sizes: tuple[int, ...]) -> dict[str, Metric]:
+    """``Runner.observe`` per observation on a memory store of each size, the stores side by
+    side in this one process (every object observed twice first, then observations at random
+    objects), chunks interleaved, the garbage collector on. The collector's heap is shared,
+    so each size also pays for the others' objects: ``pure.scaling_suite`` runs each size in
+    its own process; this one takes the machine's noise out of the ratio."""
+    import random
+
+    out_edges: dict[str, list[tuple[str, str]]] = {}
+    for src, ev, dst, _ in EDGES:
+        out_edges.setdefault(src, []).append((ev, dst))
+    obs = {e: cls(at=AT) for e, cls in OBSERVATIONS.items()}
+    contenders = {}
+    for n in sizes:
+        rng = random.Random(11)
+        refs = [ObjectRef("Bench", "bench", f"obj-{i}", f"s{n}-{i:08d}") for i in range(n)]
+        runner = Runner(MemoryStore(), [], machines=MachineRegistry([BENCH]), links=())
+        states = ["New"] * n
+
+        def step(i: int, refs: list[ObjectRef] = refs, states: list[str] = states,
+                 rng: random.Random = rng) -> tuple[ObjectRef, Any]:  # fmt: skip
+            ev, states[i] = rng.choice(out_edges[states[i]])
+            return refs[i], obs[ev]
+
+        for _ in range(2):
+            for i in range(n):
+                runner.observe(*step(i))
+        work = [step(rng.randrange(n)) for _ in range((rounds + 1) * chunk)]
+        contenders[str(n)] = _observing(runner.observe, work, chunk)
+    t = interleave(contenders, rounds, CPU, collect=False)
+    small = str(sizes[0])
+    return {
+        f"hot_scaling_{_label(n)}_vs_{_label(sizes[0])}": metric(
+            ratios(t[str(n)], t[small]), "info", ours=t[str(n)], base=t[small], unit="us/obs",
+            what=f"Runner.observe (MemoryStore) per observation at {n} objects ÷ at "
+            f"{sizes[0]}, side by side in one process; CPU time, gc on",
+        )
+        for n in sizes[1:]
+    }  # fmt: skip
+
+
+def _label(n: int) -> str:
+    return f"{n // 1_000_000}M" if n >= 1_000_000 else f"{n // 1000}k"
+
+
 def suite(quick: bool) -> dict[str, Metric]:
     """Every row of this module: ``SUITES["hot_path"] = hot_path.suite`` in ``run.py``."""
     rounds, chunk, objects = (5, 1000, 500) if quick else (15, 2000, 1000)
     out = apply_rows(rounds, chunk, objects)
     out.update(observe_rows(rounds, chunk, objects))
     out.update(store_rows(rounds, chunk, objects))
+    out.update(scaling_rows(rounds, chunk, (1_000, 10_000) if quick else (1_000, 100_000)))
     return out
 
 
