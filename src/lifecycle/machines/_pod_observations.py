@@ -9,24 +9,6 @@ import attrs
 
 from .._core.observation import Observation
 
-__all__ = [
-    "OBSERVATIONS",
-    "ConfigInvalid",
-    "CreateRequested",
-    "DeletionRequested",
-    "InstanceAbsent",
-    "InstanceFailed",
-    "InstancePending",
-    "InstanceRunning",
-    "InstanceTerminated",
-    "InstanceUnknown",
-    "ProvisionErrored",
-    "ProvisionRejected",
-    "ProvisionSucceeded",
-    "TerminateFailed",
-    "TerminateSucceeded",
-]
-
 
 # -- observations ---------------------------------------------------------------------------
 @attrs.frozen(slots=True, kw_only=True)

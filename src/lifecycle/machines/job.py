@@ -23,7 +23,7 @@ from typing import Any, ClassVar
 
 from .._core.analysis import allow_refused
 from .._core.machine import Verdict, replace
-from .._core.observation import Observation
+from .._core.observation import Observation, Tick
 from .._core.refs import Condition, EventType
 from .._core.table import SAME, Row, Table, ignore
 from .._core.transition import Flip
@@ -38,6 +38,7 @@ from ._conditions import (
     TERMINAL,
     TRUE,
     ConditionMachine,
+    SpecUpdated,
     action_row,
     exclusive,
     go_duration,
@@ -50,12 +51,9 @@ from ._job_records import (
     DEFAULT_WORKLOAD_KIND,
     HARDWARE_FAILED,
     HARDWARE_FAILURE_DETECTED,
-    INVALID_THRESHOLD_EXPRESSION,
     JOB_CONTROLLER,
     JOB_TIMED_OUT,
     MEASUREMENT_CREATION_ERROR,
-    MEASUREMENT_KEYS,
-    MEASUREMENT_TIMEOUT,
     MSG_BUILD_FAILED,
     MSG_COMPLETED,
     MSG_COMPLETED_DETAIL,
@@ -71,14 +69,10 @@ from ._job_records import (
     MSG_RUNNING,
     MSG_STALLED,
     MSG_STALLED_AT_STARTUP,
-    MSG_THRESHOLDS_MET,
     MSG_TIMED_OUT,
     MSG_UNSUPPORTED,
     OBSERVATIONS,
-    THRESHOLD_VIOLATED,
     THRESHOLD_VIOLATION,
-    THRESHOLDS_MET,
-    UNKNOWN_THRESHOLD_KEY,
     VALIDATION_FAILED,
     WORKFLOW_CONTROLLER,
     WORKLOAD_COMPLETED,
@@ -95,13 +89,9 @@ from ._job_records import (
     FailedNode,
     HardwareFault,
     JobStatus,
-    Measurement,
     MeasurementCreateFailed,
     MeasurementsReported,
-    SpecUpdated,
     Submitted,
-    Threshold,
-    Tick,
     TimedOut,
     TrainingStepObserved,
     WorkloadCreated,
@@ -112,8 +102,17 @@ from ._job_records import (
     WorkloadSucceeded,
 )
 from ._thresholds import (
+    INVALID_THRESHOLD_EXPRESSION,
+    MEASUREMENT_KEYS,
+    MEASUREMENT_TIMEOUT,
     MSG_MEASUREMENT_TIMEOUT,
+    MSG_THRESHOLDS_MET,
+    THRESHOLD_VIOLATED,
+    THRESHOLDS_MET,
+    UNKNOWN_THRESHOLD_KEY,
     Decision,
+    Measurement,
+    Threshold,
     decide,
     merge,
     missing_keys,

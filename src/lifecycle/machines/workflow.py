@@ -21,7 +21,7 @@ from typing import Any, ClassVar
 from .._core.analysis import allow_refused
 from .._core.errors import InvalidObservation
 from .._core.machine import replace
-from .._core.observation import Observation
+from .._core.observation import Observation, Tick
 from .._core.redact import redact
 from .._core.refs import EventType, ObjectRef
 from .._core.table import SAME, Row, Table, ignore
@@ -38,11 +38,13 @@ from ._conditions import (
     TERMINAL,
     TRUE,
     ConditionMachine,
+    SpecUpdated,
     action_row,
     exclusive,
     with_condition,
 )
-from ._groups import Plan, running
+from ._groups import ITERATION_COMPLETED, PENDING, RUNNING, Group, Plan, running
+from ._thresholds import Threshold
 from ._workflow_records import (
     CHECKPOINT_PVC_MISSING,
     CORDONED_NODES_EXCLUDED,
@@ -54,7 +56,6 @@ from ._workflow_records import (
     HETEROGENEOUS_GPU,
     HETEROGENEOUS_PLATFORM,
     INSUFFICIENT_GPU_CAPACITY,
-    ITERATION_COMPLETED,
     ITERATIONS_FAILED,
     JOB_COMPLETED,
     JOB_CREATED,
@@ -83,15 +84,12 @@ from ._workflow_records import (
     OVERRIDE_ERROR,
     OVERRIDE_NO_OP,
     PARTITION_ERROR,
-    PENDING,
-    RUNNING,
     VALIDATION_FAILED,
     WORKFLOW_CONTROLLER,
     WORKLOADRUN_TIMEOUT,
     CheckpointPVCMissing,
     CordonedNodesExcluded,
     DependencyCreateFailed,
-    Group,
     HeterogeneousGPUFiltered,
     InsufficientGPUCapacity,
     JobLaunched,
@@ -105,10 +103,7 @@ from ._workflow_records import (
     Partitioned,
     PartitionFailed,
     PlatformsMixed,
-    SpecUpdated,
     Submitted,
-    Threshold,
-    Tick,
     WorkflowStatus,
 )
 
