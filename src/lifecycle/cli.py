@@ -92,17 +92,31 @@ class _Collector:
         self.count += 1
 
 
+#: ``HH:MM:SS`` of the times events were stamped at, keyed by (time, zone): a trace repeats
+#: its times (one poll stamps many objects), and ``strftime`` costs more than the rest of a
+#: table line. Equal instants in other zones print differently, hence the zone in the key.
+_CLOCK: dict[tuple[datetime, object], str] = {}
+
+
+def _clock(at: datetime) -> str:
+    key = (at, at.tzinfo)
+    text = _CLOCK.get(key)
+    if text is None:
+        if len(_CLOCK) >= 4096:
+            _CLOCK.clear()
+        text = _CLOCK[key] = at.strftime("%H:%M:%S")
+    return text
+
+
 def _table_line(t: Transition, note: str = "") -> str:
     flip = t.flip
     if t.fallback:
         flip = f"(not written) {flip}"
     if note:  # sent by another host: the other writer, or a restarted one
         flip = f"({note}) {flip}"
-    obj = f"{t.ref.kind}/{t.ref.namespace + '/' if t.ref.namespace else ''}{t.ref.name}"
-    return (
-        f"{t.at.strftime('%H:%M:%S')}  {obj:<30} {flip:<30} {t.type.value:<7} "
-        f"{t.reason:<28} {t.message}"
-    )
+    ref = t.ref
+    obj = f"{ref.kind}/{ref.namespace}/{ref.name}" if ref.namespace else f"{ref.kind}/{ref.name}"
+    return f"{_clock(t.at)}  {obj:<30} {flip:<30} {t.type.value:<7} {t.reason:<28} {t.message}"
 
 
 def _note_objects(result: Result, seen: dict[str, ObjectRef]) -> None:

@@ -29,7 +29,9 @@ runner), so an operator can save what a controller saw and replay it later.
 
 from __future__ import annotations
 
+import functools
 import json
+import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import datetime
 from pathlib import Path
@@ -131,23 +133,28 @@ class HostEvents(NamedTuple):
 TraceLine = ObservationLine | FaultLine
 
 
-_REFS: dict[tuple[str, object, object, object], ObjectRef] = {}
+#: uid -> the last ObjectRef a line named by it (bounded: cleared when full).
+_REFS: dict[object, ObjectRef] = {}
 
 
 def _ref(machine: Machine[Any], obj: object) -> ObjectRef:
     """The line's object, checked; the same ObjectRef instance for every line naming it."""
     if type(obj) is dict and len(obj) == 3:
-        key = (machine.kind, obj.get("namespace"), obj.get("name"), obj.get("uid"))
         try:
-            cached = _REFS.get(key)
-        except TypeError:  # an unhashable value: the full check says why
+            cached = _REFS.get(obj.get("uid"))
+        except TypeError:  # an unhashable uid: the full check says why
             cached = None
-        if cached is not None:
+        if (
+            cached is not None
+            and cached.name == obj.get("name")
+            and cached.namespace == obj.get("namespace")
+            and cached.kind == machine.kind
+        ):
             return cached
     ref = _check_ref(machine, obj)
     if len(_REFS) >= 100_000:
         _REFS.clear()
-    _REFS[(ref.kind, ref.namespace, ref.name, ref.uid)] = ref
+    _REFS[ref.uid] = ref
     return ref
 
 
@@ -167,7 +174,8 @@ def _check_ref(machine: Machine[Any], obj: object) -> ObjectRef:
         values.append(value)
     if ":" in values[2]:
         raise ValueError('"object.uid" must not contain ":" (event ids are uid:version:n)')
-    return ObjectRef(machine.kind, values[0], values[1], values[2])
+    # (one namespace holds many objects: one string for all of them)
+    return ObjectRef(machine.kind, sys.intern(values[0]), values[1], values[2])
 
 
 def parse_line(
@@ -218,7 +226,11 @@ def parse_line(
         "\\" in text and ("003a" in text or "003A" in text)
     ):
         _unique_keys_in(text, data, fields)
-    return ObservationLine(line, machine, ref, machine.observation(observe, at, fields))
+    observation = machine.observation(observe, at, fields)
+    return _new_tuple(ObservationLine, (line, machine, ref, observation))  # no __new__ frame
+
+
+_new_tuple = tuple.__new__
 
 
 def _unique_keys_in(text: str, data: dict[str, Any], fields: dict[str, Any]) -> None:
@@ -376,10 +388,8 @@ def _bounded_lines(f: TextIO, max_line_bytes: int) -> Iterator[str]:
     """The lines of ``f``, each read only up to just past the limit: a longer line comes out
     cut short, still too long, and :func:`parse_line` refuses it (a single huge line is never
     read into memory)."""
-    readline = f.readline
     cap = max_line_bytes + 2  # characters, each at least one byte; room for "\r\n"
-    while text := readline(cap):
-        yield text
+    return iter(functools.partial(f.readline, cap), "")  # no Python frame a line
 
 
 def parse_lines(
@@ -406,8 +416,14 @@ def iter_trace(
 ) -> Iterator[TraceLine]:
     """:func:`parse_lines`, one record at a time (blank and comment lines yield nothing)."""
     _check_limit(max_line_bytes)
-    last_at: dict[str, datetime] = {}  # uid -> the time of its last line
-    owners: dict[str, tuple[ObjectRef, str, bool]] = {}  # uid -> (ref, where, explicit)
+    # uid -> (its ref, the time of its last line, the number of its first line): one lookup
+    # a line. Times repeat (one poll stamps many objects, parse_time hands out one datetime
+    # per text), so most lines find their time already there and store nothing.
+    objects: dict[str, tuple[ObjectRef, datetime, int]] = {}
+    # uid -> (link, machine, ref, line) of the object a link derives (a Pod's NodeClaim) from
+    # the object ``ref`` first named on ``line``, until a line of its own names it; its ref
+    # is derived again only then (a trace names few of them itself).
+    derived: dict[str, _Derived] = {}
     links = default_links()
     for number, text in enumerate(lines, start=1):
         try:
@@ -418,62 +434,78 @@ def iter_trace(
             continue
         ref = record.ref
         uid = ref.uid
-        at = record.at if isinstance(record, FaultLine) else record.observation.at
-        previous = last_at.get(uid)
-        if previous is None:  # the first line of this uid
-            known = owners.get(uid)
-            if known is None:
-                _claim_uids(record, number, owners, links, name)
-            elif known[0] != ref:
-                _one_uid_one_object(ref, known, number, name)
+        at = record.at if record.__class__ is FaultLine else record.observation.at  # type: ignore[union-attr]
+        known = objects.get(uid)
+        if known is None:  # the first line of this uid
+            was = derived.pop(uid, None)
+            if was is None:
+                _claim_linked(record, number, objects, derived, links, name)
+            else:
+                link, source, source_ref, line = was
+                target = link.target_ref(source_ref, source.initial(source_ref))
+                if target != ref:
+                    _one_uid_one_object(ref, target, _where(line, link.target), number, name)
+            objects[uid] = (ref, at, number)
         else:
-            known = owners[uid]
             if known[0] is not ref and known[0] != ref:
-                _one_uid_one_object(ref, known, number, name)
-            if at < previous:
-                raise TraceError(
-                    name,
-                    number,
-                    f"time goes backwards for {_shown(ref)}: {at.isoformat()} is before "
-                    f"{previous.isoformat()}",
-                )
-        last_at[uid] = at
+                _one_uid_one_object(ref, known[0], _where(known[2]), number, name)
+            previous = known[1]
+            if at is not previous:
+                if at < previous:
+                    raise TraceError(
+                        name,
+                        number,
+                        f"time goes backwards for {_shown(ref)}: {at.isoformat()} is before "
+                        f"{previous.isoformat()}",
+                    )
+                objects[uid] = (known[0], at, known[2])
         yield record
 
 
+def _where(number: int, link: str = "") -> str:
+    """Where a uid was first named: ``on line 3``, ``as the nodeclaim of line 3``."""
+    return f"as the {link} of line {number}" if link else f"on line {number}"
+
+
 def _one_uid_one_object(
-    ref: ObjectRef, known: tuple[ObjectRef, str, bool], number: int, name: str
+    ref: ObjectRef, known: ObjectRef, where: str, number: int, name: str
 ) -> None:
     raise TraceError(
         name,
         number,
-        f"uid {preview(ref.uid)} names {_short(ref)} here, but {known[1]} it names "
-        f"{_full(known[0])}; "
-        "one uid must name one object",
+        f"uid {preview(ref.uid)} names {_short(ref)} here, but {where} it names "
+        f"{_full(known)}; one uid must name one object",
     )
 
 
-def _claim_uids(
+#: How a trace found an object a link derives: (link, machine, ref, line) of its source.
+_Derived = tuple[Link, Machine[Any], ObjectRef, int]
+
+
+def _claim_linked(
     record: TraceLine,
     number: int,
-    owners: dict[str, tuple[ObjectRef, str, bool]],
+    objects: dict[str, tuple[ObjectRef, datetime, int]],
+    derived: dict[str, _Derived],
     links: Iterable[Link],
     name: str,
 ) -> None:
-    """The first line naming an object: its uid, and those of objects links derive from it."""
+    """The first line naming an object: the uids of objects links derive from it, refused if
+    a line already named another object by one of them."""
     ref = record.ref
     for link, target in _linked(record.machine, ref, links):
-        derived = owners.get(target.uid)
-        if derived is not None and derived[0] != target and derived[2]:
+        named = objects.get(target.uid)
+        if named is not None and named[0] != target:
             raise TraceError(
                 name,
                 number,
                 f"uid {preview(target.uid)} is the {link.target} of {_short(ref)} "
                 f"({_full(target)}), "
-                f"but {derived[1]} it names {_full(derived[0])}; one uid must name one object",
+                f"but {_where(named[2])} it names {_full(named[0])}; one uid must name one "
+                "object",
             )
-        owners.setdefault(target.uid, (target, f"as the {link.target} of line {number}", False))
-    owners[ref.uid] = (ref, f"on line {number}", True)
+        if named is None:
+            derived.setdefault(target.uid, (link, record.machine, ref, number))
 
 
 def _linked(
