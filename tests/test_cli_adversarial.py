@@ -244,7 +244,8 @@ def test_a_refused_hostile_trace_leaves_an_sqlite_store_untouched(
     workdir: Path, prior_store: Path, hostile: str
 ) -> None:
     db = workdir / "store.db"
-    shutil.copyfile(prior_store, db)
+    shutil.copyfile(prior_store, db)  # the store's file and its history file (ADR 0037)
+    shutil.copyfile(f"{prior_store}.lifecycle-history", f"{db}.lifecycle-history")
     before = rows(db)
     trace = _write_trace(workdir, [json.dumps(TEMPLATES[0]), hostile])
     code, _, err = replay(trace, "--store", f"sqlite:///{db}")

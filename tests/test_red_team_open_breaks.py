@@ -2,14 +2,12 @@
 marked ``xfail(strict=True)`` with where the fix belongs; when the fix lands the test passes,
 strict xfail turns that into a failure, and the mark is to be removed.
 
-- the SQLite store (``stores/sqlite.py``): an integer beyond 64 bits escapes as
-  ``OverflowError``; and a restored backup (a lost history) hands out the same event ids
-  again, for different events, where PostgreSQL starts a new epoch (ADR 0068).
-
-Fixed since, and kept here as plain tests: ``observe_many`` given items that are not
-``(ref, observation)`` pairs is refused with a LifecycleError naming the item; a refused
-``memory://`` replay says one line on stderr (it holds the library's log records back with
-its output, ``cli.py``).
+Fixed since, and kept here as plain tests: the SQLite store refuses an integer beyond 64
+bits with a StoreError (it escaped as ``OverflowError``), and a restored backup of its file
+starts a new epoch, so no event id names two events (ADR 0037); ``observe_many`` given items
+that are not ``(ref, observation)`` pairs is refused with a LifecycleError naming the item; a
+refused ``memory://`` replay says one line on stderr (it holds the library's log records back
+with its output, ``cli.py``).
 """
 
 from __future__ import annotations
@@ -75,12 +73,6 @@ def test_a_refused_sqlite_replay_says_one_line_on_stderr(
     assert not (tmp_path / "s.db").exists()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=OverflowError,
-    reason="stores/sqlite.py: an expected version or a claim limit beyond 64 bits reaches "
-    "sqlite3, which raises OverflowError; refuse it (StoreError/Conflict) as PostgreSQL does",
-)
 @pytest.mark.parametrize("call", ["commit", "claim_undelivered"])
 def test_sqlite_refuses_an_integer_beyond_64_bits_typed(tmp_path: Path, call: str) -> None:
     store = SQLiteStore(tmp_path / "s.db", synchronous="OFF")
@@ -98,14 +90,6 @@ def test_sqlite_refuses_an_integer_beyond_64_bits_typed(tmp_path: Path, call: st
         store.close()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="stores/sqlite.py has no epoch: after its file is restored from a backup (a lost "
-    "history), versions are handed out again and an event id names two different events "
-    "(u:2:0 Initializing, then u:2:0 ProvisionFailed). A sketch: a random session tag "
-    "written to the database and to a sidecar file on open; a database whose tag differs "
-    "from the sidecar's (or without one) starts a new epoch, as PostgreSQL does (ADR 0068)",
-)
 def test_a_restored_sqlite_backup_never_reuses_an_event_id(tmp_path: Path) -> None:
     path = tmp_path / "s.db"
     sink = MemoryEmitter()

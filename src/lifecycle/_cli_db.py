@@ -39,6 +39,7 @@ from .machines import MachineRegistry, default_registry
 from .stores import POSTGRES_SCHEMES, open_store, parse_sqlite_url, redact_url
 from .stores.base import fold_problem
 from .stores.sqlite import SCHEMA_VERSION as SQLITE_SCHEMA
+from .stores.sqlite import SQLiteStore
 
 STORE_HELP = (
     "memory://, sqlite:///PATH (relative; sqlite:////PATH absolute) with optional "
@@ -158,7 +159,8 @@ def cmd_check(args: argparse.Namespace, out: TextIO) -> int:
     reads, or that an undeclared table change wrote), whether each object's journal folds
     to its stored status (``--sample N`` objects per machine), and for PostgreSQL its epochs
     (each failover or restore that changed the database's history starts one) and the
-    acknowledged writes replicas found lost. Exit 1 on any finding."""
+    acknowledged writes replicas found lost, for SQLite the epochs started when its file was
+    found replaced by an older copy. Exit 1 on any finding."""
     if args.sample is not None and args.sample < 1:
         raise StoreError(f"--sample must be a positive number, got {args.sample}")
     machines = load_machines(args.machines)
@@ -171,6 +173,10 @@ def cmd_check(args: argparse.Namespace, out: TextIO) -> int:
         ok = report.ok
     store = _open_existing(args.store, "check", migrate=False)
     try:
+        if isinstance(store, SQLiteStore):  # epochs started by restored copies (ADR 0037)
+            history = store.history()
+            out.write("\n".join(history.lines()) + "\n")
+            ok = history.ok and ok
         ok = _check_records(store, machines, args.sample, out) and ok
     finally:
         store.close()

@@ -26,7 +26,8 @@ from typing import Any, Literal
 import attrs
 import orjson
 
-from .._core.errors import Conflict, IdentityMismatch, StoreError
+from .._core.bounds import INT_MAX, INT_MIN
+from .._core.errors import Conflict, IdentityMismatch, StoreError, preview
 from .._core.machine import Machine
 from .._core.observation import Observation
 from .._core.refs import ObjectRef
@@ -40,6 +41,8 @@ from .._core.schema import (
 )
 from .._core.transition import Transition
 from .._log import get_logger
+from . import _sqlite_history as history
+from ._sqlite_history import HistoryRewind, SQLiteHistory
 from .base import (
     CommitItem,
     JournalEntry,
@@ -81,7 +84,8 @@ def _loads(text: str) -> Any:
 
 _log = get_logger("lifecycle.stores")
 
-_SCHEMA = """
+_SCHEMA = (
+    """
 CREATE TABLE IF NOT EXISTS lifecycle_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS objects (
     uid TEXT PRIMARY KEY,
@@ -125,6 +129,8 @@ CREATE TABLE IF NOT EXISTS snapshots (
     schema_fingerprint TEXT NOT NULL DEFAULT ''
 ) WITHOUT ROWID;
 """
+    + history.EPOCHS_TABLE
+)
 #: Schema 3 (ADR 0088): every status, journal entry and snapshot records the version and
 #: fingerprint of its machine's schema. Rows written before get version 1 and no fingerprint:
 #: the tables as they were then are version 1 by definition.
@@ -200,6 +206,7 @@ class SQLiteStore:
         self.owner = owner if owner is not None else uuid.uuid4().hex
         self._synchronous = synchronous
         self._lease = lease_seconds
+        self._busy_timeout = busy_timeout
         self._clock = clock
         self._keep_journal = journal
         self._lock = threading.RLock()
@@ -210,6 +217,14 @@ class SQLiteStore:
         self._read_lock = threading.Lock()
         #: Transactions ``commit`` ran (with group commit, fewer than the commits answered).
         self.flushes = 0
+        #: The epoch events are stamped with (ADR 0037): ``""`` until the file is found
+        #: replaced by an older copy of itself; event ids then end in ``@TAG``.
+        self.epoch = ""
+        #: The older copies this handle found at open (logged at error level too).
+        self.rewinds: list[HistoryRewind] = []
+        #: ``unwritten`` (no write yet: the history tag is advanced before the first),
+        #: ``written`` (advanced again at close), ``closed`` -- or ``none``: no history file
+        self._history = "closed"
         try:
             self._db = sqlite3.connect(
                 self.path, timeout=busy_timeout, isolation_level=None, check_same_thread=False
@@ -223,6 +238,13 @@ class SQLiteStore:
                 "DO UPDATE SET value = excluded.value WHERE CAST(value AS INTEGER) < ?",
                 (str(SCHEMA_VERSION), SCHEMA_VERSION),
             )
+            with self._transaction() as db:
+                self.epoch, rewind = history.begin_session(
+                    db, self.path, durable=synchronous != "OFF", owner=self.owner
+                )
+            if rewind is not None:
+                self.rewinds.append(rewind)
+            self._history = "unwritten"
             if group_commit:
                 self._reader = sqlite3.connect(
                     self.path, timeout=busy_timeout, isolation_level=None, check_same_thread=False
@@ -232,6 +254,35 @@ class SQLiteStore:
             if not Path(self.path).parent.exists():
                 hint = f" (folder {Path(self.path).parent} does not exist; sqlite:////ABS/PATH)"
             raise StoreError(f"cannot open SQLite store {self.path}: {e}{hint}") from e
+
+    def _writing(self) -> None:
+        """Before this handle's first write (under ``_lock``): a new history tag, in its own
+        transaction, so a copy of the file taken before this write is recognised as older
+        if it is ever restored (ADR 0037). Once per handle; ``StoreError`` if it fails."""
+        if self._history != "unwritten":
+            return
+        self._advance_history("first write")
+        self._history = "written"
+
+    def _advance_history(self, when: str) -> None:
+        sidecar = history.sidecar_for(self.path)
+        if sidecar is None:
+            return
+        try:  # on a connection of its own: the store's connection keeps its transactions
+            db = sqlite3.connect(self.path, timeout=self._busy_timeout, isolation_level=None)
+            try:
+                db.execute(f"PRAGMA synchronous={self._synchronous}")
+                with _Tx(db):
+                    history.advance(db, sidecar, durable=self._synchronous != "OFF")
+            finally:
+                db.close()
+        except (sqlite3.Error, OSError) as e:
+            if when == "close":  # best effort: a copy taken meanwhile goes unrecognised
+                _log.warning("history tag not advanced at close", store=self.path, error=str(e))
+                return
+            raise StoreError(
+                f"SQLite store {self.path}: cannot advance its history tag ({sidecar}): {e}"
+            ) from e
 
     def _add_schema_columns(self) -> None:
         """Migrate a store of schema 2: add the record-schema columns (ADR 0088), once, in
@@ -317,6 +368,7 @@ class SQLiteStore:
             return self._commit_grouped(self._group, row)
         lease_until = self._clock() + self._lease
         with self._lock:
+            self._writing()
             self.flushes += 1
             try:
                 with self._transaction() as db:
@@ -394,6 +446,12 @@ class SQLiteStore:
         committed, every item of the batch gets a :class:`StoreError`."""
         lease_until = self._clock() + self._lease
         with self._lock:
+            try:
+                self._writing()
+            except StoreError as e:
+                for slot in batch:
+                    slot.outcome = e
+                return
             self.flushes += 1
             try:
                 if len(batch) == 1:  # a lone caller: the plain commit
@@ -525,6 +583,7 @@ class SQLiteStore:
         observation: Observation,
         transitions: Sequence[Transition],
     ) -> _Row:
+        _int64("expected version", expected, ref.uid, room=1)
         try:
             status_json = _dumps(machine.dump_status(status))
             fields_json = _dumps_bounded(machine.dump_observation(observation))
@@ -679,6 +738,8 @@ class SQLiteStore:
         lease_until = self._clock() + self._lease
         out: list[int | StoreError] = []
         with self._lock:
+            if any(not isinstance(row, StoreError) for row in rows):
+                self._writing()
             try:
                 with self._transaction() as db:
                     journal: list[tuple[Any, ...]] = []
@@ -813,6 +874,7 @@ class SQLiteStore:
         """Drop all but the last ``keep`` journal entries of each object behind a snapshot,
         one transaction per object; an object whose journal does not fold to its status is
         left as it is (and logged). Returns how many entries were dropped."""
+        _int64("keep", keep)
         if not self._keep_journal:
             return 0
         chosen = [r.ref for r in self.records(machine)] if refs is None else list(refs)
@@ -868,6 +930,7 @@ class SQLiteStore:
         Rows are read and upcast outside the write transaction; each is then set only if its
         version and schema are still what was read, so a concurrent commit wins."""
         check_batch(batch)
+        _int64("batch", batch)
         schema = machine.schema
         now = (schema.version, schema.fingerprint)
         name = machine.name
@@ -932,6 +995,7 @@ class SQLiteStore:
 
     def claim_undelivered(self, limit: int = 1000) -> list[Transition]:
         """Lease up to ``limit`` undelivered events: this store's own, and expired leases."""
+        _int64("limit", limit)
         now = self._clock()
         with self._lock:
             marks = self._take_marks()  # a delivered event is never claimed again
@@ -999,15 +1063,42 @@ class SQLiteStore:
             (n,) = self._db.execute("SELECT count(*) FROM outbox").fetchone()
         return int(n)
 
+    def history(self) -> SQLiteHistory:
+        """The epochs this database started, each when it was found to be an older copy of
+        itself (``lifecycle db check``; ADR 0037)."""
+        with self._lock:
+            try:
+                return SQLiteHistory(self.path, history.epochs(self._db))
+            except sqlite3.Error as e:
+                raise self._fail("history", e) from e
+
     def close(self) -> None:
+        """Close the store: a new history tag ends this session (so a copy of the file taken
+        while it was open is recognised as older if it is ever restored; ADR 0037)."""
         marks = self._take_marks()
         if marks:
             self._mark_quietly(marks)
         with self._lock:
+            if self._history == "written":
+                self._advance_history("close")
+            self._history = "closed"
             self._db.close()
         if self._reader is not None:
             with self._read_lock:
                 self._reader.close()
+
+
+def _int64(what: str, value: int, uid: str | None = None, *, room: int = 0) -> None:
+    """Refuse an integer SQLite cannot store (a signed 64-bit column; ``room``: how much is
+    added to it before it is stored) with a :class:`StoreError`, before anything is written
+    -- sqlite3 would raise a bare ``OverflowError``."""
+    if type(value) is not int:
+        if isinstance(value, int):  # bool, an int subclass
+            return
+        raise StoreError(f"{what} must be an int, got {preview(value)}")
+    if not INT_MIN <= value <= INT_MAX - room:
+        where = f" of {uid}" if uid is not None else ""
+        raise StoreError(f"{what}{where} is beyond a 64-bit integer: {preview(value)}")
 
 
 def _delete_marked(db: sqlite3.Connection, ids: list[str]) -> None:
