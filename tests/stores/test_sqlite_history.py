@@ -8,6 +8,8 @@ import contextlib
 import io
 import shutil
 import sqlite3
+import subprocess
+import sys
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -245,5 +247,39 @@ def test_the_largest_64_bit_integer_is_taken_where_it_fits(tmp_path: Path) -> No
         assert store.upgrade(POD, batch=top).statuses == 0
         with pytest.raises(StoreError, match="64-bit"):  # its next version would not fit
             store.commit(POD, REF, top, status, STEPS[0], ())
+    finally:
+        store.close()
+
+
+_WRITER = """
+import sys
+from datetime import UTC, datetime
+from lifecycle import MemoryEmitter, ObjectRef, Runner, SQLiteStore
+from lifecycle.machines import pod
+path, name = sys.argv[1], sys.argv[2]
+for session in range(3):
+    store = SQLiteStore(path, synchronous="NORMAL", owner=name)
+    sink = MemoryEmitter()
+    for i in range(5):
+        ref = ObjectRef("Pod", "ml", f"{name}-{session}-{i}", f"{name}-{session}-{i}")
+        Runner(store, [sink]).observe(ref, pod.CreateRequested(at=datetime(2026, 1, 1, tzinfo=UTC)))
+    store.close()
+    assert store.epoch == "" and not store.rewinds, (store.epoch, store.rewinds)
+    assert all("@" not in e.id for e in sink.events)
+"""
+
+
+def test_processes_sharing_one_file_never_start_an_epoch(tmp_path: Path) -> None:
+    path = tmp_path / "s.db"
+    SQLiteStore(path).close()
+    writers = [
+        subprocess.Popen([sys.executable, "-c", _WRITER, str(path), f"w{n}"]) for n in range(3)
+    ]
+    assert [w.wait(timeout=120) for w in writers] == [0, 0, 0]
+    store = SQLiteStore(path)
+    try:
+        assert store.epoch == ""
+        assert store.history().ok
+        assert sum(row[2] == "Pod" for row in rows(path)["objects"]) == 45
     finally:
         store.close()
