@@ -9,9 +9,10 @@
 - **replay**: the whole command, ``lifecycle.cli.main(["replay", TRACE, "--store",
   "memory://", ...])`` run in this process, once with ``--format jsonl`` and once with the
   default table, output to ``/dev/null``.
-- Both are timed as CPU (``time.process_time``), alternating floor, jsonl, table, floor, ...
-  in one process; the ratio replay ÷ floor is taken per round, and its median and range over
-  rounds reported (the machine's load moves both sides of a round together).
+- Both are timed as CPU (``time.process_time``) in one process, alternating floor, jsonl,
+  floor, table, floor, ...; each replay is divided by the mean of the floors measured just
+  before and after it, and the median and range of that ratio over rounds reported (the
+  machine's load drifts; neighbours in time share it).
 - **peak RSS**: the command in a fresh interpreter, its peak resident set (``VmHWM`` of
   ``/proc/self/status`` as it exits; Linux), at each ``--rss`` length, for two traces:
   ``benchmarks.gen_trace`` (a new pod every 20 lines: the store grows with the trace), and
@@ -108,24 +109,36 @@ def replay_command(trace: Path, fmt: str) -> Callable[[], None]:
 
 
 def cpu_rounds(trace: Path, lines: int, rounds: int) -> dict[str, Any]:
-    """CPU µs per line of the floor and of both formats, alternating, and their ratios."""
-    contenders = {
-        "floor": parse_floor(trace),
-        "jsonl": replay_command(trace, "jsonl"),
-        "table": replay_command(trace, "table"),
-    }
-    for run in contenders.values():  # warm-up: imports, caches, compiled builders
-        run()
-    times: dict[str, list[float]] = {name: [] for name in contenders}
-    for _ in range(rounds):
-        for name, run in contenders.items():
-            start = time.process_time()
+    """CPU µs per line of the floor and of both formats, and their ratios. Each round runs
+    floor, jsonl, floor, table, floor: a replay is compared with the mean of the floors
+    measured just before and just after it (the machine's load drifts over seconds), and
+    each floor measurement reads the file three times (it is short)."""
+    floor = parse_floor(trace)
+    replays = {"jsonl": replay_command(trace, "jsonl"), "table": replay_command(trace, "table")}
+
+    def timed(run: Callable[[], None], times: int = 1) -> float:
+        start = time.process_time()
+        for _ in range(times):
             run()
-            times[name].append((time.process_time() - start) / lines * 1e6)
+        return (time.process_time() - start) / times / lines * 1e6
+
+    for run in (floor, *replays.values()):  # warm-up: imports, caches, compiled builders
+        run()
+    times: dict[str, list[float]] = {"floor": [], "jsonl": [], "table": []}
+    ratios: dict[str, list[float]] = {"jsonl": [], "table": []}
+    for _ in range(rounds):
+        before = timed(floor, 3)
+        times["floor"].append(before)
+        for name, run in replays.items():
+            spent = timed(run)
+            after = timed(floor, 3)
+            times[name].append(spent)
+            times["floor"].append(after)
+            ratios[name].append(spent / ((before + after) / 2))
+            before = after
     out: dict[str, Any] = {"us_per_line": times}
-    for fmt in ("jsonl", "table"):
-        ratio = [r / f for r, f in zip(times[fmt], times["floor"], strict=True)]
-        out[f"{fmt}_vs_floor"] = {
+    for name, ratio in ratios.items():
+        out[f"{name}_vs_floor"] = {
             "median": statistics.median(ratio),
             "min": min(ratio),
             "max": max(ratio),
