@@ -42,7 +42,16 @@ from .api_server import PREFIX, Answer, FakeApiServer, strategic_merge
 kubernetes_client = pytest.importorskip("kubernetes.client")
 
 EPOCH = datetime(2026, 11, 30, 10, 0, 0, tzinfo=UTC)
-TRACES = sorted((Path(__file__).parents[2] / "examples" / "traces").glob("*.jsonl"))
+#: Bundled traces whose transitions all come back in the replay's results: a trace with a
+#: host-level fault line (another writer, a crash and restart) also sends events that no result
+#: holds, and one of action events only has no transition (both covered in test_trace_faults).
+TRACES = sorted(
+    path
+    for path in (Path(__file__).parents[2] / "examples" / "traces").glob("*.jsonl")
+    if '"concurrent-write"' not in (text := path.read_text())
+    and '"crash-after-commit"' not in text
+    and path.stem != "kubernetes-event-series"
+)
 POD = ObjectRef("Pod", "ml", "trainer-0", "pod-a")
 
 
