@@ -29,6 +29,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import lifecycle.cli as cli
+import lifecycle.cli.replay as cli_replay
 from lifecycle import LifecycleError, MemoryStore
 from lifecycle.cli import main
 
@@ -361,7 +362,7 @@ def test_a_stray_library_error_is_one_line_exit_2(monkeypatch: pytest.MonkeyPatc
 
 
 def test_the_replay_header_never_shows_a_password(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(cli, "open_store", lambda url: MemoryStore())
+    monkeypatch.setattr(cli_replay, "open_store", lambda url: MemoryStore())
     url = "postgresql://admin:hunter2@db:5432/x?password=hunter2&sslpassword=hunter2"
     code, out, _ = replay(TRACES / "demo.jsonl", "--store", url)
     assert code == 0

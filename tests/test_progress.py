@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from lifecycle import cli
 from lifecycle.cli import Progress, main
+from lifecycle.cli import progress as cli_progress
+from lifecycle.cli import replay as cli_replay
 
 TRACES = Path(__file__).resolve().parent.parent / "examples" / "traces"
 DEMO = TRACES / "demo.jsonl"
@@ -92,8 +93,8 @@ def test_a_stream_without_isatty_or_a_detached_one_is_not_a_terminal() -> None:
         def isatty(self) -> bool:
             raise ValueError("underlying buffer has been detached")
 
-    assert not cli._isatty(Detached())
-    assert not cli._isatty(object())
+    assert not cli_progress._isatty(Detached())
+    assert not cli_progress._isatty(object())
 
 
 def replay(
@@ -115,7 +116,7 @@ def test_replay_on_a_terminal_draws_the_bar_on_stderr_and_erases_it(
     assert piped_err == ""  # piped: nothing extra
     if store != "memory://":
         (tmp_path / "r.db").unlink()
-    monkeypatch.setattr(cli, "PROGRESS_DELAY", 0.0)
+    monkeypatch.setattr(cli_progress, "PROGRESS_DELAY", 0.0)
     code, tty_out, tty_err = replay(monkeypatch, FakeTTY(), "--store", url)
     assert code == 0
     assert tty_out == piped_out  # the output itself is the same
@@ -130,7 +131,7 @@ def test_replay_on_a_terminal_draws_the_bar_on_stderr_and_erases_it(
 def test_a_big_trace_gets_notes_while_it_is_read_and_checked(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    monkeypatch.setattr(cli, "PROGRESS_NOTE_BYTES", 0)
+    monkeypatch.setattr(cli_replay, "PROGRESS_NOTE_BYTES", 0)
     code, _, err = replay(monkeypatch, FakeTTY(), "--store", f"sqlite:///{tmp_path / 'r.db'}")
     assert code == 0
     assert f"\rreading {DEMO} ..." in err
@@ -143,8 +144,8 @@ def test_a_streamed_replay_has_no_reading_phase_but_counts_its_lines_for_the_bar
 ) -> None:
     trace = tmp_path / "t.jsonl"
     trace.write_text("# a comment\n\n" + DEMO.read_text(), encoding="utf-8")
-    monkeypatch.setattr(cli, "PROGRESS_NOTE_BYTES", 0)
-    monkeypatch.setattr(cli, "PROGRESS_DELAY", 0.0)
+    monkeypatch.setattr(cli_replay, "PROGRESS_NOTE_BYTES", 0)
+    monkeypatch.setattr(cli_progress, "PROGRESS_DELAY", 0.0)
     code, _, err = replay(monkeypatch, FakeTTY(), trace=trace)
     assert code == 0
     assert "reading" not in err
@@ -156,7 +157,7 @@ def test_a_refused_trace_leaves_no_bar_before_its_error(
 ) -> None:
     bad = tmp_path / "bad.jsonl"
     bad.write_text(DEMO.read_text() + "{not json\n", encoding="utf-8")
-    monkeypatch.setattr(cli, "PROGRESS_NOTE_BYTES", 0)
+    monkeypatch.setattr(cli_replay, "PROGRESS_NOTE_BYTES", 0)
     db = f"sqlite:///{tmp_path / 'r.db'}"
     code, _, err = replay(monkeypatch, FakeTTY(), "--store", db, trace=bad)
     assert code == 2
@@ -170,7 +171,7 @@ def test_a_streamed_replay_refused_halfway_erases_its_bar_and_prints_nothing(
 ) -> None:
     bad = tmp_path / "bad.jsonl"
     bad.write_text(DEMO.read_text() + "{not json\n", encoding="utf-8")
-    monkeypatch.setattr(cli, "PROGRESS_DELAY", 0.0)
+    monkeypatch.setattr(cli_progress, "PROGRESS_DELAY", 0.0)
     code, out, err = replay(monkeypatch, FakeTTY(), trace=bad)
     assert code == 2
     assert out == ""  # the lines before the bad one showed nothing
@@ -185,7 +186,7 @@ def test_the_bar_counts_lines_that_end_in_a_carriage_return_alone(
 ) -> None:
     trace = tmp_path / "t.jsonl"
     trace.write_text(DEMO.read_text().replace("\n", "\r"), encoding="utf-8", newline="")
-    monkeypatch.setattr(cli, "PROGRESS_DELAY", 0.0)
+    monkeypatch.setattr(cli_progress, "PROGRESS_DELAY", 0.0)
     code, _, err = replay(monkeypatch, FakeTTY(), trace=trace)
     assert code == 0
     assert "] 10/10 100%" in err

@@ -7,7 +7,7 @@ bits with a StoreError (it escaped as ``OverflowError``), and a restored backup 
 starts a new epoch, so no event id names two events (ADR 0037); ``observe_many`` given items
 that are not ``(ref, observation)`` pairs is refused with a LifecycleError naming the item; a
 refused ``memory://`` replay says one line on stderr (it holds the library's log records back
-with its output, ``cli.py``).
+with its output, ``lifecycle.cli``).
 """
 
 from __future__ import annotations

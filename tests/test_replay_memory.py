@@ -22,9 +22,9 @@ from typing import IO, Any
 
 import pytest
 
-from lifecycle import _cli_spool
-from lifecycle._cli_spool import Spool
 from lifecycle.cli import main
+from lifecycle.cli import spool as _cli_spool
+from lifecycle.cli.spool import Spool
 
 ROOT = Path(__file__).resolve().parent.parent
 TRACES = ROOT / "examples" / "traces"

@@ -19,10 +19,10 @@ import sys
 from pathlib import Path
 from typing import Any, TextIO
 
-from ._core.errors import UnknownMachine, brief, preview
-from ._core.machine import Machine
-from .analysis import LinkedGroup, Report, check_group, check_machine, load_allowances
-from .machines import default_registry
+from .._core.errors import UnknownMachine, brief, preview
+from .._core.machine import Machine
+from ..analysis import LinkedGroup, Report, check_group, check_machine, load_allowances
+from ..machines import default_registry
 
 Target = Machine[Any] | LinkedGroup
 DESCRIPTION = """Analyse transition tables (ADR 0085). Without a target: every registered machine
@@ -90,7 +90,7 @@ def _report(target: Target, extra: dict[str, dict[str, str]]) -> Report:
 
 def resolve(name: str | None) -> list[Target]:
     """The machines and groups ``name`` means (all of them when ``None``)."""
-    from .analysis import shipped_groups
+    from ..analysis import shipped_groups
 
     registry = default_registry()
     groups = {g.name: g for g in shipped_groups()}

@@ -32,14 +32,14 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, TextIO
 
-from ._core.errors import LifecycleError, StoreError, UnknownMachine, preview
-from ._core.machine import Machine
-from ._core.schema import review
-from .machines import MachineRegistry, default_registry
-from .stores import POSTGRES_SCHEMES, open_store, parse_sqlite_url, redact_url
-from .stores.base import fold_problem
-from .stores.sqlite import SCHEMA_VERSION as SQLITE_SCHEMA
-from .stores.sqlite import SQLiteStore
+from .._core.errors import LifecycleError, StoreError, UnknownMachine, preview
+from .._core.machine import Machine
+from .._core.schema import review
+from ..machines import MachineRegistry, default_registry
+from ..stores import POSTGRES_SCHEMES, open_store, parse_sqlite_url, redact_url
+from ..stores.base import fold_problem
+from ..stores.sqlite import SCHEMA_VERSION as SQLITE_SCHEMA
+from ..stores.sqlite import SQLiteStore
 
 STORE_HELP = (
     "memory://, sqlite:///PATH (relative; sqlite:////PATH absolute) with optional "
@@ -51,8 +51,8 @@ _SQLITE_HEADER = b"SQLite format 3\x00"
 
 def cmd_migrate(args: argparse.Namespace, out: TextIO) -> int:
     if args.store.startswith(POSTGRES_SCHEMES):
-        from .stores import _pgsql
-        from .stores.postgres import migrate, schema_version
+        from ..stores import _pgsql
+        from ..stores.postgres import migrate, schema_version
 
         applied = migrate(args.store)
         version = schema_version(args.store)
@@ -72,8 +72,8 @@ def cmd_migrate(args: argparse.Namespace, out: TextIO) -> int:
 
 def cmd_status(args: argparse.Namespace, out: TextIO) -> int:
     if args.store.startswith(POSTGRES_SCHEMES):
-        from .stores import _pgsql
-        from .stores.postgres import schema_version
+        from ..stores import _pgsql
+        from ..stores.postgres import schema_version
 
         version = schema_version(args.store)
         where = _pgsql.parse_url(args.store).where
@@ -166,7 +166,7 @@ def cmd_check(args: argparse.Namespace, out: TextIO) -> int:
     machines = load_machines(args.machines)
     ok = True
     if args.store.startswith(POSTGRES_SCHEMES):
-        from .stores.postgres import check_history
+        from ..stores.postgres import check_history
 
         report = check_history(args.store)
         out.write("\n".join(report.lines()) + "\n")
@@ -249,7 +249,7 @@ def _open_existing(url: str, what: str, *, migrate: bool = True) -> Any:
         if sqlite_schema_version(path) is None:
             raise StoreError(f"{redact_url(url)}: no store to {what} (no such file)")
     if url.startswith(POSTGRES_SCHEMES) and not migrate:
-        from .stores.postgres import PostgresStore
+        from ..stores.postgres import PostgresStore
 
         return PostgresStore(url, migrate=False)
     return open_store(url)

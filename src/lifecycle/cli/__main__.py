@@ -1,0 +1,5 @@
+"""``python -m lifecycle.cli``."""
+
+from . import main
+
+raise SystemExit(main())

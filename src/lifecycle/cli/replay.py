@@ -1,0 +1,373 @@
+"""``lifecycle replay``: validate, dry-run, then replay a trace and print its events."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Iterable
+from datetime import datetime
+from pathlib import Path
+from typing import Any, TextIO
+
+from .._core.errors import TraceError
+from .._core.redact import redact
+from .._core.refs import ObjectRef
+from .._core.transition import Transition
+from ..machines import MachineRegistry, default_registry
+from ..runner import Result
+from ..stores import MemoryStore, open_store, parse_sqlite_url, redact_url
+from ..stores.base import Store
+from ..trace import (
+    CONCURRENT_WRITE,
+    HostEvents,
+    ObservationLine,
+    TraceLine,
+    check,
+    injected,
+    read_trace,
+    replay,
+    stream_trace,
+)
+from .common import EXIT_OK, EXIT_REFUSED, EXIT_WRITE_FAILED, say
+from .golden import _at, _compare, _event_row, _expect, _json_line, _jsonl_line
+from .progress import PROGRESS_NOTE_BYTES, Progress, _isatty, _no_cyclic_gc, _trace_size
+from .spool import LogStream, Spool
+
+#: Log records of a held replay wait here with its output (a refused one prints neither).
+LOGS = LogStream()
+
+
+class _Collector:
+    """Counts delivered events (the summary line); holding them all would cost memory."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    def emit(self, transition: Transition) -> None:
+        self.count += 1
+
+
+#: ``HH:MM:SS`` of the times events were stamped at, keyed by (time, zone): a trace repeats
+#: its times (one poll stamps many objects), and ``strftime`` costs more than the rest of a
+#: table line. Equal instants in other zones print differently, hence the zone in the key.
+_CLOCK: dict[tuple[datetime, object], str] = {}
+
+
+def _clock(at: datetime) -> str:
+    key = (at, at.tzinfo)
+    text = _CLOCK.get(key)
+    if text is None:
+        if len(_CLOCK) >= 4096:
+            _CLOCK.clear()
+        text = _CLOCK[key] = at.strftime("%H:%M:%S")
+    return text
+
+
+def _table_line(t: Transition, note: str = "") -> str:
+    flip = t.flip
+    if t.fallback:
+        flip = f"(not written) {flip}"
+    if note:  # sent by another host: the other writer, or a restarted one
+        flip = f"({note}) {flip}"
+    ref = t.ref
+    obj = f"{ref.kind}/{ref.namespace}/{ref.name}" if ref.namespace else f"{ref.kind}/{ref.name}"
+    return f"{_clock(t.at)}  {obj:<30} {flip:<30} {t.type.value:<7} {t.reason:<28} {t.message}"
+
+
+def _note_objects(result: Result, seen: dict[str, ObjectRef]) -> None:
+    """Every object a result touched (its cascade too), in first-seen order."""
+    seen.setdefault(result.ref.uid, result.ref)
+    for sub in result.cascade:
+        _note_objects(sub, seen)
+
+
+def _final_statuses(
+    store: Store,
+    machines: MachineRegistry,
+    seen: dict[str, ObjectRef],
+    write: Callable[[bytes], object],
+) -> None:
+    for ref in seen.values():
+        machine = machines.for_kind(ref.kind)
+        record = store.load(machine, ref)
+        status = machine.initial(ref) if record is None else record.status
+        line = {
+            "final": True,
+            "machine": machine.name,
+            "namespace": ref.namespace,
+            "name": ref.name,
+            "uid": ref.uid,
+            "state": status.state,
+            "version": 0 if record is None else record.version,
+            "status": machine.dump_status(status),
+        }
+        write(_json_line(line))
+
+
+def _new_sqlite_file(url: str) -> bool:
+    """Whether ``url`` names an SQLite file that does not exist yet (a bad SQLite URL raises
+    :class:`~lifecycle.stores.InvalidStoreURL` here, before the trace is read)."""
+    if url[:7].lower() != "sqlite:":
+        return False
+    return not Path(parse_sqlite_url(url).path).exists()
+
+
+def _failed_writes(result: Result) -> tuple[int, int]:
+    """The failed status writes of ``result`` and its cascade: (all, those not injected)."""
+    failed = unplanned = 0
+    if result.error is not None:
+        failed = 1
+        unplanned = 0 if injected(result.error) else 1
+    for sub in result.cascade:
+        more, more_unplanned = _failed_writes(sub)
+        failed += more
+        unplanned += more_unplanned
+    return failed, unplanned
+
+
+#: Seconds a replay runs before its progress bar appears (short replays never show one).
+
+
+def cmd_replay(args: argparse.Namespace, out: TextIO) -> int:
+    progress = Progress(0, sys.stderr)
+    try:
+        with _no_cyclic_gc():
+            if args.compare_with is not None:
+                return _compare(args, out, progress)
+            if args.expect is not None:
+                return _expect(args, out, progress)
+            if args.update:
+                say("lifecycle replay: --update rewrites the file --expect names; give --expect")
+                return EXIT_REFUSED
+            return _replay(args, out, progress)
+    finally:
+        progress.clear()
+
+
+def _count_records(path: str) -> int:
+    """Lines of ``path`` that the trace reader will parse (neither blank nor comments), for
+    the progress bar of a streamed replay; 0 if it cannot be read (the replay says why)."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:  # lines as the reader splits
+            return sum(1 for line in f if line.strip() and not line.lstrip().startswith("#"))
+    except OSError:
+        return 0
+
+
+def _replay(
+    args: argparse.Namespace,
+    out: TextIO,
+    progress: Progress,
+    machines: MachineRegistry | None = None,
+    capture: list[bytes] | None = None,
+) -> int:
+    """Replay ``args.trace`` under ``machines`` (the shipped ones by default) and print it.
+    With ``capture``, the output's JSON lines (events, Event rows, final statuses) are
+    appended there instead, and nothing else is printed: a golden comparison reads them."""
+    machines = machines if machines is not None else default_registry()
+    # A memory store is fresh and gone when the command ends: instead of a dry run, replay
+    # once as the file is read, hold the output back, and show it only if every line was
+    # accepted (ADR 0009). Any other store gets the whole trace checked before it is touched.
+    throwaway = args.store in ("memory://", "memory")
+    new_file = _new_sqlite_file(args.store)  # and a bad SQLite URL refused before reading
+    big = _trace_size(args.trace) >= PROGRESS_NOTE_BYTES
+    limit = args.max_line_bytes
+    trace: Iterable[TraceLine]
+    if throwaway:
+        trace = stream_trace(args.trace, machines, max_line_bytes=limit)
+        progress.total = _count_records(args.trace) if progress.enabled else 0
+    else:
+        if big:
+            progress.note(f"reading {redact(args.trace)} ...")
+        trace = read_trace(args.trace, machines, max_line_bytes=limit)
+        progress.total = len(trace)
+        if big:
+            progress.note(f"read {len(trace)} lines ...")
+        if new_file:
+            # Refuse a bad trace before opening (and so creating) a new store file.
+            check(trace, MemoryStore(), name=args.trace, machines=machines)
+    store = MemoryStore(journal=False) if throwaway else open_store(args.store)
+    collector = _Collector()
+    table = args.format == "table" and capture is None
+    kubernetes: list[Transition] | None = [] if args.as_kubernetes_events else None
+    shared_terminal = _isatty(out) and not throwaway  # the bar and the output share a screen
+    done = 0
+    observed = failed = unplanned = 0  # observation lines; failed writes; those not injected
+    seen: dict[str, ObjectRef] = {}
+    # The output of a throwaway replay is held (as UTF-8) until every line was accepted, and
+    # so are the library's log records: in memory up to a limit, then in a temporary file.
+    held = Spool()
+    memory, limit_held, spill = held.memory, held.limit, held.spill
+    logs = Spool() if throwaway else None
+
+    def write(text: str) -> None:
+        if shared_terminal:
+            progress.clear()
+        out.write(text)
+
+    def emit(line: bytes) -> None:
+        if capture is not None:
+            capture.append(line)
+        elif throwaway:
+            memory.extend(line)
+            if len(memory) > limit_held:
+                spill()
+        else:
+            write(line.decode())
+
+    def header(lines: int) -> str:
+        return f"replaying {redact(args.trace)} ({lines} lines) into {redact_url(args.store)}\n"
+
+    # A checked replay writes the header once the dry run passed (a refused trace prints
+    # nothing); a throwaway one, in front of the held output.
+    pending_header = [header(progress.total)] if table and not throwaway else []
+
+    final_status = args.final_status
+    update = progress.update if progress.enabled else None
+
+    def count(results: Iterable[Result]) -> None:
+        nonlocal failed, unplanned
+        for sub in results:
+            if sub.error is not None or sub.cascade or sub.caught_up:
+                more, more_unplanned = _failed_writes(sub)
+                failed += more
+                unplanned += more_unplanned
+
+    def show_host(host: HostEvents) -> None:
+        """What another host sent: the other writer, or a restarted process (marked)."""
+        count(host.results)
+        other = host.fault == CONCURRENT_WRITE
+        for t in (*host.before_crash, *host.transitions):
+            if final_status:
+                seen.setdefault(t.ref.uid, t.ref)
+        if kubernetes is not None:
+            kubernetes.extend(host.before_crash)
+            kubernetes.extend(host.transitions)
+            return
+        for t in host.before_crash:  # this process sent them, before it died
+            emit((_table_line(t) + "\n").encode() if table else _jsonl_line(t))
+        for t in host.transitions:
+            if other:
+                note, marks = "other writer", _OTHER_WRITER
+            elif t.id in host.redelivered:
+                note, marks = "redelivered", _REDELIVERED
+            else:
+                note, marks = "restarted host", _RESTARTED
+            emit((_table_line(t, note) + "\n").encode() if table else _jsonl_line(t, marks))
+
+    def show(record: TraceLine, result: Result | HostEvents | None) -> None:
+        nonlocal done, observed, failed, unplanned
+        if pending_header:
+            write(pending_header.pop())
+        if result.__class__ is HostEvents:  # a fault line fired (it was counted when read)
+            show_host(result)
+            return
+        done += 1
+        if record.__class__ is ObservationLine:
+            observed += 1
+            if final_status:
+                seen.setdefault(record.ref.uid, record.ref)
+        if result is not None:
+            assert isinstance(result, Result)
+            if result.error is not None:
+                failed += 1
+                unplanned += not injected(result.error)
+            # most have one linked write, which landed
+            if result.cascade:
+                count(result.cascade)
+            if result.caught_up:
+                count(result.caught_up)
+            if final_status:
+                _note_objects(result, seen)
+            if (
+                result.transitions
+                or result.cascade
+                or result.fallback
+                or result.actions
+                or result.caught_up
+            ):
+                if kubernetes is not None:
+                    kubernetes.extend(result.all_transitions())
+                else:
+                    for t in result.all_transitions():
+                        emit((_table_line(t) + "\n").encode() if table else _jsonl_line(t))
+        if update is not None:
+            update(done)
+
+    LOGS.held = logs
+    try:
+        if not throwaway and not new_file:  # (a new file's trace was checked above)
+            check(trace, store, name=args.trace, machines=machines)
+        try:
+            replay(
+                trace,
+                store,
+                [collector],
+                name=args.trace,
+                machines=machines,
+                on_result=show,
+                dry_run=False,
+                keep_results=False,
+            )
+        except TraceError as e:
+            if throwaway:  # nothing outlives the command: a plain refusal
+                raise
+            # The dry run accepted this line: the store no longer agrees with it, because a
+            # write failed (or another writer got in). Lines before it were written.
+            progress.clear()
+            say(
+                f"{e} (the dry run accepted this line; the replay stopped here after "
+                f"{unplanned} failed status write(s): the lines before it were written)"
+            )
+            return EXIT_WRITE_FAILED
+        progress.clear()
+        if pending_header:
+            write(pending_header.pop())
+        if kubernetes is not None:  # the Event objects the run would leave, correlated
+            from ..emitters.kubernetes import format_event_table, simulate_events
+
+            # on the trace's clock: a trace orders each object's lines, not all of them
+            rows = simulate_events(sorted(kubernetes, key=_at))
+            if table:
+                emit((format_event_table(rows) + "\n").encode())
+            else:
+                for row in rows:
+                    emit(_json_line(_event_row(row)))
+        if logs is not None:  # every line was accepted: what the library logged, then
+            LOGS.held = None
+            logs.copy_to(sys.stderr)
+        if throwaway and capture is None:
+            if table:
+                out.write(header(done))
+            held.copy_to(out)
+        if args.final_status:
+            if capture is not None:
+                _final_statuses(store, machines, seen, capture.append)
+            else:
+                _final_statuses(store, machines, seen, lambda line: out.write(line.decode()))
+        elif table:
+            events = collector.count
+            summary = f"{observed} observations, {events} events, {failed} failed writes"
+            if unplanned:
+                summary += f" ({unplanned} not injected by the trace)"
+            out.write(summary + "\n")
+    finally:
+        LOGS.held = None
+        held.close()
+        if logs is not None:
+            logs.close()
+        store.close()
+    if unplanned:
+        print(
+            f"lifecycle: {unplanned} status write(s) failed that no fault line injected "
+            "(the store refused them; see the log above): exit 3",
+            file=sys.stderr,
+        )
+        return EXIT_WRITE_FAILED
+    return EXIT_OK
+
+
+#: How events another host sent are marked in ``--format jsonl`` (and golden files).
+_OTHER_WRITER: dict[str, Any] = {"sent_by": "other writer"}
+_REDELIVERED: dict[str, Any] = {"sent_by": "restarted host", "redelivered": True}
+_RESTARTED: dict[str, Any] = {"sent_by": "restarted host"}
