@@ -24,7 +24,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from . import durable, peers, pure, replay
+from . import durable, hot_path, peers, pure, replay
 from .fair import Metric
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -59,6 +59,7 @@ def _postgres(quick: bool) -> dict[str, Metric]:
 SUITES: dict[str, Callable[[bool], dict[str, Metric]]] = {
     "apply": pure.apply_suite,
     "observe": pure.observe_suite,
+    "hot_path": hot_path.suite,  # the same floors, per step (apply, observe, store)
     "memory": pure.memory_suite,
     "sqlite": durable.single_suite,
     "group": durable.group_suite,
