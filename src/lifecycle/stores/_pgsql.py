@@ -930,6 +930,33 @@ def landed(row: Sequence[Any], token: str) -> Landed:
     return Landed.UNKNOWN
 
 
+def resolved(
+    rows: Sequence[Sequence[Any]], writes: Sequence[dict[str, Any]]
+) -> list[tuple[Landed, int | None]]:
+    """``(outcome, stored version)`` per write of a lost commit, from its
+    :attr:`Statements.tokens` rows (sync and async stores alike); logged once."""
+    found = {(str(r[0]), int(r[1])): r for r in rows}
+    out = []
+    for w in writes:
+        row = found[(w["uid"], w["version"])]
+        out.append((landed(row, w["token"]), None if row[2] is None else int(row[2])))
+    _log.warning(
+        "commit outcome resolved after a lost connection",
+        uids=[w["uid"] for w in writes][:10],
+        outcomes=[o.value for o, _ in out][:10],
+    )
+    return out
+
+
+def unresolved(uids: Sequence[str], why: Exception, timeout: float) -> CommitUnknown:
+    """The error of a lost commit whose outcome ``resolve_timeout`` could not settle."""
+    return CommitUnknown(
+        tuple(uids),
+        f"{why}; whether the commit landed is unknown: not resolved within "
+        f"{timeout:g}s (resolve_timeout)",
+    )
+
+
 def batch_results(
     params: Sequence[dict[str, Any]],
     counts: Sequence[tuple[int, bool]],

@@ -474,26 +474,11 @@ class PostgresStore(sql.PgSettings):
                 with self._conn("commit resolution", timeout=max(0.1, left)) as conn:
                     if self._ended(conn, lost):
                         rows = conn.execute(self._sql.tokens, (uids, versions)).fetchall()
-                        found = {(str(r[0]), int(r[1])): r for r in rows}
-                        out = []
-                        for w in writes:
-                            row = found[(w["uid"], w["version"])]
-                            stored = None if row[2] is None else int(row[2])
-                            out.append((sql.landed(row, w["token"]), stored))
-                        _log.warning(
-                            "commit outcome resolved after a lost connection",
-                            uids=uids[:10],
-                            outcomes=[o.value for o, _ in out][:10],
-                        )
-                        return out
+                        return sql.resolved(rows, writes)
             except StoreError as e:
                 why = e
             if time.monotonic() >= deadline:
-                raise CommitUnknown(
-                    tuple(uids),
-                    f"{why}; whether the commit landed is unknown: not resolved within "
-                    f"{self._resolve_timeout:g}s (resolve_timeout)",
-                )
+                raise sql.unresolved(uids, why, self._resolve_timeout)
             time.sleep(min(0.2, max(0.0, deadline - time.monotonic())))
 
     def _ended(self, conn: psycopg.Connection[Any], lost: Lost) -> bool:

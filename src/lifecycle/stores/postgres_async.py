@@ -237,26 +237,11 @@ class AsyncPostgresStore(sql.PgSettings):
                 async with self._conn("commit resolution", timeout=max(0.1, left)) as conn:
                     if await self._ended(conn, lost):
                         cur = await conn.execute(self._sql.tokens, (uids, versions))
-                        found = {(str(r[0]), int(r[1])): r for r in await cur.fetchall()}
-                        out = []
-                        for w in writes:
-                            row = found[(w["uid"], w["version"])]
-                            stored = None if row[2] is None else int(row[2])
-                            out.append((sql.landed(row, w["token"]), stored))
-                        _log.warning(
-                            "commit outcome resolved after a lost connection",
-                            uids=uids[:10],
-                            outcomes=[o.value for o, _ in out][:10],
-                        )
-                        return out
+                        return sql.resolved(await cur.fetchall(), writes)
             except StoreError as e:
                 why = e
             if time.monotonic() >= deadline:
-                raise CommitUnknown(
-                    tuple(uids),
-                    f"{why}; whether the commit landed is unknown: not resolved within "
-                    f"{self._resolve_timeout:g}s (resolve_timeout)",
-                )
+                raise sql.unresolved(uids, why, self._resolve_timeout)
             await asyncio.sleep(min(0.2, max(0.0, deadline - time.monotonic())))
 
     async def _ended(self, conn: AsyncConn, lost: Lost) -> bool:
