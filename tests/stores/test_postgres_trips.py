@@ -4,13 +4,11 @@ store's epoch once; an unverified session refreshes it and commits without a con
 
 from __future__ import annotations
 
-import os
-import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
-import psycopg
 import pytest
+from benchmarks.postgres_floor import traced
 
 from lifecycle import MemoryEmitter, Runner
 from lifecycle._core.transition import stamp
@@ -27,31 +25,11 @@ pytestmark = pytest.mark.postgres
 def round_trips(store: PostgresStore) -> Iterator[Callable[[], int]]:
     """Count the round trips on the store's only pooled connection: each turn from messages
     the client sent to messages the server sent, in libpq's protocol trace (statements
-    pipelined together count once)."""
+    pipelined together count once) -- the benchmark's own counter."""
     with store._pool.connection() as conn:
         pass  # pool_size=1: every call below uses this connection
-    fd, path = tempfile.mkstemp(prefix="pgtrace-")
-    conn.pgconn.trace(fd)
-    conn.pgconn.set_trace_flags(psycopg.pq.Trace.SUPPRESS_TIMESTAMPS)
-
-    def count() -> int:
-        conn.pgconn.untrace()  # flushes libpq's buffered trace
-        trips, last = 0, "B"
-        with open(path) as f:
-            for line in f:
-                side = line[:1]
-                if side == "B" and last == "F":
-                    trips += 1
-                if side in "FB":
-                    last = side
-        return trips
-
-    try:
+    with traced(conn) as count:
         yield count
-    finally:
-        conn.pgconn.untrace()
-        os.close(fd)
-        os.unlink(path)
 
 
 def test_observe_is_a_load_a_commit_and_a_mark(pg_url: str) -> None:
