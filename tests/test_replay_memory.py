@@ -12,15 +12,13 @@ from __future__ import annotations
 import io
 import json
 import os
-import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import IO, Any
 
 import pytest
+from benchmarks.replay_floor import peak_rss_mib, poll_lines
 
 from lifecycle.cli import main
 from lifecycle.cli import spool as _cli_spool
@@ -166,66 +164,14 @@ def test_an_accepted_replay_shows_its_held_log_records_after_it(
 
 
 # -- peak memory ---------------------------------------------------------------------------------
-def _polls(observations: int, pods: int = 500) -> Iterator[str]:
-    """A fixed population: ``pods`` pods start, then are polled on and on: running, every
-    fourth poll pending (a demotion to Initializing, and back to Running on the next poll:
-    two events per pod every four lines), now and then unknown."""
-    epoch = datetime(2026, 11, 30, tzinfo=UTC)
-    written = step = 0
-    while written < observations:
-        at = (epoch + timedelta(seconds=15 * step)).isoformat().replace("+00:00", "Z")
-        for i in range(min(pods, observations - written)):
-            iid = f"i-{i:08x}"
-            fields: dict[str, object]
-            if step == 0:
-                name, fields = "CreateRequested", {"pool": "gpu"}
-            elif step == 1:
-                name, fields = "ProvisionSucceeded", {"reserved": True, "instance_id": iid}
-            elif step % 4 == 3:
-                name, fields = "InstancePending", {"instance_id": iid}
-            elif step % 8 == 6:
-                name, fields = "InstanceUnknown", {"error": "List: throttled"}
-            else:
-                name, fields = "InstanceRunning", {"instance_id": iid, "endpoint": "10.0.0.1"}
-            obj = {"namespace": "bench", "name": f"pod-{i}", "uid": f"p{i:06d}"}
-            line = {"at": at, "machine": "pod", "object": obj, "observe": name, "with": fields}
-            yield json.dumps(line, separators=(",", ":"))
-            written += 1
-        step += 1
-
-
-#: Runs the CLI, then prints the process's peak resident set (kB) as stderr's last line.
-MEASURE = (
-    "import sys\n"
-    "from lifecycle.cli import main\n"
-    "code = main(sys.argv[1:])\n"
-    "with open('/proc/self/status') as f:\n"
-    "    peak = next(line for line in f if line.startswith('VmHWM:'))\n"
-    "print(peak.split()[1], file=sys.stderr)\n"
-    "raise SystemExit(code)\n"
-)
-
-
-def _peak_rss_mib(trace: Path, fmt: str) -> float:
-    """The peak resident set of ``lifecycle replay TRACE`` in a fresh interpreter (MiB), as
-    the process itself sees it at exit (``VmHWM``: the parent's ``wait4`` figure would count
-    the parent's own memory, copied into the child before it started Python)."""
-    cmd = [sys.executable, "-c", MEASURE, "replay", str(trace), "--format", fmt]
-    with open(os.devnull, "wb") as sink:
-        proc = subprocess.run(cmd, stdout=sink, stderr=subprocess.PIPE, check=False)
-    err = proc.stderr.decode()
-    assert proc.returncode == 0, err
-    return int(err.splitlines()[-1]) / 1024  # kB
-
-
 def _rss_growth(tmp_path: Path, short: int, long: int, fmt: str) -> tuple[float, float]:
     sizes = []
     for n in (short, long):
         trace = tmp_path / f"polls-{n}.jsonl"
         with open(trace, "w", encoding="utf-8") as f:
-            for line in _polls(n):
+            for line in poll_lines(n, pods=500):
                 f.write(line + "\n")
-        sizes.append(_peak_rss_mib(trace, fmt))
+        sizes.append(peak_rss_mib(trace, fmt))
         trace.unlink()
     return sizes[0], sizes[1]
 
