@@ -36,6 +36,8 @@ from .links import Link
 from .machines import MachineRegistry
 from .stores.base import CommitItem, CommitStore, JournalEntry, Record
 from .stores.memory import MemoryStore
+from .telemetry._instrument import InstrumentedEmitter, InstrumentedStore, checked, instrument
+from .telemetry._port import Guarded, Telemetry
 
 __all__ = ["AsyncCommitStore", "AsyncRunner", "AsyncStore", "ThreadedStore", "open_async_store"]
 
@@ -259,7 +261,10 @@ class AsyncRunner:
         logger: Any = None,
         policies: Mapping[str, RetryPolicy] | None = None,
         check_schema: bool = True,
+        telemetry: Telemetry | None = None,
     ) -> None:
+        #: The host's telemetry behind its guard, or ``None`` (see :class:`~lifecycle.Runner`).
+        self.telemetry = Guarded(telemetry) if telemetry is not None else None
         self.store: AsyncCommitStore = as_async(store)
         #: Every decision of the protocol, with this runner's configuration.
         self.protocol = WriteProtocol.configured(
@@ -275,8 +280,14 @@ class AsyncRunner:
         # before the first call that reads it (``await runner.check_schema()`` to do it now).
         self._schema_checked = not check_schema
         if isinstance(self.store, ThreadedStore) and check_schema:
-            check_store(self.store.store, self.machines)
+            checked(self.telemetry, check_store, self.store.store, self.machines)
             self._schema_checked = True
+        if self.telemetry is not None:
+            self.store = InstrumentedStore(self.store, self.telemetry)
+            self.protocol.delivery.emitters = tuple(
+                InstrumentedEmitter(e, self.telemetry) for e in self.protocol.delivery.emitters
+            )
+            instrument(self, self.telemetry, nested=False)
 
     async def check_schema(self) -> None:
         """Refuse (:class:`~lifecycle.SchemaRefused`) a store holding records these machines
@@ -285,7 +296,10 @@ class AsyncRunner:
         if versions is not None:
             found = review(await versions(), self.machines)
             if found.findings:
-                raise SchemaRefused(found.findings)
+                refused = SchemaRefused(found.findings)
+                if self.telemetry is not None:
+                    self.telemetry.end(self.telemetry.begin("check_schema", ""), (), refused)
+                raise refused
         self._schema_checked = True
 
     @property

@@ -30,6 +30,8 @@ from .links import Link
 from .machines import MachineRegistry
 from .stores.base import CommitStore, Store
 from .stores.memory import MemoryStore
+from .telemetry._instrument import InstrumentedEmitter, InstrumentedStore, checked, instrument
+from .telemetry._port import Guarded, Telemetry
 
 __all__ = ["Outcome", "Result", "RetryPolicy", "Runner"]
 
@@ -63,8 +65,12 @@ class Runner:
         logger: Any = None,
         policies: Mapping[str, RetryPolicy] | None = None,
         check_schema: bool = True,
+        telemetry: Telemetry | None = None,
     ) -> None:
         chosen = store if store is not None else MemoryStore()
+        #: The host's telemetry behind its guard (``lifecycle.telemetry``), or ``None``: then
+        #: nothing is wrapped and the hot path is the plain one.
+        self.telemetry = Guarded(telemetry) if telemetry is not None else None
         #: structlog-style logger for failed writes and emitters (a dry run passes a silent one)
         self._log = logger if logger is not None else _log
         #: Every decision of the protocol, with this runner's configuration.
@@ -77,10 +83,13 @@ class Runner:
             log=self._log,
             epoch_source=chosen,
         )
+        if check_schema:  # refuse a store holding records these machines cannot read (ADR 0088)
+            checked(self.telemetry, check_store, chosen, self.machines)
         self.store = chosen
         self._applying_links = False
-        if check_schema:  # refuse a store holding records these machines cannot read (ADR 0088)
-            check_store(self.store, self.machines)
+        if self.telemetry is not None:
+            self.emitters = self.protocol.delivery.emitters
+            instrument(self, self.telemetry, nested=True)
 
     @property
     def store(self) -> Store:
@@ -93,6 +102,8 @@ class Runner:
 
     @store.setter
     def store(self, store: CommitStore) -> None:
+        if self.telemetry is not None and not isinstance(store, InstrumentedStore):
+            store = InstrumentedStore(store, self.telemetry)
         self._store = store
         self._mark: Mark | None = marker(store)
         self.protocol.epoch_source = store
@@ -103,6 +114,12 @@ class Runner:
 
     @emitters.setter
     def emitters(self, emitters: Sequence[Emitter]) -> None:
+        telemetry = self.telemetry
+        if telemetry is not None:
+            emitters = [
+                e if isinstance(e, InstrumentedEmitter) else InstrumentedEmitter(e, telemetry)
+                for e in emitters
+            ]
         self.protocol.delivery.emitters = tuple(emitters)
 
     @property

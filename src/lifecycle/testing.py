@@ -107,6 +107,7 @@ from ._testing.strategies import (
     scenarios,
     table_strings,
 )
+from ._testing.telemetry import RecordingTelemetry, check_telemetry
 from .emitters.memory import MemoryEmitter
 from .stores.memory import MemoryStore
 
@@ -122,6 +123,7 @@ __all__ = [
     "InjectFault",
     "MemoryEmitter",
     "MemoryStore",
+    "RecordingTelemetry",
     "Redeliver",
     "RowPath",
     "Samples",
@@ -134,6 +136,7 @@ __all__ = [
     "check_rows",
     "check_scenario",
     "check_store",
+    "check_telemetry",
     "default_ref",
     "hostile_built",
     "hostile_fields",

@@ -64,6 +64,7 @@ from .machines import MachineRegistry, default_registry
 from .runner import Result, RetryPolicy, Runner
 from .stores.base import Store
 from .stores.dry_run import DryRunStore
+from .telemetry import Telemetry
 
 _KEYS = {"at", "machine", "object", "observe", "with", "fault", "times"}
 
@@ -725,7 +726,10 @@ class _FaultyReplay:
     store, which redelivers the outbox) before the replay goes on."""
 
     def __init__(self, runner: Runner, name: str, each: Each | None, logger: Any) -> None:
-        machines, policy, emitters = runner.machines, runner.policy, tuple(runner.emitters)
+        machines, policy = runner.machines, runner.policy
+        # A replay with telemetry: each new runner reports to it, over the plain parts.
+        telemetry = runner.telemetry.inner if runner.telemetry is not None else None
+        emitters = tuple(getattr(e, "wrapped", e) for e in runner.emitters)
 
         def make_runner(store: Store, recorder: _Sent) -> Runner:
             return Runner(
@@ -735,12 +739,14 @@ class _FaultyReplay:
                 policy=policy,
                 logger=logger,
                 check_schema=False,
+                telemetry=telemetry,
             )
 
         self.make_runner = make_runner
         self.name = name
         self.each = each
-        underneath: Any = runner.store  # (a Store, whatever the runner's annotation says)
+        # (a Store, whatever the runner's annotation says; the plain one under telemetry's)
+        underneath: Any = getattr(runner.store, "wrapped", runner.store)
         self.store = _TraceFaults(underneath, make_runner)
         #: what this process sent during the current line (kept only if it dies in it)
         self.sent = _Sent()
@@ -877,6 +883,7 @@ def replay(
     on_result: Callable[[TraceLine, Result | HostEvents | None], None] | None = None,
     dry_run: bool = True,
     keep_results: bool = True,
+    telemetry: Telemetry | None = None,
 ) -> list[Result]:
     """Replay a parsed trace into ``store``, delivering events to ``emitters``.
 
@@ -887,7 +894,8 @@ def replay(
     then receive events as lines are replayed, before a later line may be refused. A caller
     that reads each result in ``on_result`` may pass ``keep_results=False``: nothing is kept
     (a long replay then does not hold one :class:`Result` per line) and ``[]`` is returned.
-    Retries do not sleep during replay.
+    Retries do not sleep during replay. ``telemetry`` (:mod:`lifecycle.telemetry`) is told
+    what the replay's runners do, as a live runner's would be.
 
     ``on_result`` gets each line with its :class:`Result`; a fault line gets ``None`` when it
     is read, and its :class:`HostEvents` when it fires (what another writer, or a restarted
@@ -902,7 +910,7 @@ def replay(
             trace = list(trace)  # the dry run reads it once, the replay again
         check(trace, store, name=name, machines=machines)
     policy = RetryPolicy(backoff=0.0)
-    runner = Runner(store, tuple(emitters), machines=machines, policy=policy)
+    runner = Runner(store, tuple(emitters), machines=machines, policy=policy, telemetry=telemetry)
     results: list[Result] = []
     each = on_result
     if keep_results:

@@ -129,6 +129,9 @@ class Transition(NamedTuple):
     #: Set on a link intent (ADR 0090): an outbox entry applied to ``intent.target``,
     #: never an event; its id follows the source's events, ``<uid>:<version>:<n>``.
     intent: Intent | None = None
+    #: The W3C ``traceparent`` of the span that committed it, where a tracing telemetry
+    #: adapter is on (``lifecycle.telemetry``): a redelivery links to it. Not part of the id.
+    trace: str = ""
 
     @property
     def id(self) -> str:
@@ -218,10 +221,10 @@ def stamp(
     uid = ref.uid
     out = []
     for n, f in enumerate(flips):
-        # All sixteen fields in order, in one ``tuple.__new__`` (ADR 0067).
+        # All seventeen fields in order, in one ``tuple.__new__`` (ADR 0067).
         t: Transition = _new(Transition, (
             ref, machine, f.source, f.target, f.reason, f.type, f.message, version, at, n,
-            f.condition, False, f.controller, False, epoch, None,
+            f.condition, False, f.controller, False, epoch, None, "",
         ))  # fmt: skip
         _IDS[id(t)] = (t, f"{uid}:{version}:{n}@{epoch}" if epoch else f"{uid}:{version}:{n}")
         out.append(t)

@@ -161,6 +161,12 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="with --expect: write the replay's lines to the file instead of comparing",
     )
+    rp.add_argument(
+        "--metrics",
+        metavar="FILE",
+        help="write the replay's metrics to FILE in the Prometheus text format (extra "
+        "prometheus); - for standard error",
+    )
     rp.set_defaults(func=cmd_replay)
     mp = sub.add_parser("machines", help="list machines, states, observations and reasons")
     mp.add_argument("--format", choices=("text", "json"), default="text")

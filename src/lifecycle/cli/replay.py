@@ -186,7 +186,10 @@ def _replay(
         if new_file:
             # Refuse a bad trace before opening (and so creating) a new store file.
             check(trace, MemoryStore(), name=args.trace, machines=machines)
+    metrics = _metrics(args)
     store = MemoryStore(journal=False) if throwaway else open_store(args.store)
+    if metrics is not None:
+        metrics.watch(store)
     collector = _Collector()
     table = args.format == "table" and capture is None
     kubernetes: list[Transition] | None = [] if args.as_kubernetes_events else None
@@ -308,6 +311,7 @@ def _replay(
                 on_result=show,
                 dry_run=False,
                 keep_results=False,
+                telemetry=metrics,
             )
         except TraceError as e:
             if throwaway:  # nothing outlives the command: a plain refusal
@@ -336,6 +340,8 @@ def _replay(
         if logs is not None:  # every line was accepted: what the library logged, then
             LOGS.held = None
             logs.copy_to(sys.stderr)
+        if metrics is not None:
+            _write_metrics(metrics, args.metrics)
         if throwaway and capture is None:
             if table:
                 out.write(header(done))
@@ -365,6 +371,29 @@ def _replay(
         )
         return EXIT_WRITE_FAILED
     return EXIT_OK
+
+
+def _metrics(args: argparse.Namespace) -> Any:
+    """``--metrics FILE``: a Prometheus telemetry on a registry of its own, or ``None``."""
+    if getattr(args, "metrics", None) is None:
+        return None
+    from prometheus_client import CollectorRegistry
+
+    from ..telemetry.prometheus import PrometheusTelemetry
+
+    return PrometheusTelemetry(CollectorRegistry())
+
+
+def _write_metrics(metrics: Any, path: str) -> None:
+    """The replay's metrics in the Prometheus text format, to ``path`` (``-``: stderr)."""
+    from prometheus_client import generate_latest
+
+    text = generate_latest(metrics).decode()
+    if path == "-":
+        sys.stderr.write(text)
+        return
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(text)
 
 
 #: How events another host sent are marked in ``--format jsonl`` (and golden files).

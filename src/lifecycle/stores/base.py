@@ -368,6 +368,8 @@ def transition_to_row(t: Transition) -> dict[str, Any]:
         row["epoch"] = t.epoch
     if t.intent is not None:  # a link intent (ADR 0090): its target and observation
         row["intent"] = t.intent.as_row()
+    if t.trace:  # the committing span's context (lifecycle.telemetry)
+        row["trace"] = t.trace
     return row
 
 
@@ -388,4 +390,5 @@ def transition_from_row(data: dict[str, Any]) -> Transition:
         controller=data.get("controller", ""),
         epoch=data.get("epoch", ""),
         intent=Intent.from_row(data["intent"]) if "intent" in data else None,
+        trace=str(data.get("trace", "")),
     )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterable, Iterator, Sequence
+from datetime import datetime
 from typing import Any
 
 import attrs
@@ -233,6 +234,13 @@ class MemoryStore:
         with self._lock:
             for i in ids:
                 self._outbox.pop(i, None)
+
+    def outbox_backlog(self) -> tuple[int, datetime | None]:
+        """How many outbox rows are undelivered, and the commit time of the oldest (its
+        observation's ``at``), or ``None`` when there are none."""
+        with self._lock:
+            rows = list(self._outbox.values())
+        return len(rows), min((t.at for t in rows), default=None)
 
     def close(self) -> None:
         pass

@@ -20,6 +20,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal
 
@@ -39,6 +40,7 @@ from .._core.schema import (
     upgraded_observation,
     upgraded_status,
 )
+from .._core.serde import parse_time
 from .._core.transition import Transition
 from .._log import get_logger
 from . import _sqlite_history as history
@@ -1015,6 +1017,20 @@ class SQLiteStore:
             found = [transition_from_row(_loads(p)) for (p,) in rows]
         found.sort(key=lambda t: (t.ref.uid, t.version, t.n))
         return found
+
+    def outbox_backlog(self) -> tuple[int, datetime | None]:
+        """How many outbox rows are undelivered, and the time of the oldest (its observation's
+        ``at``), or ``None`` when there are none (marks a group commit still holds count as
+        undelivered until they are written)."""
+        db, lock = self._reading()
+        with lock:
+            try:
+                count, first = db.execute(
+                    "SELECT count(*), min(json_extract(payload, '$.at')) FROM outbox"
+                ).fetchone()
+            except sqlite3.Error as e:
+                raise self._fail("outbox backlog", e) from e
+        return int(count), parse_time(first) if first else None
 
     def mark_delivered(self, ids: Iterable[str]) -> None:
         """Delete delivered rows. The mark need not be durable (lost in a crash, an event is

@@ -1,0 +1,277 @@
+"""Where the facts come from: thin wrappers a runner installs around its store, its emitters
+and its own entry points when (and only when) a host gives it a :class:`Telemetry`.
+
+Nothing here is on the path of a runner without telemetry: the runner's methods, its store and
+its emitters are then the unwrapped ones (ADR 0130).
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Awaitable, Callable, Sequence
+from time import perf_counter
+from typing import Any
+
+from .._core.transition import Transition
+from ._port import Guarded, Observed, flattened
+
+__all__ = ["InstrumentedEmitter", "InstrumentedStore", "checked", "instrument", "store_name"]
+
+#: The store calls that are timed; any other attribute is the wrapped store's own.
+_TIMED = ("load", "commit", "load_many", "commit_many", "claim_undelivered", "mark_delivered")
+
+
+def store_name(store: object) -> str:
+    """The ``store`` label of a store: ``memory``, ``sqlite``, ``postgres`` or a host's class
+    name, lower case (a wrapper -- ``ThreadedStore``, a store injecting faults, anything
+    holding the real one as ``inner`` -- is looked through)."""
+    for _ in range(8):  # wrappers (a thread in front, injected faults) are looked through
+        inner = getattr(store, "inner", None)
+        if inner is None and type(store).__name__ == "ThreadedStore":
+            inner = getattr(store, "store", None)
+        if inner is None or not hasattr(inner, "commit"):
+            break
+        store = inner
+    name = type(store).__name__.lower()
+    for suffix in ("asyncstore", "store"):
+        if name.endswith(suffix) and len(name) > len(suffix):
+            name = name[: -len(suffix)]
+            break
+    return name.removeprefix("async")
+
+
+def _machine_of(operation: str, args: tuple[Any, ...]) -> str:
+    if operation in ("load", "commit") and args:
+        return str(getattr(args[0], "name", ""))
+    return ""
+
+
+def _traced(transitions: Sequence[Transition], context: str) -> tuple[Transition, ...]:
+    return tuple(t._replace(trace=context) for t in transitions)
+
+
+class InstrumentedStore:
+    """A store whose calls are timed and reported; everything else is the store's own.
+
+    Only the calls the wrapped store has are defined here (a runner looks optional
+    capabilities up by name), synchronous or awaited as the store's are. On a tracing
+    telemetry, the events a commit writes carry the committing span's context.
+    """
+
+    def __init__(self, store: Any, telemetry: Guarded) -> None:
+        self._inner = store
+        self._telemetry = telemetry
+        self._name = store_name(store)
+        for operation in _TIMED:
+            call = getattr(store, operation, None)
+            if call is not None:
+                setattr(self, operation, self._timed(operation, call))
+
+    @property
+    def wrapped(self) -> Any:
+        """The store underneath."""
+        return self._inner
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    def __str__(self) -> str:
+        return str(self._inner)
+
+    def _prepare(self, operation: str, args: tuple[Any, ...]) -> tuple[Any, ...]:
+        """A commit's events with the trace context (tracing telemetry only)."""
+        if operation == "commit" and len(args) >= 6 and args[5] and self._telemetry.traces:
+            context = self._telemetry.trace_context()
+            if context:
+                args = (*args[:5], _traced(args[5], context), *args[6:])
+        elif operation == "commit_many" and args and self._telemetry.traces:
+            context = self._telemetry.trace_context()
+            if context:
+                args = (
+                    [
+                        i.__class__(
+                            i.machine,
+                            i.ref,
+                            i.expected,
+                            i.status,
+                            i.observation,
+                            _traced(i.transitions, context),
+                        )
+                        for i in args[0]
+                    ],
+                    *args[1:],
+                )
+        return args
+
+    def _timed(self, operation: str, call: Callable[..., Any]) -> Callable[..., Any]:
+        telemetry, name = self._telemetry, self._name
+        claims = operation == "claim_undelivered"
+        if inspect.iscoroutinefunction(call):
+            acall: Callable[..., Awaitable[Any]] = call
+
+            @functools.wraps(call)
+            async def timed_async(*args: Any, **kwargs: Any) -> Any:
+                args = self._prepare(operation, args)
+                start = perf_counter()
+                try:
+                    found = await acall(*args, **kwargs)
+                except BaseException as e:
+                    telemetry.store_call(
+                        name, operation, _machine_of(operation, args), perf_counter() - start, e
+                    )
+                    raise
+                telemetry.store_call(
+                    name, operation, _machine_of(operation, args), perf_counter() - start, None
+                )
+                if claims and found:
+                    telemetry.redelivered(found)
+                return found
+
+            return timed_async
+
+        @functools.wraps(call)
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            args = self._prepare(operation, args)
+            start = perf_counter()
+            try:
+                found = call(*args, **kwargs)
+            except BaseException as e:
+                telemetry.store_call(
+                    name, operation, _machine_of(operation, args), perf_counter() - start, e
+                )
+                raise
+            telemetry.store_call(
+                name, operation, _machine_of(operation, args), perf_counter() - start, None
+            )
+            if claims and found:
+                telemetry.redelivered(found)
+            return found
+
+        return timed
+
+
+class InstrumentedEmitter:
+    """An emitter whose every ``emit`` is reported (and whose failures still propagate, so
+    delivery keeps the event in the outbox); everything else is the emitter's own."""
+
+    def __init__(self, emitter: Any, telemetry: Guarded) -> None:
+        self._inner = emitter
+        self._telemetry = telemetry
+        self._name = type(emitter).__name__
+
+    @property
+    def wrapped(self) -> Any:
+        """The emitter underneath."""
+        return self._inner
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    def emit(self, transition: Transition) -> None:
+        start = perf_counter()
+        try:
+            self._inner.emit(transition)
+        except BaseException as e:
+            self._telemetry.emitted(self._name, transition, perf_counter() - start, e)
+            raise
+        self._telemetry.emitted(self._name, transition, perf_counter() - start, None)
+
+
+def _reported(
+    telemetry: Guarded,
+    operation: str,
+    call: Callable[..., Any],
+    machine_of: Callable[[str], str],
+    *,
+    nested: bool,
+) -> Callable[..., Any]:
+    """``call`` between a ``begin`` and an ``end``; ``nested``: its result's linked writes
+    report themselves (the synchronous ``observe``), else they are flattened into ``end``."""
+
+    def observed(found: Any) -> list[Observed]:
+        results: list[Any]
+        if isinstance(found, list):
+            results = flattened(found)
+        elif hasattr(found, "outcome"):  # one Result
+            results = [found] if nested else flattened([found])
+        else:
+            return []
+        return [Observed(machine_of(r.ref.kind), r) for r in results]
+
+    def machine(args: tuple[Any, ...]) -> str:
+        if operation == "observe" and args:
+            return machine_of(str(getattr(args[0], "kind", "")))
+        return ""
+
+    if inspect.iscoroutinefunction(call):
+
+        @functools.wraps(call)
+        async def reported_async(*args: Any, **kwargs: Any) -> Any:
+            token = telemetry.begin(operation, machine(args))
+            try:
+                found = await call(*args, **kwargs)
+            except BaseException as e:
+                telemetry.end(token, (), e)
+                raise
+            telemetry.end(token, observed(found), None)
+            return found
+
+        return reported_async
+
+    @functools.wraps(call)
+    def reported(*args: Any, **kwargs: Any) -> Any:
+        token = telemetry.begin(operation, machine(args))
+        try:
+            found = call(*args, **kwargs)
+        except BaseException as e:
+            telemetry.end(token, (), e)
+            raise
+        telemetry.end(token, observed(found), None)
+        return found
+
+    return reported
+
+
+def _machine_names(machines: Any) -> Callable[[str], str]:
+    """``kind -> machine name`` through a runner's registry, remembered ("" if unknown)."""
+    known: dict[str, str] = {}
+
+    def machine_of(kind: str) -> str:
+        name = known.get(kind)
+        if name is None:
+            try:
+                name = str(machines.for_kind(kind).name)
+            except Exception:
+                name = ""
+            if len(known) < 1024:
+                known[kind] = name
+        return name
+
+    return machine_of
+
+
+def checked(telemetry: Guarded | None, check: Callable[..., Any], *args: Any) -> None:
+    """Run the start-up schema ``check``; a refusal is reported as a ``"check_schema"``
+    operation that ended in that error (``lifecycle_schema_refusals_total``)."""
+    if telemetry is None:
+        check(*args)
+        return
+    token = telemetry.begin("check_schema", "")
+    try:
+        check(*args)
+    except BaseException as e:
+        telemetry.end(token, (), e)
+        raise
+    telemetry.end(token, (), None)
+
+
+def instrument(runner: Any, telemetry: Guarded, *, nested: bool) -> None:
+    """Install the reporting wrappers on ``runner`` (a ``Runner`` or an ``AsyncRunner``):
+    its entry points, as instance attributes over the class's methods."""
+    machine_of = _machine_names(runner.machines)
+    for operation in ("observe", "observe_many", "redeliver"):
+        call = getattr(runner, operation)
+        runner.__dict__[operation] = _reported(
+            telemetry, operation, call, machine_of, nested=nested and operation == "observe"
+        )

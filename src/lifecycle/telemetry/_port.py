@@ -1,0 +1,184 @@
+"""The telemetry port: one call per fact the protocol, the stores and the emitters report.
+
+The library calls a :class:`Telemetry` only where a host gave one (``Runner(...,
+telemetry=...)``): without it no wrapper is installed and the hot path is what it always was.
+Every call is guarded (:class:`Guarded`): an adapter that raises is logged and counted, and
+never fails a write or loses an event.
+
+Why "telemetry" and not "observer": in this library an *observation* is what a provider saw
+(the input of a machine); the port that watches the library itself is named apart (ADR 0130).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, NamedTuple, Protocol, runtime_checkable
+
+from .._core.errors import CommitUnknown, Conflict, LifecycleError, StoreError
+from .._core.transition import Transition
+from .._log import get_logger
+
+if TYPE_CHECKING:
+    from .._protocol import Result
+
+__all__ = ["OUTCOMES", "Guarded", "Observed", "Telemetry", "flattened", "outcome_of"]
+
+_log = get_logger("lifecycle.telemetry")
+
+#: The outcome label of an observation (``lifecycle_observations_total{outcome=...}``).
+OUTCOMES = ("committed", "conflict_retried", "unchanged", "refused", "failed", "unknown")
+
+
+class Observed(NamedTuple):
+    """One write an operation made: the machine's name and the :class:`~lifecycle.Result`."""
+
+    machine: str
+    result: Result
+
+
+@runtime_checkable
+class Telemetry(Protocol):
+    """What a runner reports, one call per fact. Every method must be cheap and must not block:
+    it runs on the caller's thread (or event loop) between the store and the emitters.
+
+    ``operation`` is ``"observe"`` (one object; a linked write is an ``"observe"`` of its
+    own, nested in its source's), ``"observe_many"`` or ``"redeliver"``.
+    """
+
+    #: Whether :meth:`trace_context` is worth asking (a tracing adapter): committed events then
+    #: carry it in the outbox, and a redelivery after a restart links back to it.
+    traces: bool
+
+    def begin(self, operation: str, machine: str) -> object:
+        """An operation starts (for an ``"observe"``, on an object of ``machine``; ``""``
+        where none is known); the value returned is handed back to :meth:`end`.
+        ``"check_schema"`` is the runner's start-up check of the store's records."""
+        ...
+
+    def end(self, token: object, observed: Sequence[Observed], error: BaseException | None) -> None:
+        """It ended: every write it made itself (for a batch, its items with their linked
+        writes), or the exception it raised (a refused observation is a
+        :class:`~lifecycle.LifecycleError`, a refused store a :class:`~lifecycle.SchemaRefused`)."""
+        ...
+
+    def store_call(
+        self, store: str, operation: str, machine: str, seconds: float, error: BaseException | None
+    ) -> None:
+        """A store call returned (``operation``: ``load``, ``commit``, ``load_many``,
+        ``commit_many``, ``claim_undelivered``, ``mark_delivered``) after ``seconds``; ``error``
+        if it raised (a :class:`~lifecycle.Conflict` is a lost compare-and-set)."""
+        ...
+
+    def emitted(
+        self, emitter: str, transition: Transition, seconds: float, error: BaseException | None
+    ) -> None:
+        """An emitter was handed ``transition``; ``error`` if it raised."""
+        ...
+
+    def redelivered(self, transitions: Sequence[Transition]) -> None:
+        """Outbox rows were claimed for redelivery (events and link intents)."""
+        ...
+
+    def trace_context(self) -> str:
+        """The W3C ``traceparent`` of the current span, recorded on the events a commit writes
+        (``""``: none). Asked only where :attr:`traces` is true."""
+        ...
+
+
+def outcome_of(result: Result) -> str:
+    """The outcome label of one result (see :data:`OUTCOMES`)."""
+    name = result.outcome.value
+    if name == "committed":
+        return "conflict_retried" if result.attempts > 1 else "committed"
+    if name == "unchanged":
+        return "unchanged"
+    error = result.error
+    if isinstance(error, CommitUnknown):
+        return "unknown"
+    if isinstance(error, LifecycleError) and not isinstance(error, StoreError):
+        return "refused"
+    return "failed"
+
+
+def flattened(results: Sequence[Result]) -> list[Result]:
+    """``results`` with the linked writes and caught-up writes each holds, depth first: every
+    write a batch made."""
+    out: list[Result] = []
+    stack = list(reversed(results))
+    while stack:
+        r = stack.pop()
+        out.append(r)
+        stack.extend(reversed((*r.caught_up, *r.linked)))
+    return out
+
+
+def is_conflict(error: BaseException | None) -> bool:
+    return isinstance(error, Conflict)
+
+
+class Guarded:
+    """A host's :class:`Telemetry` behind a guard: a call that raises is logged (the first of
+    each method, then every 1000th) and counted in :attr:`failures`; the library goes on."""
+
+    __slots__ = ("failures", "inner", "traces")
+
+    def __init__(self, inner: Telemetry) -> None:
+        self.inner = inner
+        self.traces = bool(getattr(inner, "traces", False))
+        #: calls that raised, by method name
+        self.failures: dict[str, int] = {}
+
+    def _failed(self, method: str, error: Exception) -> None:
+        n = self.failures.get(method, 0) + 1
+        self.failures[method] = n
+        if n == 1 or n % 1000 == 0:
+            _log.warning(
+                "telemetry failed; ignored",
+                method=method,
+                telemetry=type(self.inner).__name__,
+                error=repr(error),
+                failures=n,
+            )
+
+    def begin(self, operation: str, machine: str) -> object:
+        try:
+            return self.inner.begin(operation, machine)
+        except Exception as e:
+            self._failed("begin", e)
+            return None
+
+    def end(self, token: object, observed: Sequence[Observed], error: BaseException | None) -> None:
+        try:
+            self.inner.end(token, observed, error)
+        except Exception as e:
+            self._failed("end", e)
+
+    def store_call(
+        self, store: str, operation: str, machine: str, seconds: float, error: BaseException | None
+    ) -> None:
+        try:
+            self.inner.store_call(store, operation, machine, seconds, error)
+        except Exception as e:
+            self._failed("store_call", e)
+
+    def emitted(
+        self, emitter: str, transition: Transition, seconds: float, error: BaseException | None
+    ) -> None:
+        try:
+            self.inner.emitted(emitter, transition, seconds, error)
+        except Exception as e:
+            self._failed("emitted", e)
+
+    def redelivered(self, transitions: Sequence[Transition]) -> None:
+        try:
+            self.inner.redelivered(transitions)
+        except Exception as e:
+            self._failed("redelivered", e)
+
+    def trace_context(self) -> str:
+        try:
+            found = self.inner.trace_context()
+        except Exception as e:
+            self._failed("trace_context", e)
+            return ""
+        return found if isinstance(found, str) and len(found) <= 256 else ""

@@ -1,0 +1,395 @@
+"""Prometheus metrics for a runner (extra ``prometheus``: ``prometheus_client``).
+
+::
+
+    from prometheus_client import start_http_server
+    from lifecycle.telemetry.prometheus import PrometheusTelemetry
+
+    metrics = PrometheusTelemetry()                      # registers on prometheus_client.REGISTRY
+    runner = Runner(store, emitters, telemetry=metrics)
+    metrics.watch(runner)                                # outbox, link intents, emitters, epochs
+    start_http_server(9464, addr="127.0.0.1")
+
+The facts a runner reports are folded into plain counters as they arrive (a dict update each,
+no lock taken on the hot path beyond the GIL's) and turned into metric families only when
+Prometheus scrapes; what a store or an emitter knows (the outbox's depth and oldest row, its
+epochs and rewinds, an emitter's sends and drops) is read from them at the scrape, so it cannot
+drift. Every name carries one prefix (``lifecycle_`` by default) and only labels of bounded
+cardinality: machine, from/to state, event type, reason, outcome, store, operation, emitter.
+No uid, name or namespace is ever a label. The names are listed in :data:`METRICS` (the
+dashboard and alert rules under ``docs/operating/`` use only these).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from bisect import bisect_left
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any
+
+from .._core.errors import Conflict, LifecycleError, SchemaRefused
+from .._core.transition import Transition
+from ._instrument import InstrumentedEmitter, InstrumentedStore, store_name
+from ._port import Observed, outcome_of
+
+try:
+    from prometheus_client import REGISTRY, CollectorRegistry
+    from prometheus_client.core import (
+        CounterMetricFamily,
+        GaugeMetricFamily,
+        HistogramMetricFamily,
+        Metric,
+    )
+    from prometheus_client.registry import Collector
+except ImportError as e:  # pragma: no cover - the extra is missing
+    raise ImportError(
+        "lifecycle.telemetry.prometheus needs prometheus_client: "
+        "pip install 'lifecycle-machines[prometheus]'"
+    ) from e
+
+__all__ = ["DEFAULT_BUCKETS", "METRICS", "PrometheusTelemetry"]
+
+#: Latency buckets in seconds: 50 µs (a memory store) to 10 s (a hung database).
+DEFAULT_BUCKETS = (
+    0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
+    0.5, 1.0, 2.5, 5.0, 10.0,
+)  # fmt: skip
+
+#: Every metric this adapter exports (without the prefix), with its type and help text.
+METRICS: dict[str, tuple[str, str]] = {
+    "observations_total": ("counter", "Observations handled, by machine and outcome."),
+    "observe_duration_seconds": (
+        "histogram",
+        "Time one observe (or observe_many, redeliver) took, by operation.",
+    ),
+    "transitions_total": (
+        "counter",
+        "Transition events committed, by machine, from and to state and event type.",
+    ),
+    "write_conflicts_total": ("counter", "Commits that lost their compare-and-set, by store."),
+    "write_retries_total": ("counter", "Attempts after the first, by machine."),
+    "fallback_warnings_total": (
+        "counter",
+        "Fallback Warnings sent for a lost write, by machine and reason.",
+    ),
+    "store_operation_duration_seconds": (
+        "histogram",
+        "Store call latency, by store and operation (load, commit, ...).",
+    ),
+    "store_errors_total": ("counter", "Store calls that raised, by store, operation and error."),
+    "schema_refusals_total": ("counter", "Stores refused at start-up by the schema check."),
+    "redelivered_total": ("counter", "Outbox rows claimed for redelivery."),
+    "emitter_sends_total": ("counter", "Events handed to an emitter, by emitter."),
+    "emitter_failures_total": ("counter", "Events an emitter refused (raised), by emitter."),
+    "emitter_dropped_total": (
+        "counter",
+        "Events an emitter dropped after taking them, by emitter and reason (its own stats).",
+    ),
+    "kubernetes_events_total": (
+        "counter",
+        "Kubernetes Event API writes, by result (created, patched, recreated).",
+    ),
+    "outbox_undelivered": ("gauge", "Outbox rows not yet delivered, by store."),
+    "outbox_oldest_age_seconds": (
+        "gauge",
+        "Age of the oldest undelivered outbox row, by store (0 when empty).",
+    ),
+    "link_intents_pending": ("gauge", "Link intents waiting for their target's write."),
+    "store_epochs": ("gauge", "History epochs a store has started (a lost history), by store."),
+    "store_rewinds_total": ("counter", "Acknowledged writes a store found lost, by store."),
+    "telemetry_failures_total": ("counter", "Telemetry calls that raised (ignored)."),
+}
+
+#: Emitter stats fields that count drops, and the reason label each is exported under.
+_DROPS = {
+    "dropped_queue_full": "queue_full",
+    "invalid": "invalid",
+    "rejected": "rejected",
+    "gave_up": "gave_up",
+    "dropped_on_close": "closed",
+    "dropped": "dropped",
+}
+_K8S = ("created", "patched", "recreated")
+
+
+class _Histogram:
+    __slots__ = ("bounds", "counts", "total")
+
+    def __init__(self, bounds: Sequence[float]) -> None:
+        self.bounds = bounds
+        self.counts = [0] * (len(bounds) + 1)
+        self.total = 0.0
+
+    def add(self, value: float) -> None:
+        self.counts[bisect_left(self.bounds, value)] += 1
+        self.total += value
+
+    def buckets(self) -> list[tuple[str, float]]:
+        out: list[tuple[str, float]] = []
+        running = 0
+        for bound, n in zip(self.bounds, self.counts, strict=False):
+            running += n
+            out.append((_bound(bound), running))
+        out.append(("+Inf", running + self.counts[-1]))
+        return out
+
+
+def _bound(value: float) -> str:
+    return repr(float(value))
+
+
+class PrometheusTelemetry(Collector):
+    """A :class:`~lifecycle.telemetry.Telemetry` that exports Prometheus metrics.
+
+    ``registry``: where to register (default ``prometheus_client.REGISTRY``; ``None`` registers
+    nowhere, for a host that calls :meth:`collect` itself). ``prefix``: the name prefix.
+    ``buckets``: the latency histograms' upper bounds in seconds.
+    """
+
+    traces = False
+
+    def __init__(
+        self,
+        registry: CollectorRegistry | None = REGISTRY,
+        *,
+        prefix: str = "lifecycle",
+        buckets: Sequence[float] = DEFAULT_BUCKETS,
+    ) -> None:
+        if not prefix or not prefix.replace("_", "a").isalnum() or prefix[0].isdigit():
+            raise ValueError(f"a Prometheus prefix is [a-zA-Z_][a-zA-Z0-9_]*, not {prefix!r}")
+        bounds = tuple(sorted(float(b) for b in buckets))
+        if not bounds or any(b <= 0 for b in bounds):
+            raise ValueError("buckets must be positive seconds")
+        self.prefix = prefix
+        self._bounds = bounds
+        self._observations: dict[tuple[str, str], int] = {}
+        self._transitions: dict[tuple[str, str, str, str], int] = {}
+        self._retries: dict[str, int] = {}
+        self._fallbacks: dict[tuple[str, str], int] = {}
+        self._conflicts: dict[str, int] = {}
+        self._store_errors: dict[tuple[str, str, str], int] = {}
+        self._store_latency: dict[tuple[str, str], _Histogram] = {}
+        self._durations: dict[str, _Histogram] = {}
+        self._sends: dict[str, int] = {}
+        self._failures: dict[str, int] = {}
+        self._schema_refusals = 0
+        self._redelivered = 0
+        self._watched: list[Any] = []
+        self._lock = threading.Lock()  # taken by watch() and the scrape only
+        if registry is not None:
+            registry.register(self)
+
+    # -- the port -------------------------------------------------------------------------
+    def begin(self, operation: str, machine: str) -> object:
+        return (operation, machine, time.perf_counter())
+
+    def end(self, token: object, observed: Sequence[Observed], error: BaseException | None) -> None:
+        for machine, result in observed:
+            key = (machine, outcome_of(result))
+            self._observations[key] = self._observations.get(key, 0) + 1
+            if result.attempts > 1:
+                self._retries[machine] = self._retries.get(machine, 0) + result.attempts - 1
+            for t in result.transitions:
+                tk = (machine, t.source, t.target, t.type.value)
+                self._transitions[tk] = self._transitions.get(tk, 0) + 1
+            for t in result.fallback:
+                fk = (machine, t.reason)
+                self._fallbacks[fk] = self._fallbacks.get(fk, 0) + 1
+        operation, refused_machine, start = token if isinstance(token, tuple) else ("", "", None)
+        if error is not None:
+            if isinstance(error, SchemaRefused):
+                self._schema_refusals += 1
+            elif isinstance(error, LifecycleError) and operation == "observe":
+                key = (refused_machine, "refused")
+                self._observations[key] = self._observations.get(key, 0) + 1
+        if start is not None and operation != "check_schema":
+            self._duration(operation).add(time.perf_counter() - start)
+
+    def _duration(self, operation: str) -> _Histogram:
+        h = self._durations.get(operation)
+        if h is None:
+            h = self._durations[operation] = _Histogram(self._bounds)
+        return h
+
+    def store_call(
+        self, store: str, operation: str, machine: str, seconds: float, error: BaseException | None
+    ) -> None:
+        key = (store, operation)
+        h = self._store_latency.get(key)
+        if h is None:
+            h = self._store_latency[key] = _Histogram(self._bounds)
+        h.add(seconds)
+        if error is not None:
+            if isinstance(error, Conflict):
+                self._conflicts[store] = self._conflicts.get(store, 0) + 1
+            else:
+                ek = (store, operation, type(error).__name__)
+                self._store_errors[ek] = self._store_errors.get(ek, 0) + 1
+
+    def emitted(
+        self, emitter: str, transition: Transition, seconds: float, error: BaseException | None
+    ) -> None:
+        self._sends[emitter] = self._sends.get(emitter, 0) + 1
+        if error is not None:
+            self._failures[emitter] = self._failures.get(emitter, 0) + 1
+
+    def redelivered(self, transitions: Sequence[Transition]) -> None:
+        self._redelivered += len(transitions)
+
+    def trace_context(self) -> str:
+        return ""
+
+    # -- what is read at the scrape ---------------------------------------------------------
+    def watch(self, *sources: Any) -> None:
+        """Read these at every scrape: a runner (its pending link intents, its store and its
+        emitters), a store (outbox depth and oldest row where it can tell, epochs, rewinds) or
+        an emitter (its ``stats``: drops and Kubernetes API writes)."""
+        with self._lock:
+            for source in sources:
+                self._watched.append(source)
+
+    def _sources(self) -> tuple[list[Any], list[Any], list[Any]]:
+        runners: list[Any] = []
+        stores: list[Any] = []
+        emitters: list[Any] = []
+        for source in self._watched:
+            if hasattr(source, "protocol"):
+                runners.append(source)
+                stores.append(getattr(source, "store", None))
+                emitters.extend(getattr(source, "emitters", ()))
+            elif hasattr(source, "emit"):
+                emitters.append(source)
+            else:
+                stores.append(source)
+        unwrap = [s.wrapped if isinstance(s, InstrumentedStore) else s for s in stores if s]
+        flat = [e.wrapped if isinstance(e, InstrumentedEmitter) else e for e in emitters]
+        return runners, _unique(unwrap), _unique(flat)
+
+    def describe(self) -> Iterable[Metric]:
+        return []  # unchecked collector: its families are built at each scrape
+
+    def collect(self) -> Iterator[Metric]:
+        p = self.prefix
+        with self._lock:
+            runners, stores, emitters = self._sources()
+        yield _counter(p, "observations_total", ("machine", "outcome"), self._observations)
+        yield _histograms(p, "observe_duration_seconds", ("operation",), self._durations)
+        yield _counter(p, "transitions_total", ("machine", "from", "to", "type"), self._transitions)
+        yield _counter(p, "write_conflicts_total", ("store",), self._conflicts)
+        yield _counter(p, "write_retries_total", ("machine",), self._retries)
+        yield _counter(p, "fallback_warnings_total", ("machine", "reason"), self._fallbacks)
+        yield _histograms(
+            p, "store_operation_duration_seconds", ("store", "operation"), self._store_latency
+        )
+        yield _counter(p, "store_errors_total", ("store", "operation", "error"), self._store_errors)
+        yield _counter(p, "schema_refusals_total", (), {(): self._schema_refusals})
+        yield _counter(p, "redelivered_total", (), {(): self._redelivered})
+        yield _counter(p, "emitter_sends_total", ("emitter",), self._sends)
+        yield _counter(p, "emitter_failures_total", ("emitter",), self._failures)
+        drops: dict[tuple[str, str], int] = {}
+        k8s: dict[tuple[str], int] = {}
+        for emitter in emitters:
+            stats = getattr(emitter, "stats", None)
+            if stats is None:
+                continue
+            name = type(emitter).__name__
+            for field, reason in _DROPS.items():
+                value = getattr(stats, field, None)
+                if isinstance(value, int):
+                    drops[(name, reason)] = drops.get((name, reason), 0) + value
+            for field in _K8S:
+                value = getattr(stats, field, None)
+                if isinstance(value, int):
+                    k8s[(field,)] = k8s.get((field,), 0) + value
+        yield _counter(p, "emitter_dropped_total", ("emitter", "reason"), drops)
+        yield _counter(p, "kubernetes_events_total", ("result",), k8s)
+        depth: dict[tuple[str], float] = {}
+        oldest: dict[tuple[str], float] = {}
+        epochs: dict[tuple[str], float] = {}
+        rewinds: dict[tuple[str], int] = {}
+        now = time.time()
+        for store in stores:
+            label = (store_name(store),)
+            backlog = _backlog(store)
+            if backlog is not None:
+                count, first = backlog
+                depth[label] = depth.get(label, 0) + count
+                age = max(0.0, now - first) if first is not None else 0.0
+                oldest[label] = max(oldest.get(label, 0.0), age)
+            found = getattr(store, "rewinds", None)
+            if isinstance(found, list):
+                rewinds[label] = rewinds.get(label, 0) + len(found)
+            epoch = getattr(store, "epoch", None)
+            if isinstance(epoch, str):
+                epochs[label] = epochs.get(label, 0) + (1 if epoch else 0)
+        yield _gauge(p, "outbox_undelivered", ("store",), depth)
+        yield _gauge(p, "outbox_oldest_age_seconds", ("store",), oldest)
+        yield _gauge(p, "store_epochs", ("store",), epochs)
+        yield _counter(p, "store_rewinds_total", ("store",), rewinds)
+        pending = sum(len(getattr(r, "pending", ())) for r in runners)
+        yield _gauge(p, "link_intents_pending", (), {(): pending})
+        failures = sum(
+            sum(getattr(getattr(r, "telemetry", None), "failures", {}).values()) for r in runners
+        )
+        yield _counter(p, "telemetry_failures_total", (), {(): failures})
+
+
+def _unique(items: list[Any]) -> list[Any]:
+    seen: set[int] = set()
+    out = []
+    for item in items:
+        if id(item) not in seen:
+            seen.add(id(item))
+            out.append(item)
+    return out
+
+
+def _backlog(store: Any) -> tuple[int, float | None] | None:
+    """``(undelivered rows, epoch seconds of the oldest)`` from a store that can tell."""
+    call = getattr(store, "outbox_backlog", None)
+    if call is None:
+        return None
+    try:
+        count, oldest = call()
+    except Exception:
+        return None
+    return int(count), (oldest.timestamp() if oldest is not None else None)
+
+
+def _labels(key: object) -> list[str]:
+    """A dict key as label values: a tuple of them, or one value."""
+    return [str(k) for k in key] if isinstance(key, tuple) else [str(key)]
+
+
+def _help(name: str) -> str:
+    return METRICS[name][1]
+
+
+def _counter(
+    prefix: str, name: str, labels: tuple[str, ...], values: dict[Any, int]
+) -> CounterMetricFamily:
+    family = CounterMetricFamily(
+        f"{prefix}_{name.removesuffix('_total')}", _help(name), labels=labels
+    )
+    for key, value in list(values.items()):
+        family.add_metric(_labels(key), value)
+    return family
+
+
+def _gauge(
+    prefix: str, name: str, labels: tuple[str, ...], values: dict[Any, float]
+) -> GaugeMetricFamily:
+    family = GaugeMetricFamily(f"{prefix}_{name}", _help(name), labels=labels)
+    for key, value in list(values.items()):
+        family.add_metric(_labels(key), value)
+    return family
+
+
+def _histograms(
+    prefix: str, name: str, labels: tuple[str, ...], values: dict[Any, _Histogram]
+) -> HistogramMetricFamily:
+    family = HistogramMetricFamily(f"{prefix}_{name}", _help(name), labels=labels)
+    for key, h in list(values.items()):
+        family.add_metric(_labels(key), h.buckets(), h.total)
+    return family
