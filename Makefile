@@ -23,7 +23,9 @@ $(VENV_TEST)/.ok: pyproject.toml
 
 demo: $(VENV_DEMO)/.ok
 	@rm -rf .demo && mkdir -p .demo
-	$(VENV_DEMO)/bin/lifecycle replay examples/traces/demo.jsonl --store sqlite:///$(DEMO_DB)
+	$(VENV_DEMO)/bin/lifecycle replay examples/traces/demo.jsonl --store sqlite:///$(DEMO_DB) \
+		--metrics .demo/metrics.prom
+	@echo "metrics of this replay: .demo/metrics.prom (Prometheus text format; README: Operating it)"
 
 lint: $(VENV_TEST)/.ok
 	$(VENV_TEST)/bin/ruff check src tests examples benchmarks scripts

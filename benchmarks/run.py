@@ -24,7 +24,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from . import durable, hot_path, peers, pure, replay
+from . import durable, hot_path, peers, pure, replay, telemetry_cost
 from .fair import Metric
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -67,6 +67,7 @@ SUITES: dict[str, Callable[[bool], dict[str, Metric]]] = {
     "eventsourcing": durable.eventsourcing_suite,
     "replay": replay.replay_suite,
     "scaling": pure.scaling_suite,
+    "telemetry": telemetry_cost.suite,  # issue 25: what metrics and traces cost a runner
     "postgres": _postgres,
 }
 #: what --quick leaves out (a PostgreSQL server takes seconds to start)

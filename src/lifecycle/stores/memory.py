@@ -39,6 +39,9 @@ class MemoryStore:
     three references in that list (ADR 0015).
     """
 
+    #: No I/O: telemetry does not time its calls (``lifecycle.telemetry``).
+    does_io = False
+
     def __init__(self, *, journal: bool = True) -> None:
         self._records: dict[str, Record] = {}
         # Per object, one flat list: the version of its first entry, then three items per

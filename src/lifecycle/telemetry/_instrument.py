@@ -63,10 +63,15 @@ class InstrumentedStore:
         self._inner = store
         self._telemetry = telemetry
         self._name = store_name(store)
+        # A store without I/O (the memory store: a dict lookup is cheaper than timing it)
+        # is timed only where it hands out rows for redelivery.
+        timed = _TIMED if getattr(store, "does_io", True) else ("claim_undelivered",)
         for operation in _TIMED:
             call = getattr(store, operation, None)
-            if call is not None:
-                setattr(self, operation, self._timed(operation, call))
+            if call is not None:  # an untimed call is the store's own method, looked up once
+                setattr(
+                    self, operation, self._timed(operation, call) if operation in timed else call
+                )
 
     @property
     def wrapped(self) -> Any:
@@ -178,6 +183,10 @@ class InstrumentedEmitter:
         self._telemetry.emitted(self._name, transition, perf_counter() - start, None)
 
 
+#: Builds an :class:`Observed` in one ``tuple.__new__`` (the hot path; ADR 0067).
+_observed = tuple.__new__
+
+
 def _reported(
     telemetry: Guarded,
     operation: str,
@@ -218,6 +227,33 @@ def _reported(
             return found
 
         return reported_async
+
+    if nested:  # the synchronous observe: the hot path of a runner with telemetry
+        inner = telemetry.inner
+        begin, end, failed = inner.begin, inner.end, telemetry._failed
+
+        def observe(ref: Any, observation: Any) -> Any:
+            name = machine_of(ref.kind)
+            try:
+                token = begin("observe", name)
+            except Exception as e:
+                failed("begin", e)
+                token = None
+            try:
+                found = call(ref, observation)
+            except BaseException as e:
+                try:
+                    end(token, (), e)
+                except Exception as e2:
+                    failed("end", e2)
+                raise
+            try:
+                end(token, (_observed(Observed, (name, found)),), None)
+            except Exception as e:
+                failed("end", e)
+            return found
+
+        return functools.update_wrapper(observe, call)
 
     @functools.wraps(call)
     def reported(*args: Any, **kwargs: Any) -> Any:

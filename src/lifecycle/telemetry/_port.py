@@ -87,10 +87,10 @@ class Telemetry(Protocol):
 
 def outcome_of(result: Result) -> str:
     """The outcome label of one result (see :data:`OUTCOMES`)."""
-    name = result.outcome.value
-    if name == "committed":
-        return "conflict_retried" if result.attempts > 1 else "committed"
-    if name == "unchanged":
+    outcome = result[0]
+    if outcome is _COMMITTED:
+        return "conflict_retried" if result[7] > 1 else "committed"
+    if outcome is _UNCHANGED:
         return "unchanged"
     error = result.error
     if isinstance(error, CommitUnknown):
@@ -98,6 +98,15 @@ def outcome_of(result: Result) -> str:
     if isinstance(error, LifecycleError) and not isinstance(error, StoreError):
         return "refused"
     return "failed"
+
+
+def _outcomes() -> tuple[object, object]:
+    from .._protocol import Outcome  # the protocol imports nothing of telemetry
+
+    return Outcome.COMMITTED, Outcome.UNCHANGED
+
+
+_COMMITTED, _UNCHANGED = _outcomes()
 
 
 def flattened(results: Sequence[Result]) -> list[Result]:

@@ -67,7 +67,10 @@ METRICS: dict[str, tuple[str, str]] = {
         "counter",
         "Transition events committed, by machine, from and to state and event type.",
     ),
-    "write_conflicts_total": ("counter", "Commits that lost their compare-and-set, by store."),
+    "write_conflicts_total": (
+        "counter",
+        "Commits that lost their compare-and-set, by machine.",
+    ),
     "write_retries_total": ("counter", "Attempts after the first, by machine."),
     "fallback_warnings_total": (
         "counter",
@@ -185,26 +188,41 @@ class PrometheusTelemetry(Collector):
         return (operation, machine, time.perf_counter())
 
     def end(self, token: object, observed: Sequence[Observed], error: BaseException | None) -> None:
+        counts, flips = self._observations, self._transitions
         for machine, result in observed:
             key = (machine, outcome_of(result))
-            self._observations[key] = self._observations.get(key, 0) + 1
-            if result.attempts > 1:
-                self._retries[machine] = self._retries.get(machine, 0) + result.attempts - 1
-            for t in result.transitions:
-                tk = (machine, t.source, t.target, t.type.value)
-                self._transitions[tk] = self._transitions.get(tk, 0) + 1
-            for t in result.fallback:
-                fk = (machine, t.reason)
-                self._fallbacks[fk] = self._fallbacks.get(fk, 0) + 1
-        operation, refused_machine, start = token if isinstance(token, tuple) else ("", "", None)
-        if error is not None:
-            if isinstance(error, SchemaRefused):
-                self._schema_refusals += 1
-            elif isinstance(error, LifecycleError) and operation == "observe":
-                key = (refused_machine, "refused")
-                self._observations[key] = self._observations.get(key, 0) + 1
-        if start is not None and operation != "check_schema":
+            counts[key] = counts.get(key, 0) + 1
+            attempts = result[7]
+            if attempts > 1 or result[6] is not None:
+                self._retried(machine, attempts, result[6])
+            for t in result[4]:  # the transitions: the one loop most observations skip
+                tk = (machine, t[2], t[3], t[5]._value_)
+                flips[tk] = flips.get(tk, 0) + 1
+            if result[5]:
+                for t in result[5]:
+                    fk = (machine, t.reason)
+                    self._fallbacks[fk] = self._fallbacks.get(fk, 0) + 1
+        if token.__class__ is tuple:
+            operation, begun, start = token
             self._duration(operation).add(time.perf_counter() - start)
+            if error is not None:
+                self._raised(operation, begun, error)
+
+    def _retried(self, machine: str, attempts: int, error: object) -> None:
+        """A write that took more than one attempt (each retry follows a lost
+        compare-and-set), or that failed on a conflict."""
+        if attempts > 1:
+            self._retries[machine] = self._retries.get(machine, 0) + attempts - 1
+        conflicts = attempts - 1 + (1 if isinstance(error, Conflict) else 0)
+        if conflicts:
+            self._conflicts[machine] = self._conflicts.get(machine, 0) + conflicts
+
+    def _raised(self, operation: str, machine: str, error: BaseException) -> None:
+        if isinstance(error, SchemaRefused):
+            self._schema_refusals += 1
+        elif isinstance(error, LifecycleError) and operation == "observe":
+            key = (machine, "refused")
+            self._observations[key] = self._observations.get(key, 0) + 1
 
     def _duration(self, operation: str) -> _Histogram:
         h = self._durations.get(operation)
@@ -220,12 +238,9 @@ class PrometheusTelemetry(Collector):
         if h is None:
             h = self._store_latency[key] = _Histogram(self._bounds)
         h.add(seconds)
-        if error is not None:
-            if isinstance(error, Conflict):
-                self._conflicts[store] = self._conflicts.get(store, 0) + 1
-            else:
-                ek = (store, operation, type(error).__name__)
-                self._store_errors[ek] = self._store_errors.get(ek, 0) + 1
+        if error is not None and not isinstance(error, Conflict):  # conflicts: by machine
+            ek = (store, operation, type(error).__name__)
+            self._store_errors[ek] = self._store_errors.get(ek, 0) + 1
 
     def emitted(
         self, emitter: str, transition: Transition, seconds: float, error: BaseException | None
@@ -274,9 +289,10 @@ class PrometheusTelemetry(Collector):
         with self._lock:
             runners, stores, emitters = self._sources()
         yield _counter(p, "observations_total", ("machine", "outcome"), self._observations)
-        yield _histograms(p, "observe_duration_seconds", ("operation",), self._durations)
+        durations = {k: v for k, v in self._durations.items() if k != "check_schema"}
+        yield _histograms(p, "observe_duration_seconds", ("operation",), durations)
         yield _counter(p, "transitions_total", ("machine", "from", "to", "type"), self._transitions)
-        yield _counter(p, "write_conflicts_total", ("store",), self._conflicts)
+        yield _counter(p, "write_conflicts_total", ("machine",), self._conflicts)
         yield _counter(p, "write_retries_total", ("machine",), self._retries)
         yield _counter(p, "fallback_warnings_total", ("machine", "reason"), self._fallbacks)
         yield _histograms(
