@@ -19,14 +19,14 @@ PER_POD = 20
 LIVE = 1000  # pods in flight at once
 
 
-def _walk(i: int) -> list[tuple[str, dict[str, object]]]:
+def _walk(i: int, per_pod: int = PER_POD) -> list[tuple[str, dict[str, object]]]:
     iid = f"i-{i:08x}"
     steps: list[tuple[str, dict[str, object]]] = [
         ("CreateRequested", {"pool": "gpu", "provider": "aws"}),
         ("ProvisionSucceeded", {"reserved": True, "instance_id": iid, "endpoint": "10.0.0.1"}),
         ("InstancePending", {"instance_id": iid}),
     ]
-    for k in range(PER_POD - 4):
+    for k in range(per_pod - 4):
         if k % 7 == 6:
             steps.append(("InstanceUnknown", {"error": "List: throttled"}))
         else:
@@ -35,18 +35,20 @@ def _walk(i: int) -> list[tuple[str, dict[str, object]]]:
     return steps
 
 
-def lines(observations: int) -> Iterator[str]:
-    pods = max(1, observations // PER_POD)
+def lines(observations: int, *, per_pod: int = PER_POD, live: int = LIVE) -> Iterator[str]:
+    """The trace's lines. ``per_pod=5``: a trace with events all along (create, provision,
+    pending, running, terminated: every line a flip); ``live``: pods in flight at once."""
+    pods = max(1, observations // per_pod)
     written = 0
-    for start in range(0, pods, LIVE):
-        batch = range(start, min(pods, start + LIVE))
-        walks = {i: _walk(i) for i in batch}
-        for step in range(PER_POD):
+    for start in range(0, pods, live):
+        batch = range(start, min(pods, start + live))
+        walks = {i: _walk(i, per_pod) for i in batch}
+        for step in range(per_pod):
             for i in batch:
                 if written >= observations:
                     return
                 name, fields = walks[i][step]
-                at = EPOCH + timedelta(seconds=start // LIVE * PER_POD * 15 + step * 15)
+                at = EPOCH + timedelta(seconds=start // live * per_pod * 15 + step * 15)
                 obj = {"namespace": "bench", "name": f"pod-{i}", "uid": f"u{i:08d}"}
                 record = {"at": at.isoformat().replace("+00:00", "Z"), "machine": "pod",
                           "object": obj, "observe": name, "with": fields}  # fmt: skip
@@ -54,9 +56,9 @@ def lines(observations: int) -> Iterator[str]:
                 written += 1
 
 
-def write(path: str, observations: int) -> None:
+def write(path: str, observations: int, *, per_pod: int = PER_POD, live: int = LIVE) -> None:
     with open(path, "w", encoding="utf-8") as f:
-        for line in lines(observations):
+        for line in lines(observations, per_pod=per_pod, live=live):
             f.write(line + "\n")
 
 

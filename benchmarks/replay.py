@@ -73,6 +73,18 @@ def replay_suite(quick: bool) -> dict[str, Metric]:
             {"replay": _replay(trace, lines), "parse": _parse(trace, lines)},
             rounds, CPU, warmup=0,
         )  # fmt: skip
+        # the same against traces that are not mostly silent polls: every line a flip; and
+        # 100k pods in flight at once (the reader's and the store's per-object state)
+        busy = Path(tmp) / "busy.jsonl"
+        gen_trace.write(str(busy), lines, per_pod=5)
+        wide = Path(tmp) / "wide.jsonl"
+        gen_trace.write(str(wide), lines, per_pod=5, live=min(100_000, lines // 5))
+        b = interleave(
+            {"busy": _replay(busy, lines), "busy parse": _parse(busy, lines),
+             "wide": _replay(wide, lines), "wide parse": _parse(wide, lines)},
+            rounds, CPU, warmup=0,
+        )  # fmt: skip
+        wide_peak = peak_rss_mib(wide)
         peaks = []
         for n in lengths:
             path = Path(tmp) / f"rss-{n}.jsonl"
@@ -84,6 +96,16 @@ def replay_suite(quick: bool) -> dict[str, Metric]:
             ratios(t["replay"], t["parse"]), "<= 6", ours=t["replay"], base=t["parse"],
             unit="us/line", what=f"lifecycle replay ({lines}-line Pod trace, memory://, jsonl "
             "out) ÷ reading + orjson.loads of the same lines; CPU time, in process",
+        ),
+        "replay_events_all_along_vs_parse_floor": metric(
+            ratios(b["busy"], b["busy parse"]), "<= 6", ours=b["busy"], base=b["busy parse"],
+            unit="us/line", what=f"as replay_per_line_vs_parse_floor on a {lines}-line trace "
+            "whose every line is a flip (5 lines a pod, 1000 in flight)",
+        ),
+        "replay_100k_objects_vs_parse_floor": metric(
+            ratios(b["wide"], b["wide parse"]), "info", ours=b["wide"], base=b["wide parse"],
+            unit="us/line", what=f"the same with {min(100_000, lines // 5)} pods in flight at once",
+            note=f"peak RSS of that replay: {wide_peak:.0f} MiB",
         ),
         "replay_peak_rss": metric(
             [peaks[-1] / 160], "<= 1.0", ours=[peaks[-1]], unit="MiB", scale=1,
