@@ -683,6 +683,10 @@ class _TraceFaults(FaultyStore):
 
 Each = Callable[[TraceLine, Result | HostEvents | None], object]
 
+#: Observation lines a checked replay commits at once (``observe_many``), on a store that
+#: commits batches: one transaction (and one flush) per chunk instead of per line.
+REPLAY_BATCH = 1000
+
 
 def _run(
     trace: Iterable[TraceLine],
@@ -690,14 +694,35 @@ def _run(
     name: str,
     each: Each | None = None,
     logger: Any = None,
+    batch: int = 1,
 ) -> None:
     """Feed every line to ``runner``, handing each line and its result to ``each``: ``None``
     for a fault line when it is read, then its :class:`HostEvents` when it fires. The first
     fault line puts a :class:`_TraceFaults` in front of the runner's store; a trace without
-    faults never pays for one."""
+    faults never pays for one. ``batch`` > 1: observation lines go to ``observe_many`` in
+    chunks of that many (one transaction each on a store with ``commit_many``; each object's
+    lines keep their order), until the first fault line."""
     observe = runner.observe
     faults: _FaultyReplay | None = None
+    chunk: list[ObservationLine] = []
+    component = _link_components(runner) if batch > 1 else {}
+    here: dict[int, str] = {}  # the chunk's machine of each link component
     for record in trace:
+        if batch > 1 and faults is None and record.__class__ is ObservationLine:
+            machine = record.machine.name
+            group = component.get(machine)
+            # a linked machine's line: what came before it lands first
+            if group is not None and here.setdefault(group, machine) != machine:
+                _run_chunk(chunk, runner, name, each)
+                chunk, here = [], {group: machine}
+            chunk.append(record)
+            if len(chunk) >= batch:
+                _run_chunk(chunk, runner, name, each)
+                chunk, here = [], {}
+            continue
+        if chunk:
+            _run_chunk(chunk, runner, name, each)
+            chunk, here = [], {}
         if isinstance(record, FaultLine):
             if faults is None:
                 faults = _FaultyReplay(runner, name, each, logger)
@@ -716,8 +741,53 @@ def _run(
             _refuse_impostors(name, record, result.cascade)
         if each is not None:
             each(record, result)
+    if chunk:
+        _run_chunk(chunk, runner, name, each)
     if faults is not None:
         faults.finish()
+
+
+def _link_components(runner: Runner) -> dict[str, int]:
+    """Machines joined by links, directly or through others, share a component: a batch
+    applies its items round by round and their link intents after each round, so lines of two
+    such machines in one chunk could land in another order than the trace's (a Job's own line
+    before the Workflow line that launched it). A chunk holds the lines of one machine per
+    component; a machine that links to itself gets no component and so no batching."""
+    parent: dict[str, str] = {}
+
+    def find(m: str) -> str:
+        while parent.setdefault(m, m) != m:
+            m = parent[m]
+        return m
+
+    selfish: set[str] = set()
+    for source, links in runner.protocol.links.items():
+        for link in links:
+            if link.target == source:
+                selfish.add(source)
+            parent[find(link.target)] = find(source)
+    roots: dict[str, int] = {}
+    out: dict[str, int] = {}
+    for m in list(parent):
+        if m not in selfish:
+            out[m] = roots.setdefault(find(m), len(roots))
+    return out
+
+
+def _run_chunk(chunk: list[ObservationLine], runner: Runner, name: str, each: Each | None) -> None:
+    """One chunk of observation lines through ``observe_many``, then each line's result in
+    line order. A line the machines refuse here (the dry run accepted it: the store no longer
+    agrees, because a write failed) is a :class:`TraceError` naming it; the chunk's lines
+    around it may have been written."""
+    results = runner.observe_many([(r.ref, r.observation) for r in chunk])
+    for record, result in zip(chunk, results, strict=True):
+        error = result.error
+        if isinstance(error, LifecycleError) and not isinstance(error, StoreError):
+            raise TraceError(name, record.line, f"{_shown(record.ref)}: {error}") from None
+        if result.cascade:
+            _refuse_impostors(name, record, result.cascade)
+        if each is not None:
+            each(record, result)
 
 
 class _FaultyReplay:
@@ -884,6 +954,7 @@ def replay(
     dry_run: bool = True,
     keep_results: bool = True,
     telemetry: Telemetry | None = None,
+    batch: int | None = None,
 ) -> list[Result]:
     """Replay a parsed trace into ``store``, delivering events to ``emitters``.
 
@@ -894,8 +965,11 @@ def replay(
     then receive events as lines are replayed, before a later line may be refused. A caller
     that reads each result in ``on_result`` may pass ``keep_results=False``: nothing is kept
     (a long replay then does not hold one :class:`Result` per line) and ``[]`` is returned.
-    Retries do not sleep during replay. ``telemetry`` (:mod:`lifecycle.telemetry`) is told
-    what the replay's runners do, as a live runner's would be.
+    Retries do not sleep during replay. A checked replay into a store with ``commit_many``
+    commits :data:`REPLAY_BATCH` lines at a time (``batch``: how many; 1, line by line; a
+    caller that checked the trace itself passes it with ``dry_run=False``). ``telemetry``
+    (:mod:`lifecycle.telemetry`) is told what the replay's runners do, as a live runner's
+    would be.
 
     ``on_result`` gets each line with its :class:`Result`; a fault line gets ``None`` when it
     is read, and its :class:`HostEvents` when it fires (what another writer, or a restarted
@@ -911,6 +985,10 @@ def replay(
         check(trace, store, name=name, machines=machines)
     policy = RetryPolicy(backoff=0.0)
     runner = Runner(store, tuple(emitters), machines=machines, policy=policy, telemetry=telemetry)
+    # A checked trace into a store that commits batches goes in chunks (one transaction each);
+    # an unchecked one line by line, so a refused line stops it where it stands.
+    if batch is None:
+        batch = REPLAY_BATCH if dry_run and hasattr(store, "commit_many") else 1
     results: list[Result] = []
     each = on_result
     if keep_results:
@@ -921,7 +999,7 @@ def replay(
             if isinstance(result, Result):
                 results.append(result)
 
-    _run(trace, runner, name, each)
+    _run(trace, runner, name, each, batch=batch)
     return results
 
 

@@ -19,6 +19,7 @@ from ..stores import MemoryStore, open_store, parse_sqlite_url, redact_url
 from ..stores.base import Store
 from ..trace import (
     CONCURRENT_WRITE,
+    REPLAY_BATCH,
     HostEvents,
     ObservationLine,
     TraceLine,
@@ -312,6 +313,7 @@ def _replay(
                 dry_run=False,
                 keep_results=False,
                 telemetry=metrics,
+                batch=1 if throwaway else REPLAY_BATCH,  # checked above: in chunks
             )
         except TraceError as e:
             if throwaway:  # nothing outlives the command: a plain refusal
