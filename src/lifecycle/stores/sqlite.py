@@ -215,6 +215,14 @@ class SQLiteStore:
         #: Commits waiting for, or in, a shared flush (``group_commit=True``), and the
         #: connection reads take meanwhile.
         self._group: _Group | None = _Group() if group_commit else None
+        #: Without group commit: delivery marks held for the next commit's transaction (up to
+        #: ``_HELD_MARKS``; ADR 0132), so a changed observe is one transaction.
+        self._held: list[str] = []
+        self._held_lock = threading.Lock()
+        #: wakes the thread that writes held marks no commit took within ``_MARK_DELAY``
+        self._held_waiting = threading.Event()
+        self._marker: threading.Thread | None = None
+        self._closing = False
         self._reader: sqlite3.Connection | None = None
         self._read_lock = threading.Lock()
         #: Transactions ``commit`` ran (with group commit, fewer than the commits answered).
@@ -372,14 +380,29 @@ class SQLiteStore:
         with self._lock:
             self._writing()
             self.flushes += 1
+            marks = self._take_held()
             try:
                 with self._transaction() as db:
                     self._write(db, row, lease_until)
-            except Conflict:
+                    if marks:  # the last deliveries' marks ride with this commit
+                        _delete_marked(db, marks)
+            except (Conflict, IdentityMismatch):
+                self._hold(marks)  # rolled back: the next commit carries them
                 raise
             except sqlite3.Error as e:
+                self._hold(marks)
                 raise self._fail(f"commit of {ref.uid} v{expected + 1}", e) from e
         return expected + 1
+
+    def _take_held(self) -> list[str]:
+        with self._held_lock:
+            marks, self._held = self._held, []
+        return marks
+
+    def _hold(self, marks: list[str]) -> None:
+        if marks:
+            with self._held_lock:
+                self._held[:0] = marks
 
     # -- group commit (ADR 0026) --------------------------------------------------------
     def _commit_grouped(self, group: _Group, row: _Row) -> int:
@@ -434,13 +457,15 @@ class SQLiteStore:
                 return
 
     def _take_marks(self) -> list[str]:
-        """The delivery marks waiting for the next transaction (group commit only)."""
+        """The delivery marks waiting for the next transaction (held ones, and group
+        commit's)."""
+        marks = self._take_held()
         group = self._group
         if group is None:
-            return []
+            return marks
         with group.mutex:
-            marks, group.marks = group.marks, []
-        return marks
+            more, group.marks = group.marks, []
+        return marks + more
 
     def _flush(self, batch: list[_Slot], marks: list[str]) -> None:
         """Write ``batch`` (and delete the delivered ``marks``) in one transaction, each item
@@ -1020,8 +1045,8 @@ class SQLiteStore:
 
     def outbox_backlog(self) -> tuple[int, datetime | None]:
         """How many outbox rows are undelivered, and the time of the oldest (its observation's
-        ``at``), or ``None`` when there are none (marks a group commit still holds count as
-        undelivered until they are written)."""
+        ``at``), or ``None`` when there are none. Marks still held are written first."""
+        self._write_marks()
         db, lock = self._reading()
         with lock:
             try:
@@ -1034,14 +1059,23 @@ class SQLiteStore:
 
     def mark_delivered(self, ids: Iterable[str]) -> None:
         """Delete delivered rows. The mark need not be durable (lost in a crash, an event is
-        delivered again under its id), so it is committed with ``synchronous=NORMAL``; with
-        group commit, marks share transactions too: a mark made while one is in progress
-        is carried by the next (ADR 0026)."""
+        delivered again under its id): it rides with the next commit's transaction (ADR
+        0132), or -- once ``_HELD_MARKS`` wait, and at a claim or close -- is written in its
+        own at ``synchronous=NORMAL``; with group commit, marks share transactions too: a
+        mark made while one is in progress is carried by the next (ADR 0026)."""
         done = list(ids)
         if not done:
             return
         group = self._group
         if group is None:
+            with self._held_lock:
+                first = not self._held
+                self._held.extend(done)
+                if len(self._held) < _HELD_MARKS:
+                    if first:
+                        self._wake_marker()
+                    return
+                done, self._held = self._held, []
             self._mark_now(done)
             return
         with group.mutex:
@@ -1075,9 +1109,45 @@ class SQLiteStore:
             _log.warning("delivery marks lost; the events will be redelivered", error=str(e))
 
     def undelivered_count(self) -> int:
+        self._write_marks()
         with self._lock:
             (n,) = self._db.execute("SELECT count(*) FROM outbox").fetchone()
         return int(n)
+
+    def undelivered_marks_held(self) -> int:
+        """Delivery marks held for the next commit (or the marker thread): their rows are
+        delivered, and still in the outbox table for a moment (ADR 0132)."""
+        with self._held_lock:
+            return len(self._held)
+
+    def _wake_marker(self) -> None:
+        """Have held marks written within ``_MARK_DELAY`` if no commit takes them first:
+        other stores on the file then never claim a delivered row (they wait out its lease,
+        far longer). One thread per store, started with the first held mark."""
+        if self._marker is None and not self._closing:
+            self._marker = threading.Thread(
+                target=self._write_held_marks, name="lifecycle-sqlite-marks", daemon=True
+            )
+            self._marker.start()
+        self._held_waiting.set()
+
+    def _write_held_marks(self) -> None:
+        while not self._closing:
+            self._held_waiting.wait()
+            self._held_waiting.clear()
+            if self._closing:
+                return
+            time.sleep(_MARK_DELAY)
+            marks = self._take_held()
+            if marks:
+                with contextlib.suppress(StoreError):  # closed meanwhile: lost, they repeat
+                    self._mark_quietly(marks)
+
+    def _write_marks(self) -> None:
+        """Write the marks still held (before a count of what is undelivered)."""
+        marks = self._take_marks()
+        if marks:
+            self._mark_quietly(marks)
 
     def history(self) -> SQLiteHistory:
         """The epochs this database started, each when it was found to be an older copy of
@@ -1091,9 +1161,9 @@ class SQLiteStore:
     def close(self) -> None:
         """Close the store: a new history tag ends this session (so a copy of the file taken
         while it was open is recognised as older if it is ever restored; ADR 0037)."""
-        marks = self._take_marks()
-        if marks:
-            self._mark_quietly(marks)
+        self._closing = True
+        self._held_waiting.set()
+        self._write_marks()
         with self._lock:
             if self._history == "written":
                 self._advance_history("close")
@@ -1102,6 +1172,14 @@ class SQLiteStore:
         if self._reader is not None:
             with self._read_lock:
                 self._reader.close()
+
+
+#: Delivery marks a store without group commit holds for the next commit before it writes
+#: them in a transaction of their own (a crash loses at most these: their events repeat).
+_HELD_MARKS = 256
+#: Seconds a held mark waits for a commit to carry it before it is written on its own (well
+#: inside any lease, so no other store claims a delivered row).
+_MARK_DELAY = 0.2
 
 
 def _int64(what: str, value: int, uid: str | None = None, *, room: int = 0) -> None:
