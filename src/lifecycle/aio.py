@@ -88,9 +88,10 @@ class ThreadedStore:
 
     def __init__(self, store: CommitStore, *, inline: bool | None = None) -> None:
         self.store = store
-        self._inline = isinstance(store, MemoryStore) if inline is None else inline
+        #: Whether calls run inline, never suspending the caller (a MemoryStore's).
+        self.inline = isinstance(store, MemoryStore) if inline is None else inline
         self._pool: concurrent.futures.ThreadPoolExecutor | None = None
-        if not self._inline:
+        if not self.inline:
             self._pool = concurrent.futures.ThreadPoolExecutor(
                 # one worker (calls in order), or as many as the store can group (ADR 0026)
                 max_workers=getattr(store, "concurrent_callers", 1),
@@ -322,7 +323,7 @@ class AsyncRunner:
         link intents found in the outbox (see :meth:`Runner.redeliver`)."""
         claim = getattr(self.store, "claim_undelivered", None)
         claimed: list[Transition] = [] if claim is None else await claim(limit)
-        if not claimed:
+        if not claimed and not self.protocol.backlog:
             return 0
         delivered: tuple[int, list[Result]] = await self._drive(
             _batch.redeliver(self.protocol, claimed)
@@ -337,6 +338,9 @@ class AsyncRunner:
     async def _drive(self, gen: Any) -> Any:
         if not self._schema_checked:
             await self.check_schema()
+        store = self.store
+        # A commit that can suspend is seen through to its outcome (ADR 0105).
+        settle = not (isinstance(store, ThreadedStore) and store.inline)
         reply: Any = None
         error: StoreError | None = None
         while True:
@@ -346,9 +350,31 @@ class AsyncRunner:
                 return stop.value
             reply, error = None, None
             try:
-                reply = await answer(self.store, request)
+                if settle and isinstance(request, Commit):
+                    reply = await self._commit(request)
+                else:
+                    reply = await answer(store, request)
             except StoreError as e:
                 error = e
+            except BaseException as e:  # a cancellation: the generator keeps what it leaves
+                _batch.interrupt(gen, e)
+
+    async def _commit(self, request: Commit) -> Any:
+        """Answer a commit; cancelled meanwhile, wait for its outcome all the same (a store
+        bounds every call, ADR 0069), keep what landed as unfinished work for the next call
+        (ADR 0105), then let the cancellation go on."""
+        task = asyncio.ensure_future(answer(self.store, request))
+        try:
+            return await asyncio.shield(task)
+        except asyncio.CancelledError:
+            while not task.done():
+                try:
+                    await asyncio.wait((task,))
+                except asyncio.CancelledError:
+                    continue  # cancelled again: the first cancellation is the one raised
+            if not task.cancelled() and task.exception() is None:
+                _batch.landed(self.protocol, request, task.result())
+            raise
 
 
 async def open_async_store(url: str, **options: Any) -> AsyncStore:
