@@ -352,8 +352,9 @@ def redeliver(
     )
     if not intents:
         return delivered, []
-    protocol.pending.drop(t.id for t in intents)  # the outbox has them: apply them now
-    found = yield from apply_intents(protocol, in_order(intents))
+    intents = in_order(intents)
+    protocol.pending.claim(intents)  # the outbox has them: apply them now, lane by lane
+    found = yield from apply_intents(protocol, intents)
     return delivered, [r for r in found if r is not None]
 
 
@@ -436,9 +437,10 @@ def _rounds(
 
 
 # -- the synchronous driver -----------------------------------------------------------------
-def answer(store: Any, request: Request) -> Any:
+def answer(store: Any, request: Request, landed: list[Any] | None = None) -> Any:
     """Run one request against a synchronous :class:`~lifecycle.stores.Store`, using its
-    batch methods where it has them."""
+    batch methods where it has them. A commit made one object at a time puts each outcome in
+    ``landed`` as it comes (what an interruption between two of them leaves known)."""
     if isinstance(request, Load):
         load_many = getattr(store, "load_many", None)
         if load_many is not None and len(request.items) > 1:
@@ -460,7 +462,7 @@ def answer(store: Any, request: Request) -> Any:
                 return commit_many(request.items)
             except IdentityMismatch:
                 pass  # nothing of the batch was written: commit it one object at a time
-        out: list[int | StoreError | IdentityMismatch] = []
+        out: list[int | StoreError | IdentityMismatch] = [] if landed is None else landed
         for c in request.items:
             try:
                 out.append(
@@ -481,8 +483,9 @@ def answer(store: Any, request: Request) -> Any:
     return None
 
 
-def run(gen: Generator[Request, Any, Any], store: Any) -> Any:
-    """Drive a generator of this module against a synchronous store; its return value."""
+def run(gen: Generator[Request, Any, Any], store: Any, protocol: WriteProtocol) -> Any:
+    """Drive a generator of this module (of ``protocol``) against a synchronous store; its
+    return value."""
     reply: Any = None
     error: StoreError | None = None
     while True:
@@ -491,9 +494,12 @@ def run(gen: Generator[Request, Any, Any], store: Any) -> Any:
         except StopIteration as stop:
             return stop.value
         reply, error = None, None
+        done: list[Any] | None = [] if isinstance(request, Commit) else None
         try:
-            reply = answer(store, request)
+            reply = answer(store, request, done)
         except StoreError as e:
             error = e
         except BaseException as e:  # interrupted: the generator keeps what it leaves
+            if done and isinstance(request, Commit):  # between two objects' commits
+                landed(protocol, request, done)  # those that landed are unfinished
             interrupt(gen, e)

@@ -233,6 +233,14 @@ class PendingIntents:
                 self._flight[t.id] = t
             return items
 
+    def claim(self, intents: Iterable[Transition]) -> None:
+        """Intents found in the outbox, applied now: in flight (no longer held), so that an
+        intent derived meanwhile never overtakes one of them in its lane."""
+        with self._lock:
+            for t in intents:
+                self._flight[t.id] = t
+            self._items = [t for t in self._items if t.id not in self._flight]
+
     def drop(self, ids: Iterable[str]) -> None:
         gone = set(ids)
         with self._lock:

@@ -189,8 +189,9 @@ def as_async(store: AsyncCommitStore | CommitStore | None) -> AsyncCommitStore:
     return ThreadedStore(store)  # type: ignore[arg-type]
 
 
-async def answer(store: AsyncCommitStore, request: Request) -> Any:
-    """Run one protocol request against an :class:`AsyncStore`."""
+async def answer(store: AsyncCommitStore, request: Request, landed: list[Any] | None = None) -> Any:
+    """Run one protocol request against an :class:`AsyncStore` (a commit made one object at a
+    time puts each outcome in ``landed`` as it comes, as ``lifecycle._batch.answer`` does)."""
     if isinstance(request, Load):
         load_many = getattr(store, "load_many", None)
         if load_many is not None and len(request.items) > 1:
@@ -212,7 +213,7 @@ async def answer(store: AsyncCommitStore, request: Request) -> Any:
                 return await commit_many(request.items)
             except IdentityMismatch:
                 pass  # nothing of the batch was written: commit it one object at a time
-        out: list[int | StoreError | IdentityMismatch] = []
+        out: list[int | StoreError | IdentityMismatch] = [] if landed is None else landed
         for c in request.items:
             try:
                 out.append(
@@ -349,21 +350,28 @@ class AsyncRunner:
             except StopIteration as stop:
                 return stop.value
             reply, error = None, None
+            done: list[Any] | None = None
             try:
-                if settle and isinstance(request, Commit):
+                if not isinstance(request, Commit):
+                    reply = await answer(store, request)
+                elif settle:
                     reply = await self._commit(request)
                 else:
-                    reply = await answer(store, request)
+                    done = []
+                    reply = await answer(store, request, done)
             except StoreError as e:
                 error = e
             except BaseException as e:  # a cancellation: the generator keeps what it leaves
+                if done and isinstance(request, Commit):  # between two objects' commits
+                    _batch.landed(self.protocol, request, done)  # what landed is unfinished
                 _batch.interrupt(gen, e)
 
     async def _commit(self, request: Commit) -> Any:
         """Answer a commit; cancelled meanwhile, wait for its outcome all the same (a store
         bounds every call, ADR 0069), keep what landed as unfinished work for the next call
         (ADR 0105), then let the cancellation go on."""
-        task = asyncio.ensure_future(answer(self.store, request))
+        done: list[Any] = []
+        task = asyncio.ensure_future(answer(self.store, request, done))
         try:
             return await asyncio.shield(task)
         except asyncio.CancelledError:
@@ -372,8 +380,8 @@ class AsyncRunner:
                     await asyncio.wait((task,))
                 except asyncio.CancelledError:
                     continue  # cancelled again: the first cancellation is the one raised
-            if not task.cancelled() and task.exception() is None:
-                _batch.landed(self.protocol, request, task.result())
+            ok = not task.cancelled() and task.exception() is None
+            _batch.landed(self.protocol, request, task.result() if ok else done)
             raise
 
 

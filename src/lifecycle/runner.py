@@ -219,7 +219,9 @@ class Runner:
         Other stores commit one object at a time, with the same results.
         """
         done: list[Result] = _batch.run(
-            _batch.observe(self.protocol, self.protocol.pairs(items), refuse=False), self._store
+            _batch.observe(self.protocol, self.protocol.pairs(items), refuse=False),
+            self._store,
+            self.protocol,
         )
         return done
 
@@ -246,7 +248,7 @@ class Runner:
         if not claimed and not self.protocol.backlog:
             return 0, []
         done: tuple[int, list[Result]] = _batch.run(
-            _batch.redeliver(self.protocol, claimed, delivery), self._store
+            _batch.redeliver(self.protocol, claimed, delivery), self._store, self.protocol
         )
         return done
 
@@ -260,7 +262,7 @@ class Runner:
             return ()  # another thread is at it
         try:
             if protocol.backlog:
-                _batch.run(_batch.finish(protocol), self._store)
+                _batch.run(_batch.finish(protocol), self._store, protocol)
             return self.apply_intents(pending.take()) if pending else ()
         finally:
             pending.retrying.release()
