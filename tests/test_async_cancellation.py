@@ -219,7 +219,17 @@ def _landed(store: MemoryStore, ref: ObjectRef, obs: Observation) -> int:
 
 
 def _groups(lines: Sequence[Line], size: int) -> list[list[Line]]:
-    return [list(lines[i : i + size]) for i in range(0, len(lines), size)]
+    """Consecutive lines in ``observe_many`` batches of up to ``size``, each of one kind: a
+    batch holding a link's source and its target would apply the target's own line before
+    the source's intent, and a batch split by an interruption the other way round -- two
+    orders a host may see, neither of them a lane's."""
+    out: list[list[Line]] = []
+    for line in lines:
+        if out and len(out[-1]) < size and out[-1][0][0].kind == line[0].kind:
+            out[-1].append(line)
+        else:
+            out.append([line])
+    return out
 
 
 def _left(inner: MemoryStore, group: Sequence[Line], seen: Sequence[int]) -> list[Line]:

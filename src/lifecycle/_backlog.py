@@ -22,27 +22,31 @@ from ._core.transition import Transition
 class Backlog:
     """Events an interrupted call did not deliver and ids it did not mark; thread-safe."""
 
-    __slots__ = ("_events", "_lock", "_marks")
+    __slots__ = ("_events", "_lock", "_marks", "held")
 
     def __init__(self) -> None:
         self._events: list[Transition] = []
         self._marks: list[str] = []
         self._lock = threading.Lock()
+        #: Whether anything is held (an attribute: the runner's hot path reads it).
+        self.held = False
 
     def __bool__(self) -> bool:
-        return bool(self._events or self._marks)
+        return self.held
 
     def hold_events(self, events: Iterable[Transition]) -> None:
         """Committed events to send again (some emitters may have had them: at least once)."""
         with self._lock:
             known = {t.id for t in self._events}
             self._events += [t for t in events if t.id not in known]
+            self.held = bool(self._events or self._marks)
 
     def hold_marks(self, ids: Iterable[str]) -> None:
         """Outbox ids delivered (or intents confirmed) but not yet marked."""
         with self._lock:
             known = set(self._marks)
             self._marks += [i for i in ids if i not in known]
+            self.held = bool(self._events or self._marks)
 
     def take(self) -> tuple[list[Transition], list[str]]:
         """Everything held, removed: (events, ids to mark). The caller holds back what it
@@ -50,4 +54,5 @@ class Backlog:
         with self._lock:
             events, marks = self._events, self._marks
             self._events, self._marks = [], []
+            self.held = False
             return events, marks

@@ -115,10 +115,10 @@ def observe(
     results: list[Result | None] = [None] * len(work)
     retried: tuple[Result, ...] = ()
     pending = protocol.pending
-    if catch_up and (pending or protocol.backlog) and pending.retrying.acquire(blocking=False):
+    if catch_up and pending and pending.retrying.acquire(blocking=False):
         try:
             yield from finish(protocol)
-            if pending:
+            if len(pending):
                 found = yield from apply_intents(protocol, pending.take(), batch=not refuse)
                 retried = tuple(r for r in found if r is not None)
         finally:

@@ -175,7 +175,11 @@ class Rounds:
 class PendingIntents:
     """Intents this process has not applied yet (their target write failed, or the call
     applying them was interrupted), each lane in commit order; thread-safe. Those a call
-    took to apply are *in flight* until settled: their lanes stay blocked for other calls."""
+    took to apply are *in flight* until settled: their lanes stay blocked for other calls.
+
+    With its :attr:`backlog` (the events and marks an interrupted call left, ADR 0105) it is
+    everything a runner's next call finishes first: true while any of it is left; ``len``
+    counts the intents."""
 
     def __init__(self) -> None:
         self._items: list[Transition] = []
@@ -183,9 +187,11 @@ class PendingIntents:
         self._lock = threading.Lock()
         #: Held while the pending intents are being retried (one retrier at a time).
         self.retrying = threading.Lock()
+        #: Events and marks an interrupted call left (ADR 0105).
+        self.backlog = Backlog()
 
     def __bool__(self) -> bool:
-        return bool(self._items)
+        return bool(self._items) or self.backlog.held
 
     def __len__(self) -> int:
         return len(self._items)

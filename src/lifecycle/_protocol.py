@@ -186,10 +186,11 @@ class WriteProtocol:
             direct |= link.direct
         #: Observations that are another controller's direct write: one attempt (ADR 0090).
         self.direct = frozenset(direct)
-        #: Link intents whose target write failed, retried at the start of the next call.
+        #: What the next call finishes first: link intents whose target write failed, and
+        #: (its backlog) what an interrupted call left (ADR 0105).
         self.pending = PendingIntents()
         #: Events and marks an interrupted call left, finished first by the next (ADR 0105).
-        self.backlog = Backlog()
+        self.backlog: Backlog = self.pending.backlog
         self.epoch_source = epoch_source
 
     @property

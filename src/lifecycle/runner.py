@@ -147,7 +147,7 @@ class Runner:
         protocol = self.protocol
         machine = protocol.admit(ref, observation)
         caught: tuple[Result, ...] = ()
-        if (protocol.pending or protocol.backlog) and not self._applying_links:
+        if protocol.pending and not self._applying_links:
             caught = self.catch_up()
         store = self._store
         write: Write | None = None
@@ -263,7 +263,7 @@ class Runner:
         try:
             if protocol.backlog:
                 _batch.run(_batch.finish(protocol), self._store, protocol)
-            return self.apply_intents(pending.take()) if pending else ()
+            return self.apply_intents(pending.take()) if len(pending) else ()
         finally:
             pending.retrying.release()
 
