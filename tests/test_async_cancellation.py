@@ -292,9 +292,21 @@ async def _run_async(
                     break
         else:
             raise AssertionError("the host never got its observation through")
+    # The host redelivers now and again (or another process's Dispatcher drains the outbox,
+    # with its own runner), interrupted too, until nothing is left.
+    dispatcher = Dispatcher(inner, [sink], runner=Runner(inner, [sink], policy=FAST))
+    for _ in range(100):
+        try:
+            if finisher == "dispatcher":
+                dispatcher.drain()
+            redelivery = asyncio.ensure_future(runner.redeliver())
+            points.victim = redelivery
+            await redelivery
+        except (asyncio.CancelledError, Interrupt):
+            continue
+        if not inner.claim_undelivered():
+            break
     points.on = False
-    if finisher == "dispatcher":  # another process drains the outbox (its own runner)
-        Dispatcher(inner, [sink], runner=Runner(inner, [sink], policy=FAST)).drain()
     await _redeliver(runner, inner)
     return _outcome(inner, sink, points)
 
@@ -329,9 +341,16 @@ def _run_sync(lines: Sequence[Line], plan: Iterable[int], group: int, finisher: 
                     break
         else:
             raise AssertionError("the host never got its observation through")
+    for _ in range(100):  # the host redelivers (or a Dispatcher drains), interrupted too
+        try:
+            if finisher == "dispatcher":
+                Dispatcher(store, [sink], runner=runner).drain()
+            runner.redeliver()
+        except Interrupt:
+            continue
+        if not inner.claim_undelivered():
+            break
     points.on = False
-    if finisher == "dispatcher":
-        Dispatcher(store, [sink], runner=runner).drain()
     for _ in range(20):
         runner.redeliver()
         if not inner.claim_undelivered():

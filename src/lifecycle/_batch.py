@@ -14,6 +14,11 @@ budget; a store error or an exhausted budget loses the write (the fallback of
 ``Runner.observe``). With ``refuse=True`` (one object: ``AsyncRunner.observe``, an intent
 applied depth-first) a refused observation raises, as ``Runner.observe`` does; for a batch it
 is that item's failed :class:`Result`, and link intents are applied as a batch too.
+
+A driver interrupted while it answers a request (a cancellation, ``KeyboardInterrupt``)
+throws the interruption into the generator there (:func:`interrupt`): each post-commit step
+keeps what it leaves -- events and marks in the protocol's backlog, intents pending -- and
+:func:`finish` sends and marks the backlog first on the next call (ADR 0105).
 """
 
 from __future__ import annotations

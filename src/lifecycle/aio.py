@@ -9,6 +9,10 @@ operation awaited: on an
 runs its calls on a worker thread so SQLite's disk waits never block the event loop.
 Emitters are called as in the synchronous runner; one whose ``emit`` returns an awaitable is
 not supported -- hand events to an ``asyncio.Queue`` from ``emit`` instead.
+
+A cancelled call (a ``wait_for`` timeout, a failing task group) reorders nothing (ADR 0105):
+a commit under way is seen through to its outcome, what the call committed but did not
+deliver, mark or apply is kept, and the runner's next call finishes it first.
 """
 
 from __future__ import annotations

@@ -43,8 +43,9 @@ class Runner:
     """Feeds observations to machines, persists their statuses, and emits their events.
 
     One runner serves every object of every registered machine. Its only state is the link
-    intents whose target write failed (ADR 0090): they are retried at the start of its next
-    call, and stay in the store's outbox for :meth:`redeliver` and the ``Dispatcher``.
+    intents whose target write failed (ADR 0090), and what a call interrupted after its
+    commit left undelivered, unmarked or unapplied (ADR 0105): its next call finishes them
+    first; they also stay in the store's outbox for :meth:`redeliver` and the ``Dispatcher``.
 
     ``store`` needs only ``load`` and a compare-and-set ``commit`` (:class:`CommitStore`, ADR
     0092). Without an outbox (no ``mark_delivered``/``claim_undelivered``) events are
