@@ -14,16 +14,23 @@ budget; a store error or an exhausted budget loses the write (the fallback of
 ``Runner.observe``). With ``refuse=True`` (one object: ``AsyncRunner.observe``, an intent
 applied depth-first) a refused observation raises, as ``Runner.observe`` does; for a batch it
 is that item's failed :class:`Result`, and link intents are applied as a batch too.
+
+A driver interrupted while it answers a request (a cancellation, ``KeyboardInterrupt``)
+throws the interruption into the generator there (:func:`interrupt`): each post-commit step
+keeps what it leaves -- events and marks in the protocol's backlog, intents pending -- and
+:func:`finish` sends and marks the backlog first on the next call (ADR 0105).
 """
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Generator, Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 import attrs
 
 from . import _link_intents
+from ._backlog import Backlog
 from ._core.errors import IdentityMismatch, LifecycleError, StoreError
 from ._core.machine import Machine
 from ._core.observation import Observation
@@ -115,8 +122,10 @@ def observe(
     pending = protocol.pending
     if catch_up and pending and pending.retrying.acquire(blocking=False):
         try:
-            found = yield from apply_intents(protocol, pending.take(), batch=not refuse)
-            retried = tuple(r for r in found if r is not None)
+            yield from finish(protocol)
+            if len(pending):
+                found = yield from apply_intents(protocol, pending.take(), batch=not refuse)
+                retried = tuple(r for r in found if r is not None)
         finally:
             pending.retrying.release()
     for wave in _waves(work):
@@ -178,9 +187,15 @@ def observe(
                 else:
                     committed.append((item, outcome))
             if committed:
-                yield from deliver(
-                    protocol.delivery, [t for i, _ in committed for t in _written(i).transitions]
-                )
+                try:
+                    yield from deliver(
+                        protocol.delivery,
+                        [t for i, _ in committed for t in _written(i).transitions],
+                        protocol.backlog,
+                    )
+                except BaseException:  # interrupted (ADR 0105): no intent was applied yet
+                    protocol.unfinished((), [t for i, _ in committed for t in _written(i).intents])
+                    raise
                 linked = yield from _follow(protocol, [i for i, _ in committed], batch=not refuse)
                 for (item, version), fed in zip(committed, linked, strict=True):
                     write = _written(item)
@@ -251,17 +266,76 @@ def _lost(protocol: WriteProtocol, item: _Item, error: StoreError) -> Result:
     )
 
 
-def deliver(delivery: Delivery, events: Sequence[Transition]) -> Generator[Request, Any, int]:
-    """:meth:`Delivery.deliver` as requests: send, then mark what every emitter took."""
+def deliver(
+    delivery: Delivery, events: Sequence[Transition], backlog: Backlog | None = None
+) -> Generator[Request, Any, int]:
+    """:meth:`Delivery.deliver` as requests: send, then mark what every emitter took. An
+    interruption keeps what is left to do in ``backlog`` (ADR 0105): the events, if it came
+    while they were being sent, else the ids to mark."""
     if not events:
         return 0
-    delivered = delivery.send(events)
+    try:
+        delivered = delivery.send(events)
+    except BaseException:
+        if backlog is not None:
+            backlog.hold_events(events)
+        raise
     if delivered:
         try:
             yield Mark(tuple(delivered))
         except StoreError as e:
             delivery.unmarked(e)
+        except BaseException:
+            if backlog is not None:
+                backlog.hold_marks(delivered)
+            raise
     return len(delivered)
+
+
+def finish(protocol: WriteProtocol) -> Generator[Request, Any, tuple[int, set[str]]]:
+    """Finish what interrupted calls left in the protocol's backlog (ADR 0105): send its
+    events (each object's in commit order), then mark them and the ids waiting to be marked.
+    Returns how many were delivered and the ids of the events it sent (so a redelivery does
+    not send them twice). Interrupted again, it keeps what it did not finish."""
+    backlog = protocol.backlog
+    if not backlog:
+        return 0, set()
+    events, marks = backlog.take()
+    try:
+        delivered = protocol.delivery.send(in_order(events)) if events else []
+    except BaseException:
+        backlog.hold_events(events)
+        backlog.hold_marks(marks)
+        raise
+    ids = (*marks, *delivered)
+    if ids:
+        try:
+            yield Mark(ids)
+        except StoreError as e:
+            protocol.delivery.unmarked(e)
+        except BaseException:
+            backlog.hold_marks(ids)
+            raise
+    return len(delivered), {t.id for t in events}
+
+
+def landed(protocol: WriteProtocol, request: Commit, outcomes: Sequence[Any]) -> None:
+    """The answer of a commit that finished after its call was interrupted (a cancellation
+    waits for a commit's outcome, ADR 0105): the writes that landed are unfinished -- their
+    events wait in the backlog, their intents pending."""
+    for item, outcome in zip(request.items, outcomes, strict=False):
+        if isinstance(outcome, int):
+            protocol.unfinished(*_link_intents.split(item.transitions))
+
+
+def interrupt(gen: Generator[Request, Any, Any], error: BaseException) -> NoReturn:
+    """``error`` interrupted the answer to ``gen``'s request (a cancellation, a
+    ``KeyboardInterrupt``): throw it into ``gen`` there, so that it keeps what it leaves
+    unfinished (ADR 0105), then raise it."""
+    with contextlib.suppress(StopIteration):
+        gen.throw(error)
+    gen.close()  # (it went on instead of stopping: it does not get to)
+    raise error
 
 
 def redeliver(
@@ -271,12 +345,21 @@ def redeliver(
     :mod:`lifecycle._delivery` (to ``delivery``'s emitters, default the protocol's), then
     their link intents applied in commit order (ADR 0090). Returns the events delivered
     and the intents' results."""
+    own = delivery is None or delivery is protocol.delivery
+    finished, sent = yield from finish(protocol)  # what an interrupted call left, first
     events, intents = _link_intents.split(claimed)
-    delivered = yield from deliver(delivery or protocol.delivery, in_order(events))
+    delivered = finished + (
+        yield from deliver(
+            delivery or protocol.delivery,
+            in_order([t for t in events if t.id not in sent]),
+            protocol.backlog if own else None,  # another's delivery: the outbox keeps them
+        )
+    )
     if not intents:
         return delivered, []
-    protocol.pending.drop(t.id for t in intents)  # the outbox has them: apply them now
-    found = yield from apply_intents(protocol, in_order(intents))
+    intents = in_order(intents)
+    protocol.pending.claim(intents)  # the outbox has them: apply them now, lane by lane
+    found = yield from apply_intents(protocol, intents)
     return delivered, [r for r in found if r is not None]
 
 
@@ -306,6 +389,21 @@ def apply_intents(
     marked done."""
     results: list[Result | None] = [None] * len(intents)
     rounds = _link_intents.Rounds(protocol.pending, intents, batch=batch)
+    try:
+        yield from _rounds(protocol, rounds, intents, results, batch)
+    except BaseException:  # interrupted (ADR 0105): what is not settled stays pending
+        rounds.interrupted(protocol.backlog)
+        raise
+    return results
+
+
+def _rounds(
+    protocol: WriteProtocol,
+    rounds: _link_intents.Rounds,
+    intents: Sequence[Transition],
+    results: list[Result | None],
+    batch: bool,
+) -> Generator[Request, Any, None]:
     while chosen := rounds.next():
         pairs: list[tuple[int, ObjectRef, Observation]] = []
         for i in chosen:
@@ -341,13 +439,13 @@ def apply_intents(
             yield Mark(tuple(rounds.done))
         except StoreError as e:
             protocol.delivery.unmarked(e, "link intents done")
-    return results
 
 
 # -- the synchronous driver -----------------------------------------------------------------
-def answer(store: Any, request: Request) -> Any:
+def answer(store: Any, request: Request, landed: list[Any] | None = None) -> Any:
     """Run one request against a synchronous :class:`~lifecycle.stores.Store`, using its
-    batch methods where it has them."""
+    batch methods where it has them. A commit made one object at a time puts each outcome in
+    ``landed`` as it comes (what an interruption between two of them leaves known)."""
     if isinstance(request, Load):
         load_many = getattr(store, "load_many", None)
         if load_many is not None and len(request.items) > 1:
@@ -369,7 +467,7 @@ def answer(store: Any, request: Request) -> Any:
                 return commit_many(request.items)
             except IdentityMismatch:
                 pass  # nothing of the batch was written: commit it one object at a time
-        out: list[int | StoreError | IdentityMismatch] = []
+        out: list[int | StoreError | IdentityMismatch] = [] if landed is None else landed
         for c in request.items:
             try:
                 out.append(
@@ -390,8 +488,9 @@ def answer(store: Any, request: Request) -> Any:
     return None
 
 
-def run(gen: Generator[Request, Any, Any], store: Any) -> Any:
-    """Drive a generator of this module against a synchronous store; its return value."""
+def run(gen: Generator[Request, Any, Any], store: Any, protocol: WriteProtocol) -> Any:
+    """Drive a generator of this module (of ``protocol``) against a synchronous store; its
+    return value."""
     reply: Any = None
     error: StoreError | None = None
     while True:
@@ -400,7 +499,12 @@ def run(gen: Generator[Request, Any, Any], store: Any) -> Any:
         except StopIteration as stop:
             return stop.value
         reply, error = None, None
+        done: list[Any] | None = [] if isinstance(request, Commit) else None
         try:
-            reply = answer(store, request)
+            reply = answer(store, request, done)
         except StoreError as e:
             error = e
+        except BaseException as e:  # interrupted: the generator keeps what it leaves
+            if done and isinstance(request, Commit):  # between two objects' commits
+                landed(protocol, request, done)  # those that landed are unfinished
+            interrupt(gen, e)

@@ -24,6 +24,7 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
+from ._backlog import Backlog
 from ._core.errors import LifecycleError, StoreError
 from ._core.machine import Machine
 from ._core.observation import Observation
@@ -108,12 +109,14 @@ class Rounds:
 
     :meth:`next` picks the intents to apply now -- the first of each lane not blocked
     (``batch``: one round of many lanes), or just the first of them (depth-first, one by one);
-    an intent whose lane is blocked (an earlier one of it is pending) is held pending instead.
-    :meth:`settle` takes each applied intent's outcome: confirmed intents are ``done`` (to be
-    marked), the others are held and block their lane. Sans-I/O: every runner drives it.
+    an intent whose lane is blocked (an earlier one of it is pending, or being applied by
+    another call) is held pending instead. :meth:`settle` takes each applied intent's outcome:
+    confirmed intents are ``done`` (to be marked), the others are held and block their lane.
+    A call interrupted meanwhile holds what it did not settle (:meth:`interrupted`).
+    Sans-I/O: every runner drives it.
     """
 
-    __slots__ = ("batch", "blocked", "done", "intents", "pending", "todo")
+    __slots__ = ("batch", "blocked", "done", "intents", "open", "pending", "todo")
 
     def __init__(
         self, pending: PendingIntents, intents: Sequence[Transition], *, batch: bool
@@ -121,8 +124,11 @@ class Rounds:
         self.pending = pending
         self.intents = intents
         self.batch = batch
-        self.blocked: set[Lane] = pending.lanes() if pending else set()
+        #: lanes with an earlier intent pending or in flight (not one of these ``intents``)
+        self.blocked: set[Lane] = pending.lanes(intents) if pending.busy() else set()
         self.todo = list(range(len(intents)))
+        #: indices chosen by :meth:`next` and not settled yet
+        self.open: list[int] = []
         #: ids of the intents their targets confirmed, in order
         self.done: list[str] = []
 
@@ -141,50 +147,109 @@ class Rounds:
                 lanes.add(key)
                 chosen.append(i)
         self.todo = later
+        self.open = chosen[:]
         return chosen
 
     def settle(self, i: int, error: Exception | None) -> None:
         """Intent ``i`` was applied, with the target's ``error`` (``None``: it committed or
         had nothing to change)."""
         t = self.intents[i]
+        self.open.remove(i)
         if confirmed(error):
             self.done.append(t.id)
+            self.pending.settled(t)
         else:
             self.blocked.add(lane(t))
             self.pending.hold(t)
 
+    def interrupted(self, backlog: Backlog) -> None:
+        """The call was interrupted (ADR 0105): every intent not settled is held pending, in
+        commit order, and the ids of those confirmed wait in ``backlog`` to be marked."""
+        for i in sorted(self.open + self.todo):
+            self.pending.hold(self.intents[i])
+        self.open, self.todo = [], []
+        if self.done:
+            backlog.hold_marks(self.done)
+
 
 class PendingIntents:
-    """Intents this process could not apply yet, in commit order; thread-safe."""
+    """Intents this process has not applied yet (their target write failed, or the call
+    applying them was interrupted), each lane in commit order; thread-safe. Those a call
+    took to apply are *in flight* until settled: their lanes stay blocked for other calls.
+
+    With its :attr:`backlog` (the events and marks an interrupted call left, ADR 0105) it is
+    everything a runner's next call finishes first: true while any of it is left; ``len``
+    counts the intents."""
 
     def __init__(self) -> None:
         self._items: list[Transition] = []
+        self._flight: dict[str, Transition] = {}
         self._lock = threading.Lock()
         #: Held while the pending intents are being retried (one retrier at a time).
         self.retrying = threading.Lock()
+        #: Events and marks an interrupted call left (ADR 0105).
+        self.backlog = Backlog()
 
     def __bool__(self) -> bool:
-        return bool(self._items)
+        return bool(self._items) or self.backlog.held
 
     def __len__(self) -> int:
         return len(self._items)
 
-    def hold(self, t: Transition) -> None:
-        with self._lock:
-            if all(p.id != t.id for p in self._items):
-                self._items.append(t)
+    def busy(self) -> bool:
+        """Whether any intent is pending or in flight."""
+        return bool(self._items or self._flight)
 
-    def lanes(self) -> set[Lane]:
+    def hold(self, t: Transition) -> None:
+        """Keep ``t`` pending (no longer in flight), after the earlier intents of its lane."""
         with self._lock:
-            return {lane(t) for t in self._items}
+            self._flight.pop(t.id, None)
+            if any(p.id == t.id for p in self._items):
+                return
+            key, order = lane(t), (t.version, t.n)
+            at = next(
+                (
+                    i
+                    for i, p in enumerate(self._items)
+                    if lane(p) == key and (p.version, p.n) > order
+                ),
+                len(self._items),
+            )
+            self._items.insert(at, t)
+
+    def settled(self, t: Transition) -> None:
+        """``t``'s target confirmed it: no longer in flight."""
+        if self._flight:
+            with self._lock:
+                self._flight.pop(t.id, None)
+
+    def lanes(self, besides: Iterable[Transition] = ()) -> set[Lane]:
+        """The lanes of the intents pending or in flight, other than ``besides``."""
+        skip = {t.id for t in besides}
+        with self._lock:
+            held = [*self._items, *self._flight.values()]
+        return {lane(t) for t in held if t.id not in skip}
 
     def take(self) -> list[Transition]:
-        """Every pending intent, removed (the caller retries them, holding what fails)."""
+        """Every pending intent, now in flight (the caller retries them, holding what fails
+        and settling what its target confirms)."""
         with self._lock:
             items, self._items = self._items, []
+            for t in items:
+                self._flight[t.id] = t
             return items
+
+    def claim(self, intents: Iterable[Transition]) -> None:
+        """Intents found in the outbox, applied now: in flight (no longer held), so that an
+        intent derived meanwhile never overtakes one of them in its lane."""
+        with self._lock:
+            for t in intents:
+                self._flight[t.id] = t
+            self._items = [t for t in self._items if t.id not in self._flight]
 
     def drop(self, ids: Iterable[str]) -> None:
         gone = set(ids)
         with self._lock:
             self._items = [t for t in self._items if t.id not in gone]
+            for i in gone & self._flight.keys():
+                del self._flight[i]

@@ -36,6 +36,7 @@ from typing import Any, NamedTuple
 import attrs
 
 from . import _link_intents
+from ._backlog import Backlog
 from ._core.bounds import check_ref
 from ._core.errors import (
     CommitUnknown,
@@ -185,8 +186,11 @@ class WriteProtocol:
             direct |= link.direct
         #: Observations that are another controller's direct write: one attempt (ADR 0090).
         self.direct = frozenset(direct)
-        #: Link intents whose target write failed, retried at the start of the next call.
+        #: What the next call finishes first: link intents whose target write failed, and
+        #: (its backlog) what an interrupted call left (ADR 0105).
         self.pending = PendingIntents()
+        #: Events and marks an interrupted call left, finished first by the next (ADR 0105).
+        self.backlog: Backlog = self.pending.backlog
         self.epoch_source = epoch_source
 
     @property
@@ -354,6 +358,14 @@ class WriteProtocol:
             if attempt < policy.attempts:
                 return policy
         return None
+
+    def unfinished(self, events: Sequence[Transition], intents: Iterable[Transition]) -> None:
+        """A call was interrupted after its commit landed (ADR 0105): its ``events`` wait in
+        the backlog, its ``intents`` pending, for the next call to finish first."""
+        if events:
+            self.backlog.hold_events(events)
+        for t in intents:
+            self.pending.hold(t)
 
     # -- how an observation ends without a commit -----------------------------------------------
     def lost(

@@ -9,6 +9,10 @@ operation awaited: on an
 runs its calls on a worker thread so SQLite's disk waits never block the event loop.
 Emitters are called as in the synchronous runner; one whose ``emit`` returns an awaitable is
 not supported -- hand events to an ``asyncio.Queue`` from ``emit`` instead.
+
+A cancelled call (a ``wait_for`` timeout, a failing task group) reorders nothing (ADR 0105):
+a commit under way is seen through to its outcome, what the call committed but did not
+deliver, mark or apply is kept, and the runner's next call finishes it first.
 """
 
 from __future__ import annotations
@@ -90,9 +94,10 @@ class ThreadedStore:
 
     def __init__(self, store: CommitStore, *, inline: bool | None = None) -> None:
         self.store = store
-        self._inline = isinstance(store, MemoryStore) if inline is None else inline
+        #: Whether calls run inline, never suspending the caller (a MemoryStore's).
+        self.inline = isinstance(store, MemoryStore) if inline is None else inline
         self._pool: concurrent.futures.ThreadPoolExecutor | None = None
-        if not self._inline:
+        if not self.inline:
             self._pool = concurrent.futures.ThreadPoolExecutor(
                 # one worker (calls in order), or as many as the store can group (ADR 0026)
                 max_workers=getattr(store, "concurrent_callers", 1),
@@ -190,8 +195,9 @@ def as_async(store: AsyncCommitStore | CommitStore | None) -> AsyncCommitStore:
     return ThreadedStore(store)  # type: ignore[arg-type]
 
 
-async def answer(store: AsyncCommitStore, request: Request) -> Any:
-    """Run one protocol request against an :class:`AsyncStore`."""
+async def answer(store: AsyncCommitStore, request: Request, landed: list[Any] | None = None) -> Any:
+    """Run one protocol request against an :class:`AsyncStore` (a commit made one object at a
+    time puts each outcome in ``landed`` as it comes, as ``lifecycle._batch.answer`` does)."""
     if isinstance(request, Load):
         load_many = getattr(store, "load_many", None)
         if load_many is not None and len(request.items) > 1:
@@ -213,7 +219,7 @@ async def answer(store: AsyncCommitStore, request: Request) -> Any:
                 return await commit_many(request.items)
             except IdentityMismatch:
                 pass  # nothing of the batch was written: commit it one object at a time
-        out: list[int | StoreError | IdentityMismatch] = []
+        out: list[int | StoreError | IdentityMismatch] = [] if landed is None else landed
         for c in request.items:
             try:
                 out.append(
@@ -336,7 +342,7 @@ class AsyncRunner:
         link intents found in the outbox (see :meth:`Runner.redeliver`)."""
         claim = getattr(self.store, "claim_undelivered", None)
         claimed: list[Transition] = [] if claim is None else await claim(limit)
-        if not claimed:
+        if not claimed and not self.protocol.backlog:
             return 0
         delivered: tuple[int, list[Result]] = await self._drive(
             _batch.redeliver(self.protocol, claimed)
@@ -351,6 +357,9 @@ class AsyncRunner:
     async def _drive(self, gen: Any) -> Any:
         if not self._schema_checked:
             await self.check_schema()
+        store = self.store
+        # A commit that can suspend is seen through to its outcome (ADR 0105).
+        settle = not (isinstance(store, ThreadedStore) and store.inline)
         reply: Any = None
         error: StoreError | None = None
         while True:
@@ -359,10 +368,39 @@ class AsyncRunner:
             except StopIteration as stop:
                 return stop.value
             reply, error = None, None
+            done: list[Any] | None = None
             try:
-                reply = await answer(self.store, request)
+                if not isinstance(request, Commit):
+                    reply = await answer(store, request)
+                elif settle:
+                    reply = await self._commit(request)
+                else:
+                    done = []
+                    reply = await answer(store, request, done)
             except StoreError as e:
                 error = e
+            except BaseException as e:  # a cancellation: the generator keeps what it leaves
+                if done and isinstance(request, Commit):  # between two objects' commits
+                    _batch.landed(self.protocol, request, done)  # what landed is unfinished
+                _batch.interrupt(gen, e)
+
+    async def _commit(self, request: Commit) -> Any:
+        """Answer a commit; cancelled meanwhile, wait for its outcome all the same (a store
+        bounds every call, ADR 0069), keep what landed as unfinished work for the next call
+        (ADR 0105), then let the cancellation go on."""
+        done: list[Any] = []
+        task = asyncio.ensure_future(answer(self.store, request, done))
+        try:
+            return await asyncio.shield(task)
+        except asyncio.CancelledError:
+            while not task.done():
+                try:
+                    await asyncio.wait((task,))
+                except asyncio.CancelledError:
+                    continue  # cancelled again: the first cancellation is the one raised
+            ok = not task.cancelled() and task.exception() is None
+            _batch.landed(self.protocol, request, task.result() if ok else done)
+            raise
 
 
 async def open_async_store(url: str, **options: Any) -> AsyncStore:

@@ -45,8 +45,9 @@ class Runner:
     """Feeds observations to machines, persists their statuses, and emits their events.
 
     One runner serves every object of every registered machine. Its only state is the link
-    intents whose target write failed (ADR 0090): they are retried at the start of its next
-    call, and stay in the store's outbox for :meth:`redeliver` and the ``Dispatcher``.
+    intents whose target write failed (ADR 0090), and what a call interrupted after its
+    commit left undelivered, unmarked or unapplied (ADR 0105): its next call finishes them
+    first; they also stay in the store's outbox for :meth:`redeliver` and the ``Dispatcher``.
 
     ``store`` needs only ``load`` and a compare-and-set ``commit`` (:class:`CommitStore`, ADR
     0092). Without an outbox (no ``mark_delivered``/``claim_undelivered``) events are
@@ -205,7 +206,11 @@ class Runner:
                 again.pause()
                 continue
             if write.transitions:
-                protocol.delivery.deliver(write.transitions, self._mark)
+                try:
+                    protocol.delivery.deliver(write.transitions, self._mark)
+                except BaseException:  # interrupted after the commit (ADR 0105)
+                    protocol.unfinished(write.transitions, write.intents)
+                    raise
             return _result(Result, (
                 Outcome.COMMITTED, ref, write.after, committed, write.transitions, (), None,
                 attempt, self.apply_intents(write.intents) if write.intents else (), actions,
@@ -232,7 +237,9 @@ class Runner:
         Other stores commit one object at a time, with the same results.
         """
         done: list[Result] = _batch.run(
-            _batch.observe(self.protocol, self.protocol.pairs(items), refuse=False), self._store
+            _batch.observe(self.protocol, self.protocol.pairs(items), refuse=False),
+            self._store,
+            self.protocol,
         )
         return done
 
@@ -247,31 +254,34 @@ class Runner:
         nothing to redeliver.
         """
         claim = getattr(self._store, "claim_undelivered", None)
-        if claim is None:
-            return 0
-        delivered, _ = self.redeliver_claimed(claim(limit))
+        delivered, _ = self.redeliver_claimed([] if claim is None else claim(limit))
         return delivered
 
     def redeliver_claimed(
         self, claimed: Sequence[Transition], delivery: Delivery | None = None
     ) -> tuple[int, list[Result]]:
         """Deliver claimed outbox rows (to ``delivery``'s emitters, default this runner's) and
-        apply their link intents: the events delivered and the intents' results."""
-        if not claimed:
+        apply their link intents: the events delivered and the intents' results. What an
+        interrupted call left (ADR 0105) is finished first."""
+        if not claimed and not self.protocol.backlog:
             return 0, []
         done: tuple[int, list[Result]] = _batch.run(
-            _batch.redeliver(self.protocol, claimed, delivery), self._store
+            _batch.redeliver(self.protocol, claimed, delivery), self._store, self.protocol
         )
         return done
 
     def catch_up(self) -> tuple[Result, ...]:
-        """Retry the link intents whose target write failed (this runner's pending ones);
-        :meth:`observe` calls it first whenever there are any. Returns their results."""
-        pending = self.protocol.pending
+        """Finish what an interrupted call left (its events, marks, ADR 0105), then retry the
+        link intents whose target write failed (this runner's pending ones); :meth:`observe`
+        calls it first whenever there are any. Returns the intents' results."""
+        protocol = self.protocol
+        pending = protocol.pending
         if not pending.retrying.acquire(blocking=False):
             return ()  # another thread is at it
         try:
-            return self.apply_intents(pending.take())
+            if protocol.backlog:
+                _batch.run(_batch.finish(protocol), self._store, protocol)
+            return self.apply_intents(pending.take()) if len(pending) else ()
         finally:
             pending.retrying.release()
 
@@ -284,16 +294,20 @@ class Runner:
         try:
             rounds = _link_intents.Rounds(protocol.pending, intents, batch=False)
             results: list[Result] = []
-            while chosen := rounds.next():
-                for i in chosen:
-                    result = self._apply(intents[i])
-                    results.append(result)
-                    rounds.settle(i, result.error)
-            if rounds.done and self._mark is not None:
-                try:
-                    self._mark(rounds.done)
-                except StoreError as e:
-                    protocol.delivery.unmarked(e, "link intents done")
+            try:
+                while chosen := rounds.next():
+                    for i in chosen:
+                        result = self._apply(intents[i])
+                        results.append(result)
+                        rounds.settle(i, result.error)
+                if rounds.done and self._mark is not None:
+                    try:
+                        self._mark(rounds.done)
+                    except StoreError as e:
+                        protocol.delivery.unmarked(e, "link intents done")
+            except BaseException:  # interrupted (ADR 0105): what is not settled stays pending
+                rounds.interrupted(protocol.backlog)
+                raise
             return tuple(results)
         finally:
             self._applying_links = outer
