@@ -85,7 +85,10 @@ from ._testing.doubles import (
     sqlite_factory,
 )
 from ._testing.hostile import (
+    EXTREME_INTS,
+    extreme_ints,
     hostile_built,
+    hostile_counts,
     hostile_fields,
     hostile_observations,
     hostile_refs,
@@ -112,6 +115,7 @@ from .stores.memory import MemoryStore
 
 __all__ = [
     "EPOCH",
+    "EXTREME_INTS",
     "NODECLAIM_SAMPLES",
     "POD_SAMPLES",
     "SAMPLES",
@@ -135,7 +139,9 @@ __all__ = [
     "check_scenario",
     "check_store",
     "default_ref",
+    "extreme_ints",
     "hostile_built",
+    "hostile_counts",
     "hostile_fields",
     "hostile_observations",
     "hostile_refs",
