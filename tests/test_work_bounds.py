@@ -213,7 +213,7 @@ def test_counts_built_in_python_are_bounded_alike(name: str) -> None:
         built: Observation | None
         try:  # the host's own constructor: its validators hold the limits
             built = cls(at=args[1], **args[2])
-        except (LifecycleError, ValueError, TypeError):
+        except Exception:  # refused (plain data where a record is due may fail untyped)
             built = None
         if parsed is not None:
             observe(Runner(MemoryStore()), machine, ref, parsed)
