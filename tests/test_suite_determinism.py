@@ -59,7 +59,7 @@ def test_the_ci_profile_draws_the_same_examples_on_every_run() -> None:
 
 @pytest.mark.skipif(SOAK, reason="the soak run explores at random on purpose")
 def test_the_ci_profile_is_in_force() -> None:
-    current = hypothesis.settings.default
+    current = hypothesis.settings()  # what a test's own settings(...) inherits
     assert current.derandomize
     assert current.database is None
     assert current.print_blob
@@ -68,7 +68,7 @@ def test_the_ci_profile_is_in_force() -> None:
 
 def test_the_soak_profile_explores_at_random() -> None:
     if SOAK:
-        assert not hypothesis.settings.default.derandomize
+        assert not hypothesis.settings().derandomize
     first = _examples({"LIFECYCLE_SOAK": "1"})
     second = _examples({"LIFECYCLE_SOAK": "1"})
     assert first != second
