@@ -40,9 +40,11 @@ from typing import Any, NamedTuple, TextIO
 import orjson
 import structlog
 
+from ._core.bounds import check_ref
 from ._core.errors import (
     Conflict,
     IdentityMismatch,
+    InvalidReference,
     LifecycleError,
     StoreError,
     TraceError,
@@ -506,6 +508,12 @@ def _claim_linked(
     a line already named another object by one of them."""
     ref = record.ref
     for link, target in _linked(record.machine, ref, links):
+        if link.by_ref:  # named from the ref alone: a runner refuses the source without it
+            try:
+                check_ref(target)
+            except InvalidReference as e:
+                problem = f"{_short(ref)}: its {link.target} cannot be named: {e}"
+                raise TraceError(name, number, problem) from None
         named = objects.get(target.uid)
         if named is not None and named[0] != target:
             raise TraceError(

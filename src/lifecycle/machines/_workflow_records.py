@@ -121,6 +121,8 @@ class Submitted(Observation):
     """The Workflow object exists with this spec; ``owner_kind`` ``Certification`` or
     ``WorkloadRun`` links it to its owner (a Certification's Workflow names its category)."""
 
+    # iterations, retries and restarts each size work: at most 1 000 by default
+    # (``Submitted.limits``, ADR 0100; a host may raise them)
     limits: ClassVar[Limits] = Limits(
         "workflow.Submitted.limits",
         iterations=(ITERATIONS_LIMIT, "each iteration runs every group's Job again"),
@@ -197,7 +199,9 @@ class Partitioned(Observation):
 
     As a partition of the nodes, it holds that ``nodes_per_job <= nodes`` (too few nodes is a
     :class:`PartitionFailed`), ``groups <= nodes`` (no group without a node) and ``groups *
-    nodes_per_job >= nodes`` (every node in a group); each count is at most its limit.
+    nodes_per_job >= nodes`` (every node in a group). Each count is at most its limit
+    (``Partitioned.limits``, ADR 0100; defaults: 100 000 nodes, 10 000 groups), which a host
+    may raise with ``Partitioned.limits.set(field, n)``.
     """
 
     limits: ClassVar[Limits] = Limits(
