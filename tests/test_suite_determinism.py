@@ -14,12 +14,20 @@ from pathlib import Path
 
 import hypothesis
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from tests.conftest import MEMORY_CAP_MIB, SOAK, memory_cap
 
 ROOT = Path(__file__).parents[1]
-#: A fast Hypothesis test whose examples are printed in verbose mode.
-PROBE = "tests/test_work_bounds.py::test_counts_built_in_python_are_bounded_alike[workflow]"
+#: A fast Hypothesis test of this module, whose examples are printed in verbose mode (the
+#: profile's own settings: a soak run does not make it longer).
+PROBE = "tests/test_suite_determinism.py::test_probe_sorting_is_idempotent"
+
+
+@given(st.lists(st.integers() | st.text(max_size=3).map(len)))
+def test_probe_sorting_is_idempotent(values: list[int]) -> None:
+    assert sorted(sorted(values)) == sorted(values)
 
 
 def _examples(extra_env: dict[str, str]) -> list[str]:
