@@ -17,6 +17,10 @@ and ones exactly *at* the bounds, which must be accepted and must keep the objec
             MY_MACHINE.observation(name, at, fields)
         except LifecycleError:
             pass
+
+:func:`hostile_counts` draws well-formed observations whose integers are extreme (the 64-bit
+edges, each limit a record declares and one past it, ADR 0100), for a property that whatever
+is accepted is applied within a bounded memory and time budget.
 """
 
 from __future__ import annotations
