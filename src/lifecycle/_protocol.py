@@ -42,6 +42,7 @@ from ._core.errors import (
     CommitUnknown,
     Conflict,
     InvalidObservation,
+    InvalidReference,
     LifecycleError,
     StoreError,
     UnknownObservation,
@@ -181,9 +182,17 @@ class WriteProtocol:
         #: Links by source machine name.
         self.links: dict[str, list[Link]] = {}
         direct: set[type[Observation]] = set()
+        #: Per source machine name, the links that name their target from the source's ref
+        #: alone (``Link.by_ref``): that target is checked when the source is admitted.
+        self.named_by_ref: dict[str, tuple[Link, ...]] = {}
         for link in links:
             self.links.setdefault(link.source, []).append(link)
             direct |= link.direct
+            if link.by_ref and link.fan_out is None:
+                found = self.named_by_ref.get(link.source, ())
+                self.named_by_ref[link.source] = (*found, link)
+        #: Refs whose by-ref targets were checked (by identity, as ``check_ref`` remembers).
+        self._targets_checked: dict[int, ObjectRef] = {}
         #: Observations that are another controller's direct write: one attempt (ADR 0090).
         self.direct = frozenset(direct)
         #: What the next call finishes first: link intents whose target write failed, and
@@ -264,6 +273,9 @@ class WriteProtocol:
         does not know, or one outside the input bounds, before anything is read."""
         check_ref(ref)
         machine = self.machines.for_kind(ref.kind)
+        named = self.named_by_ref.get(machine.name)
+        if named is not None and self._targets_checked.get(id(ref)) is not ref:
+            self._check_targets(machine, ref, named)
         if observation.__class__ not in machine.accepted:
             raise UnknownObservation(
                 f"{machine.name}: {observation.__class__.__name__} is not one of its "
@@ -271,6 +283,22 @@ class WriteProtocol:
             )
         check_observation(observation)
         return machine
+
+    def _check_targets(self, machine: Machine[Any], ref: ObjectRef, links: Sequence[Link]) -> None:
+        """Refuse ``ref`` (:class:`InvalidReference`) when a target its links name from the
+        ref alone is not a valid reference (ADR 0102): a Pod whose NodeClaim uid would pass
+        the bounds is refused as the Pod, not committed with a claim that never exists."""
+        for link in links:
+            target = link.target_ref(ref, None)
+            try:
+                check_ref(target)
+            except InvalidReference as e:
+                raise InvalidReference(
+                    f"{machine.name} {preview(ref.uid)}: its {link.target} cannot be named: {e}"
+                ) from None
+        if len(self._targets_checked) >= 4096:
+            self._targets_checked.clear()
+        self._targets_checked[id(ref)] = ref  # holding the ref keeps its id from being reused
 
     def policy_for(self, machine: Machine[Any]) -> RetryPolicy:
         """The retry policy for ``machine``'s writes: ``policies[name]`` if given, else the

@@ -58,6 +58,11 @@ class Link:
     #: target: one attempt, a conflict not retried (the intent stays pending and the next pass
     #: writes it again), as upstream's Workflow writing a Job's timeout (ADR 0090).
     direct: frozenset[type[Observation]] = frozenset()
+    #: ``target_ref`` reads the source's ref only (never its status): the target is named as
+    #: soon as the source is, so a source whose target could not be named (a derived uid
+    #: past the input bounds) is refused when it is observed, before anything is written
+    #: (ADR 0102), not accepted with a target that can never exist.
+    by_ref: bool = False
 
     @classmethod
     def fanning(
@@ -102,7 +107,7 @@ def _pod_to_claim(
     )
 
 
-POD_TO_NODECLAIM = Link("pod", "nodeclaim", _pod_to_claim, claim_ref)
+POD_TO_NODECLAIM = Link("pod", "nodeclaim", _pod_to_claim, claim_ref, by_ref=True)
 
 
 # -- Job -> Workflow -> Certification / WorkloadRun --------------------------------------------

@@ -14,11 +14,14 @@ is the rest of a table's vocabulary::
 - :class:`Condition` (a Kubernetes-style condition in a status, ADR 0010) and
   :class:`EventType`;
 - :class:`Schema` and :class:`Upcaster` (a machine's record version and how older records are
-  read, ADR 0088).
+  read, ADR 0088);
+- :class:`Limits` and :func:`within_limit` (a record's declared limits on the numbers that
+  size work, and the validator that holds them, ADR 0100).
 """
 
 from __future__ import annotations
 
+from ._core.limits import Limits, within_limit
 from ._core.machine import Machine, Verdict
 from ._core.refs import Condition, EventType
 from ._core.schema import Schema, Upcaster
@@ -34,6 +37,7 @@ __all__ = [
     "EventType",
     "Flip",
     "Guard",
+    "Limits",
     "Machine",
     "Row",
     "Schema",
@@ -41,4 +45,5 @@ __all__ = [
     "Upcaster",
     "Verdict",
     "ignore",
+    "within_limit",
 ]

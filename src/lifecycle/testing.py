@@ -85,7 +85,10 @@ from ._testing.doubles import (
     sqlite_factory,
 )
 from ._testing.hostile import (
+    EXTREME_INTS,
+    extreme_ints,
     hostile_built,
+    hostile_counts,
     hostile_fields,
     hostile_observations,
     hostile_refs,
@@ -113,6 +116,7 @@ from .stores.memory import MemoryStore
 
 __all__ = [
     "EPOCH",
+    "EXTREME_INTS",
     "NODECLAIM_SAMPLES",
     "POD_SAMPLES",
     "SAMPLES",
@@ -138,7 +142,9 @@ __all__ = [
     "check_store",
     "check_telemetry",
     "default_ref",
+    "extreme_ints",
     "hostile_built",
+    "hostile_counts",
     "hostile_fields",
     "hostile_observations",
     "hostile_refs",

@@ -40,14 +40,17 @@ from typing import Any, NamedTuple, TextIO
 import orjson
 import structlog
 
+from ._core.bounds import check_ref
 from ._core.errors import (
     Conflict,
     IdentityMismatch,
+    InvalidReference,
     LifecycleError,
     StoreError,
     TraceError,
     preview,
 )
+from ._core.limits import Limits
 from ._core.machine import Machine
 from ._core.observation import Observation
 from ._core.redact import redact_observation
@@ -79,6 +82,14 @@ MAX_RESTARTS = 100
 
 #: The default limit of one trace line, in bytes of UTF-8 (its line ending not counted).
 MAX_LINE_BYTES = 1 << 20
+#: The default limit of a fault line's ``times`` (:data:`FAULT_LIMITS`).
+MAX_FAULT_TIMES = 10_000
+#: The limits of a fault line's counts (ADR 0100): ``times`` is how many writes of the object
+#: fail; a host replaying longer fault runs raises it (``FAULT_LIMITS.set("times", n)``).
+FAULT_LIMITS = Limits(
+    "lifecycle.trace.FAULT_LIMITS",
+    times=(MAX_FAULT_TIMES, "each is one failed write of the object"),
+)
 
 
 class ObservationLine(NamedTuple):
@@ -340,6 +351,9 @@ def _fault_line(
     times = data.get("times", 1)
     if not isinstance(times, int) or isinstance(times, bool) or times < 1:
         raise ValueError(f'"times" must be a positive integer, not {preview(times)}')
+    problem = FAULT_LIMITS.problem("times", times)
+    if problem is not None:
+        raise ValueError(f'"times": {problem}')
     return FaultLine(line, machine, ref, at, fault, times)
 
 
@@ -495,6 +509,12 @@ def _claim_linked(
     a line already named another object by one of them."""
     ref = record.ref
     for link, target in _linked(record.machine, ref, links):
+        if link.by_ref:  # named from the ref alone: a runner refuses the source without it
+            try:
+                check_ref(target)
+            except InvalidReference as e:
+                problem = f"{_short(ref)}: its {link.target} cannot be named: {e}"
+                raise TraceError(name, number, problem) from None
         named = objects.get(target.uid)
         if named is not None and named[0] != target:
             raise TraceError(
@@ -1021,6 +1041,9 @@ def fault_line(
         raise ValueError(f"fault must be one of {', '.join(TRACE_FAULTS)}, not {fault!r}")
     if times < 1:
         raise ValueError(f"times must be at least 1, got {times}")
+    problem = FAULT_LIMITS.problem("times", times)
+    if problem is not None:  # a trace its reader would refuse
+        raise ValueError(problem)
     if (fault == CONCURRENT_WRITE) != (observation is not None):
         raise ValueError("a concurrent-write fault, and only it, carries an observation")
     line: dict[str, Any] = {

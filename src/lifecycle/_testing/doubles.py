@@ -33,17 +33,23 @@ class FaultyStore:
 
     def __init__(self, inner: Store) -> None:
         self.inner = inner
-        self._faults: dict[str, list[Fault]] = {}
+        #: uid -> runs of ``[fault, how many left]``, in order: a count is never expanded
+        #: into a list (``times`` costs nothing, however large).
+        self._faults: dict[str, list[list[Any]]] = {}
 
     def inject(self, uid: str, fault: Fault, times: int = 1) -> None:
         if fault not in FAULTS:
             raise ValueError(f"unknown fault {fault!r}; known: {', '.join(FAULTS)}")
-        if times < 1:
-            raise ValueError(f"times must be at least 1, got {times}")
-        self._faults.setdefault(uid, []).extend([fault] * times)
+        if type(times) is not int or times < 1:
+            raise ValueError(f"times must be an integer of at least 1, got {times!r}")
+        runs = self._faults.setdefault(uid, [])
+        if runs and runs[-1][0] == fault:
+            runs[-1][1] += times
+        else:
+            runs.append([fault, times])
 
     def pending_faults(self, uid: str) -> int:
-        return len(self._faults.get(uid, ()))
+        return sum(n for _, n in self._faults.get(uid, ()))
 
     def load(self, machine: Machine[Any], ref: ObjectRef) -> Record | None:
         return self.inner.load(machine, ref)
@@ -57,10 +63,13 @@ class FaultyStore:
         observation: Observation,
         transitions: Sequence[Transition],
     ) -> int:
-        queue = self._faults.get(ref.uid)
-        if queue:
+        runs = self._faults.get(ref.uid)
+        if runs:
             self.inner.load(machine, ref)  # an impostor is refused as such, not as a fault
-            fault = queue.pop(0)
+            fault = runs[0][0]
+            runs[0][1] -= 1
+            if not runs[0][1]:
+                del runs[0]
             if fault == "conflict":
                 raise Conflict(ref.uid, expected, None)
             raise StoreError(f"injected write error on {ref.uid}")

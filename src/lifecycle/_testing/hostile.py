@@ -17,6 +17,10 @@ and ones exactly *at* the bounds, which must be accepted and must keep the objec
             MY_MACHINE.observation(name, at, fields)
         except LifecycleError:
             pass
+
+:func:`hostile_counts` draws well-formed observations whose integers are extreme (the 64-bit
+edges, each limit a record declares and one past it, ADR 0100), for a property that whatever
+is accepted is applied within a bounded memory and time budget.
 """
 
 from __future__ import annotations
@@ -259,3 +263,85 @@ def hostile_refs(machine: Machine[Any]) -> st.SearchStrategy[ObjectRef]:
         st.one_of(st.just("obj"), part),
         st.one_of(st.just("uid-1"), part),
     )
+
+
+# -- numbers that size work (ADR 0100) --------------------------------------------------------
+#: Integers a count field is likely to meet at its worst: powers of two and ten around common
+#: limits, 32-, 53- and 64-bit edges.
+EXTREME_INTS: tuple[int, ...] = (
+    0,
+    1,
+    2,
+    255,
+    256,
+    1_000,
+    1_001,
+    65_535,
+    65_536,
+    10**6,
+    10**9,
+    2**31 - 1,
+    2**32,
+    2**53,
+    2**62,
+    bounds.INT_MAX,
+    bounds.INT_MIN,
+)
+
+
+def _limit_edges(machine: Machine[Any]) -> set[int]:
+    """Each declared limit of ``machine``'s observations, and one past it."""
+    out: set[int] = set()
+    for cls in machine.vocabulary.values():
+        limits = getattr(cls, "limits", None)
+        if isinstance(limits, Mapping):
+            for value in limits.values():
+                out.update((value - 1, value, value + 1))
+    return out
+
+
+def extreme_ints(machine: Machine[Any] | None = None) -> st.SearchStrategy[int]:
+    """An integer from :data:`EXTREME_INTS`, or (given ``machine``) at or just past one of
+    the limits its observations declare."""
+    values = set(EXTREME_INTS) | (_limit_edges(machine) if machine is not None else set())
+    return st.sampled_from(sorted(values))
+
+
+def _extremes(draw: st.DrawFn, value: Any, ints: st.SearchStrategy[int], every: bool) -> Any:
+    """``value`` (plain data) with each integer in it, nested ones too, often (``every``:
+    always) replaced by an extreme one."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int):
+        return draw(ints) if every or draw(st.integers(0, 3)) else value
+    if isinstance(value, list):
+        return [_extremes(draw, v, ints, every) for v in value]
+    if isinstance(value, dict):
+        return {k: _extremes(draw, v, ints, every) for k, v in value.items()}
+    return value
+
+
+def hostile_counts(machine: Machine[Any]) -> st.SearchStrategy[tuple[str, datetime, Any]]:
+    """``(name, at, fields)`` for :meth:`~lifecycle.Machine.observation`: a well-formed
+    observation whose integers (every int field, nested ones included) are mostly extreme --
+    the largest, at a declared limit and just past it, 32/53/64-bit edges. What is accepted
+    must still apply within a bounded budget (no work proportional to a number the input
+    carries); integer fields the values leave unset are filled in, so every count is tried."""
+    names = sorted(machine.vocabulary)
+    ints = extreme_ints(machine)
+
+    @st.composite
+    def build(draw: st.DrawFn) -> tuple[str, datetime, Any]:
+        name = draw(st.sampled_from(names))
+        cls = machine.vocabulary[name]
+        normal = _vocabulary(machine).fields[cls]
+        # a quarter of the time one extreme value for every integer: counts that must agree
+        # (a partition's nodes, groups and nodes per job) then do, and reach the machine
+        every = draw(st.integers(0, 3)) == 0
+        chosen = st.just(draw(ints)) if every else ints
+        fields = {
+            k: _extremes(draw, _unstructure(draw(s)), chosen, every) for k, s in normal.items()
+        }
+        return name, EPOCH, fields
+
+    return build()

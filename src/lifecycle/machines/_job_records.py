@@ -4,9 +4,11 @@
 from __future__ import annotations
 
 from datetime import datetime
+from typing import ClassVar
 
 import attrs
 
+from .._core.limits import Limits, within_limit
 from .._core.observation import Observation, Tick
 from .._core.refs import Condition
 from ._conditions import (
@@ -24,6 +26,9 @@ from ._thresholds import (
 )
 
 JOB_CONTROLLER = "job-controller"
+#: The default limit of a Job's (and a Workflow's) ``max_restarts``: restarts from a
+#: checkpoint, each one a new workload (ADR 0100; ``Submitted.limits``, a host may raise it).
+RESTARTS_LIMIT = 1_000
 WORKFLOW_CONTROLLER = "workflow-controller"
 
 # -- reasons ----------------------------------------------------------------------------------
@@ -131,6 +136,11 @@ class JobStatus(Conditioned):
 class Submitted(Observation):
     """The Job object exists with this spec (its Workflow created it for ``group``)."""
 
+    limits: ClassVar[Limits] = Limits(
+        "job.Submitted.limits",
+        max_restarts=(RESTARTS_LIMIT, "each restart is a new workload"),
+    )
+
     workload_kind: str = DEFAULT_WORKLOAD_KIND
     workflow: str = ""
     workflow_uid: str = ""
@@ -141,7 +151,7 @@ class Submitted(Observation):
     measurement_timeout_s: float = attrs.field(
         default=DEFAULT_MEASUREMENT_TIMEOUT, validator=not_negative
     )
-    max_restarts: int = attrs.field(default=0, validator=not_negative)
+    max_restarts: int = attrs.field(default=0, validator=[not_negative, within_limit])
     checkpoint: bool = False
     startup_timeout_s: float | None = attrs.field(default=None, validator=not_negative)
     stall_threshold_s: float | None = attrs.field(default=None, validator=not_negative)

@@ -4,10 +4,12 @@
 from __future__ import annotations
 
 from datetime import datetime
+from typing import ClassVar
 
 import attrs
 
 from .._core.errors import preview
+from .._core.limits import Limits, within_limit
 from .._core.observation import Observation, Tick
 from .._core.refs import Condition
 from ._conditions import (
@@ -17,6 +19,7 @@ from ._conditions import (
     positive,
 )
 from ._groups import Group
+from ._job_records import RESTARTS_LIMIT
 from ._thresholds import Threshold
 from .job import DEFAULT_WORKLOAD_KIND
 
@@ -24,6 +27,17 @@ WORKFLOW_CONTROLLER = "workflow-controller"
 DEFAULT_DRAIN_GRACE = 300.0
 #: ``timeoutPerJob`` of a Workflow a WorkloadRun built, when it names none.
 WORKLOADRUN_TIMEOUT = 24 * 3600.0
+
+# -- limits of the numbers that size work (ADR 0100; each record's ``limits``) ----------------
+#: Nodes one Workflow partitions: far more than a Kubernetes cluster holds (5 000 supported).
+NODES_LIMIT = 100_000
+#: Groups of one Workflow: each is a Job per iteration and an entry of the status's group
+#: list, which the input bounds hold to 10 000 entries.
+GROUPS_LIMIT = 10_000
+#: Iterations of one Workflow: each runs every group's Job again.
+ITERATIONS_LIMIT = 1_000
+#: Retries of one failed group (``retry_failed_groups``): each is another Job.
+RETRIES_LIMIT = 1_000
 
 # -- reasons ----------------------------------------------------------------------------------
 OVERRIDE_ERROR = "OverrideError"
@@ -107,17 +121,26 @@ class Submitted(Observation):
     """The Workflow object exists with this spec; ``owner_kind`` ``Certification`` or
     ``WorkloadRun`` links it to its owner (a Certification's Workflow names its category)."""
 
+    # iterations, retries and restarts each size work: at most 1 000 by default
+    # (``Submitted.limits``, ADR 0100; a host may raise them)
+    limits: ClassVar[Limits] = Limits(
+        "workflow.Submitted.limits",
+        iterations=(ITERATIONS_LIMIT, "each iteration runs every group's Job again"),
+        retry_failed_groups=(RETRIES_LIMIT, "each retry is another Job"),
+        max_restarts=(RESTARTS_LIMIT, "each restart is a new workload"),
+    )
+
     owner_kind: str = ""
     owner: str = ""
     owner_uid: str = ""
     category: str = ""
-    iterations: int = attrs.field(default=1, validator=positive)
-    retry_failed_groups: int = attrs.field(default=0, validator=not_negative)
+    iterations: int = attrs.field(default=1, validator=[positive, within_limit])
+    retry_failed_groups: int = attrs.field(default=0, validator=[not_negative, within_limit])
     timeout_per_job_s: float | None = attrs.field(default=None, validator=not_negative)
     drain_grace_s: float = attrs.field(default=DEFAULT_DRAIN_GRACE, validator=not_negative)
     workload_kind: str = DEFAULT_WORKLOAD_KIND
     thresholds: tuple[Threshold, ...] = ()
-    max_restarts: int = attrs.field(default=0, validator=not_negative)
+    max_restarts: int = attrs.field(default=0, validator=[not_negative, within_limit])
     checkpoint: bool = False
     generation: int = attrs.field(default=1, validator=positive)
 
@@ -171,9 +194,46 @@ class DependencyCreateFailed(Observation):
 
 @attrs.frozen(slots=True, kw_only=True)
 class Partitioned(Observation):
-    nodes: int = attrs.field(validator=positive)
-    groups: int = attrs.field(validator=positive)
-    nodes_per_job: int = attrs.field(validator=positive)
+    """``nodes`` were discovered and partitioned into ``groups`` groups of at most
+    ``nodes_per_job`` nodes each (the Workflow builds one group record per group).
+
+    As a partition of the nodes, it holds that ``nodes_per_job <= nodes`` (too few nodes is a
+    :class:`PartitionFailed`), ``groups <= nodes`` (no group without a node) and ``groups *
+    nodes_per_job >= nodes`` (every node in a group). Each count is at most its limit
+    (``Partitioned.limits``, ADR 0100; defaults: 100 000 nodes, 10 000 groups), which a host
+    may raise with ``Partitioned.limits.set(field, n)``.
+    """
+
+    limits: ClassVar[Limits] = Limits(
+        "workflow.Partitioned.limits",
+        nodes=(NODES_LIMIT, "far more nodes than one cluster holds"),
+        groups=(GROUPS_LIMIT, "one group record, and a Job per iteration, per group"),
+        nodes_per_job=(NODES_LIMIT, "at most the nodes"),
+    )
+
+    nodes: int = attrs.field(validator=[positive, within_limit])
+    groups: int = attrs.field(validator=[positive, within_limit])
+    nodes_per_job: int = attrs.field(validator=[positive, within_limit])
+
+    def __attrs_post_init__(self) -> None:
+        problem = partition_problem(self.nodes, self.groups, self.nodes_per_job)
+        if problem is not None:
+            raise ValueError(problem)
+
+
+def partition_problem(nodes: int, groups: int, nodes_per_job: int) -> str | None:
+    """Why ``groups`` groups of at most ``nodes_per_job`` nodes are not a partition of
+    ``nodes`` nodes, or ``None``."""
+    if nodes_per_job > nodes:
+        return f"nodes_per_job {nodes_per_job} is more than the {nodes} nodes (too few nodes)"
+    if groups > nodes:
+        return f"groups {groups} is more than the {nodes} nodes (a group without a node)"
+    if groups * nodes_per_job < nodes:
+        return (
+            f"{groups} groups of {nodes_per_job} nodes/job do not cover the {nodes} nodes "
+            f"(groups x nodes_per_job = {groups * nodes_per_job})"
+        )
+    return None
 
 
 @attrs.frozen(slots=True, kw_only=True)

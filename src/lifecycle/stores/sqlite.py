@@ -239,6 +239,7 @@ class SQLiteStore:
             self._db = sqlite3.connect(
                 self.path, timeout=busy_timeout, isolation_level=None, check_same_thread=False
             )
+            self._refuse_a_newer_schema()
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute(f"PRAGMA synchronous={synchronous}")
             self._db.executescript(_SCHEMA)
@@ -264,6 +265,34 @@ class SQLiteStore:
             if not Path(self.path).parent.exists():
                 hint = f" (folder {Path(self.path).parent} does not exist; sqlite:////ABS/PATH)"
             raise StoreError(f"cannot open SQLite store {self.path}: {e}{hint}") from e
+
+    def _refuse_a_newer_schema(self) -> None:
+        """Before anything is written (not even the journal mode): a store a newer release
+        marked with a schema version this one does not know is refused, as PostgreSQL's is
+        (:class:`StoreError`; the CLI exits 2). Its tables may mean what this release cannot
+        read, and writing them could break the release that made them."""
+        try:
+            found = self._db.execute(
+                "SELECT value FROM lifecycle_meta WHERE key = 'schema_version'"
+            ).fetchone()
+        except sqlite3.OperationalError:  # no such table: a new file, or one before schemas
+            return
+        version = found[0] if found is not None else None
+        try:
+            number = int(version) if version is not None else None
+        except (TypeError, ValueError):
+            number = -1
+        if number is None or 0 < number <= SCHEMA_VERSION:
+            return
+        self._db.close()
+        if number > SCHEMA_VERSION:
+            problem = (
+                f"its schema is at version {number}, newer than this release knows "
+                f"({SCHEMA_VERSION}); upgrade lifecycle"
+            )
+        else:
+            problem = f"its schema version {preview(version)} is not one this release knows"
+        raise StoreError(f"SQLite store {self.path}: {problem} (nothing was written)")
 
     def _writing(self) -> None:
         """Before this handle's first write (under ``_lock``): a new history tag, in its own
