@@ -1,0 +1,174 @@
+"""Sphinx configuration of the documentation site (ADR 0120).
+
+Build it with ``make docs`` (warnings are errors). The site is this folder: the guides
+(``guides/``), the API reference from the docstrings (``reference/``, autodoc), the generated
+machine pages (``machines/``, ``lifecycle docs``), the ADRs (``adr/``) and the upstream notes
+(``upstream/``), all Markdown read by MyST except the reference pages (reStructuredText, the
+language of the docstrings).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+
+from lifecycle import __version__  # noqa: E402
+
+project = "lifecycle"
+author = "the lifecycle authors"
+copyright = "the lifecycle authors"  # noqa: A001
+release = __version__
+version = ".".join(__version__.split(".")[:2])
+
+extensions = [
+    "sphinx.ext.autodoc",
+    "sphinx.ext.viewcode",
+    "myst_parser",
+    "sphinxcontrib.mermaid",
+]
+
+source_suffix = {".rst": "restructuredtext", ".md": "markdown"}
+root_doc = "index"
+exclude_patterns = ["_build", "**/.ipynb_checkpoints"]
+
+# -- MyST: the Markdown pages ---------------------------------------------------------------
+myst_enable_extensions = ["colon_fence", "deflist"]
+myst_heading_anchors = 3
+#: the machine pages' ```mermaid fences are diagrams, not code
+myst_fence_as_directive = ["mermaid"]
+
+# -- autodoc: the reference -----------------------------------------------------------------
+autodoc_member_order = "bysource"
+autodoc_typehints = "description"
+autodoc_typehints_format = "short"
+autodoc_class_signature = "separated"
+autodoc_preserve_defaults = True
+autodoc_default_options = {"show-inheritance": False}
+add_module_names = False
+python_use_unqualified_type_names = True
+
+# -- HTML -----------------------------------------------------------------------------------
+html_theme = "furo"
+html_title = f"lifecycle {release}"
+html_static_path: list[str] = []
+
+
+# -- local behaviour ------------------------------------------------------------------------
+# Three small hooks, so the pages read as they do on GitHub and the reference shows what the
+# source says.
+import ast  # noqa: E402
+import functools  # noqa: E402
+import importlib  # noqa: E402
+import re  # noqa: E402
+from typing import Any  # noqa: E402
+
+from docutils import nodes  # noqa: E402
+from sphinx.pycode import ModuleAnalyzer  # noqa: E402
+from sphinx.util.docutils import SphinxDirective  # noqa: E402
+from sphinx.util.docstrings import prepare_docstring  # noqa: E402
+
+_FOLDER_LINK = re.compile(r"\]\((?P<path>[^)\s#]+/)\)")
+
+
+def _folder_links(app: Any, docname: str, source: list[str]) -> None:
+    """A Markdown link to a folder (``[notes](../upstream/)``) opens its README, as GitHub
+    shows it; MyST would otherwise find no document there."""
+    if not app.env.doc2path(docname).suffix == ".md":
+        return
+    here = Path(app.env.doc2path(docname)).parent
+
+    def to_readme(m: re.Match[str]) -> str:
+        path = m["path"]
+        if (here / path / "README.md").is_file():
+            return f"]({path}README.md)"
+        return m[0]
+
+    source[0] = _FOLDER_LINK.sub(to_readme, source[0])
+
+
+@functools.cache
+def _imported_from(module: str) -> dict[str, str]:
+    """``{name: the module it was imported from}`` for a module's ``from X import name``."""
+    spec = importlib.util.find_spec(module)
+    if spec is None or spec.origin is None or not spec.origin.endswith(".py"):
+        return {}
+    tree = ast.parse(Path(spec.origin).read_text(encoding="utf-8"))
+    package = module if spec.origin.endswith("__init__.py") else module.rpartition(".")[0]
+    found: dict[str, str] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            base = importlib.util.resolve_name("." * node.level + (node.module or ""), package)
+            for alias in node.names:
+                found[alias.asname or alias.name] = base
+    return found
+
+
+def _comment_doc(module: str, name: str, seen: int = 0) -> list[str]:
+    """The ``#:`` comment of ``name`` where it is defined, following re-exports."""
+    try:
+        docs = ModuleAnalyzer.for_module(module).find_attr_docs()
+    except Exception:
+        return []
+    if ("", name) in docs:
+        return list(docs[("", name)])
+    origin = _imported_from(module).get(name)
+    if origin is None or seen > 5:
+        return []
+    return _comment_doc(origin, name, seen + 1)
+
+
+def _trimmed(lines: list[str]) -> list[str]:
+    return [line.rstrip() for line in lines if line.strip()]
+
+
+def _data_docs(app: Any, what: str, name: str, obj: Any, options: Any, lines: list[str]) -> None:
+    """A constant re-exported from a private module keeps the ``#:`` comment written where it
+    is defined; an instance never shows its class's docstring as its own."""
+    if what not in ("data", "attribute"):
+        return
+    own = type(obj).__doc__
+    if isinstance(own, str) and _trimmed(lines) == _trimmed(prepare_docstring(own)):
+        lines.clear()
+    if what == "data" and not any(line.strip() for line in lines):
+        module, _, attr = name.rpartition(".")
+        lines[:] = _comment_doc(module, attr)
+
+
+class LifecycleHelp(SphinxDirective):
+    """``.. lifecycle-help::``: the ``--help`` text of ``lifecycle`` and of every subcommand,
+    from the parser itself (:func:`lifecycle.cli.build_parser`), so the page never goes stale.
+    """
+
+    has_content = False
+
+    def run(self) -> list[nodes.Node]:
+        import argparse
+        import os
+
+        from lifecycle.cli import build_parser
+
+        os.environ["COLUMNS"] = "100"  # argparse wraps to the terminal's width
+        found: list[nodes.Node] = []
+
+        def walk(parser: argparse.ArgumentParser, path: list[str]) -> None:
+            command = " ".join(path)
+            found.append(nodes.rubric(text=command, ids=[nodes.make_id(f"cli {command}")]))
+            text = parser.format_help()
+            found.append(nodes.literal_block(text, text, language="text"))
+            for action in parser._actions:
+                if isinstance(action, argparse._SubParsersAction):
+                    for name, sub in action.choices.items():
+                        walk(sub, [*path, name])
+
+        walk(build_parser(), ["lifecycle"])
+        return found
+
+
+def setup(app: Any) -> dict[str, Any]:
+    app.add_directive("lifecycle-help", LifecycleHelp)
+    app.connect("source-read", _folder_links)
+    app.connect("autodoc-process-docstring", _data_docs)
+    return {"parallel_read_safe": True}
