@@ -9,8 +9,20 @@ language of the docstrings).
 
 from __future__ import annotations
 
+import argparse
+import ast
+import functools
+import importlib.util
+import os
+import re
 import sys
 from pathlib import Path
+from typing import Any
+
+from docutils import nodes
+from sphinx.pycode import ModuleAnalyzer
+from sphinx.util.docstrings import prepare_docstring
+from sphinx.util.docutils import SphinxDirective
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
@@ -19,7 +31,7 @@ from lifecycle import __version__  # noqa: E402
 
 project = "lifecycle"
 author = "the lifecycle authors"
-copyright = "the lifecycle authors"  # noqa: A001
+copyright = "the lifecycle authors"
 release = __version__
 version = ".".join(__version__.split(".")[:2])
 
@@ -42,11 +54,9 @@ myst_fence_as_directive = ["mermaid"]
 
 # -- autodoc: the reference -----------------------------------------------------------------
 autodoc_member_order = "bysource"
-autodoc_typehints = "description"
+autodoc_typehints = "signature"
 autodoc_typehints_format = "short"
-autodoc_class_signature = "separated"
 autodoc_preserve_defaults = True
-autodoc_default_options = {"show-inheritance": False}
 add_module_names = False
 python_use_unqualified_type_names = True
 
@@ -59,16 +69,6 @@ html_static_path: list[str] = []
 # -- local behaviour ------------------------------------------------------------------------
 # Three small hooks, so the pages read as they do on GitHub and the reference shows what the
 # source says.
-import ast  # noqa: E402
-import functools  # noqa: E402
-import importlib  # noqa: E402
-import re  # noqa: E402
-from typing import Any  # noqa: E402
-
-from docutils import nodes  # noqa: E402
-from sphinx.pycode import ModuleAnalyzer  # noqa: E402
-from sphinx.util.docutils import SphinxDirective  # noqa: E402
-from sphinx.util.docstrings import prepare_docstring  # noqa: E402
 
 _FOLDER_LINK = re.compile(r"\]\((?P<path>[^)\s#]+/)\)")
 
@@ -76,7 +76,7 @@ _FOLDER_LINK = re.compile(r"\]\((?P<path>[^)\s#]+/)\)")
 def _folder_links(app: Any, docname: str, source: list[str]) -> None:
     """A Markdown link to a folder (``[notes](../upstream/)``) opens its README, as GitHub
     shows it; MyST would otherwise find no document there."""
-    if not app.env.doc2path(docname).suffix == ".md":
+    if app.env.doc2path(docname).suffix != ".md":
         return
     here = Path(app.env.doc2path(docname)).parent
 
@@ -145,9 +145,6 @@ class LifecycleHelp(SphinxDirective):
     has_content = False
 
     def run(self) -> list[nodes.Node]:
-        import argparse
-        import os
-
         from lifecycle.cli import build_parser
 
         os.environ["COLUMNS"] = "100"  # argparse wraps to the terminal's width
