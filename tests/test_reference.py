@@ -59,7 +59,8 @@ def public_modules(package: Path = PACKAGE) -> list[str]:
 def declared_all(module: str) -> list[str] | None:
     """A module's ``__all__``: read from the source when it is a literal, else imported."""
     spec = importlib.util.find_spec(module)
-    assert spec is not None and spec.origin is not None, module
+    assert spec is not None, module
+    assert spec.origin is not None, module
     tree = ast.parse(Path(spec.origin).read_text(encoding="utf-8"))
     for node in tree.body:
         targets = node.targets if isinstance(node, ast.Assign) else []
