@@ -174,3 +174,25 @@ def test_a_new_public_module_is_found(tmp_path: Path) -> None:
         (pkg / path).parent.mkdir(parents=True, exist_ok=True)
         (pkg / path).write_text("", encoding="utf-8")
     assert public_modules(pkg) == ["lifecycle", "lifecycle.new", "lifecycle.sub"]
+
+
+def test_the_site_is_built_with_warnings_as_errors_here_and_on_read_the_docs() -> None:
+    """``make docs`` and Read the Docs build the same site the same way: its own environment
+    (the package with every extra, and the ``docs`` dependency group), warnings as errors."""
+    import tomllib
+
+    import yaml  # type: ignore[import-untyped]
+
+    groups = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))[
+        "dependency-groups"
+    ]
+    assert any(req.startswith("sphinx") for req in groups["docs"])
+    assert any(req.startswith("myst-parser") for req in groups["docs"])
+    rtd = yaml.safe_load((ROOT / ".readthedocs.yaml").read_text(encoding="utf-8"))
+    assert rtd["sphinx"] == {"configuration": "docs/conf.py", "fail_on_warning": True}
+    assert any("--group docs" in step for step in rtd["build"]["jobs"]["install"])
+    makefile = (ROOT / "Makefile").read_text(encoding="utf-8")
+    docs = re.search(r"^docs: .*\n((?:\t.*\n)+)", makefile, re.M)
+    assert docs is not None
+    assert re.search(r"sphinx-build -W .*docs docs/_build/html", docs[1])
+    assert "--group docs" in makefile
