@@ -102,6 +102,8 @@ class Category:
 
 @attrs.frozen(slots=True)
 class CertificationStatus(Conditioned):
+    """A Certification's status: its conditions (``state`` is their true type) and bookkeeping."""
+
     name: str = ""
     conditions: tuple[Condition, ...] = ()
     generation: int = 1
@@ -562,6 +564,12 @@ TABLE = Table(
 
 
 class CertificationMachine(ConditionMachine[CertificationStatus]):
+    """The Certification machine (:data:`~lifecycle.machines.CERTIFICATION`): a certification
+    category, run as a Workflow.
+
+    Its table, observations and reasons: ``lifecycle table certification`` and the machine page.
+    """
+
     name: ClassVar[str] = "certification"
     kind: ClassVar[str] = "Certification"
     status_type: ClassVar[type[Any]] = CertificationStatus
