@@ -19,6 +19,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import attrs
 from docutils import nodes
 from sphinx.pycode import ModuleAnalyzer
 from sphinx.util.docstrings import prepare_docstring
@@ -206,7 +207,33 @@ def _resolve(dotted: str) -> Any:
     raise ImportError(dotted)
 
 
+_ATTRS_DEFAULT = re.compile(r"attr_dict\['(?P<field>\w+)'\]\.default")
+
+
+def _attrs_defaults(
+    app: Any, what: str, name: str, obj: Any, options: Any, signature: str | None, ret: str | None
+) -> tuple[str | None, str | None] | None:
+    """An attrs class's generated ``__init__`` reads its defaults as ``attr_dict['x'].default``
+    (what ``autodoc_preserve_defaults`` then shows): show the default itself, and a factory as
+    ``<factory>``."""
+    if not signature or not isinstance(obj, type) or not attrs.has(obj):
+        return None
+    fields = attrs.fields_dict(obj)
+
+    def shown(m: re.Match[str]) -> str:
+        field = fields.get(m["field"])
+        if field is None:
+            return m[0]
+        if isinstance(field.default, attrs.Factory):  # type: ignore[arg-type]
+            return "<factory>"
+        return repr(field.default)
+
+    signature = _ATTRS_DEFAULT.sub(shown, signature).replace("= NOTHING", "= <factory>")
+    return signature, ret
+
+
 def setup(app: Any) -> dict[str, Any]:
+    app.connect("autodoc-process-signature", _attrs_defaults)
     app.connect("missing-reference", _documented_as)
     app.add_directive("lifecycle-help", LifecycleHelp)
     app.connect("source-read", _folder_links)
