@@ -94,6 +94,9 @@ MSG_NIC = "Detected NIC resources: {names}"
 
 @attrs.frozen(slots=True)
 class Category:
+    """One certification category of the run (``name`` is ``"<domain>/<version>"``): its state and
+    the Workflow that runs it."""
+
     name: str  # "<domain>/<version>"
     state: str = PENDING
     workflow: str = ""
@@ -143,6 +146,8 @@ class Submitted(Observation):
 
 @attrs.frozen(slots=True, kw_only=True)
 class CategoryNotFound(Observation):
+    """The requested ``category`` is not known: a new Certification fails (``CategoryNotFound``)."""
+
     category: str
 
 
@@ -153,6 +158,9 @@ class NoSchedulableNodes(Observation):
 
 @attrs.frozen(slots=True, kw_only=True)
 class WorkflowCreated(Observation):
+    """The Workflow ``workflow`` (uid ``uid``) was created for ``category``: the Certification is
+    in progress (``WorkflowCreated``)."""
+
     category: str
     workflow: str
     uid: str = ""
@@ -203,6 +211,8 @@ class BuildFailed(Observation):
 
 @attrs.frozen(slots=True, kw_only=True)
 class NICResourcesDetected(Observation):
+    """NIC ``resources`` were detected on the nodes: an action event, the status unchanged."""
+
     resources: tuple[str, ...]
 
     @property

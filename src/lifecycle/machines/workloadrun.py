@@ -93,6 +93,9 @@ class ExecFrameworkMissing(Observation):
 
 @attrs.frozen(slots=True, kw_only=True)
 class WorkflowCreated(Observation):
+    """The Workflow ``workflow`` (uid ``uid``) was created for the run: the WorkloadRun is in
+    progress (``WorkflowCreated``)."""
+
     workflow: str
     uid: str = ""
 
