@@ -129,7 +129,8 @@ def _trimmed(lines: list[str]) -> list[str]:
 def _data_docs(app: Any, what: str, name: str, obj: Any, options: Any, lines: list[str]) -> None:
     """A constant re-exported from a private module keeps the ``#:`` comment written where it
     is defined; an instance never shows its class's docstring as its own."""
-    if len(lines) == 1 and re.fullmatch(r"Alias for field number \d+", lines[0]):
+    text = _trimmed(lines)
+    if len(text) == 1 and re.fullmatch(r"Alias for field number \d+", text[0].strip()):
         lines.clear()  # a named tuple's field: its type says it, the class's docstring the rest
         return
     if what not in ("data", "attribute"):
