@@ -5,9 +5,10 @@
 PYTHON ?= python3
 VENV_DEMO := .venv-demo
 VENV_TEST := .venv
+VENV_DOCS := .venv-docs
 DEMO_DB := .demo/demo.db
 
-.PHONY: demo test lint typecheck unit clean bench bench-quick wheel-check newcomer
+.PHONY: demo test lint typecheck unit clean bench bench-quick wheel-check newcomer docs
 
 $(VENV_DEMO)/.ok: pyproject.toml
 	$(PYTHON) -m venv $(VENV_DEMO)
@@ -19,6 +20,12 @@ $(VENV_TEST)/.ok: pyproject.toml
 	$(PYTHON) -m venv $(VENV_TEST)
 	$(VENV_TEST)/bin/pip install --quiet --upgrade pip
 	$(VENV_TEST)/bin/pip install --quiet -e '.[all]' --group dev
+	touch $@
+
+$(VENV_DOCS)/.ok: pyproject.toml
+	$(PYTHON) -m venv $(VENV_DOCS)
+	$(VENV_DOCS)/bin/pip install --quiet --upgrade pip
+	$(VENV_DOCS)/bin/pip install --quiet -e '.[all]' --group docs
 	touch $@
 
 demo: $(VENV_DEMO)/.ok
@@ -52,9 +59,15 @@ bench-quick: $(VENV_TEST)/.ok
 wheel-check: $(VENV_TEST)/.ok
 	bash scripts/wheel_check.sh $(VENV_TEST)
 
+# The documentation site (docs/, ADR 0120): guides, the API reference from the docstrings, the
+# machine pages and the ADRs; every warning is an error. Opens as docs/_build/html/index.html.
+docs: $(VENV_DOCS)/.ok
+	@rm -rf docs/_build
+	$(VENV_DOCS)/bin/sphinx-build -W --keep-going -n -b html -q docs docs/_build/html
+
 # The README's newcomer path, command by command, on a fresh clone of this checkout's HEAD.
 newcomer:
 	$(PYTHON) scripts/newcomer.py $(NEWCOMER_FLAGS)
 
 clean:
-	rm -rf $(VENV_DEMO) $(VENV_TEST) .demo .mypy_cache .pytest_cache .ruff_cache dist
+	rm -rf $(VENV_DEMO) $(VENV_TEST) $(VENV_DOCS) docs/_build .demo .mypy_cache .pytest_cache .ruff_cache dist

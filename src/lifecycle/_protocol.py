@@ -63,6 +63,11 @@ from .machines import MachineRegistry, default_registry
 
 
 class Outcome(enum.Enum):
+    """What one observation did to the store: ``COMMITTED`` (a new version was written),
+    ``UNCHANGED`` (the status stayed as it was: nothing written, no transition) or ``FAILED`` (the
+    write did not land: ``Result.error`` says why; a declared fallback Warning may have gone
+    out instead)."""
+
     COMMITTED = "committed"
     UNCHANGED = "unchanged"
     FAILED = "failed"

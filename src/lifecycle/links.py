@@ -136,12 +136,17 @@ def _job_to_workflow(
 
 
 def workflow_ref(job_ref: ObjectRef, status: job.JobStatus) -> ObjectRef:
+    """The Workflow that owns the Job ``job_ref`` (named in the Job's status)."""
+
     return ObjectRef(
         workflow.WorkflowMachine.kind, job_ref.namespace, status.workflow, status.workflow_uid
     )
 
 
 def owner_ref(workflow_ref: ObjectRef, status: workflow.WorkflowStatus) -> ObjectRef:
+    """The object that owns the Workflow ``workflow_ref`` (a Certification or a WorkloadRun, named
+    in the Workflow's status)."""
+
     return ObjectRef(status.owner_kind, workflow_ref.namespace, status.owner, status.owner_uid)
 
 
@@ -191,6 +196,8 @@ def _workflow_to_workloadrun(
 
 
 def job_ref(workflow_ref: ObjectRef, group: Group) -> ObjectRef:
+    """The Job the Workflow ``workflow_ref`` launched for ``group``."""
+
     return ObjectRef(job.JobMachine.kind, workflow_ref.namespace, group.job, group.job_uid)
 
 
@@ -228,6 +235,10 @@ WORKFLOW_TO_JOBS = Link.fanning(
 
 
 def default_links() -> tuple[Link, ...]:
+    """The links between the shipped machines, what a :class:`~lifecycle.Runner` follows when it
+    is given no ``links``: Pod -> NodeClaim, Job -> Workflow, Workflow -> Certification,
+    Workflow -> WorkloadRun, Workflow -> its Jobs."""
+
     return (
         POD_TO_NODECLAIM,
         JOB_TO_WORKFLOW,

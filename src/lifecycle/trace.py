@@ -375,8 +375,8 @@ def stream_trace(
     max_line_bytes: int = MAX_LINE_BYTES,
 ) -> Iterator[TraceLine]:
     """:func:`read_trace` one record at a time, reading the file as it goes: a long trace is
-    never held whole, nor a line longer than ``max_line_bytes``. Lines end at ``\n``
-    (``\r\n`` and ``\r`` too); a bad line raises :class:`TraceError` when the iteration
+    never held whole, nor a line longer than ``max_line_bytes``. Lines end at ``\\n``
+    (``\\r\\n`` and ``\\r`` too); a bad line raises :class:`TraceError` when the iteration
     reaches it, so what came before it was yielded."""
     machines = machines if machines is not None else default_registry()
     _check_limit(max_line_bytes)

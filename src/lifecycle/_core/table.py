@@ -18,7 +18,9 @@ from .errors import TableError, preview
 from .observation import Observation
 from .refs import EventType
 
-#: A row source that matches every state not named more specifically.
+#: A row source that matches every state. For a (state, observation) pair the rows that name the
+#: state are tried first, in declaration order, then the ``ANY`` rows: an ``ANY`` row loses to
+#: every row naming the state, wherever it is declared (:attr:`Table.by_pair` is that order).
 ANY = "*"
 #: A row target meaning "stay in the current state" (fields may still change).
 SAME = "="
@@ -60,7 +62,9 @@ class Row:
     ``guard`` holds; by the ``effect``.
 
     ``source`` is a state, a tuple of states, or ``ANY``; ``to`` (the attribute ``target``) a
-    state or ``SAME``. Everything after ``observation`` is given by keyword. ``guard`` and
+    state or ``SAME``. For each (state, observation) pair the rows naming the state are tried
+    before the ``ANY`` rows, each group in declaration order, and the first whose guard holds
+    answers. Everything after ``observation`` is given by keyword. ``guard`` and
     ``effect`` are the functions themselves, ``guard(status, obs) -> bool`` and
     ``effect(status, obs, row) -> status``; docs, diagrams and reports name them by their
     ``__name__``. Without an effect a row takes its target, reason and message

@@ -332,6 +332,9 @@ class _Vocabulary:
 
 
 def default_ref(machine: Machine[Any]) -> ObjectRef:
+    """The object the property suite drives for ``machine``: kind ``machine.kind``, namespace
+    ``default``, name ``<machine>-0``, uid ``<machine>-uid-0``."""
+
     return ObjectRef(machine.kind, "default", f"{machine.name}-0", f"{machine.name}-uid-0")
 
 

@@ -104,6 +104,8 @@ def _positive_int(text: str) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The ``lifecycle`` command line: every subcommand, its options and its help text."""
+
     parser = argparse.ArgumentParser(
         prog="lifecycle",
         description="Replay provider traces and describe lifecycle machines.",

@@ -1,5 +1,7 @@
 """Kubernetes Events for committed transitions, correlated exactly as client-go does it.
 
+A controller opens one emitter for the process and hands it to its runner::
+
     from kubernetes import config
     from lifecycle.emitters.kubernetes import KubernetesEmitter
 

@@ -78,4 +78,7 @@ class MachineRegistry(Mapping[str, Machine[Any]]):
 
 
 def default_registry() -> MachineRegistry:
+    """The seven shipped machines, by name: what a :class:`~lifecycle.Runner` runs when it is
+    given no ``machines``."""
+
     return MachineRegistry([POD, NODECLAIM, JOB, WORKFLOW, CERTIFICATION, WORKLOADRUN, RESTORE])

@@ -74,6 +74,8 @@ DEFAULT_WORKLOAD_KIND = "TrainJob"
 
 @attrs.frozen(slots=True)
 class FailedNode:
+    """A node a failed workload ran on, and why it is counted failed (the Job's failedNodes)."""
+
     node: str
     reason: str
 
@@ -180,6 +182,8 @@ class CreateRejected(Observation):
 
 @attrs.frozen(slots=True, kw_only=True)
 class WorkloadPending(Observation):
+    """The workload exists but is not running yet (``message``: why): the reason only, no event."""
+
     message: str = ""
 
     @property
@@ -189,6 +193,8 @@ class WorkloadPending(Observation):
 
 @attrs.frozen(slots=True, kw_only=True)
 class WorkloadRunning(Observation):
+    """The workload is running: the reason only, no event."""
+
     pass
 
 
@@ -215,6 +221,9 @@ class WorkloadMissing(Observation):
 
 @attrs.frozen(slots=True, kw_only=True)
 class WorkloadSucceeded(Observation):
+    """The workload completed (``message``: its summary, added to the Job's message when set):
+    the Job succeeds (``WorkloadCompleted``)."""
+
     message: str = ""
 
 

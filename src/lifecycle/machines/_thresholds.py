@@ -64,6 +64,8 @@ class Threshold:
 
 @attrs.frozen(slots=True)
 class Measurement:
+    """One measured value under ``key``, compared against the Job's thresholds of that key."""
+
     key: str
     value: float
 

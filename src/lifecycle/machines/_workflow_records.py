@@ -90,6 +90,8 @@ MSG_INSUFFICIENT_GPU = (
 
 @attrs.frozen(slots=True)
 class WorkflowStatus(Conditioned):
+    """A Workflow's status: its conditions (``state`` is their true type) and bookkeeping."""
+
     name: str = ""
     conditions: tuple[Condition, ...] = ()
     generation: int = 1
@@ -147,26 +149,40 @@ class Submitted(Observation):
 
 @attrs.frozen(slots=True, kw_only=True)
 class OverridesFailed(Observation):
+    """The Workflow's overrides could not be applied (``error``): a new Workflow fails
+    (``OverrideError``)."""
+
     error: str
 
 
 @attrs.frozen(slots=True, kw_only=True)
 class CheckpointPVCMissing(Observation):
+    """The checkpoint volume claim ``pvc`` the Workflow asks for does not exist: a new Workflow
+    fails (``CheckpointPVCMissing``)."""
+
     pvc: str
 
 
 @attrs.frozen(slots=True, kw_only=True)
 class NodeListFailed(Observation):
+    """Listing the candidate nodes failed (``error``): a new Workflow fails
+    (``NodeDiscoveryError``)."""
+
     error: str
 
 
 @attrs.frozen(slots=True, kw_only=True)
 class NoNodesFound(Observation):
+    """No node matched the Workflow's selector: a new Workflow fails (``NodeDiscoveryError``)."""
+
     pass
 
 
 @attrs.frozen(slots=True, kw_only=True)
 class PlatformsMixed(Observation):
+    """The candidate nodes are of more than one platform (``error`` says which): a new Workflow
+    fails (``HeterogeneousPlatform``)."""
+
     error: str
 
 
@@ -194,8 +210,8 @@ class DependencyCreateFailed(Observation):
 
 @attrs.frozen(slots=True, kw_only=True)
 class Partitioned(Observation):
-    """``nodes`` were discovered and partitioned into ``groups`` groups of at most
-    ``nodes_per_job`` nodes each (the Workflow builds one group record per group).
+    """The candidate ``nodes`` were split into ``groups`` of at most ``nodes_per_job``: a new
+    Workflow starts (``GroupsPartitioned``, InProgress) and builds one group record per group.
 
     As a partition of the nodes, it holds that ``nodes_per_job <= nodes`` (too few nodes is a
     :class:`PartitionFailed`), ``groups <= nodes`` (no group without a node) and ``groups *
@@ -263,6 +279,9 @@ class JobObserved(Observation):
 
 @attrs.frozen(slots=True, kw_only=True)
 class CordonedNodesExcluded(Observation):
+    """Cordoned ``nodes`` were left out of the candidates: an action Warning, the status
+    unchanged."""
+
     nodes: tuple[str, ...]
 
     @property
@@ -276,6 +295,9 @@ class CordonedNodesExcluded(Observation):
 
 @attrs.frozen(slots=True, kw_only=True)
 class HeterogeneousGPUFiltered(Observation):
+    """Nodes whose GPU architecture differs from ``architecture`` were filtered out (``kept`` of
+    ``total`` remain; ``excluded`` names the others): an action Warning, the status unchanged."""
+
     kept: int = attrs.field(validator=not_negative)
     total: int = attrs.field(validator=not_negative)
     architecture: str
@@ -304,16 +326,23 @@ class InsufficientGPUCapacity(Observation):
 
 @attrs.frozen(slots=True, kw_only=True)
 class OverrideApplied(Observation):
+    """An override changed the Workflow (``detail``): an action event, the status unchanged."""
+
     detail: str
 
 
 @attrs.frozen(slots=True, kw_only=True)
 class OverrideNoOp(Observation):
+    """An override matched but changed nothing (``detail``): an action Warning, the status
+    unchanged."""
+
     detail: str
 
 
 @attrs.frozen(slots=True, kw_only=True)
 class NoOverridesMatched(Observation):
+    """No override matched this Workflow: an action event, the status unchanged."""
+
     detail: str = "No overrides matched this Workflow"
 
 

@@ -94,6 +94,9 @@ MSG_NIC = "Detected NIC resources: {names}"
 
 @attrs.frozen(slots=True)
 class Category:
+    """One certification category of the run (``name`` is ``"<domain>/<version>"``): its state and
+    the Workflow that runs it."""
+
     name: str  # "<domain>/<version>"
     state: str = PENDING
     workflow: str = ""
@@ -102,6 +105,8 @@ class Category:
 
 @attrs.frozen(slots=True)
 class CertificationStatus(Conditioned):
+    """A Certification's status: its conditions (``state`` is their true type) and bookkeeping."""
+
     name: str = ""
     conditions: tuple[Condition, ...] = ()
     generation: int = 1
@@ -141,6 +146,8 @@ class Submitted(Observation):
 
 @attrs.frozen(slots=True, kw_only=True)
 class CategoryNotFound(Observation):
+    """The requested ``category`` is not known: a new Certification fails (``CategoryNotFound``)."""
+
     category: str
 
 
@@ -151,6 +158,9 @@ class NoSchedulableNodes(Observation):
 
 @attrs.frozen(slots=True, kw_only=True)
 class WorkflowCreated(Observation):
+    """The Workflow ``workflow`` (uid ``uid``) was created for ``category``: the Certification is
+    in progress (``WorkflowCreated``)."""
+
     category: str
     workflow: str
     uid: str = ""
@@ -201,6 +211,8 @@ class BuildFailed(Observation):
 
 @attrs.frozen(slots=True, kw_only=True)
 class NICResourcesDetected(Observation):
+    """NIC ``resources`` were detected on the nodes: an action event, the status unchanged."""
+
     resources: tuple[str, ...]
 
     @property
@@ -562,6 +574,12 @@ TABLE = Table(
 
 
 class CertificationMachine(ConditionMachine[CertificationStatus]):
+    """The Certification machine (:data:`~lifecycle.machines.CERTIFICATION`): a certification
+    category, run as a Workflow.
+
+    Its table, observations and reasons: ``lifecycle table certification`` and the machine page.
+    """
+
     name: ClassVar[str] = "certification"
     kind: ClassVar[str] = "Certification"
     status_type: ClassVar[type[Any]] = CertificationStatus

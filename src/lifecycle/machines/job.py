@@ -605,6 +605,12 @@ def _validation(status: JobStatus) -> Condition | None:
 
 
 class JobMachine(ConditionMachine[JobStatus]):
+    """The Job machine (:data:`~lifecycle.machines.JOB`): one certification workload and its
+    threshold verdicts.
+
+    Its table, observations and reasons: ``lifecycle table job`` and the machine page.
+    """
+
     name: ClassVar[str] = "job"
     kind: ClassVar[str] = "Job"
     status_type: ClassVar[type[Any]] = JobStatus

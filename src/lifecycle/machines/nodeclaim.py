@@ -452,6 +452,12 @@ TABLE = Table(
 
 
 class NodeClaimMachine(Machine[NodeClaimStatus]):
+    """The NodeClaim machine (:data:`~lifecycle.machines.NODECLAIM`): the claim on an instance
+    behind a virtual node, fed by its Pod.
+
+    Its table, observations and reasons: ``lifecycle table nodeclaim`` and the machine page.
+    """
+
     name: ClassVar[str] = "nodeclaim"
     kind: ClassVar[str] = "NodeClaim"
     status_type: ClassVar[type[Any]] = NodeClaimStatus

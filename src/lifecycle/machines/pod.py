@@ -480,6 +480,11 @@ TABLE = Table(
 
 
 class PodMachine(Machine[PodStatus]):
+    """The Pod machine (:data:`~lifecycle.machines.POD`): a pod on an external instance.
+
+    Its table, observations and reasons: ``lifecycle table pod`` and the machine page.
+    """
+
     name: ClassVar[str] = "pod"
     kind: ClassVar[str] = "Pod"
     status_type: ClassVar[type[Any]] = PodStatus

@@ -574,6 +574,12 @@ TABLE = Table(
 
 
 class WorkflowMachine(ConditionMachine[WorkflowStatus]):
+    """The Workflow machine (:data:`~lifecycle.machines.WORKFLOW`): node discovery, partitioning and
+    the Jobs of a certification run.
+
+    Its table, observations and reasons: ``lifecycle table workflow`` and the machine page.
+    """
+
     name: ClassVar[str] = "workflow"
     kind: ClassVar[str] = "Workflow"
     status_type: ClassVar[type[Any]] = WorkflowStatus

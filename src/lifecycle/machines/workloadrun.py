@@ -72,6 +72,8 @@ MSG_LOG_PROFILE = "Log profile {profile} not found"
 
 @attrs.frozen(slots=True)
 class WorkloadRunStatus(Conditioned):
+    """A WorkloadRun's status: its conditions (``state`` is their true type) and bookkeeping."""
+
     name: str = ""
     conditions: tuple[Condition, ...] = ()
     clock: datetime | None = None
@@ -91,6 +93,9 @@ class ExecFrameworkMissing(Observation):
 
 @attrs.frozen(slots=True, kw_only=True)
 class WorkflowCreated(Observation):
+    """The Workflow ``workflow`` (uid ``uid``) was created for the run: the WorkloadRun is in
+    progress (``WorkflowCreated``)."""
+
     workflow: str
     uid: str = ""
 
@@ -313,6 +318,12 @@ TABLE = Table(
 
 
 class WorkloadRunMachine(ConditionMachine[WorkloadRunStatus]):
+    """The WorkloadRun machine (:data:`~lifecycle.machines.WORKLOADRUN`): one workload run as a
+    Workflow.
+
+    Its table, observations and reasons: ``lifecycle table workloadrun`` and the machine page.
+    """
+
     name: ClassVar[str] = "workloadrun"
     kind: ClassVar[str] = "WorkloadRun"
     status_type: ClassVar[type[Any]] = WorkloadRunStatus

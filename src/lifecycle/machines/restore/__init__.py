@@ -328,6 +328,12 @@ _AFTER_CLAIM = (
 
 
 class RestoreMachine(Machine[RestoreStatus]):
+    """The Restore compatibility gate (:data:`~lifecycle.machines.RESTORE`): whether a pod may be
+    restored from a checkpoint.
+
+    Its table, observations and reasons: ``lifecycle table restore`` and the machine page.
+    """
+
     name: ClassVar[str] = "restore"
     kind: ClassVar[str] = "RestoreAttempt"
     status_type: ClassVar[type[Any]] = RestoreStatus
