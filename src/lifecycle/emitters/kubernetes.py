@@ -32,6 +32,7 @@ import collections
 import random
 import socket
 import threading
+import time
 from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
 from types import TracebackType
@@ -42,6 +43,8 @@ from .._core.refs import ObjectRef
 from .._core.transition import Transition
 from ._k8s.collector import EventCollector, EventRow, project
 from ._k8s.correlator import (
+    DELIVERED,
+    FAILED,
     FINISH_TIME,
     MAX_TRIES_PER_EVENT,
     REFRESH_TIME,
@@ -68,12 +71,14 @@ from ._k8s.event import (
     ObjectReference,
     build_event,
     event_name,
+    id_suffix,
     is_dns_subdomain,
     truncate_note,
     unix_nanos,
 )
 from ._k8s.simulate import EventTableRow, format_event_table, simulate_events
 from ._k8s.sinks import ApiEventSink, MemoryEventSink, ServerBusy
+from .base import Ack, Acknowledge
 
 __all__ = [
     "API_VERSIONS",
@@ -112,6 +117,7 @@ __all__ = [
     "default_controller",
     "event_name",
     "format_event_table",
+    "id_suffix",
     "is_derived_uid",
     "is_dns_subdomain",
     "project",
@@ -184,8 +190,12 @@ def default_controller(transition: Transition) -> str:
 
 
 class QueueFull(Exception):
-    """Raised by :meth:`KubernetesEmitter.emit` when the queue is full and the emitter was
-    built with ``raise_when_full=True``: the runner then keeps the event in its outbox."""
+    """Raised by :meth:`KubernetesEmitter.deliver` when the queue is full (and by
+    :meth:`KubernetesEmitter.emit` when the emitter was built with ``raise_when_full=True``):
+    the runner then keeps the event in its outbox, and the next redelivery sends it."""
+
+
+_ACKS = {DELIVERED: Ack.DELIVERED, FAILED: Ack.FAILED}
 
 
 class ManualClock:
@@ -295,7 +305,10 @@ class KubernetesEmitter:
         self.dispatcher = Dispatcher(
             self.correlator, workers=workers, capacity=queue_size, sleep=sleep, timers=timers
         )
-        self._seen: collections.OrderedDict[str, None] = collections.OrderedDict()
+        #: ids this emitter finished (delivered or refused), the last ``dedupe`` of them
+        self._seen: collections.OrderedDict[str, Ack] = collections.OrderedDict()
+        #: ids in flight, with every acknowledgement waiting for them
+        self._flight: dict[str, list[tuple[Transition, Acknowledge]]] = {}
         self._dedupe = dedupe
         self._lock = threading.Lock()
         self._last_nanos = 0
@@ -316,25 +329,96 @@ class KubernetesEmitter:
         return cls(ApiEventSink(api, request_timeout=request_timeout), **options)
 
     # -- the Emitter protocol ---------------------------------------------------------------
+    name = "kubernetes"
+
     def emit(self, transition: Transition) -> None:
-        """Build the Event for ``transition`` and enqueue it; never waits for the API."""
+        """Build the Event for ``transition`` and enqueue it, best effort (nothing tells the
+        outbox how it ends: the runner uses :meth:`deliver` for outbox events); never waits
+        for the API."""
         t = transition
         # an action event has no id and may repeat: it is correlated like any Event
         tid = "" if t.action else t.id
         with self._lock:
             if self._closed:
                 raise RuntimeError("KubernetesEmitter is closed")
-            if tid and tid in self._seen:
-                self._seen.move_to_end(tid)
+            if tid and (tid in self._seen or tid in self._flight):
+                if tid in self._seen:
+                    self._seen.move_to_end(tid)
                 self.counters.add("duplicates")
                 return
         event = self.build(t)
         queued = event is not None and self._admit(event)
         if queued and tid:
+            self._remember(tid, Ack.DELIVERED)
+
+    def deliver(self, transition: Transition, ack: Acknowledge) -> None:
+        """Build the Event for ``transition`` (named from its id), correlate it and queue
+        its request; ``ack(transition, outcome)`` is called once the API server answered for
+        good: :attr:`Ack.DELIVERED` when it has the Event (created, already there under its
+        name, or patched into its series -- an in-memory count when the next patch of its
+        series lands), :attr:`Ack.REFUSED` when it refused it (invalid, forbidden: logged and
+        counted), :attr:`Ack.FAILED` when the tries ran out or the emitter closed first.
+        Never waits for the API. Raises :class:`QueueFull` (logged, counted) when
+        ``queue_size`` sends already wait, and ``RuntimeError`` once closed."""
+        t = transition
+        tid = t.id
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("KubernetesEmitter is closed")
+            known = self._seen.get(tid)
+            if known is not None:  # sent before by this emitter: answered at once
+                self._seen.move_to_end(tid)
+                self.counters.add("duplicates")
+            else:
+                waiting = self._flight.get(tid)
+                if waiting is not None:  # in flight: answered with it
+                    waiting.append((t, ack))
+                    self.counters.add("duplicates")
+                    return
+        if known is not None:
+            self._acked(known)
+            ack(t, known)
+            return
+        event = self.build(t)
+        if event is None:  # counted invalid: refused for good
+            self._acked(Ack.REFUSED)
+            ack(t, Ack.REFUSED)
+            return
+        with self._lock:
+            self._flight[tid] = [(t, ack)]
+
+        def done(outcome: str) -> None:
+            self._answer(tid, _ACKS.get(outcome, Ack.REFUSED))
+
+        try:
+            self._admit(event, done=done, strict=True)
+        except BaseException:
             with self._lock:
-                self._seen[tid] = None
-                while len(self._seen) > self._dedupe:
-                    self._seen.popitem(last=False)
+                self._flight.pop(tid, None)
+            raise
+
+    def _answer(self, tid: str, outcome: Ack) -> None:
+        with self._lock:
+            waiting = self._flight.pop(tid, [])
+        if outcome is not Ack.FAILED:
+            self._remember(tid, outcome)
+        for t, ack in waiting:
+            self._acked(outcome)
+            try:
+                ack(t, outcome)
+            except Exception as e:  # the host's callback must not kill a worker
+                self.correlator.log.error("acknowledgement failed", error=redact(repr(e)))
+
+    def _acked(self, outcome: Ack) -> None:
+        counter = {Ack.DELIVERED: "acked", Ack.REFUSED: "acked_refused"}
+        self.counters.add(counter.get(outcome, "acked_failed"))
+
+    def _remember(self, tid: str, outcome: Ack) -> None:
+        with self._lock:
+            self._seen[tid] = outcome
+            self._seen.move_to_end(tid)
+            while len(self._seen) > self._dedupe:
+                self._seen.popitem(last=False)
 
     def regarding(self, transition: Transition) -> ObjectReference:
         """The ``regarding`` reference of ``transition``'s Event: the real uid and
@@ -393,7 +477,14 @@ class KubernetesEmitter:
         """The Event of ``transition`` as :meth:`emit` records it, now (``None``, counted as
         invalid, for a type other than Normal or Warning)."""
         t = transition
-        return self._make(self.regarding(t), t.type.value, t.reason, t.message, self._controller(t))
+        return self._make(
+            self.regarding(t),
+            t.type.value,
+            t.reason,
+            t.message,
+            self._controller(t),
+            key="" if t.action else t.id,
+        )
 
     def _make(
         self,
@@ -404,13 +495,17 @@ class KubernetesEmitter:
         controller: str,
         action: str | None = None,
         related: ObjectReference | None = None,
+        key: str = "",
     ) -> Event | None:
         now = self.clock()
-        with self._lock:
-            # names must not collide when the clock repeats itself (a manual clock, a
-            # coarse timer): the next free nanosecond, never a 409 on create
-            nanos = max(unix_nanos(now), self._last_nanos + 1)
-            self._last_nanos = nanos
+        if key:  # a committed transition: its Event is named from its id (ADR 0121)
+            nanos = id_suffix(key)
+        else:
+            with self._lock:
+                # names must not collide when the clock repeats itself (a manual clock, a
+                # coarse timer): the next free nanosecond, never a 409 on create
+                nanos = max(unix_nanos(now), self._last_nanos + 1)
+                self._last_nanos = nanos
         try:
             event = build_event(
                 regarding,
@@ -429,16 +524,26 @@ class KubernetesEmitter:
             return None
         return event
 
-    def _admit(self, event: Event) -> bool:
-        """Correlate ``event`` and queue the request it calls for (never waits on the API)."""
+    def _admit(
+        self, event: Event, *, done: Callable[[str], None] | None = None, strict: bool = False
+    ) -> bool:
+        """Correlate ``event`` and queue the request it calls for (never waits on the API).
+        ``strict``: a full queue raises :class:`QueueFull` (the outbox keeps the event)."""
         dispatcher = self.dispatcher
         with dispatcher.lock:
-            if self.raise_when_full and not dispatcher.has_room():
+            if (strict or self.raise_when_full) and not dispatcher.has_room():
                 # before correlating: the runner keeps the event and redelivers it whole
                 self.counters.add("dropped_queue_full")
+                self.correlator.log.warning(
+                    "event queue full; the transition stays in the outbox",
+                    name=event.name,
+                    namespace=event.namespace,
+                    reason=event.reason,
+                    queued=dispatcher.capacity,
+                )
                 raise QueueFull(f"{dispatcher.capacity} events queued")
             # correlate first (client-go since v0.37), then queue what the API should see
-            send = self.correlator.correlate(event)
+            send = self.correlator.correlate(event, done)
             if send is not None and not dispatcher.submit(send):
                 self.counters.add("dropped_queue_full")
                 return False
@@ -470,18 +575,35 @@ class KubernetesEmitter:
         return self.dispatcher.flush(timeout)
 
     def close(self, timeout: float = 5.0) -> None:
-        """Stop accepting Events, give the queue ``timeout`` seconds to drain, then stop the
-        workers: what still waits is dropped and counted (a send waiting for its retry gives
-        up), a request in flight ends on its own; the workers are joined for ``timeout``."""
+        """Stop accepting Events and flush within ``timeout`` seconds in all: series counts
+        held in memory are patched, the queue drains; then the workers stop. What still
+        waits is not sent: counted (``dropped_on_close``, ``gave_up`` for a send waiting for
+        its retry), logged with its count, and acknowledged as failed, so its transition
+        stays in the outbox and the next start sends it. A request in flight ends on its
+        own (its answer still acknowledges it); the workers are joined within the bound."""
         with self._lock:
             if self._closed:
                 return
             self._closed = True
+        deadline = time.monotonic() + timeout
         if not self.dispatcher.threads:
+            self.correlator.release_held()
+            self._fail_flight()
             return
-        self.flush(timeout)
+        with self.dispatcher.lock:
+            for send in self.correlator.held():
+                self.dispatcher.submit(send)
+        reserve = min(timeout / 10, 0.5)  # to stop and join the workers within the bound
+        self.flush(max(deadline - reserve - time.monotonic(), 0.0))
         self._stopping.set()
-        self.dispatcher.stop(timeout)
+        self.correlator.end_outage("close")
+        self.dispatcher.stop(max(deadline - time.monotonic(), 0.0))
+
+    def _fail_flight(self) -> None:
+        with self._lock:
+            ids = list(self._flight)
+        for tid in ids:
+            self._answer(tid, Ack.FAILED)
 
     def __enter__(self) -> KubernetesEmitter:
         return self

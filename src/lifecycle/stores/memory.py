@@ -18,6 +18,7 @@ from .._core.transition import Transition
 from .._log import get_logger
 from .base import (
     JournalEntry,
+    OutboxSummary,
     Record,
     Snapshot,
     UpgradeReport,
@@ -233,6 +234,17 @@ class MemoryStore:
         with self._lock:
             for i in ids:
                 self._outbox.pop(i, None)
+
+    def undelivered_count(self) -> int:
+        """Events and link intents committed and not yet delivered (or confirmed)."""
+        with self._lock:
+            return len(self._outbox)
+
+    def outbox_summary(self) -> OutboxSummary:
+        """How many outbox rows wait, and when the oldest was observed (``db status``)."""
+        with self._lock:
+            rows = list(self._outbox.values())
+        return OutboxSummary(len(rows), min((t.at for t in rows), default=None))
 
     def close(self) -> None:
         pass
