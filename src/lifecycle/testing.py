@@ -79,7 +79,6 @@ from ._testing.checks import (
     check_scenario,
 )
 from ._testing.coverage import RowPath, row_paths
-from ._testing.emitter import check_emitter
 from ._testing.doubles import (
     FailEmitter,
     FailingEmitter,
@@ -89,6 +88,7 @@ from ._testing.doubles import (
     Step,
     sqlite_factory,
 )
+from ._testing.emitter import check_emitter
 from ._testing.hostile import (
     hostile_built,
     hostile_fields,

@@ -61,7 +61,7 @@ class Request:
     arrived: float = 0.0
 
 
-Answer = int | str | tuple[int, dict[str, str]] | tuple[str, float]
+Answer = int | str | tuple[int, dict[str, str]] | tuple[str, float] | tuple[str, bytes]
 Predicate = Callable[[Request], bool]
 
 
@@ -149,6 +149,10 @@ def strategic_merge(target: dict[str, Any], patch: dict[str, Any]) -> dict[str, 
         else:
             merged[key] = copy.deepcopy(value)
     return merged
+
+
+def _huge(n: int) -> bytes:
+    return b'{"kind": "Event", "padding": "' + b"x" * n + b'"}'
 
 
 class _Unanswered:
@@ -253,6 +257,13 @@ class FakeApiServer:
         self.fail_when(lambda r: r.method == method, *answers)
 
     def fail_when(self, predicate: Predicate, *answers: Answer) -> None:
+        # a huge body is built now, not while the client is being measured
+        answers = tuple(
+            ("huge", _huge(int(a[1])))
+            if isinstance(a, tuple) and a[0] == "huge" and not isinstance(a[1], bytes)
+            else a
+            for a in answers
+        )
         with self._lock:
             self._script.extend((predicate, a) for a in answers)
 
@@ -291,7 +302,8 @@ class FakeApiServer:
             if isinstance(scripted, tuple) and scripted[0] == "drip":
                 return self._drip(h, request, float(scripted[1]))
             if isinstance(scripted, tuple) and scripted[0] == "huge":
-                data = b'{"kind": "Event", "padding": "' + b"x" * int(scripted[1]) + b'"}'
+                data = scripted[1]
+                assert isinstance(data, bytes)
                 h.send_response(201)
                 h.send_header("Content-Type", "application/json")
                 h.send_header("Content-Length", str(len(data)))

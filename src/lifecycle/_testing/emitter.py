@@ -8,9 +8,9 @@ delivering to one destination) through the runner on a memory store and checks:
    second host, with a new emitter, redelivers the outbox until it is empty. With ``holds``
    (what the destination has, as keys) every committed transition is there exactly once.
 2. **Acknowledgements** (an acknowledging emitter only): each event ``deliver`` took is
-   answered exactly once with an :class:`~lifecycle.emitters.base.Ack`; ``DELIVERED`` only for what the
-   destination holds; ``close(timeout)`` returns within its bound and answers everything it
-   took (failed is allowed: the outbox keeps it).
+   answered exactly once with an :class:`~lifecycle.emitters.base.Ack`; ``DELIVERED``
+   only for what the destination holds; ``close(timeout)`` returns within its bound and
+   answers everything it took (failed is allowed: the outbox keeps it).
 """
 
 from __future__ import annotations

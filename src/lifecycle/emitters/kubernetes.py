@@ -46,6 +46,7 @@ from ._k8s.correlator import (
     DELIVERED,
     FAILED,
     FINISH_TIME,
+    MAX_CACHED,
     MAX_TRIES_PER_EVENT,
     REFRESH_TIME,
     RETRY_INTERVAL,
@@ -77,7 +78,15 @@ from ._k8s.event import (
     unix_nanos,
 )
 from ._k8s.simulate import EventTableRow, format_event_table, simulate_events
-from ._k8s.sinks import ApiEventSink, MemoryEventSink, ServerBusy
+from ._k8s.sinks import (
+    MAX_REPLY_BYTES,
+    REQUEST_DEADLINE,
+    ApiEventSink,
+    ApiNotConfigured,
+    MemoryEventSink,
+    ServerBusy,
+)
+from ._k8s.transport import RequestDeadline
 from .base import Ack, Acknowledge
 
 __all__ = [
@@ -85,15 +94,19 @@ __all__ = [
     "CONTROLLERS",
     "EVENT_WORKERS",
     "FINISH_TIME",
+    "MAX_CACHED",
     "MAX_QUEUED_EVENTS",
+    "MAX_REPLY_BYTES",
     "MAX_TRIES_PER_EVENT",
     "NAME_LIMIT",
     "NOTE_LIMIT",
     "REFRESH_TIME",
     "REPORTED_BY",
+    "REQUEST_DEADLINE",
     "RETRY_INTERVAL",
     "TRUNCATED_SUFFIX",
     "ApiEventSink",
+    "ApiNotConfigured",
     "Correlator",
     "EmitterStats",
     "Event",
@@ -110,6 +123,7 @@ __all__ = [
     "QueueFull",
     "Rejected",
     "RequestConstructionError",
+    "RequestDeadline",
     "Resolver",
     "ServerBusy",
     "SinkError",
@@ -239,8 +253,9 @@ class KubernetesEmitter:
     ``clock``, ``sleep`` and ``jitter`` are injectable. By default a send waiting for its
     retry is parked (no worker waits) and closing the emitter ends the wait; a ``sleep`` given
     here is called by the worker instead. ``workers`` threads send (client-go: 8); at most
-    ``queue_size`` sends wait. With ``timers=False`` the workers never run the finish/refresh
-    timers by themselves: call :meth:`tick`.
+    ``queue_size`` sends wait, at most ``max_cached`` correlation keys are cached (the oldest
+    dropped beyond it, counted and logged). With ``timers=False`` the workers never run the
+    finish/refresh timers by themselves: call :meth:`tick`.
 
     Transitions redelivered from the outbox under an id already sent are skipped (the last
     ``dedupe`` ids are remembered), so redelivery never turns one transition into a series.
@@ -264,6 +279,7 @@ class KubernetesEmitter:
         workers: int = EVENT_WORKERS,
         raise_when_full: bool = False,
         dedupe: int = 10_000,
+        max_cached: int = MAX_CACHED,
         timers: bool = True,
         start: bool = True,
         logger: Any = None,
@@ -288,12 +304,15 @@ class KubernetesEmitter:
         self.clock = clock
         self._stopping = threading.Event()
         self.counters = Counters()
+        if hasattr(sink, "counters") and getattr(sink, "counters", None) is None:
+            sink.counters = self.counters  # the sink counts what it cuts or drops
         self.correlator = Correlator(
             sink,
             clock=clock,
             sleep=sleep if sleep is not None else self._interruptible_sleep,
             jitter=jitter,
             max_tries=max_tries,
+            max_cached=max_cached,
             retry_interval=retry_interval,
             counters=self.counters,
             logger=logger,
@@ -322,11 +341,17 @@ class KubernetesEmitter:
         api: Any = None,
         *,
         request_timeout: float | tuple[float, float] | None = 10.0,
+        deadline: float = REQUEST_DEADLINE,
+        max_reply_bytes: int = MAX_REPLY_BYTES,
         **options: Any,
     ) -> KubernetesEmitter:
         """An emitter sending through :class:`ApiEventSink` (``api``: an ``EventsV1Api``, an
-        ``ApiClient``, or ``None`` for the loaded default configuration)."""
-        return cls(ApiEventSink(api, request_timeout=request_timeout), **options)
+        ``ApiClient``, or ``None`` for the loaded default configuration). Raises
+        :class:`ApiNotConfigured` when there is no API server to send to."""
+        sink = ApiEventSink(
+            api, request_timeout=request_timeout, deadline=deadline, max_reply_bytes=max_reply_bytes
+        )
+        return cls(sink, **options)
 
     # -- the Emitter protocol ---------------------------------------------------------------
     name = "kubernetes"

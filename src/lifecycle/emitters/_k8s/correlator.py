@@ -44,6 +44,9 @@ REFRESH_TIME = timedelta(minutes=30)
 MAX_TRIES_PER_EVENT = 12
 RETRY_INTERVAL = 10.0
 RETRY_JITTER = 0.25
+#: Correlation keys cached at most (client-go's core correlator's LRU size): beyond it the
+#: oldest key is dropped, counted (``cache_evicted``) and logged.
+MAX_CACHED = 4096
 
 Clock = Callable[[], datetime]
 
@@ -140,8 +143,10 @@ class EmitterStats:
     acked: int = 0
     acked_refused: int = 0
     acked_failed: int = 0
-    #: replies longer than the emitter's ``max_reply_bytes``: cut, the Event kept as sent
+    #: replies longer than the sink's ``max_reply_bytes``: cut, the Event kept as sent
     oversized_replies: int = 0
+    #: requests cut at their total deadline (a server too slow to answer): retried
+    deadlines: int = 0
     #: correlation cache entries dropped to stay within ``max_cached`` (their series end)
     cache_evicted: int = 0
     #: the host could not supply the regarded object's uid (a uid the library derived, such
@@ -314,7 +319,11 @@ class Correlator:
         counters: Counters | None = None,
         logger: Any = None,
         cancelled: Callable[[], bool] = lambda: False,
+        max_cached: int = MAX_CACHED,
     ) -> None:
+        if max_cached < 1:
+            raise ValueError(f"max_cached must be at least 1, got {max_cached}")
+        self.max_cached = max_cached
         if max_tries < 1:
             raise ValueError(f"max_tries must be at least 1, got {max_tries}")
         self.sink = sink
@@ -332,6 +341,7 @@ class Correlator:
         #: acknowledgements of transitions counted in memory, told when a patch carries them
         self._held: dict[EventKey, list[Done]] = {}
         self._outage: _Outage | None = None
+        self._evictions = 0
         start = clock()
         self._next_finish = start + FINISH_TIME
         self._next_refresh = start + REFRESH_TIME
@@ -370,19 +380,50 @@ class Correlator:
             key = event.key
             cached = self._cache.get(key)
             acks = [done] if done is not None else []
+            dropped: list[tuple[EventKey, list[Done]]] = []
+            send: Send | None
             if cached is None:
                 self._cache[key] = event
-                return Send(key, Purpose.RECORD, event, done=acks)
-            if cached.series is not None:
+                if len(self._cache) > self.max_cached:
+                    dropped = self._bound()
+                send = Send(key, Purpose.RECORD, event, done=acks)
+            elif cached.series is not None:
                 series = EventSeries(cached.series.count + 1, self.clock())
                 self._cache[key] = attrs.evolve(cached, series=series)
                 self.counters.add("counted_in_memory")
                 if done is not None:
                     self._held.setdefault(key, []).append(done)
-                return None
-            to_send = attrs.evolve(cached, series=EventSeries(2, self.clock()))
-            self._cache[key] = to_send
-            return Send(key, Purpose.RECORD, to_send, done=acks)
+                send = None
+            else:
+                to_send = attrs.evolve(cached, series=EventSeries(2, self.clock()))
+                self._cache[key] = to_send
+                send = Send(key, Purpose.RECORD, to_send, done=acks)
+        if dropped:
+            self._dropped(dropped)
+        return send
+
+    def _bound(self) -> list[tuple[EventKey, list[Done]]]:
+        """Drop the oldest keys beyond ``max_cached`` (call with the lock held)."""
+        dropped = []
+        while len(self._cache) > self.max_cached:
+            key = next(iter(self._cache))
+            del self._cache[key]
+            dropped.append((key, self._held.pop(key, [])))
+        return dropped
+
+    def _dropped(self, dropped: list[tuple[EventKey, list[Done]]]) -> None:
+        """Count and log keys dropped from the cache; their unpatched counts failed."""
+        self.counters.add("cache_evicted", len(dropped))
+        self._evictions += len(dropped)
+        if self._evictions == len(dropped) or self._evictions % 1000 < len(dropped):
+            self.log.warning(
+                "event cache full; oldest series dropped",
+                max_cached=self.max_cached,
+                dropped_so_far=self._evictions,
+            )
+        for _, acks in dropped:
+            for d in acks:
+                d(FAILED)
 
     def held(self) -> list[Send]:
         """A refresh send for each key holding in-memory counts not yet patched (the
