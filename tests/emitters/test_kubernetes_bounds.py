@@ -147,8 +147,8 @@ def test_the_correlation_cache_is_bounded_and_says_when_it_drops(
     made: list[KubernetesEmitter], caplog: pytest.LogCaptureFixture
 ) -> None:
     sink = MemoryEventSink()
-    sink.fail_next(*(ConnectionRefusedError("down") for _ in range(500)))  # an outage
-    e = emitter(made, sink, max_cached=100, max_tries=20)
+    sink.fail_next(*(ConnectionRefusedError("down") for _ in range(150)))  # an outage
+    e = emitter(made, sink, max_cached=100, max_tries=1000)
     caplog.set_level(logging.WARNING, logger="lifecycle.emitters.kubernetes")
     acks = deliver(e, *(transition(i) for i in range(300)))
     assert len(e.correlator) <= 100
