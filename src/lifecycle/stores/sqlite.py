@@ -20,6 +20,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal
 
@@ -46,6 +47,7 @@ from ._sqlite_history import HistoryRewind, SQLiteHistory
 from .base import (
     CommitItem,
     JournalEntry,
+    OutboxSummary,
     Record,
     Snapshot,
     UpgradeReport,
@@ -1063,6 +1065,15 @@ class SQLiteStore:
             (n,) = self._db.execute("SELECT count(*) FROM outbox").fetchone()
         return int(n)
 
+    def outbox_summary(self) -> OutboxSummary:
+        """How many outbox rows wait, and when the oldest was observed (``db status``)."""
+        with self._lock:
+            try:
+                row = self._db.execute(OUTBOX_SUMMARY).fetchone()
+            except sqlite3.Error as e:
+                raise self._fail("outbox summary", e) from e
+        return outbox_summary_of(row)
+
     def history(self) -> SQLiteHistory:
         """The epochs this database started, each when it was found to be an older copy of
         itself (``lifecycle db check``; ADR 0037)."""
@@ -1086,6 +1097,23 @@ class SQLiteStore:
         if self._reader is not None:
             with self._read_lock:
                 self._reader.close()
+
+
+#: What waits in the outbox: how many rows, and the oldest one's observation time (the
+#: transition's ``at``; the SQLite outbox records no commit time).
+OUTBOX_SUMMARY = "SELECT count(*), min(json_extract(payload, '$.at')) FROM outbox"
+
+
+def outbox_summary_of(row: Any) -> OutboxSummary:
+    """The :class:`OutboxSummary` of an :data:`OUTBOX_SUMMARY` row."""
+    if row is None:
+        return OutboxSummary(0, None)
+    count, oldest = row
+    at = None
+    if isinstance(oldest, str):
+        with contextlib.suppress(ValueError):
+            at = datetime.fromisoformat(oldest)
+    return OutboxSummary(int(count), at)
 
 
 def _int64(what: str, value: int, uid: str | None = None, *, room: int = 0) -> None:
