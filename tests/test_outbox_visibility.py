@@ -39,7 +39,7 @@ def stick(url: str, pods: int, at: datetime) -> int:
         for i in range(pods):
             ref = ObjectRef("Pod", "ml", f"p-{i}", f"stuck-{i}")
             runner.observe(ref, CreateRequested(at=at, pool="gpu", provider="fake"))
-        return int(store.undelivered_count())
+        return int(store.undelivered_count())  # type: ignore[attr-defined]
     finally:
         store.close()
 
