@@ -4,20 +4,22 @@
     from lifecycle.emitters.kubernetes import KubernetesEmitter
 
     config.load_incluster_config()
-    with KubernetesEmitter.for_api() as events:
-        runner = Runner(store, [events])
+    with KubernetesEmitter.for_api() as events, Runner(store, [events]) as runner:
+        runner.redeliver()  # at start-up, then now and again: what a crash or a close left
         ...
 
 Each transition becomes an ``events.k8s.io/v1`` Event regarding the object (its real uid and
 resourceVersion when the host's ``resolve`` supplies them: see :class:`KubernetesEmitter`),
 reported by its machine's controller (``job-controller``, ...), ``action`` = ``reason``, the
-note capped at 1024 bytes. The Events go through a correlator that reproduces client-go's
-``tools/events`` broadcaster (create, patch ``series`` count 2, then in-memory counts;
-30-minute refresh; 6-minute finish), so a Python controller's Events look exactly like a Go
-controller's. ``emit`` correlates and queues the request (1000 slots; dropped, logged and
-counted when full) and never waits on the API server; 8 worker threads send, one key's
-requests in order, and a send waiting for its retry holds no worker, so one object's failing
-Events never delay another's.
+note capped at 1024 bytes, the name derived from the transition id (ADR 0121). The Events go
+through a correlator that reproduces client-go's ``tools/events`` broadcaster (create, patch
+``series`` count 2, then in-memory counts; 30-minute refresh; 6-minute finish), so a Python
+controller's Events look exactly like a Go controller's. ``deliver`` (what the runner calls
+for outbox events) correlates and queues the request (1000 slots; ``QueueFull`` when full: the
+event stays in the outbox) and never waits on the API server; the outbox row is marked when
+the API server answered for good (ADR 0121). 8 worker threads send, one key's requests in
+order, and a send waiting for its retry holds no worker, so one object's failing Events never
+delay another's.
 
 :func:`simulate_events` runs the same correlator on a trace's own clock, without an API
 server, and returns the Event table ``kubectl get events`` would show.
