@@ -87,7 +87,8 @@ class Delivery:
         self.mark_interval = mark_interval
         self._cond = threading.Condition(threading.Lock())
         self._flight: dict[str, _Flight] = {}
-        self._acked: list[str] = []
+        #: acknowledged ids not yet marked (a dict: ordered, and looked up by redeliveries)
+        self._acked: dict[str, None] = {}
         self._acked_since = 0.0
         #: acknowledgements received, per (emitter name, outcome)
         self.acks: collections.Counter[tuple[str, Ack]] = collections.Counter()
@@ -138,7 +139,7 @@ class Delivery:
             if stopped and t.ref.uid in stopped:
                 continue
             with self._cond:
-                if t.id in flight:  # handed out already: its acknowledgement will come
+                if t.id in flight or t.id in self._acked:  # handed out already: answered
                     continue
             took = self._hand(t, self._sync)
             if not took:  # the others still get it; it stays in the outbox for this one
@@ -168,8 +169,8 @@ class Delivery:
                 and time.monotonic() - self._acked_since < self.mark_interval
             ):
                 return []
-            self._acked = []
-            return acked
+            self._acked = {}
+            return list(acked)
 
     def in_flight(self) -> int:
         """Events handed to the acknowledging emitters and not yet answered by all of them."""
@@ -273,7 +274,7 @@ class Delivery:
             if not f.failed:
                 if not self._acked:
                     self._acked_since = time.monotonic()
-                self._acked.append(t.id)
+                self._acked[t.id] = None
             self._cond.notify_all()
 
     def _failed_hand(self, t: Transition, emitter: object, e: Exception) -> None:

@@ -255,3 +255,31 @@ def test_an_api_outage_logs_one_line_when_it_starts_and_one_when_it_ends(
     assert lines[1].startswith("API server reachable again")
     assert "failed_tries=27" in lines[1]
     assert acks == [Ack.DELIVERED] * 9
+
+
+def test_the_dispatcher_delivers_a_stuck_outbox_through_an_acknowledging_emitter(
+    made: list[KubernetesEmitter],
+) -> None:
+    from lifecycle import Dispatcher, Runner
+    from lifecycle.machines.pod import CreateRequested
+
+    class Down:
+        def emit(self, transition: Transition) -> None:
+            raise ConnectionError("down")
+
+    store = MemoryStore()
+    runner = Runner(store, [Down()])
+    for i in range(6):
+        ref = ObjectRef("Pod", "ml", f"p-{i}", f"u-{i}")
+        runner.observe(ref, CreateRequested(at=EPOCH, pool="gpu", provider="fake"))
+    stuck = store.undelivered_count()
+    sink = MemoryEventSink()
+    emitter = k8s(sink)
+    made.append(emitter)
+    dispatcher = Dispatcher(store, [emitter], runner=Runner(store, [emitter]))
+    dispatcher.drain()
+    dispatcher.drain()  # handed out already (in flight or acknowledged): not sent twice
+    assert dispatcher.close(5.0) == 0
+    assert store.undelivered_count() == 0
+    assert len(sink.events()) == stuck
+    assert sink.verbs().count("create") == stuck
