@@ -24,7 +24,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from . import durable, hot_path, peers, pure, replay, telemetry_cost
+from . import acked_delivery, durable, hot_path, peers, pure, replay, telemetry_cost
 from .fair import Metric
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -69,6 +69,9 @@ SUITES: dict[str, Callable[[bool], dict[str, Metric]]] = {
     "scaling": pure.scaling_suite,
     "telemetry": telemetry_cost.suite,  # issue 25: what metrics and traces cost a runner
     "postgres": _postgres,
+    # acknowledged Kubernetes delivery ÷ fire-and-forget: SQLite FULL; PostgreSQL too unless
+    # --quick (a server takes seconds to start)
+    "acked": lambda quick: acked_delivery.suite(quick, postgres=not quick),
 }
 #: what --quick leaves out (a PostgreSQL server takes seconds to start)
 NOT_QUICK = {"postgres"}

@@ -1,99 +1,299 @@
 """Delivery: hand committed events to every emitter, then mark them delivered -- once, for the
-``Runner``, the ``AsyncRunner`` and the outbox ``Dispatcher`` (ADR 0092).
+``Runner``, the ``AsyncRunner`` and the outbox ``Dispatcher`` (ADR 0092, 0121).
 
 One ordering guarantee everywhere: within one delivery, each object's events go out in the
 order they were committed (version, then position), and an object stops at its first event
-that some emitter refused -- its later events stay in the outbox behind it, so none overtakes
-it (they follow with it on redelivery). Every emitter gets every event it is handed; one
-emitter failing never keeps an event from the others. Only events every emitter took are
+that some emitter refused to take -- its later events stay in the outbox behind it, so none
+overtakes it (they follow with it on redelivery). Every emitter gets every event it is handed;
+one emitter failing never keeps an event from the others. Only events every emitter has are
 marked delivered; a mark that fails is logged (the events repeat, under their ids: delivery
 is at least once). A store without an outbox (no ``mark_delivered``) delivers inline only.
 
+A synchronous emitter has an event when ``emit`` returns. An acknowledging one
+(:class:`~lifecycle.emitters.base.AcknowledgingEmitter`) answers later, on its own thread:
+the event is *in flight* until every such emitter acknowledged it, and is marked only then
+(refused for good counts as done; failed leaves it in the outbox). Acknowledgements are
+collected here and marked in batches, by the next delivery on the runner's own thread (at
+least ``mark_batch`` of them, or the oldest ``mark_interval`` seconds old), by
+:meth:`Delivery.flush` and at :meth:`Delivery.close`. An id still in flight is not handed out
+again by a redelivery. A crash loses only acknowledgements not yet marked: those events are
+sent again, under their ids (a Kubernetes Event's name comes from its id: ``AlreadyExists``).
+
 Best-effort events that are not in the outbox (a row's action events, a fallback Warning) are
-:meth:`Delivery.announce`-d: handed to every emitter, a failure logged, nothing queued.
+:meth:`Delivery.announce`-d: handed to every emitter's ``emit``, a failure logged, nothing
+queued.
 """
 
 from __future__ import annotations
 
+import collections
+import threading
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from ._core.errors import StoreError
 from ._core.transition import Transition
-from .emitters.base import Emitter
+from .emitters.base import Ack, Acknowledge, Emitter, emitter_name
 
 #: Marks outbox ids delivered (a store's ``mark_delivered``).
 Mark = Callable[[Sequence[str]], None]
+
+#: Acknowledged ids marked together (at least this many, unless the oldest waited long).
+MARK_BATCH = 256
+#: Seconds the oldest acknowledgement waits for a batch before the next delivery marks it.
+MARK_INTERVAL = 0.5
+
+
+class _Flight:
+    """One event handed to the acknowledging emitters, until each answered."""
+
+    __slots__ = ("failed", "waiting")
+
+    def __init__(self, waiting: int) -> None:
+        self.waiting = waiting
+        self.failed = False
 
 
 class Delivery:
     """Hands events to ``emitters`` in the one order and says which to mark delivered."""
 
-    __slots__ = ("emitters", "log")
+    __slots__ = (
+        "_acked",
+        "_acked_since",
+        "_acking",
+        "_callbacks",
+        "_cond",
+        "_emitters",
+        "_flight",
+        "_sync",
+        "acks",
+        "log",
+        "mark_batch",
+        "mark_interval",
+    )
 
-    def __init__(self, emitters: Sequence[Emitter], log: Any) -> None:
-        self.emitters = tuple(emitters)
+    def __init__(
+        self,
+        emitters: Sequence[Emitter],
+        log: Any,
+        *,
+        mark_batch: int = MARK_BATCH,
+        mark_interval: float = MARK_INTERVAL,
+    ) -> None:
         #: structlog-style logger for emitter and mark failures
         self.log = log
+        self.mark_batch = mark_batch
+        self.mark_interval = mark_interval
+        self._cond = threading.Condition(threading.Lock())
+        self._flight: dict[str, _Flight] = {}
+        #: acknowledged ids not yet marked (a dict: ordered, and looked up by redeliveries)
+        self._acked: dict[str, None] = {}
+        self._acked_since = 0.0
+        #: acknowledgements received, per (emitter name, outcome)
+        self.acks: collections.Counter[tuple[str, Ack]] = collections.Counter()
+        self.emitters = tuple(emitters)
+
+    @property
+    def emitters(self) -> tuple[Emitter, ...]:
+        return self._emitters
+
+    @emitters.setter
+    def emitters(self, emitters: Sequence[Emitter]) -> None:
+        self._emitters = tuple(emitters)
+        acking = [e for e in self._emitters if callable(getattr(e, "deliver", None))]
+        self._acking = tuple(acking)
+        self._sync = tuple(e for e in self._emitters if e not in acking)
+        self._callbacks: dict[int, Acknowledge] = {
+            id(e): self._acknowledger(emitter_name(e)) for e in acking
+        }
+
+    @property
+    def acknowledging(self) -> bool:
+        """Whether some emitter acknowledges later (its events are marked when it does)."""
+        return bool(self._acking)
 
     def send(self, events: Sequence[Transition]) -> list[str]:
         """Hand ``events`` (committed, in commit order per object) to every emitter; the ids
-        every emitter took. An object stops at its first refused event."""
-        if not self.emitters:
+        to mark delivered now: those every emitter took at once, and acknowledgements that
+        arrived since (in batches). An object stops at its first event an emitter refused."""
+        if not self._emitters:
             return [t.id for t in events]
-        delivered: list[str] = []
+        if not self._acking:
+            delivered: list[str] = []
+            stopped: set[str] = set()
+            for t in events:
+                if stopped and t.ref.uid in stopped:
+                    continue
+                if self._hand(t, self._sync):
+                    delivered.append(t.id)
+                else:
+                    stopped.add(t.ref.uid)
+            return delivered
+        return self._send_acked(events)
+
+    def _send_acked(self, events: Sequence[Transition]) -> list[str]:
         stopped: set[str] = set()
+        flight = self._flight
         for t in events:
             if stopped and t.ref.uid in stopped:
                 continue
-            if self._hand(t):
-                delivered.append(t.id)
-            else:
+            with self._cond:
+                if t.id in flight or t.id in self._acked:  # handed out already: answered
+                    continue
+            took = self._hand(t, self._sync)
+            if not took:  # the others still get it; it stays in the outbox for this one
                 stopped.add(t.ref.uid)
-        return delivered
+            with self._cond:
+                f = flight[t.id] = _Flight(len(self._acking))
+                f.failed = not took
+            for emitter in self._acking:
+                try:
+                    emitter.deliver(t, self._callbacks[id(emitter)])  # type: ignore[attr-defined]
+                except Exception as e:  # not taken: as a synchronous emitter raising
+                    self._failed_hand(t, emitter, e)
+                    stopped.add(t.ref.uid)
+                    self._answer(t, Ack.FAILED, None)
+        return self.take_acked()
+
+    def take_acked(self, *, force: bool = False) -> list[str]:
+        """The acknowledged ids to mark now (and forget): all of them with ``force``, else
+        only a full batch or one whose oldest waited ``mark_interval``."""
+        with self._cond:
+            acked = self._acked
+            if not acked:
+                return []
+            if (
+                not force
+                and len(acked) < self.mark_batch
+                and time.monotonic() - self._acked_since < self.mark_interval
+            ):
+                return []
+            self._acked = {}
+            return list(acked)
+
+    def in_flight(self) -> int:
+        """Events handed to the acknowledging emitters and not yet answered by all of them."""
+        with self._cond:
+            return len(self._flight)
+
+    def wait(self, timeout: float | None) -> bool:
+        """Wait until nothing is in flight; False if ``timeout`` ran out first."""
+        with self._cond:
+            return self._cond.wait_for(lambda: not self._flight, timeout)
 
     def announce(self, events: Sequence[Transition]) -> None:
         """Hand best-effort events (actions, a fallback Warning) to every emitter: not in
         the outbox, so nothing is marked or repeated."""
-        if self.emitters:
+        if self._emitters:
             for t in events:
-                self._hand(t)
+                self._hand(t, self._emitters)
 
     def deliver(self, events: Sequence[Transition], mark: Mark | None) -> int:
-        """:meth:`send`, then ``mark`` what every emitter took; how many that was."""
+        """:meth:`send`, then ``mark`` what every emitter has; how many that was."""
         if not events:
             return 0
-        if self.emitters:
+        if self._emitters:
             delivered = self.send(events)
         elif len(events) == 1:  # nobody to hand it to: it is delivered (the hot path)
             delivered = [events[0].id]
         else:
             delivered = [t.id for t in events]
         if delivered and mark is not None:
+            self.mark(delivered, mark)
+        return len(delivered)
+
+    def mark(self, ids: Sequence[str], mark: Mark | None) -> None:
+        """``mark`` ``ids`` delivered; a failure is logged (they repeat, under their ids)."""
+        if ids and mark is not None:
             try:
-                mark(delivered)
+                mark(ids)
             except StoreError as e:
                 self.unmarked(e)
-        return len(delivered)
+
+    def flush(self, mark: Mark | None, timeout: float | None = 0.0) -> int:
+        """Wait up to ``timeout`` seconds for the events in flight, then mark every
+        acknowledgement received; how many were marked."""
+        if timeout is None or timeout > 0:
+            self.wait(timeout)
+        acked = self.take_acked(force=True)
+        self.mark(acked, mark)
+        return len(acked)
+
+    def close(self, mark: Mark | None, timeout: float = 5.0) -> int:
+        """Close the acknowledging emitters (each flushes within what is left of
+        ``timeout``), mark every acknowledgement, and log how many events stay undelivered
+        in the outbox (the next start sends them). Returns that count."""
+        deadline = time.monotonic() + timeout
+        before = self._failures()
+        for emitter in self._acking:
+            close = getattr(emitter, "close", None)
+            if callable(close):
+                close(timeout=max(deadline - time.monotonic(), 0.0))
+        self.wait(max(deadline - time.monotonic(), 0.0))
+        self.flush(mark)
+        with self._cond:
+            left = len(self._flight)
+        failed = self._failures() - before
+        if left or failed:
+            self.log.warning(
+                "delivery closed; events stay undelivered in the outbox",
+                in_flight=left,
+                failed=failed,
+            )
+        return left + failed
 
     def unmarked(self, error: StoreError, what: str = "events delivered") -> None:
         """Log a mark that failed: the events (or intents) will repeat, under their ids."""
         self.log.warning(f"could not mark {what}; they will repeat", error=str(error))
 
-    def _hand(self, t: Transition) -> bool:
-        """``t`` to every emitter; whether every one took it."""
+    # -- internals ----------------------------------------------------------------------------
+    def _failures(self) -> int:
+        with self._cond:
+            return sum(n for (_, outcome), n in self.acks.items() if outcome is Ack.FAILED)
+
+    def _acknowledger(self, name: str) -> Acknowledge:
+        def ack(transition: Transition, outcome: Ack) -> None:
+            self._answer(transition, outcome, name)
+
+        return ack
+
+    def _answer(self, t: Transition, outcome: Ack, name: str | None) -> None:
+        with self._cond:
+            if name is not None:
+                self.acks[(name, outcome)] += 1
+            f = self._flight.get(t.id)
+            if f is None:
+                return  # answered twice: the first answer counts
+            f.waiting -= 1
+            if outcome is Ack.FAILED:
+                f.failed = True
+            if f.waiting > 0:
+                return
+            del self._flight[t.id]
+            if not f.failed:
+                if not self._acked:
+                    self._acked_since = time.monotonic()
+                self._acked[t.id] = None
+            self._cond.notify_all()
+
+    def _failed_hand(self, t: Transition, emitter: object, e: Exception) -> None:
+        self.log.warning(
+            "emitter failed; event stays in the outbox",
+            id=t.id,
+            emitter=emitter_name(emitter),
+            error=repr(e),
+        )
+
+    def _hand(self, t: Transition, emitters: Sequence[Emitter]) -> bool:
+        """``t`` to each of ``emitters``' ``emit``; whether every one took it."""
         ok = True
-        for emitter in self.emitters:
+        for emitter in emitters:
             try:
                 emitter.emit(t)
             except Exception as e:  # an emitter must never undo a commit
                 ok = False
-                self.log.warning(
-                    "emitter failed; event stays in the outbox",
-                    id=t.id,
-                    emitter=type(emitter).__name__,
-                    error=repr(e),
-                )
+                self._failed_hand(t, emitter, e)
         return ok
 
 

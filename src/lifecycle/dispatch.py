@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import _link_intents
 from ._core.errors import StoreError
-from ._delivery import Delivery
+from ._delivery import Delivery, marker
 from ._log import get_logger
 from .emitters.base import Emitter
 from .stores.base import Store
@@ -87,6 +87,17 @@ class Dispatcher:
         if intents:  # what failed stays in the outbox for the next round, not in the runner
             runner.pending.drop(intents)
         return delivered + sum(1 for r in results if _link_intents.confirmed(r.error))
+
+    def flush(self, timeout: float | None = 5.0) -> int:
+        """Wait up to ``timeout`` seconds for what acknowledging emitters hold and mark every
+        acknowledgement received (see :meth:`Runner.flush <lifecycle.Runner.flush>`)."""
+        return self.delivery.flush(marker(self.store), timeout)
+
+    def close(self, timeout: float = 5.0) -> int:
+        """Close the acknowledging emitters within ``timeout``, mark what they acknowledged,
+        and log how many events stay undelivered (see :meth:`Runner.close
+        <lifecycle.Runner.close>`); returns that count."""
+        return self.delivery.close(marker(self.store), timeout)
 
     def drain(self, rounds: int = 1000) -> int:
         """Rounds until a round delivers nothing (or ``rounds`` ran); returns the total."""

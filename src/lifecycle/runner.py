@@ -270,6 +270,24 @@ class Runner:
         )
         return done
 
+    def flush(self, timeout: float | None = 5.0) -> int:
+        """Wait up to ``timeout`` seconds for the events an acknowledging emitter (the
+        Kubernetes one) still holds, and mark every acknowledgement received so far (they are
+        otherwise marked in batches by later deliveries); how many were marked (ADR 0121)."""
+        return self.protocol.delivery.flush(self._mark, timeout)
+
+    def close(self, timeout: float = 5.0) -> int:
+        """Close the acknowledging emitters within ``timeout`` seconds in all, mark what they
+        acknowledged, and log how many events stay undelivered in the outbox (the next
+        :meth:`redeliver` sends them); returns that count. The store stays open."""
+        return self.protocol.delivery.close(self._mark, timeout)
+
+    def __enter__(self) -> Runner:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
     def catch_up(self) -> tuple[Result, ...]:
         """Finish what an interrupted call left (its events, marks, ADR 0105), then retry the
         link intents whose target write failed (this runner's pending ones); :meth:`observe`

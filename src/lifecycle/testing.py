@@ -53,6 +53,10 @@ outbox and redelivery, and the optional batch and retention methods -- the confo
 the shipped memory, SQLite and PostgreSQL stores pass.
 
 A provider adapter (:class:`~lifecycle.adapters.Provider`) is checked the same way with
+:func:`check_emitter` (``check_emitter(lambda: MyEmitter(...), holds=...)``): an emitter's
+crash-safety contract (ADR 0121) -- nothing lost or repeated across a crash and a redelivery,
+each event it took acknowledged once, ``close`` within its bound.
+
 :func:`check_provider` (``check_provider(lambda: MyProvider(...), spec)``; an asyncio one with
 :func:`check_async_provider`): provision idempotent by claim, observe answering for exactly the
 pods asked, terminate idempotent, failures as typed and redacted observations, and every answer
@@ -84,6 +88,7 @@ from ._testing.doubles import (
     Step,
     sqlite_factory,
 )
+from ._testing.emitter import check_emitter
 from ._testing.hostile import (
     EXTREME_INTS,
     extreme_ints,
@@ -135,6 +140,7 @@ __all__ = [
     "assert_flip_only",
     "assert_journal_folds",
     "check_async_provider",
+    "check_emitter",
     "check_machine",
     "check_provider",
     "check_rows",

@@ -11,13 +11,27 @@ next answers to requests a predicate picks: a status code (a ``metav1.Status`` e
 ``(code, headers)``, ``"hang"`` (no answer until the server closes), ``"drop"`` (close the
 connection) or ``("slow", seconds)`` (answer normally after a pause). ``arrivals`` keeps when
 each request arrived (``time.monotonic``).
+
+Deterministic crash points for the kill tests (ADR 0121): :meth:`FakeApiServer.hold` makes
+every create hang, either before it lands (``landed=False``: the Event is not stored, as a
+request still in flight) or after (``landed=True``: stored, the answer never sent), and
+:attr:`FakeApiServer.held` counts the requests now hanging, so a test kills its host at a
+known point instead of a guessed time. ``delay`` slows every answer (a slow server);
+``creates`` counts the Events each name was created as (the API has one per name).
+
+Hostile answers (issue 23): ``("drip", seconds)`` sends a valid answer one byte every
+``seconds``; ``("huge", n)`` answers 201 with an ``n``-byte body; ``"reset"`` resets the
+connection (RST); codes 500 and ``(429, {"Retry-After": "1"})`` are plain scripted answers.
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import re
+import socket
+import struct
 import threading
 import time
 from collections.abc import Callable
@@ -47,7 +61,7 @@ class Request:
     arrived: float = 0.0
 
 
-Answer = int | str | tuple[int, dict[str, str]] | tuple[str, float]
+Answer = int | str | tuple[int, dict[str, str]] | tuple[str, float] | tuple[str, bytes]
 Predicate = Callable[[Request], bool]
 
 
@@ -137,6 +151,26 @@ def strategic_merge(target: dict[str, Any], patch: dict[str, Any]) -> dict[str, 
     return merged
 
 
+def _huge(n: int) -> bytes:
+    return b'{"kind": "Event", "padding": "' + b"x" * n + b'"}'
+
+
+class _Unanswered:
+    """A handler stand-in that keeps the answer instead of sending it (a create that lands
+    but whose answer never leaves; a dripped answer's bytes)."""
+
+    def __init__(self, h: BaseHTTPRequestHandler) -> None:
+        self.command = h.command
+        self.path = h.path
+        self.headers = h.headers
+        self.data = b""
+
+    def answer(self, code: int, body: bytes, headers: dict[str, str]) -> None:
+        head = [f"HTTP/1.1 {code} X", "Content-Type: application/json"]
+        head += [f"Content-Length: {len(body)}", *(f"{k}: {v}" for k, v in headers.items())]
+        self.data = ("\r\n".join(head) + "\r\n\r\n").encode() + body
+
+
 class FakeApiServer:
     def __init__(self) -> None:
         self.events: dict[tuple[str, str], dict[str, Any]] = {}
@@ -146,6 +180,13 @@ class FakeApiServer:
         self._lock = threading.Lock()
         self._released = threading.Event()
         self._version = 0
+        self._holding: tuple[bool, threading.Event] | None = None
+        #: creates hanging now (see :meth:`hold`)
+        self.held = 0
+        #: seconds every answer waits (a slow server)
+        self.delay = 0.0
+        #: successful creates per Event name
+        self.creates: dict[str, int] = {}
         server = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -189,10 +230,40 @@ class FakeApiServer:
         """End every hanging request now."""
         self._released.set()
 
+    def hold(self, *, landed: bool) -> None:
+        """From now on every create hangs: stored first when ``landed``, else not stored."""
+        with self._lock:
+            self._holding = (landed, threading.Event())
+
+    def let_go(self) -> None:
+        """End :meth:`hold`: the hanging creates close their connections unanswered, and
+        later ones are answered normally."""
+        with self._lock:
+            holding, self._holding = self._holding, None
+        if holding is not None:
+            holding[1].set()
+
+    def wait_held(self, n: int, timeout: float = 20.0) -> bool:
+        """Wait until ``n`` creates hang."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with self._lock:
+                if self.held >= n:
+                    return True
+            time.sleep(0.005)
+        return False
+
     def fail(self, method: str, *answers: Answer) -> None:
         self.fail_when(lambda r: r.method == method, *answers)
 
     def fail_when(self, predicate: Predicate, *answers: Answer) -> None:
+        # a huge body is built now, not while the client is being measured
+        answers = tuple(
+            ("huge", _huge(int(a[1])))
+            if isinstance(a, tuple) and a[0] == "huge" and not isinstance(a[1], bytes)
+            else a
+            for a in answers
+        )
         with self._lock:
             self._script.extend((predicate, a) for a in answers)
 
@@ -217,8 +288,29 @@ class FakeApiServer:
             answer = next(((i, a) for i, (p, a) in enumerate(self._script) if p(request)), None)
             if answer is not None:
                 del self._script[answer[0]]
+        if self.delay:
+            time.sleep(self.delay)
         if answer is not None:
             scripted = answer[1]
+            if scripted == "reset":
+                with contextlib.suppress(OSError):
+                    h.connection.setsockopt(
+                        socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0)
+                    )
+                h.close_connection = True
+                return
+            if isinstance(scripted, tuple) and scripted[0] == "drip":
+                return self._drip(h, request, float(scripted[1]))
+            if isinstance(scripted, tuple) and scripted[0] == "huge":
+                data = scripted[1]
+                assert isinstance(data, bytes)
+                h.send_response(201)
+                h.send_header("Content-Type", "application/json")
+                h.send_header("Content-Length", str(len(data)))
+                h.end_headers()
+                with contextlib.suppress(OSError):
+                    h.wfile.write(data)
+                return
             if scripted == "hang":
                 self._released.wait(10)
                 h.close_connection = True
@@ -236,9 +328,36 @@ class FakeApiServer:
                 self._status(h, code, reason, headers)
                 return
         with self._lock:
-            self._route(h, request)
+            holding = self._holding if request.method == "POST" else None
+            if holding is None:
+                self._route(h, request)
+                return
+            landed, gate = holding
+            if landed:  # stored, but the answer is never sent
+                self._route(_Unanswered(h), request)
+            self.held += 1
+        gate.wait(60)
+        with self._lock:
+            self.held -= 1
+        h.close_connection = True
 
-    def _route(self, h: BaseHTTPRequestHandler, request: Request) -> None:
+    def _drip(self, h: BaseHTTPRequestHandler, request: Request, every: float) -> None:
+        """Answer ``request`` properly, one byte every ``every`` seconds (a slow reader's
+        worst case), until done or the client leaves."""
+        buffer = _Unanswered(h)
+        with self._lock:
+            self._route(buffer, request)
+        try:
+            for i in range(len(buffer.data)):
+                h.wfile.write(buffer.data[i : i + 1])
+                h.wfile.flush()
+                if self._released.wait(every):
+                    break
+        except OSError:
+            pass
+        h.close_connection = True
+
+    def _route(self, h: BaseHTTPRequestHandler | _Unanswered, request: Request) -> None:
         body = request.body
         parts = h.path.split("?")[0].removeprefix(PREFIX).strip("/").split("/")
         if h.command == "GET":
@@ -269,6 +388,7 @@ class FakeApiServer:
             self._version += 1
             body["metadata"]["resourceVersion"] = str(self._version)
             self.events[(namespace, name)] = body
+            self.creates[name] = self.creates.get(name, 0) + 1
             return self._json(h, 201, body)
         name = parts[3]
         if h.headers.get("Content-Type") != "application/strategic-merge-patch+json":
@@ -290,7 +410,7 @@ class FakeApiServer:
 
     def _status(
         self,
-        h: BaseHTTPRequestHandler,
+        h: BaseHTTPRequestHandler | _Unanswered,
         code: int,
         reason: str,
         headers: dict[str, str] | None = None,
@@ -309,9 +429,15 @@ class FakeApiServer:
 
     @staticmethod
     def _json(
-        h: BaseHTTPRequestHandler, code: int, obj: Any, headers: dict[str, str] | None = None
+        h: BaseHTTPRequestHandler | _Unanswered,
+        code: int,
+        obj: Any,
+        headers: dict[str, str] | None = None,
     ) -> None:
         data = json.dumps(obj).encode()
+        if isinstance(h, _Unanswered):
+            h.answer(code, data, headers or {})
+            return
         h.send_response(code)
         h.send_header("Content-Type", "application/json")
         h.send_header("Content-Length", str(len(data)))

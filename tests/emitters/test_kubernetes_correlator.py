@@ -354,9 +354,7 @@ def test_a_send_gives_up_after_12_tries(h: Harness) -> None:
 @pytest.mark.parametrize(
     "error",
     [
-        Rejected("internal error", 500, "InternalError"),
         Rejected("invalid", 422, "Invalid"),
-        Rejected("exists", 409, "AlreadyExists"),
         Rejected("forbidden", 403, "Forbidden"),
         NotFound("namespace gone"),
     ],

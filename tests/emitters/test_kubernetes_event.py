@@ -6,11 +6,11 @@ import subprocess
 import sys
 import uuid
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 
 from lifecycle import EventType, ObjectRef, Transition
-from lifecycle.emitters._k8s.event import unix_nanos
 from lifecycle.emitters.kubernetes import (
     NAME_LIMIT,
     NOTE_LIMIT,
@@ -23,6 +23,7 @@ from lifecycle.emitters.kubernetes import (
     build_event,
     default_controller,
     event_name,
+    id_suffix,
     is_derived_uid,
     is_dns_subdomain,
     truncate_note,
@@ -68,9 +69,9 @@ class Capturing(KubernetesEmitter):
 
     built: list[Event]
 
-    def _admit(self, event: Event) -> bool:
+    def _admit(self, event: Event, **kw: Any) -> bool:
         self.built.append(event)
-        return super()._admit(event)
+        return super()._admit(event, **kw)
 
 
 def emitted(*transitions: Transition, **kw: object) -> tuple[list[Event], KubernetesEmitter]:
@@ -258,22 +259,37 @@ def test_a_redelivered_transition_is_skipped() -> None:
 
 
 # -- names and times ---------------------------------------------------------------------------
-def test_the_name_is_the_object_and_hex_unix_nanoseconds() -> None:
+def test_a_transitions_name_is_the_object_and_hex_of_its_id() -> None:
+    """A committed transition's Event is named from its id (ADR 0121): the same name in
+    every process, whatever the clock, so a redelivery is an AlreadyExists."""
     clock = ManualClock(EPOCH + timedelta(microseconds=123456))
     [event], _ = emitted(transition(), clock=clock)
-    nanos = int((EPOCH.timestamp()) * 1_000_000 + 123456) * 1000
-    assert event.name == f"trainer-0.{nanos:x}"
+    assert event.name == f"trainer-0.{id_suffix(transition().id):x}"
+    [later], _ = emitted(transition(), clock=ManualClock(EPOCH + timedelta(days=3)))
+    assert later.name == event.name
     assert event.event_time == clock()
     assert event.to_body()["eventTime"] == "2026-11-30T10:00:00.123456Z"
 
 
-def test_names_stay_unique_when_the_clock_does_not_move() -> None:
-    events, _ = emitted(*(transition(n=n) for n in range(3)))
+def test_an_action_events_name_is_the_object_and_hex_unix_nanoseconds() -> None:
+    clock = ManualClock(EPOCH + timedelta(microseconds=123456))
+    [event], _ = emitted(transition()._replace(action=True), clock=clock)
+    nanos = int((EPOCH.timestamp()) * 1_000_000 + 123456) * 1000
+    assert event.name == f"trainer-0.{nanos:x}"
+
+
+def test_action_names_stay_unique_when_the_clock_does_not_move() -> None:
+    events, _ = emitted(*(transition(n=n)._replace(action=True) for n in range(3)))
     names = [e.name for e in events]
     assert len(set(names)) == 3
     assert [int(n.split(".")[1], 16) for n in names] == sorted(
         int(n.split(".")[1], 16) for n in names
     )
+
+
+def test_names_of_distinct_transitions_differ() -> None:
+    events, _ = emitted(*(transition(n=n) for n in range(50)))
+    assert len({e.name for e in events}) == 50
 
 
 def test_the_wire_body_has_the_events_v1_shape() -> None:
@@ -357,13 +373,14 @@ def test_a_name_that_is_not_a_dns_subdomain_becomes_a_uuid() -> None:
     """``<240 characters>.<16 hex digits>`` is 257 characters: the API server refuses it,
     so the Event is named by a UUID instead, as client-go does."""
     [event], _ = emitted(transition(LONG_POD))
-    assert len(f"{'p' * 240}.{unix_nanos(EPOCH):x}") == 257
+    suffix = id_suffix(transition(LONG_POD).id)
+    assert len(f"{'p' * 240}.{suffix:x}") == 257
     assert uuid.UUID(event.name).version == 5
     assert is_dns_subdomain(event.name)
     assert event.regarding.name == "p" * 240  # the object is still named in full
-    # derived from the name it replaces: the same in a replay, different per nanosecond
-    assert event.name == event_name("p" * 240, unix_nanos(EPOCH))
-    assert event_name("p" * 240, unix_nanos(EPOCH) + 1) != event.name
+    # derived from the name it replaces: the same in a replay and after a restart
+    assert event.name == event_name("p" * 240, suffix)
+    assert event_name("p" * 240, suffix + 1) != event.name
 
 
 @pytest.mark.parametrize(

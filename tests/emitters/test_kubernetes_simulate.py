@@ -11,6 +11,7 @@ from lifecycle import EventType, MemoryStore, ObjectRef, Transition
 from lifecycle.emitters.kubernetes import (
     EventTableRow,
     format_event_table,
+    id_suffix,
     simulate_events,
     truncate_note,
 )
@@ -51,13 +52,13 @@ def flip(minute: float, reason: str, version: int) -> Transition:
     )
 
 
-def test_each_transition_is_a_row_named_by_its_own_time() -> None:
-    rows = simulate_events([flip(0, "Initializing", 1), flip(2, "Running", 2)])
-    nanos = int(EPOCH.timestamp()) * 10**9
+def test_each_transition_is_a_row_named_by_its_own_id() -> None:
+    first, second = flip(0, "Initializing", 1), flip(2, "Running", 2)
+    rows = simulate_events([first, second])
     assert rows == [
         EventTableRow(
             "ml",
-            f"trainer-0.{nanos:x}",
+            f"trainer-0.{id_suffix(first.id):x}",
             "Normal",
             "Initializing",
             "Pod",
@@ -69,7 +70,7 @@ def test_each_transition_is_a_row_named_by_its_own_time() -> None:
         ),
         EventTableRow(
             "ml",
-            f"trainer-0.{nanos + 120 * 10**9:x}",
+            f"trainer-0.{id_suffix(second.id):x}",
             "Normal",
             "Running",
             "Pod",

@@ -7,17 +7,20 @@
     lifecycle db upgrade --store URL [--batch N] [--machines SPEC] [--machine NAME ...]
 
 ``migrate`` creates or upgrades a PostgreSQL store's tables (idempotent; an SQLite file is
-created or upgraded on open, so it only opens it). ``status`` only reads: it never creates or
-changes a store (an SQLite file is opened read-only; a missing one is reported, exit 1; a file
-that is not a store is refused, exit 2). ``compact`` drops old journal entries behind a
-snapshot, keeping each object's journal folding to its stored status; it refuses a store that
-does not exist rather than create an empty one. ``check`` reports the records' schema versions
-(ADR 0088: records no upcaster path reads, or written by an undeclared table change), whether
-each object's journal folds to its stored status, and a PostgreSQL store's history (exit 1 on
-any finding). ``upgrade`` rewrites records below their machine's schema version, in batches,
-compare-and-set (a concurrent writer wins); interrupted, run it again. ``--machines`` names
-the machines to judge by: ``MODULE:NAME`` or ``FILE.py:NAME`` (a registry, a machine, or a
-list of machines); the shipped ones by default.
+created or upgraded on open, so it only opens it). ``status`` only reads -- the schema
+version, and what waits in the outbox (how many rows, how old the oldest is) -- and never
+creates or changes a store (an SQLite file is opened read-only; a missing one is reported,
+exit 1; a file that is not a store is refused, exit 2). ``compact`` drops old journal entries
+behind a snapshot, keeping each object's journal folding to its stored status; it refuses a
+store that does not exist rather than create an empty one. ``check`` reports the records'
+schema versions (ADR 0088: records no upcaster path reads, or written by an undeclared table
+change), whether each object's journal folds to its stored status, a PostgreSQL store's
+history, and the outbox (a finding past ``--max-undelivered`` rows, 10 000 by default, or an
+oldest row older than ``--max-undelivered-age``, 3600 s); exit 1 on any finding. ``upgrade``
+rewrites records below their machine's schema version, in batches, compare-and-set (a
+concurrent writer wins); interrupted, run it again. ``--machines`` names the machines to
+judge by: ``MODULE:NAME`` or ``FILE.py:NAME`` (a registry, a machine, or a list of
+machines); the shipped ones by default.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ import random
 import sqlite3
 import sys
 from collections.abc import Mapping
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -37,9 +41,9 @@ from .._core.machine import Machine
 from .._core.schema import review
 from ..machines import MachineRegistry, default_registry
 from ..stores import POSTGRES_SCHEMES, open_store, parse_sqlite_url, redact_url
-from ..stores.base import fold_problem
+from ..stores.base import OutboxSummary, fold_problem
+from ..stores.sqlite import OUTBOX_SUMMARY, SQLiteStore, outbox_summary_of
 from ..stores.sqlite import SCHEMA_VERSION as SQLITE_SCHEMA
-from ..stores.sqlite import SQLiteStore
 
 STORE_HELP = (
     "memory://, sqlite:///PATH (relative; sqlite:////PATH absolute) with optional "
@@ -79,7 +83,16 @@ def cmd_status(args: argparse.Namespace, out: TextIO) -> int:
         where = _pgsql.parse_url(args.store).where
         shown = "not migrated" if version is None else f"schema version {version}"
         out.write(f"{where}: {shown} (this release: {_pgsql.LATEST})\n")
-        return 0 if version == _pgsql.LATEST else 1
+        if version != _pgsql.LATEST:
+            return 1
+        from ..stores.postgres import PostgresStore
+
+        store = PostgresStore(args.store, migrate=False)
+        try:
+            out.write(outbox_line(store.outbox_summary()) + "\n")
+        finally:
+            store.close()
+        return 0
     if args.store in ("memory://", "memory"):
         out.write("memory://: a fresh store in every command, nothing to migrate\n")
         return 0
@@ -92,7 +105,60 @@ def cmd_status(args: argparse.Namespace, out: TextIO) -> int:
     if version < SQLITE_SCHEMA:
         shown += "; upgraded on its next open"
     out.write(f"{redact_url(args.store)}: {shown})\n")
-    return 0 if version == SQLITE_SCHEMA else 1
+    if version != SQLITE_SCHEMA:
+        return 1
+    out.write(outbox_line(sqlite_outbox(path)) + "\n")
+    return 0
+
+
+#: ``db check`` fails past these (``--max-undelivered``, ``--max-undelivered-age``).
+MAX_UNDELIVERED = 10_000
+MAX_UNDELIVERED_AGE = 3600.0
+
+
+def outbox_line(summary: OutboxSummary, now: datetime | None = None) -> str:
+    """``outbox: N undelivered ...``: what waits, and how old the oldest is. A row is owed
+    to every emitter of the runner that committed it (ADR 0121)."""
+    if not summary.undelivered:
+        return "outbox: 0 undelivered"
+    age = summary.age(now or datetime.now(UTC))
+    oldest = "" if age is None else f", oldest {_duration(age)} old"
+    assert summary.oldest is not None or not oldest
+    since = "" if summary.oldest is None else f" (since {summary.oldest.isoformat()})"
+    return (
+        f"outbox: {summary.undelivered} undelivered, owed to every emitter of the runner "
+        f"that committed them{oldest}{since}"
+    )
+
+
+def _duration(seconds: float) -> str:
+    s = int(seconds)
+    days, s = divmod(s, 86400)
+    hours, s = divmod(s, 3600)
+    minutes, s = divmod(s, 60)
+    parts = [(days, "d"), (hours, "h"), (minutes, "m"), (s, "s")]
+    shown = [f"{n}{unit}" for n, unit in parts if n]
+    return " ".join(shown[:2]) or "0s"
+
+
+def sqlite_outbox(path: str) -> OutboxSummary:
+    """What waits in the outbox of the SQLite store at ``path``, read-only."""
+    db = _read_only(path)
+    try:
+        return outbox_summary_of(db.execute(OUTBOX_SUMMARY).fetchone())
+    except sqlite3.Error as e:
+        raise StoreError(f"{preview(path)}: cannot read its outbox ({e})") from None
+    finally:
+        db.close()
+
+
+def _read_only(path: str) -> sqlite3.Connection:
+    """A read-only connection to ``path``; while no process has the store open (no -wal
+    file), immutable too, so SQLite creates no -wal/-shm files beside it either."""
+    file = Path(path)
+    live = Path(f"{path}-wal").exists()
+    mode = "mode=ro" if live else "mode=ro&immutable=1"
+    return sqlite3.connect(f"{file.resolve().as_uri()}?{mode}", uri=True)
 
 
 def sqlite_schema_version(path: str) -> int | None:
@@ -110,12 +176,8 @@ def sqlite_schema_version(path: str) -> int | None:
         raise StoreError(f"{not_a_store}: cannot read it ({e.strerror})") from None
     if head != _SQLITE_HEADER:
         raise StoreError(f"{not_a_store} (not an SQLite database)")
-    # Read-only; and while no process has the store open (no -wal file), immutable too, so
-    # SQLite creates no -wal/-shm files beside it either.
-    live = Path(f"{path}-wal").exists()
-    mode = "mode=ro" if live else "mode=ro&immutable=1"
     try:
-        db = sqlite3.connect(f"{file.resolve().as_uri()}?{mode}", uri=True)
+        db = _read_only(path)
         try:
             row = db.execute(
                 "SELECT value FROM lifecycle_meta WHERE key = 'schema_version'"
@@ -163,6 +225,8 @@ def cmd_check(args: argparse.Namespace, out: TextIO) -> int:
     found replaced by an older copy. Exit 1 on any finding."""
     if args.sample is not None and args.sample < 1:
         raise StoreError(f"--sample must be a positive number, got {args.sample}")
+    if args.max_undelivered < 0 or not args.max_undelivered_age >= 0:
+        raise StoreError("--max-undelivered and --max-undelivered-age must not be negative")
     machines = load_machines(args.machines)
     ok = True
     if args.store.startswith(POSTGRES_SCHEMES):
@@ -178,9 +242,35 @@ def cmd_check(args: argparse.Namespace, out: TextIO) -> int:
             out.write("\n".join(history.lines()) + "\n")
             ok = history.ok and ok
         ok = _check_records(store, machines, args.sample, out) and ok
+        ok = _check_outbox(store, args, out) and ok
     finally:
         store.close()
     return 0 if ok else 1
+
+
+def _check_outbox(store: Any, args: argparse.Namespace, out: TextIO) -> bool:
+    """Print what waits in the outbox; a finding past ``--max-undelivered`` rows or an oldest
+    row older than ``--max-undelivered-age`` seconds (stuck delivery)."""
+    summarize = getattr(store, "outbox_summary", None)
+    if summarize is None:
+        return True
+    summary: OutboxSummary = summarize()
+    out.write(outbox_line(summary) + "\n")
+    ok = True
+    if summary.undelivered > args.max_undelivered:
+        out.write(
+            f"FINDING outbox: {summary.undelivered} undelivered, more than "
+            f"--max-undelivered {args.max_undelivered}: delivery is stuck or too slow\n"
+        )
+        ok = False
+    age = summary.age(datetime.now(UTC))
+    if age is not None and age > args.max_undelivered_age:
+        out.write(
+            f"FINDING outbox: the oldest undelivered row is {_duration(age)} old, more than "
+            f"--max-undelivered-age {args.max_undelivered_age:g} s\n"
+        )
+        ok = False
+    return ok
 
 
 def _check_records(
@@ -325,6 +415,19 @@ def add_db_commands(sub: Any) -> None:
     ck.add_argument("--store", required=True, help=STORE_HELP)
     ck.add_argument("--sample", type=int, default=None, help="fold N objects per machine")
     ck.add_argument("--machines", default=None, help=machines_help)
+    ck.add_argument(
+        "--max-undelivered",
+        type=int,
+        default=MAX_UNDELIVERED,
+        help=f"a finding past this many undelivered outbox rows ({MAX_UNDELIVERED})",
+    )
+    ck.add_argument(
+        "--max-undelivered-age",
+        type=float,
+        default=MAX_UNDELIVERED_AGE,
+        metavar="SECONDS",
+        help=f"a finding when the oldest undelivered row is older ({MAX_UNDELIVERED_AGE:g} s)",
+    )
     ck.set_defaults(func=cmd_check)
     up = dbs.add_parser(
         "upgrade",

@@ -1,15 +1,65 @@
-"""The Emitter protocol: where committed transitions go."""
+"""The emitter port: where committed transitions go, and when an outbox row may be marked.
+
+Two kinds of emitter, one contract (ADR 0121):
+
+- A **synchronous** emitter (:class:`Emitter`: ``emit`` only, as :class:`LogEmitter` and
+  :class:`MemoryEmitter`) has the event when ``emit`` returns: returning *is* its
+  acknowledgement, and the outbox row is marked delivered at once. Raising means "not
+  delivered": the row stays in the outbox and is sent again (``Runner.redeliver``, the
+  ``Dispatcher``) under the same ``id``.
+- An **acknowledging** emitter (:class:`AcknowledgingEmitter`, as ``KubernetesEmitter``)
+  hands the event to a destination that answers later. Its ``deliver(transition, ack)``
+  must return without waiting on the destination, and call ``ack(transition, outcome)``
+  exactly once, later, from any thread (or before it returns): :attr:`Ack.DELIVERED` when
+  the destination has the event, :attr:`Ack.REFUSED` when the destination refused it for
+  good (the emitter logs and counts it; the row is marked so it is not retried forever),
+  :attr:`Ack.FAILED` when it could not deliver it (gave up, closed first): the row stays.
+  Raising from ``deliver`` is "not taken", as for ``emit``.
+
+What every emitter must do to be crash-safe: acknowledge only what its destination holds;
+be idempotent on ``transition.id`` (delivery is at least once: after a crash, whatever was not
+acknowledged *and marked* comes again under the same id -- a Kubernetes Event is named from
+it, so a repeat is an ``AlreadyExists``); never drop an event silently (log and count each
+refusal or drop); and finish or give back what it holds when closed within the host's bound.
+:func:`lifecycle.testing.check_emitter` checks this contract on any emitter.
+
+Best-effort events that are not in the outbox (a row's action events, a fallback Warning)
+go through ``emit`` only, acknowledging emitters included: nothing is marked or repeated.
+"""
 
 from __future__ import annotations
 
+import enum
+from collections.abc import Callable
 from typing import Protocol, runtime_checkable
 
 from .._core.transition import Transition
 
+__all__ = ["Ack", "Acknowledge", "AcknowledgingEmitter", "Emitter", "emitter_name"]
+
+
+class Ack(enum.Enum):
+    """What an acknowledging emitter reports for one event it took."""
+
+    #: the destination has the event (a Kubernetes Event created, patched into its series,
+    #: or already there under its name): the outbox row is marked delivered
+    DELIVERED = "delivered"
+    #: the destination refused it for good (invalid): logged and counted by the emitter,
+    #: and marked, so that it is not retried forever
+    REFUSED = "refused"
+    #: not delivered (retries exhausted, closed before it was sent): the row stays in the
+    #: outbox and is sent again by the next redelivery
+    FAILED = "failed"
+
+
+#: The callback an acknowledging emitter calls once per event it took.
+Acknowledge = Callable[[Transition, Ack], None]
+
 
 @runtime_checkable
 class Emitter(Protocol):
-    """Receives each committed transition (and each fallback Warning).
+    """Receives each committed transition (and each best-effort one: actions, a fallback
+    Warning). Synchronous: returning from ``emit`` acknowledges the event (see the module).
 
     ``emit`` may raise: the runner logs it and leaves the event in the outbox, from which
     :meth:`~lifecycle.Runner.redeliver` sends it again under the same ``id``. Delivery is at
@@ -17,3 +67,18 @@ class Emitter(Protocol):
     """
 
     def emit(self, transition: Transition) -> None: ...
+
+
+@runtime_checkable
+class AcknowledgingEmitter(Emitter, Protocol):
+    """An emitter whose destination answers later: outbox events go through ``deliver``,
+    which returns at once and calls ``ack`` exactly once when the outcome is known (see the
+    module). ``emit`` still takes the best-effort events."""
+
+    def deliver(self, transition: Transition, ack: Acknowledge) -> None: ...
+
+
+def emitter_name(emitter: object) -> str:
+    """The name logs and stats give ``emitter``: its ``name`` attribute, else its class's."""
+    name = getattr(emitter, "name", None)
+    return name if isinstance(name, str) and name else type(emitter).__name__

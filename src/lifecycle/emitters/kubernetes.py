@@ -6,20 +6,22 @@ A controller opens one emitter for the process and hands it to its runner::
     from lifecycle.emitters.kubernetes import KubernetesEmitter
 
     config.load_incluster_config()
-    with KubernetesEmitter.for_api() as events:
-        runner = Runner(store, [events])
+    with KubernetesEmitter.for_api() as events, Runner(store, [events]) as runner:
+        runner.redeliver()  # at start-up, then now and again: what a crash or a close left
         ...
 
 Each transition becomes an ``events.k8s.io/v1`` Event regarding the object (its real uid and
 resourceVersion when the host's ``resolve`` supplies them: see :class:`KubernetesEmitter`),
 reported by its machine's controller (``job-controller``, ...), ``action`` = ``reason``, the
-note capped at 1024 bytes. The Events go through a correlator that reproduces client-go's
-``tools/events`` broadcaster (create, patch ``series`` count 2, then in-memory counts;
-30-minute refresh; 6-minute finish), so a Python controller's Events look exactly like a Go
-controller's. ``emit`` correlates and queues the request (1000 slots; dropped, logged and
-counted when full) and never waits on the API server; 8 worker threads send, one key's
-requests in order, and a send waiting for its retry holds no worker, so one object's failing
-Events never delay another's.
+note capped at 1024 bytes, the name derived from the transition id (ADR 0121). The Events go
+through a correlator that reproduces client-go's ``tools/events`` broadcaster (create, patch
+``series`` count 2, then in-memory counts; 30-minute refresh; 6-minute finish), so a Python
+controller's Events look exactly like a Go controller's. ``deliver`` (what the runner calls
+for outbox events) correlates and queues the request (1000 slots; ``QueueFull`` when full: the
+event stays in the outbox) and never waits on the API server; the outbox row is marked when
+the API server answered for good (ADR 0121). 8 worker threads send, one key's requests in
+order, and a send waiting for its retry holds no worker, so one object's failing Events never
+delay another's.
 
 :func:`simulate_events` runs the same correlator on a trace's own clock, without an API
 server, and returns the Event table ``kubectl get events`` would show.
@@ -34,6 +36,7 @@ import collections
 import random
 import socket
 import threading
+import time
 from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
 from types import TracebackType
@@ -44,7 +47,10 @@ from .._core.refs import ObjectRef
 from .._core.transition import Transition
 from ._k8s.collector import EventCollector, EventRow, project
 from ._k8s.correlator import (
+    DELIVERED,
+    FAILED,
     FINISH_TIME,
+    MAX_CACHED,
     MAX_TRIES_PER_EVENT,
     REFRESH_TIME,
     RETRY_INTERVAL,
@@ -70,27 +76,41 @@ from ._k8s.event import (
     ObjectReference,
     build_event,
     event_name,
+    id_suffix,
     is_dns_subdomain,
     truncate_note,
     unix_nanos,
 )
 from ._k8s.simulate import EventTableRow, format_event_table, simulate_events
-from ._k8s.sinks import ApiEventSink, MemoryEventSink, ServerBusy
+from ._k8s.sinks import (
+    MAX_REPLY_BYTES,
+    REQUEST_DEADLINE,
+    ApiEventSink,
+    ApiNotConfigured,
+    MemoryEventSink,
+    ServerBusy,
+)
+from ._k8s.transport import RequestDeadline
+from .base import Ack, Acknowledge
 
 __all__ = [
     "API_VERSIONS",
     "CONTROLLERS",
     "EVENT_WORKERS",
     "FINISH_TIME",
+    "MAX_CACHED",
     "MAX_QUEUED_EVENTS",
+    "MAX_REPLY_BYTES",
     "MAX_TRIES_PER_EVENT",
     "NAME_LIMIT",
     "NOTE_LIMIT",
     "REFRESH_TIME",
     "REPORTED_BY",
+    "REQUEST_DEADLINE",
     "RETRY_INTERVAL",
     "TRUNCATED_SUFFIX",
     "ApiEventSink",
+    "ApiNotConfigured",
     "Correlator",
     "EmitterStats",
     "Event",
@@ -107,6 +127,7 @@ __all__ = [
     "QueueFull",
     "Rejected",
     "RequestConstructionError",
+    "RequestDeadline",
     "Resolver",
     "ServerBusy",
     "SinkError",
@@ -114,6 +135,7 @@ __all__ = [
     "default_controller",
     "event_name",
     "format_event_table",
+    "id_suffix",
     "is_derived_uid",
     "is_dns_subdomain",
     "project",
@@ -186,8 +208,12 @@ def default_controller(transition: Transition) -> str:
 
 
 class QueueFull(Exception):
-    """Raised by :meth:`KubernetesEmitter.emit` when the queue is full and the emitter was
-    built with ``raise_when_full=True``: the runner then keeps the event in its outbox."""
+    """Raised by :meth:`KubernetesEmitter.deliver` when the queue is full (and by
+    :meth:`KubernetesEmitter.emit` when the emitter was built with ``raise_when_full=True``):
+    the runner then keeps the event in its outbox, and the next redelivery sends it."""
+
+
+_ACKS = {DELIVERED: Ack.DELIVERED, FAILED: Ack.FAILED}
 
 
 class ManualClock:
@@ -231,8 +257,9 @@ class KubernetesEmitter:
     ``clock``, ``sleep`` and ``jitter`` are injectable. By default a send waiting for its
     retry is parked (no worker waits) and closing the emitter ends the wait; a ``sleep`` given
     here is called by the worker instead. ``workers`` threads send (client-go: 8); at most
-    ``queue_size`` sends wait. With ``timers=False`` the workers never run the finish/refresh
-    timers by themselves: call :meth:`tick`.
+    ``queue_size`` sends wait, at most ``max_cached`` correlation keys are cached (the oldest
+    dropped beyond it, counted and logged). With ``timers=False`` the workers never run the
+    finish/refresh timers by themselves: call :meth:`tick`.
 
     Transitions redelivered from the outbox under an id already sent are skipped (the last
     ``dedupe`` ids are remembered), so redelivery never turns one transition into a series.
@@ -256,6 +283,7 @@ class KubernetesEmitter:
         workers: int = EVENT_WORKERS,
         raise_when_full: bool = False,
         dedupe: int = 10_000,
+        max_cached: int = MAX_CACHED,
         timers: bool = True,
         start: bool = True,
         logger: Any = None,
@@ -280,12 +308,15 @@ class KubernetesEmitter:
         self.clock = clock
         self._stopping = threading.Event()
         self.counters = Counters()
+        if hasattr(sink, "counters") and getattr(sink, "counters", None) is None:
+            sink.counters = self.counters  # the sink counts what it cuts or drops
         self.correlator = Correlator(
             sink,
             clock=clock,
             sleep=sleep if sleep is not None else self._interruptible_sleep,
             jitter=jitter,
             max_tries=max_tries,
+            max_cached=max_cached,
             retry_interval=retry_interval,
             counters=self.counters,
             logger=logger,
@@ -297,7 +328,10 @@ class KubernetesEmitter:
         self.dispatcher = Dispatcher(
             self.correlator, workers=workers, capacity=queue_size, sleep=sleep, timers=timers
         )
-        self._seen: collections.OrderedDict[str, None] = collections.OrderedDict()
+        #: ids this emitter finished (delivered or refused), the last ``dedupe`` of them
+        self._seen: collections.OrderedDict[str, Ack] = collections.OrderedDict()
+        #: ids in flight, with every acknowledgement waiting for them
+        self._flight: dict[str, list[tuple[Transition, Acknowledge]]] = {}
         self._dedupe = dedupe
         self._lock = threading.Lock()
         self._last_nanos = 0
@@ -311,32 +345,109 @@ class KubernetesEmitter:
         api: Any = None,
         *,
         request_timeout: float | tuple[float, float] | None = 10.0,
+        deadline: float = REQUEST_DEADLINE,
+        max_reply_bytes: int = MAX_REPLY_BYTES,
         **options: Any,
     ) -> KubernetesEmitter:
         """An emitter sending through :class:`ApiEventSink` (``api``: an ``EventsV1Api``, an
-        ``ApiClient``, or ``None`` for the loaded default configuration)."""
-        return cls(ApiEventSink(api, request_timeout=request_timeout), **options)
+        ``ApiClient``, or ``None`` for the loaded default configuration). Raises
+        :class:`ApiNotConfigured` when there is no API server to send to."""
+        sink = ApiEventSink(
+            api, request_timeout=request_timeout, deadline=deadline, max_reply_bytes=max_reply_bytes
+        )
+        return cls(sink, **options)
 
     # -- the Emitter protocol ---------------------------------------------------------------
+    name = "kubernetes"
+
     def emit(self, transition: Transition) -> None:
-        """Build the Event for ``transition`` and enqueue it; never waits for the API."""
+        """Build the Event for ``transition`` and enqueue it, best effort (nothing tells the
+        outbox how it ends: the runner uses :meth:`deliver` for outbox events); never waits
+        for the API."""
         t = transition
         # an action event has no id and may repeat: it is correlated like any Event
         tid = "" if t.action else t.id
         with self._lock:
             if self._closed:
                 raise RuntimeError("KubernetesEmitter is closed")
-            if tid and tid in self._seen:
-                self._seen.move_to_end(tid)
+            if tid and (tid in self._seen or tid in self._flight):
+                if tid in self._seen:
+                    self._seen.move_to_end(tid)
                 self.counters.add("duplicates")
                 return
         event = self.build(t)
         queued = event is not None and self._admit(event)
         if queued and tid:
+            self._remember(tid, Ack.DELIVERED)
+
+    def deliver(self, transition: Transition, ack: Acknowledge) -> None:
+        """Build the Event for ``transition`` (named from its id), correlate it and queue
+        its request; ``ack(transition, outcome)`` is called once the API server answered for
+        good: :attr:`Ack.DELIVERED` when it has the Event (created, already there under its
+        name, or patched into its series -- an in-memory count when the next patch of its
+        series lands), :attr:`Ack.REFUSED` when it refused it (invalid, forbidden: logged and
+        counted), :attr:`Ack.FAILED` when the tries ran out or the emitter closed first.
+        Never waits for the API. Raises :class:`QueueFull` (logged, counted) when
+        ``queue_size`` sends already wait, and ``RuntimeError`` once closed."""
+        t = transition
+        tid = t.id
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("KubernetesEmitter is closed")
+            known = self._seen.get(tid)
+            if known is not None:  # sent before by this emitter: answered at once
+                self._seen.move_to_end(tid)
+                self.counters.add("duplicates")
+            else:
+                waiting = self._flight.get(tid)
+                if waiting is not None:  # in flight: answered with it
+                    waiting.append((t, ack))
+                    self.counters.add("duplicates")
+                    return
+        if known is not None:
+            self._acked(known)
+            ack(t, known)
+            return
+        event = self.build(t)
+        if event is None:  # counted invalid: refused for good
+            self._acked(Ack.REFUSED)
+            ack(t, Ack.REFUSED)
+            return
+        with self._lock:
+            self._flight[tid] = [(t, ack)]
+
+        def done(outcome: str) -> None:
+            self._answer(tid, _ACKS.get(outcome, Ack.REFUSED))
+
+        try:
+            self._admit(event, done=done, strict=True)
+        except BaseException:
             with self._lock:
-                self._seen[tid] = None
-                while len(self._seen) > self._dedupe:
-                    self._seen.popitem(last=False)
+                self._flight.pop(tid, None)
+            raise
+
+    def _answer(self, tid: str, outcome: Ack) -> None:
+        with self._lock:
+            waiting = self._flight.pop(tid, [])
+        if outcome is not Ack.FAILED:
+            self._remember(tid, outcome)
+        for t, ack in waiting:
+            self._acked(outcome)
+            try:
+                ack(t, outcome)
+            except Exception as e:  # the host's callback must not kill a worker
+                self.correlator.log.error("acknowledgement failed", error=redact(repr(e)))
+
+    def _acked(self, outcome: Ack) -> None:
+        counter = {Ack.DELIVERED: "acked", Ack.REFUSED: "acked_refused"}
+        self.counters.add(counter.get(outcome, "acked_failed"))
+
+    def _remember(self, tid: str, outcome: Ack) -> None:
+        with self._lock:
+            self._seen[tid] = outcome
+            self._seen.move_to_end(tid)
+            while len(self._seen) > self._dedupe:
+                self._seen.popitem(last=False)
 
     def regarding(self, transition: Transition) -> ObjectReference:
         """The ``regarding`` reference of ``transition``'s Event: the real uid and
@@ -395,7 +506,14 @@ class KubernetesEmitter:
         """The Event of ``transition`` as :meth:`emit` records it, now (``None``, counted as
         invalid, for a type other than Normal or Warning)."""
         t = transition
-        return self._make(self.regarding(t), t.type.value, t.reason, t.message, self._controller(t))
+        return self._make(
+            self.regarding(t),
+            t.type.value,
+            t.reason,
+            t.message,
+            self._controller(t),
+            key="" if t.action else t.id,
+        )
 
     def _make(
         self,
@@ -406,13 +524,17 @@ class KubernetesEmitter:
         controller: str,
         action: str | None = None,
         related: ObjectReference | None = None,
+        key: str = "",
     ) -> Event | None:
         now = self.clock()
-        with self._lock:
-            # names must not collide when the clock repeats itself (a manual clock, a
-            # coarse timer): the next free nanosecond, never a 409 on create
-            nanos = max(unix_nanos(now), self._last_nanos + 1)
-            self._last_nanos = nanos
+        if key:  # a committed transition: its Event is named from its id (ADR 0121)
+            nanos = id_suffix(key)
+        else:
+            with self._lock:
+                # names must not collide when the clock repeats itself (a manual clock, a
+                # coarse timer): the next free nanosecond, never a 409 on create
+                nanos = max(unix_nanos(now), self._last_nanos + 1)
+                self._last_nanos = nanos
         try:
             event = build_event(
                 regarding,
@@ -431,16 +553,26 @@ class KubernetesEmitter:
             return None
         return event
 
-    def _admit(self, event: Event) -> bool:
-        """Correlate ``event`` and queue the request it calls for (never waits on the API)."""
+    def _admit(
+        self, event: Event, *, done: Callable[[str], None] | None = None, strict: bool = False
+    ) -> bool:
+        """Correlate ``event`` and queue the request it calls for (never waits on the API).
+        ``strict``: a full queue raises :class:`QueueFull` (the outbox keeps the event)."""
         dispatcher = self.dispatcher
         with dispatcher.lock:
-            if self.raise_when_full and not dispatcher.has_room():
+            if (strict or self.raise_when_full) and not dispatcher.has_room():
                 # before correlating: the runner keeps the event and redelivers it whole
                 self.counters.add("dropped_queue_full")
+                self.correlator.log.warning(
+                    "event queue full; the transition stays in the outbox",
+                    name=event.name,
+                    namespace=event.namespace,
+                    reason=event.reason,
+                    queued=dispatcher.capacity,
+                )
                 raise QueueFull(f"{dispatcher.capacity} events queued")
             # correlate first (client-go since v0.37), then queue what the API should see
-            send = self.correlator.correlate(event)
+            send = self.correlator.correlate(event, done)
             if send is not None and not dispatcher.submit(send):
                 self.counters.add("dropped_queue_full")
                 return False
@@ -472,18 +604,35 @@ class KubernetesEmitter:
         return self.dispatcher.flush(timeout)
 
     def close(self, timeout: float = 5.0) -> None:
-        """Stop accepting Events, give the queue ``timeout`` seconds to drain, then stop the
-        workers: what still waits is dropped and counted (a send waiting for its retry gives
-        up), a request in flight ends on its own; the workers are joined for ``timeout``."""
+        """Stop accepting Events and flush within ``timeout`` seconds in all: series counts
+        held in memory are patched, the queue drains; then the workers stop. What still
+        waits is not sent: counted (``dropped_on_close``, ``gave_up`` for a send waiting for
+        its retry), logged with its count, and acknowledged as failed, so its transition
+        stays in the outbox and the next start sends it. A request in flight ends on its
+        own (its answer still acknowledges it); the workers are joined within the bound."""
         with self._lock:
             if self._closed:
                 return
             self._closed = True
+        deadline = time.monotonic() + timeout
         if not self.dispatcher.threads:
+            self.correlator.release_held()
+            self._fail_flight()
             return
-        self.flush(timeout)
+        with self.dispatcher.lock:
+            for send in self.correlator.held():
+                self.dispatcher.submit(send)
+        reserve = min(timeout / 10, 0.5)  # to stop and join the workers within the bound
+        self.flush(max(deadline - reserve - time.monotonic(), 0.0))
         self._stopping.set()
-        self.dispatcher.stop(timeout)
+        self.correlator.end_outage("close")
+        self.dispatcher.stop(max(deadline - time.monotonic(), 0.0))
+
+    def _fail_flight(self) -> None:
+        with self._lock:
+            ids = list(self._flight)
+        for tid in ids:
+            self._answer(tid, Ack.FAILED)
 
     def __enter__(self) -> KubernetesEmitter:
         return self

@@ -665,6 +665,8 @@ class Statements:
             f"DELETE FROM {s}.outbox WHERE id = ANY(%b::text[]) AND EXISTS (SELECT 1 FROM lazy)"
         )
         self.undelivered = f"SELECT count(*) FROM {s}.outbox"
+        #: what waits in the outbox: how many rows, the oldest one's commit time (db status)
+        self.outbox_summary = f"SELECT count(*), min(created_at) FROM {s}.outbox"
         self.snapshot = f"SELECT version, status, {_SV} FROM {s}.snapshots WHERE uid = %s"
         self.lock_object = (
             f"SELECT version, status, {_SV} FROM {s}.objects WHERE uid = %s FOR UPDATE"

@@ -8,6 +8,7 @@ what every shipped store offers (ADR 0092)."""
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
+from datetime import datetime
 from typing import Any, Protocol, runtime_checkable
 
 import attrs
@@ -219,6 +220,22 @@ class RetentionStore(Protocol):
     def compact(
         self, machine: Machine[Any], *, keep: int = 0, refs: Iterable[ObjectRef] | None = None
     ) -> int: ...
+
+
+@attrs.frozen(slots=True)
+class OutboxSummary:
+    """What waits in a store's outbox (``lifecycle db status`` and ``db check``): the rows
+    committed and not yet delivered (events; link intents not yet confirmed), and when the
+    oldest of them was observed (``None`` when there is none). An event is delivered when
+    every emitter of the runner that committed it has it (ADR 0121), so this one count is
+    what every emitter still owes."""
+
+    undelivered: int
+    oldest: datetime | None
+
+    def age(self, now: datetime) -> float | None:
+        """Seconds since the oldest undelivered row was observed (``None``: nothing waits)."""
+        return None if self.oldest is None else max((now - self.oldest).total_seconds(), 0.0)
 
 
 @attrs.frozen(slots=True)

@@ -19,6 +19,7 @@ from .._core.transition import Transition
 from .._log import get_logger
 from .base import (
     JournalEntry,
+    OutboxSummary,
     Record,
     Snapshot,
     UpgradeReport,
@@ -238,12 +239,16 @@ class MemoryStore:
             for i in ids:
                 self._outbox.pop(i, None)
 
-    def outbox_backlog(self) -> tuple[int, datetime | None]:
-        """How many outbox rows are undelivered, and the commit time of the oldest (its
-        observation's ``at``), or ``None`` when there are none."""
+    def undelivered_count(self) -> int:
+        """Events and link intents committed and not yet delivered (or confirmed)."""
+        with self._lock:
+            return len(self._outbox)
+
+    def outbox_summary(self) -> OutboxSummary:
+        """How many outbox rows wait, and when the oldest was observed (``db status``)."""
         with self._lock:
             rows = list(self._outbox.values())
-        return len(rows), min((t.at for t in rows), default=None)
+        return OutboxSummary(len(rows), min((t.at for t in rows), default=None))
 
     def close(self) -> None:
         pass

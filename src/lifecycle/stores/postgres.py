@@ -45,6 +45,7 @@ from ._pgsql import (
 from .base import (
     CommitItem,
     JournalEntry,
+    OutboxSummary,
     Record,
     Snapshot,
     UpgradeReport,
@@ -646,6 +647,12 @@ class PostgresStore(sql.PgSettings):
         with self._conn("outbox count") as conn:
             row = conn.execute(self._sql.undelivered).fetchone()
         return 0 if row is None else int(row[0])
+
+    def outbox_summary(self) -> OutboxSummary:
+        """How many outbox rows wait, and when the oldest was committed (``db status``)."""
+        with self._conn("outbox summary") as conn:
+            row = conn.execute(self._sql.outbox_summary).fetchone()
+        return OutboxSummary(0, None) if row is None else OutboxSummary(int(row[0]), row[1])
 
     def close(self) -> None:
         self._watchdog.close()

@@ -31,7 +31,15 @@ from ._pgsql import (
     psycopg,
     translate,
 )
-from .base import CommitItem, JournalEntry, Record, Snapshot, UpgradeReport, check_batch
+from .base import (
+    CommitItem,
+    JournalEntry,
+    OutboxSummary,
+    Record,
+    Snapshot,
+    UpgradeReport,
+    check_batch,
+)
 from .postgres import Lost, _snapshot_rows, sever
 from .postgres import migrate as _migrate_sync
 from .postgres import schema_version as _schema_version
@@ -421,6 +429,13 @@ class AsyncPostgresStore(sql.PgSettings):
             cur = await conn.execute(self._sql.undelivered)
             row = await cur.fetchone()
         return 0 if row is None else int(row[0])
+
+    async def outbox_summary(self) -> OutboxSummary:
+        """How many outbox rows wait, and when the oldest was committed."""
+        async with self._conn("outbox summary") as conn:
+            cur = await conn.execute(self._sql.outbox_summary)
+            row = await cur.fetchone()
+        return OutboxSummary(0, None) if row is None else OutboxSummary(int(row[0]), row[1])
 
     async def close(self) -> None:
         await self._pool.close()

@@ -48,6 +48,7 @@ from ._sqlite_history import HistoryRewind, SQLiteHistory
 from .base import (
     CommitItem,
     JournalEntry,
+    OutboxSummary,
     Record,
     Snapshot,
     UpgradeReport,
@@ -1072,20 +1073,6 @@ class SQLiteStore:
         found.sort(key=lambda t: (t.ref.uid, t.version, t.n))
         return found
 
-    def outbox_backlog(self) -> tuple[int, datetime | None]:
-        """How many outbox rows are undelivered, and the time of the oldest (its observation's
-        ``at``), or ``None`` when there are none. Marks still held are written first."""
-        self._write_marks()
-        db, lock = self._reading()
-        with lock:
-            try:
-                count, first = db.execute(
-                    "SELECT count(*), min(json_extract(payload, '$.at')) FROM outbox"
-                ).fetchone()
-            except sqlite3.Error as e:
-                raise self._fail("outbox backlog", e) from e
-        return int(count), parse_time(first) if first else None
-
     def mark_delivered(self, ids: Iterable[str]) -> None:
         """Delete delivered rows. The mark need not be durable (lost in a crash, an event is
         delivered again under its id): it rides with the next commit's transaction (ADR
@@ -1178,6 +1165,17 @@ class SQLiteStore:
         if marks:
             self._mark_quietly(marks)
 
+    def outbox_summary(self) -> OutboxSummary:
+        """How many outbox rows wait, and when the oldest was observed (``db status``).
+        Marks still held (ADR 0132) are written first, so they are not counted."""
+        self._write_marks()
+        with self._lock:
+            try:
+                row = self._db.execute(OUTBOX_SUMMARY).fetchone()
+            except sqlite3.Error as e:
+                raise self._fail("outbox summary", e) from e
+        return outbox_summary_of(row)
+
     def history(self) -> SQLiteHistory:
         """The epochs this database started, each when it was found to be an older copy of
         itself (``lifecycle db check``; ADR 0037)."""
@@ -1209,6 +1207,23 @@ _HELD_MARKS = 256
 #: Seconds a held mark waits for a commit to carry it before it is written on its own (well
 #: inside any lease, so no other store claims a delivered row).
 _MARK_DELAY = 0.2
+
+
+#: What waits in the outbox: how many rows, and the oldest one's observation time (the
+#: transition's ``at``; the SQLite outbox records no commit time).
+OUTBOX_SUMMARY = "SELECT count(*), min(json_extract(payload, '$.at')) FROM outbox"
+
+
+def outbox_summary_of(row: Any) -> OutboxSummary:
+    """The :class:`OutboxSummary` of an :data:`OUTBOX_SUMMARY` row."""
+    if row is None:
+        return OutboxSummary(0, None)
+    count, oldest = row
+    at = None
+    if isinstance(oldest, str):
+        with contextlib.suppress(ValueError):
+            at = datetime.fromisoformat(oldest)
+    return OutboxSummary(int(count), at)
 
 
 def _int64(what: str, value: int, uid: str | None = None, *, room: int = 0) -> None:

@@ -362,15 +362,17 @@ def _unique(items: list[Any]) -> list[Any]:
 
 
 def _backlog(store: Any) -> tuple[int, float | None] | None:
-    """``(undelivered rows, epoch seconds of the oldest)`` from a store that can tell."""
-    call = getattr(store, "outbox_backlog", None)
+    """``(undelivered rows, epoch seconds of the oldest)`` from a store that can tell
+    (``outbox_summary``, every shipped store)."""
+    call = getattr(store, "outbox_summary", None)
     if call is None:
         return None
     try:
-        count, oldest = call()
+        summary = call()
     except Exception:
         return None
-    return int(count), (oldest.timestamp() if oldest is not None else None)
+    oldest = summary.oldest
+    return int(summary.undelivered), (oldest.timestamp() if oldest is not None else None)
 
 
 def _labels(key: object) -> list[str]:

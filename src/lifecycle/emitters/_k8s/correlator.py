@@ -34,11 +34,19 @@ from ..._core.redact import redact
 from ..._log import get_logger
 from .event import Event, EventKey, EventSeries
 
+#: Told once how a recorded Event ended (``"delivered"``, ``"refused"``, ``"failed"``): the
+#: emitter's acknowledgement of the transition it came from (ADR 0121).
+Done = Callable[[str], None]
+DELIVERED, REFUSED, FAILED = "delivered", "refused", "failed"
+
 FINISH_TIME = timedelta(minutes=6)
 REFRESH_TIME = timedelta(minutes=30)
 MAX_TRIES_PER_EVENT = 12
 RETRY_INTERVAL = 10.0
 RETRY_JITTER = 0.25
+#: Correlation keys cached at most (client-go's core correlator's LRU size): beyond it the
+#: oldest key is dropped, counted (``cache_evicted``) and logged.
+MAX_CACHED = 4096
 
 Clock = Callable[[], datetime]
 
@@ -55,8 +63,10 @@ class SinkError(Exception):
 
 
 class Rejected(SinkError):
-    """The server answered with an error status (client-go's ``StatusError``): dropped,
-    except AlreadyExists on the create of a series, which is retried."""
+    """The server answered with an error status (client-go's ``StatusError``): a 4xx is a
+    refusal for good (dropped, counted), except AlreadyExists: on the create of an Event its
+    name (derived from the transition id) is there already, which is delivered; on the
+    create of a series it is retried. A 5xx is the server failing, not refusing: retried."""
 
     def __init__(self, message: str, status: int = 0, reason: str = "") -> None:
         super().__init__(message)
@@ -66,6 +76,11 @@ class Rejected(SinkError):
     @property
     def already_exists(self) -> bool:
         return self.reason == "AlreadyExists"
+
+    @property
+    def server_failed(self) -> bool:
+        """A 5xx: the server could not answer, the Event may be accepted next time."""
+        return self.status >= 500
 
 
 class NotFound(Rejected):
@@ -105,6 +120,9 @@ class EmitterStats:
     #: an Event that could not be built (bad type): dropped
     invalid: int = 0
     created: int = 0
+    #: a create answered AlreadyExists: the Event (named from its transition id) was there,
+    #: a redelivery of one that landed before a crash -- counted as delivered
+    already_delivered: int = 0
     patched: int = 0
     #: a series patch found nothing (the Event was evicted) and created it instead
     recreated: int = 0
@@ -118,8 +136,19 @@ class EmitterStats:
     gave_up: int = 0
     #: cache entries dropped by the finish timer
     evicted: int = 0
-    #: still queued when the emitter was closed
+    #: still queued when the emitter was closed (its transition stays in the outbox)
     dropped_on_close: int = 0
+    #: transitions acknowledged delivered, refused (marked, not retried), failed (left in the
+    #: outbox, sent again by the next redelivery)
+    acked: int = 0
+    acked_refused: int = 0
+    acked_failed: int = 0
+    #: replies longer than the sink's ``max_reply_bytes``: cut, the Event kept as sent
+    oversized_replies: int = 0
+    #: requests cut at their total deadline (a server too slow to answer): retried
+    deadlines: int = 0
+    #: correlation cache entries dropped to stay within ``max_cached`` (their series end)
+    cache_evicted: int = 0
     #: the host could not supply the regarded object's uid (a uid the library derived, such
     #: as a NodeClaim's ``<pod uid>-claim``, is then left out of the Event): sent without it
     unresolved_uids: int = 0
@@ -152,9 +181,27 @@ class Counters:
             return EmitterStats(**self._values)
 
 
+#: Distinct Event names an outage counts (beyond that its ``events`` figure is a floor).
+_OUTAGE_NAMES = 10_000
+
+
+class _Outage:
+    """Failed tries since the server last answered (one log line starts it, one ends it)."""
+
+    __slots__ = ("events", "gave_up", "started", "tries")
+
+    def __init__(self, started: float) -> None:
+        self.started = started
+        self.tries = 0
+        self.gave_up = 0
+        self.events: set[str] = set()
+
+
 # -- one send ------------------------------------------------------------------------------
 class Sent(enum.Enum):
     CREATED = "created"
+    #: a create answered AlreadyExists for an Event that is not a series: it is there
+    EXISTS = "exists"
     PATCHED = "patched"
     RECREATED = "recreated"
     REJECTED = "rejected"
@@ -191,6 +238,10 @@ def record_event(sink: EventSink, event: Event) -> tuple[Sent, Exception | None,
         # created twice in a very short time; another try patches it.
         if error.already_exists and is_series:
             return Sent.RETRY, error, None
+        if error.already_exists:  # the name is the transition's: it landed before
+            return Sent.EXISTS, None, None
+        if error.server_failed:
+            return Sent.RETRY, error, None
         return Sent.REJECTED, error, None
     return Sent.RETRY, error, None
 
@@ -218,11 +269,32 @@ class Send:
     purpose: Purpose
     event: Event | None = None
     tries: int = 0
+    #: told how the send ended: the recorded transitions' acknowledgements (a timer send
+    #: carries those counted in memory since the last patch of its key)
+    done: list[Done] = attrs.Factory(list)
+
+    def answer(self, sent: Sent) -> None:
+        """Tell each ``done`` how this send ended (once), and forget them."""
+        if not self.done:
+            return
+        outcome = outcome_of(sent)
+        done, self.done = self.done, []
+        for d in done:
+            d(outcome)
 
     @property
     def retried(self) -> bool:
         """Whether a failed try is tried again (timer sends try once per tick)."""
         return self.purpose is Purpose.RECORD
+
+
+def outcome_of(sent: Sent) -> str:
+    """The acknowledgement a final :class:`Sent` gives its transitions."""
+    if sent in (Sent.CREATED, Sent.EXISTS, Sent.PATCHED, Sent.RECREATED):
+        return DELIVERED
+    if sent in (Sent.REJECTED, Sent.INVALID):
+        return REFUSED
+    return FAILED
 
 
 # -- the broadcaster -----------------------------------------------------------------------
@@ -247,7 +319,11 @@ class Correlator:
         counters: Counters | None = None,
         logger: Any = None,
         cancelled: Callable[[], bool] = lambda: False,
+        max_cached: int = MAX_CACHED,
     ) -> None:
+        if max_cached < 1:
+            raise ValueError(f"max_cached must be at least 1, got {max_cached}")
+        self.max_cached = max_cached
         if max_tries < 1:
             raise ValueError(f"max_tries must be at least 1, got {max_tries}")
         self.sink = sink
@@ -262,6 +338,10 @@ class Correlator:
         self.log = logger if logger is not None else _log
         self._lock = threading.Lock()
         self._cache: dict[EventKey, Event] = {}
+        #: acknowledgements of transitions counted in memory, told when a patch carries them
+        self._held: dict[EventKey, list[Done]] = {}
+        self._outage: _Outage | None = None
+        self._evictions = 0
         start = clock()
         self._next_finish = start + FINISH_TIME
         self._next_refresh = start + REFRESH_TIME
@@ -290,24 +370,77 @@ class Correlator:
         if send is not None:
             self.deliver(send)
 
-    def correlate(self, event: Event) -> Send | None:
+    def correlate(self, event: Event, done: Done | None = None) -> Send | None:
         """Cache ``event`` under its key and say which request the API should see: a create
         for a new key, a series patch (count 2) for its second Event, nothing (an in-memory
-        count) after that. Never waits on the API server."""
+        count) after that. Never waits on the API server. ``done`` is told how the Event
+        ended: with its request's outcome, or for an in-memory count with the outcome of the
+        next patch of its key (a refresh, a finish, the emitter's close)."""
         with self._lock:
             key = event.key
             cached = self._cache.get(key)
+            acks = [done] if done is not None else []
+            dropped: list[tuple[EventKey, list[Done]]] = []
+            send: Send | None
             if cached is None:
                 self._cache[key] = event
-                return Send(key, Purpose.RECORD, event)
-            if cached.series is not None:
+                if len(self._cache) > self.max_cached:
+                    dropped = self._bound()
+                send = Send(key, Purpose.RECORD, event, done=acks)
+            elif cached.series is not None:
                 series = EventSeries(cached.series.count + 1, self.clock())
                 self._cache[key] = attrs.evolve(cached, series=series)
                 self.counters.add("counted_in_memory")
-                return None
-            to_send = attrs.evolve(cached, series=EventSeries(2, self.clock()))
-            self._cache[key] = to_send
-            return Send(key, Purpose.RECORD, to_send)
+                if done is not None:
+                    self._held.setdefault(key, []).append(done)
+                send = None
+            else:
+                to_send = attrs.evolve(cached, series=EventSeries(2, self.clock()))
+                self._cache[key] = to_send
+                send = Send(key, Purpose.RECORD, to_send, done=acks)
+        if dropped:
+            self._dropped(dropped)
+        return send
+
+    def _bound(self) -> list[tuple[EventKey, list[Done]]]:
+        """Drop the oldest keys beyond ``max_cached`` (call with the lock held)."""
+        dropped = []
+        while len(self._cache) > self.max_cached:
+            key = next(iter(self._cache))
+            del self._cache[key]
+            dropped.append((key, self._held.pop(key, [])))
+        return dropped
+
+    def _dropped(self, dropped: list[tuple[EventKey, list[Done]]]) -> None:
+        """Count and log keys dropped from the cache; their unpatched counts failed."""
+        self.counters.add("cache_evicted", len(dropped))
+        self._evictions += len(dropped)
+        if self._evictions == len(dropped) or self._evictions % 1000 < len(dropped):
+            self.log.warning(
+                "event cache full; oldest series dropped",
+                max_cached=self.max_cached,
+                dropped_so_far=self._evictions,
+            )
+        for _, acks in dropped:
+            for d in acks:
+                d(FAILED)
+
+    def held(self) -> list[Send]:
+        """A refresh send for each key holding in-memory counts not yet patched (the
+        emitter's close sends them, so a shutdown delivers its series counts)."""
+        with self._lock:
+            return [Send(key, Purpose.REFRESH) for key, acks in self._held.items() if acks]
+
+    def release_held(self) -> int:
+        """Tell every held in-memory count it failed (closing: never patched); how many."""
+        with self._lock:
+            held, self._held = self._held, {}
+        n = 0
+        for acks in held.values():
+            for d in acks:
+                d(FAILED)
+                n += 1
+        return n
 
     def retry_delay(self) -> float:
         """Seconds before the next try: ``wait.Jitter(retry_interval, 0.25)``."""
@@ -335,13 +468,18 @@ class Correlator:
             return False
         self.counters.add("gave_up")
         event = send.event
-        self.log.error(
-            "unable to write event (retry limit exceeded)",
-            name=event.name if event else "",
-            namespace=event.namespace if event else "",
-            reason=event.reason if event else "",
-            tries=send.tries,
-        )
+        with self._lock:
+            outage = self._outage
+            if outage is not None:
+                outage.gave_up += 1
+        if outage is None:  # an outage logs its give-ups in the line that ends it
+            self.log.error(
+                "unable to write event (retry limit exceeded)",
+                name=event.name if event else "",
+                namespace=event.namespace if event else "",
+                reason=event.reason if event else "",
+                tries=send.tries,
+            )
         return True
 
     def try_send(self, send: Send) -> Sent:
@@ -349,6 +487,7 @@ class Correlator:
         evicted, or when a final patch's series is no longer idle). On success the server's
         reply becomes the cached copy unless the key moved while the request was in flight;
         a final patch that is not to be retried evicts the key (unless it moved)."""
+        held: list[Done] = []
         if send.purpose is Purpose.RECORD:
             event = send.event
         else:
@@ -358,19 +497,41 @@ class Correlator:
                     return Sent.SKIPPED
                 if send.purpose is Purpose.FINISH and not self._idle(event, self.clock()):
                     return Sent.SKIPPED
+                held = self._held.pop(send.key, [])  # the counts this patch carries
             send.event = event
         assert event is not None
         sent, reply = self._send(event)
+        evicted = False
         with self._lock:
             unmoved = self._cache.get(send.key) is event
             if unmoved and reply is not None:
                 kept = self._adopt(event, reply)
                 if kept is not None:
                     self._cache[send.key] = kept
+            if held and sent is Sent.RETRY and send.purpose is not Purpose.FINISH:
+                self._held.setdefault(send.key, [])[:0] = held  # the next patch carries them
+                held = []
             if send.purpose is Purpose.FINISH and sent is not Sent.RETRY and unmoved:
                 del self._cache[send.key]
                 self.counters.add("evicted")
+                evicted = True
+            if send.purpose is Purpose.FINISH and sent is Sent.RETRY and held:
+                self._held.setdefault(send.key, [])[:0] = held
+                held = []
+        if held:
+            outcome = outcome_of(sent)
+            for d in held:
+                d(outcome)
+        if evicted:
+            self._fail_held(send.key)
         return sent
+
+    def _fail_held(self, key: EventKey) -> None:
+        """A key left the cache: the counts it still holds will never be patched."""
+        with self._lock:
+            acks = self._held.pop(key, [])
+        for d in acks:
+            d(FAILED)
 
     def _adopt(self, sent: Event, reply: Event) -> Event | None:
         """The reply as the cached copy of ``sent``, or ``None`` when it does not correlate
@@ -385,6 +546,7 @@ class Correlator:
         self.counters.add(
             {
                 Sent.CREATED: "created",
+                Sent.EXISTS: "already_delivered",
                 Sent.PATCHED: "patched",
                 Sent.RECREATED: "recreated",
                 Sent.REJECTED: "rejected",
@@ -392,17 +554,73 @@ class Correlator:
                 Sent.RETRY: "transport_errors",
             }[sent]
         )
-        if error is not None:
-            log = self.log.warning if sent is Sent.RETRY else self.log.error
-            log(
-                "unable to write event"
-                + (" (may retry after sleeping)" if sent is Sent.RETRY else " (will not retry)"),
+        if sent is Sent.RETRY:
+            self._failing(event, error)
+        else:
+            self._answered()
+            if error is not None:
+                self.log.error(
+                    "unable to write event (will not retry)",
+                    name=event.name,
+                    namespace=event.namespace,
+                    reason=event.reason,
+                    error=redact(str(error).strip()),
+                )
+        return sent, reply
+
+    # -- outages ------------------------------------------------------------------------------
+    def _failing(self, event: Event, error: Exception | None) -> None:
+        """A try failed in a way worth retrying: the first one starts an outage (one WARNING
+        line), the later ones are counted in it."""
+        with self._lock:
+            outage = self._outage
+            if outage is None:
+                outage = self._outage = _Outage(time.monotonic())
+            outage.tries += 1
+            if len(outage.events) < _OUTAGE_NAMES:  # bounded: a count, not a log of names
+                outage.events.add(event.name)
+            first = outage.tries == 1
+        if first:
+            self.log.warning(
+                "API server unreachable; Events wait and are retried",
                 name=event.name,
                 namespace=event.namespace,
                 reason=event.reason,
                 error=redact(str(error).strip()),
             )
-        return sent, reply
+
+    def _answered(self) -> None:
+        """The server answered: an outage in progress ends (one WARNING line, with counts)."""
+        if self._outage is None:  # read without the lock: the common case costs nothing
+            return
+        with self._lock:
+            outage, self._outage = self._outage, None
+        if outage is not None:
+            self.log.warning(
+                "API server reachable again",
+                seconds=round(time.monotonic() - outage.started, 3),
+                failed_tries=outage.tries,
+                events=len(outage.events),
+                gave_up=outage.gave_up,
+            )
+
+    @property
+    def outage(self) -> bool:
+        """Whether the last try failed in a way worth retrying (an outage is in progress)."""
+        return self._outage is not None
+
+    def end_outage(self, why: str) -> None:
+        """Closing during an outage: its line says so, with its counts."""
+        with self._lock:
+            outage, self._outage = self._outage, None
+        if outage is not None:
+            self.log.warning(
+                f"API server outage unresolved at {why}",
+                seconds=round(time.monotonic() - outage.started, 3),
+                failed_tries=outage.tries,
+                events=len(outage.events),
+                gave_up=outage.gave_up,
+            )
 
     # -- timers -------------------------------------------------------------------------------
     def tick(self) -> None:

@@ -164,6 +164,7 @@ class Dispatcher:
                         self._park(key, send)
                         continue
                 self._done(key)
+            send.answer(sent)  # outside the lock: an acknowledgement may mark the outbox
 
     def _park(self, key: EventKey, send: Send) -> None:
         """Put ``send`` back at the head of its lane until its retry is due; the lane (and
@@ -210,7 +211,7 @@ class Dispatcher:
             return self.correlator.deliver(send), True
         except Exception as e:  # a worker must outlive a broken sink
             self.correlator.log.error("event worker failed", error=redact(repr(e)))
-            return Sent.REJECTED, True
+            return Sent.RETRY, True  # not delivered: its transition stays in the outbox
 
     def _done(self, key: EventKey) -> None:
         lane = self._lanes[key]
@@ -231,6 +232,7 @@ class Dispatcher:
         """Stop the workers: sends still waiting are dropped and counted (``gave_up`` for one
         that was already tried, ``dropped_on_close`` for the others); a request in flight
         ends on its own, and its worker exits then."""
+        dropped: list[Send] = []
         with self._cond:
             self._stopping = True
             for lane in self._lanes.values():
@@ -240,12 +242,23 @@ class Dispatcher:
                         self.correlator.counters.add(counter)
                     self._pending -= 1
                     self._waiting -= 1
+                    dropped.append(send)
                 lane.clear()
             self._lanes = {k: v for k, v in self._lanes.items() if k in self._busy}
             self._ready.clear()
             self._parked.clear()
             self._cond.notify_all()
             threads = list(self._threads)
+        for send in dropped:  # never sent: their transitions stay in the outbox
+            send.answer(Sent.RETRY)
+        held = self.correlator.release_held()
+        left = sum(1 for s in dropped if s.purpose is Purpose.RECORD)
+        if left or held:
+            self.correlator.log.warning(
+                "emitter closed; Events not sent stay undelivered",
+                queued=left,
+                counted_in_memory=held,
+            )
         deadline = self._monotonic() + join_timeout
         for thread in threads:
             thread.join(max(deadline - self._monotonic(), 0.0))

@@ -7,6 +7,7 @@ type. Records are frozen; the correlator replaces a cached Event to move its ser
 
 from __future__ import annotations
 
+import hashlib
 import re
 import uuid
 from collections.abc import Mapping
@@ -287,3 +288,12 @@ def build_event(
         regarding=regarding,
         related=related,
     )
+
+
+def id_suffix(transition_id: str) -> int:
+    """The number an Event's name ends in (in hex) when it records the committed transition
+    ``transition_id``: 63 bits of its SHA-256, where client-go puts the clock's nanoseconds.
+    The same transition always gets the same name, so a redelivery after a restart is an
+    ``AlreadyExists`` rather than a second Event (ADR 0121)."""
+    digest = hashlib.sha256(transition_id.encode("utf-8", "surrogatepass")).digest()
+    return int.from_bytes(digest[:8], "big") >> 1

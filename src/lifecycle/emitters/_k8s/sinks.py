@@ -9,8 +9,17 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from .correlator import NotFound, Rejected, RequestConstructionError, SinkError
+from ..._log import get_logger
+from .correlator import Counters, NotFound, Rejected, RequestConstructionError, SinkError
 from .event import Event
+from .transport import Deadlines, RequestDeadline, bound
+
+_log = get_logger("lifecycle.emitters.kubernetes")
+
+#: The longest a request may take in all (connect, send, every byte of the answer).
+REQUEST_DEADLINE = 30.0
+#: The largest reply read (an Event's is a few KiB): the rest is dropped, counted, logged.
+MAX_REPLY_BYTES = 64 * 1024
 
 STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
 
@@ -26,6 +35,11 @@ def _client() -> Any:
     return kubernetes.client
 
 
+class ApiNotConfigured(ValueError):
+    """The Kubernetes client has no API server to send to (no kubeconfig or in-cluster
+    configuration was loaded): refused when the sink is built, not at every send."""
+
+
 class ServerBusy(SinkError):
     """429, or a 5xx carrying ``Retry-After``: client-go's REST client retries these itself
     before the broadcaster sees an error; here the broadcaster's tries cover them."""
@@ -34,24 +48,53 @@ class ServerBusy(SinkError):
 class ApiEventSink:
     """Creates and patches Events with ``EventsV1Api`` (``events.k8s.io/v1``).
 
-    ``api`` is an ``EventsV1Api``, an ``ApiClient`` (wrapped), or ``None`` for the default
+    ``api`` is an ``EventsV1Api``, an ``ApiClient``, or ``None`` for the default
     configuration (call ``kubernetes.config.load_kube_config()`` or ``load_incluster_config()``
-    first). Each request waits at most ``request_timeout`` seconds; a timeout is a transport
-    error and is retried. A successful answer is decoded into the :class:`Event` the server
-    stored (``None`` when it cannot be), which the correlator keeps as its cached copy, as
-    client-go keeps the Event its sink returns.
+    first); a configuration with no API server raises :class:`ApiNotConfigured` here. The
+    sink sends through its own ``ApiClient`` built from a copy of that configuration, with
+    the client's own retries off: the emitter's tries (12, 10 s apart) are the one retry
+    policy. Each request waits at most ``request_timeout`` seconds per read and
+    ``deadline`` seconds in all (a server answering one byte at a time is cut off:
+    :class:`RequestDeadline`, retried); a reply is read up to ``max_reply_bytes``, the rest
+    dropped (counted in ``oversized_replies``, logged). A successful answer is decoded into
+    the :class:`Event` the server stored (``None`` when it cannot be), which the correlator
+    keeps as its cached copy, as client-go keeps the Event its sink returns.
     """
 
     def __init__(
-        self, api: Any = None, *, request_timeout: float | tuple[float, float] | None = 10.0
+        self,
+        api: Any = None,
+        *,
+        request_timeout: float | tuple[float, float] | None = 10.0,
+        deadline: float = REQUEST_DEADLINE,
+        max_reply_bytes: int = MAX_REPLY_BYTES,
     ) -> None:
         client = _client()
         if api is None:
-            api = client.EventsV1Api()
+            configuration = client.Configuration.get_default_copy()
         elif isinstance(api, client.ApiClient):
-            api = client.EventsV1Api(api)
-        self.api = api
+            configuration = api.configuration
+        else:
+            configuration = api.api_client.configuration
+        if not getattr(configuration, "host", ""):
+            raise ApiNotConfigured(
+                "the Kubernetes client has no API server: load a configuration first "
+                "(kubernetes.config.load_incluster_config() or load_kube_config()), or pass "
+                "an ApiClient"
+            )
+        if deadline <= 0 or max_reply_bytes < 1:
+            raise ValueError("deadline and max_reply_bytes must be positive")
+        own = copy.deepcopy(configuration)
+        own.retries = False  # one retry policy: the emitter's
+        api_client = client.ApiClient(own)
+        bound(api_client.rest_client.pool_manager)
+        self.api = client.EventsV1Api(api_client)
         self.request_timeout = request_timeout
+        self.deadline = deadline
+        self.max_reply_bytes = max_reply_bytes
+        #: the emitter's counters (set by it), for oversized replies and cut requests
+        self.counters: Counters | None = None
+        self._deadlines = Deadlines()
         self._exceptions = client.exceptions
 
     def create(self, event: Event) -> Event | None:
@@ -77,6 +120,31 @@ class ApiEventSink:
         )
 
     def _call(self, request: Callable[[], Any]) -> Event | None:
+        with self._deadlines.guard(self.deadline, self.max_reply_bytes) as guard:
+            try:
+                return self._answer(request)
+            except SinkError:
+                raise
+            except Exception as e:
+                if guard.expired:
+                    self._count("deadlines")
+                    raise RequestDeadline(
+                        f"no complete answer within {self.deadline} s: connection cut"
+                    ) from e
+                raise
+            finally:
+                if guard.oversized:
+                    self._count("oversized_replies")
+                    _log.warning(
+                        "API server reply too large; the rest was not read",
+                        limit=self.max_reply_bytes,
+                    )
+
+    def _count(self, name: str) -> None:
+        if self.counters is not None:
+            self.counters.add(name)
+
+    def _answer(self, request: Callable[[], Any]) -> Event | None:
         exc = self._exceptions
         try:
             response = request()
