@@ -150,3 +150,31 @@ def test_the_shipped_telemetries_pass_the_conformance_check(make: str) -> None:
 def test_the_conformance_check_finds_a_telemetry_that_raises() -> None:
     with pytest.raises(AssertionError, match="raised"):
         check_telemetry(lambda: Raising(frozenset({"emitted"}), RuntimeError, False))
+
+
+def test_an_acknowledging_emitter_is_reported_when_it_acknowledges() -> None:
+    from lifecycle.emitters.base import Ack
+
+    class Later:
+        def __init__(self) -> None:
+            self.waiting: list[tuple[object, object]] = []
+
+        def emit(self, transition: object) -> None:
+            pass
+
+        def deliver(self, transition: object, ack: object) -> None:
+            self.waiting.append((transition, ack))
+
+    later, recording = Later(), RecordingTelemetry()
+    store = MemoryStore()
+    runner = Runner(store, [later], telemetry=recording)
+    runner.observe(ObjectRef("Pod", "ml", "p", uid="u"), CreateRequested(at=t()))
+    assert later.waiting
+    assert not recording.of("emitted")  # handed off: nothing known yet
+    (first, ack_first), *rest = later.waiting
+    ack_first(first, Ack.DELIVERED)  # type: ignore[operator]
+    for transition, ack in rest:
+        ack(transition, Ack.FAILED)  # type: ignore[operator]
+    emitted = recording.of("emitted")
+    assert [e[3] is None for e in emitted] == [True] + [False] * len(rest)
+    assert all(type(e[3]).__name__ == "NotDelivered" for e in emitted[1:])

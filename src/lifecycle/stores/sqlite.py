@@ -40,7 +40,6 @@ from .._core.schema import (
     upgraded_observation,
     upgraded_status,
 )
-from .._core.serde import parse_time
 from .._core.transition import Transition
 from .._log import get_logger
 from . import _sqlite_history as history

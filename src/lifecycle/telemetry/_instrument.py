@@ -156,6 +156,11 @@ class InstrumentedStore:
         return timed
 
 
+class NotDelivered(Exception):
+    """What telemetry is told when an acknowledging emitter answers ``refused`` or
+    ``failed`` for an event."""
+
+
 class InstrumentedEmitter:
     """An emitter whose every ``emit`` is reported (and whose failures still propagate, so
     delivery keeps the event in the outbox); everything else is the emitter's own."""
@@ -164,6 +169,31 @@ class InstrumentedEmitter:
         self._inner = emitter
         self._telemetry = telemetry
         self._name = type(emitter).__name__
+        deliver = getattr(emitter, "deliver", None)
+        if deliver is not None:  # an acknowledging emitter: reported when it acknowledges
+            self.deliver = self._acknowledged(deliver)
+
+    def _acknowledged(self, deliver: Callable[..., Any]) -> Callable[..., None]:
+        """``deliver`` reported once its destination answered (``emitted`` with the time
+        from hand-off to acknowledgement; a refusal or failure as the error), or at once if
+        the hand-off raised (a full queue)."""
+        telemetry, name = self._telemetry, self._name
+
+        def delivered(transition: Transition, ack: Callable[[Transition, Any], None]) -> None:
+            start = perf_counter()
+
+            def acknowledged(t: Transition, outcome: Any) -> None:
+                error = None if outcome.name == "DELIVERED" else NotDelivered(outcome.value)
+                telemetry.emitted(name, t, perf_counter() - start, error)
+                ack(t, outcome)
+
+            try:
+                deliver(transition, acknowledged)
+            except BaseException as e:
+                telemetry.emitted(name, transition, perf_counter() - start, e)
+                raise
+
+        return delivered
 
     @property
     def wrapped(self) -> Any:
