@@ -33,10 +33,10 @@ from ._core.refs import EventType, ObjectRef
 from ._core.table import Row, Table, ignore
 from ._core.transition import Transition
 from ._k8s_status import kubernetes_status
+from ._link import Link
 from ._version import __version__ as __version__
 from .dispatch import Dispatcher
 from .emitters import Emitter, LogEmitter, MemoryEmitter
-from .links import Link
 from .machines import MachineRegistry, default_registry
 from .runner import Outcome, Result, RetryPolicy, Runner
 from .stores import JournalEntry, MemoryStore, Record, SQLiteStore, Store, open_store

@@ -133,9 +133,9 @@ def cmd_replay(args: argparse.Namespace, out: TextIO) -> int:
     try:
         with _no_cyclic_gc():
             if args.compare_with is not None:
-                return _compare(args, out, progress)
+                return _compare(args, out, progress, _replay)
             if args.expect is not None:
-                return _expect(args, out, progress)
+                return _expect(args, out, progress, _replay)
             if args.update:
                 say("lifecycle replay: --update rewrites the file --expect names; give --expect")
                 return EXIT_REFUSED
