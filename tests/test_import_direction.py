@@ -226,7 +226,7 @@ def test_the_kernel_logs_as_the_library_logs(caplog: pytest.LogCaptureFixture) -
     assert kernel.name == face.name == "lifecycle.schema"
     assert kernel.getMessage() == face.getMessage()
     assert token not in kernel.getMessage()
-    assert getattr(kernel, "lifecycle") == getattr(face, "lifecycle")
+    assert kernel.__dict__["lifecycle"] == face.__dict__["lifecycle"]
 
 
 def test_the_parser_sees_relative_lazy_and_guarded_imports(tmp_path: Path) -> None:

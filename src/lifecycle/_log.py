@@ -31,6 +31,7 @@ from collections.abc import Iterator, Mapping, MutableMapping
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, TextIO, cast
 
+from ._core.logs import ROOT, library_logger
 from ._core.redact import redact, scrub
 
 if TYPE_CHECKING:
@@ -38,8 +39,6 @@ if TYPE_CHECKING:
 
 __all__ = ["FIELDS", "POOL_LOGGER", "ROOT", "adopt_pool_logs", "get_logger", "logs_to"]
 
-#: The library's root logger name.
-ROOT = "lifecycle"
 #: The :class:`logging.LogRecord` attribute that holds an event's key/value pairs.
 FIELDS = "lifecycle"
 #: Where the records of the library's psycopg pools go.
@@ -153,8 +152,7 @@ def get_logger(name: str) -> BoundLogger:
     """A structlog logger writing to the stdlib logger ``name`` (under ``lifecycle``) through
     the library's own processors: level check first, values redacted, fields on the record.
     structlog is imported when the logger is first called."""
-    if name != ROOT and not name.startswith(ROOT + "."):
-        raise ValueError(f"library loggers live under {ROOT!r}, not {name!r}")
+    library_logger(name)  # the name checked, the package's NullHandler in place
     return cast("BoundLogger", _Deferred(name))
 
 

@@ -25,6 +25,7 @@ from typing import Any, Protocol
 import attrs
 
 from .errors import SchemaRefused, TableError, UnknownSchema
+from .logs import library_logger
 from .redact import scrub
 from .table import Table
 
@@ -41,7 +42,7 @@ __all__ = [
 #: The kernel logs through the standard library only (the structlog face, ``lifecycle._log``,
 #: sits above the kernel); its record has the shape every library record has (ADR 0098):
 #: ``event key=%r ...`` with the values as arguments, the redacted fields as ``lifecycle``.
-_log = logging.getLogger("lifecycle.schema")
+_log = library_logger("lifecycle.schema")
 
 
 class Versioned(Protocol):

@@ -2,9 +2,9 @@
 
 :func:`simulate` (``kubernetes.simulate_events``) feeds committed transitions (a trace's, in
 order) through the emitter's Event building and correlator, over an in-memory API, with the
-clock set to each transition's ``at``; the 6-minute finish and 30-minute refresh fire when the trace's clock
-reaches them. The result is the Event table ``kubectl get events`` would show: one row per
-Event object, its API-visible series count, first and last time.
+clock set to each transition's ``at``; the 6-minute finish and 30-minute refresh fire when
+the trace's clock reaches them. The result is the Event table ``kubectl get events`` would
+show: one row per Event object, its API-visible series count, first and last time.
 """
 
 from __future__ import annotations
