@@ -24,7 +24,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from . import durable, hot_path, peers, pure, replay
+from . import durable, hot_path, import_time, peers, pure, replay
 from .fair import Metric
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -68,6 +68,7 @@ SUITES: dict[str, Callable[[bool], dict[str, Metric]]] = {
     "replay": replay.replay_suite,
     "scaling": pure.scaling_suite,
     "postgres": _postgres,
+    "startup": import_time.suite,  # fresh interpreters: import lifecycle, the CLI
 }
 #: what --quick leaves out (a PostgreSQL server takes seconds to start)
 NOT_QUICK = {"postgres"}

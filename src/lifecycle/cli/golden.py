@@ -95,6 +95,7 @@ def _diff(want: list[str], got: list[str], want_name: str, got_name: str) -> str
 def _expect(args: argparse.Namespace, out: TextIO, progress: Progress, run: Replay) -> int:
     """``--expect GOLDEN``: the replay's lines against the golden file (``--update``: write
     it). Exit 1 with a diff when they differ; the replay's own failure (3) comes first."""
+    want = None if args.update else _golden_lines(args.expect)  # refused before replaying
     got: list[bytes] = []
     code = run(args, out, progress, capture=got)
     lines = [_normalized(line) for line in got]
@@ -104,7 +105,7 @@ def _expect(args: argparse.Namespace, out: TextIO, progress: Progress, run: Repl
         Path(args.expect).write_text(comment + body, encoding="utf-8")
         out.write(f"wrote {len(lines)} lines to {redact(args.expect)}\n")
         return code
-    want = _golden_lines(args.expect)
+    assert want is not None
     if want == lines:
         out.write(
             f"{redact(args.trace)}: as expected ({len(lines)} lines of {redact(args.expect)})\n"
