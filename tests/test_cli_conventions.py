@@ -53,7 +53,12 @@ def test_python_m_lifecycle_is_the_command() -> None:
 
 
 # -- an internal error, an interruption -----------------------------------------------------
-BUG = "import lifecycle.cli.describe as d\ndef broken(args, out):\n    raise KeyError('x')\nd.cmd_machines = broken\n"
+BUG = (
+    "import lifecycle.cli.describe as d\n"
+    "def broken(args, out):\n"
+    "    raise KeyError('x')\n"
+    "d.cmd_machines = broken\n"
+)
 
 
 def _with_bug(tmp_path: Path, debug: bool) -> subprocess.CompletedProcess[str]:
@@ -71,7 +76,8 @@ def test_an_internal_error_is_exit_70_in_one_line(tmp_path: Path) -> None:
     assert done.stderr.startswith("lifecycle: internal error: KeyError")
     assert "Traceback" not in done.stderr
     debugged = _with_bug(tmp_path, debug=True)
-    assert "Traceback" in debugged.stderr and "KeyError" in debugged.stderr
+    assert "Traceback" in debugged.stderr
+    assert "KeyError" in debugged.stderr
 
 
 def test_no_answer_is_1_and_never_an_internal_error() -> None:
@@ -189,7 +195,8 @@ def test_table_and_diagram_take_the_references_check_takes() -> None:
     diagram = cli("diagram", DOOR)
     assert diagram.returncode in (0, 4), diagram.stderr  # 4: the diagrams extra is missing
     if diagram.returncode == 0:
-        assert "stateDiagram-v2" in diagram.stdout and "jammed" in diagram.stdout
+        assert "stateDiagram-v2" in diagram.stdout
+        assert "jammed" in diagram.stdout
     listed = cli("machines", "--machines", DOOR, "--format", "json")
     assert listed.returncode == 0, listed.stderr
     assert '"name": "door"' in listed.stdout
@@ -202,7 +209,8 @@ def test_a_registry_reference_works_in_every_command() -> None:
     ref = "examples/proposed_tables.py:proposed"
     assert cli("check", ref).returncode == 0
     table = cli("table", ref)
-    assert table.returncode == 0 and table.stdout.count("## ") == len(SHIPPED)
+    assert table.returncode == 0
+    assert table.stdout.count("## ") == len(SHIPPED)
     assert cli("machines", "--machines", ref).returncode == 0
     assert cli("db", "check", "--store", "memory://", "--machines", ref).returncode == 0
     diagram = cli("diagram", ref)
@@ -241,7 +249,7 @@ def test_every_option_of_every_command_has_help() -> None:
 
 def test_the_parser_constants_agree_with_their_sources() -> None:
     assert parsers.MAX_LINE_BYTES == trace.MAX_LINE_BYTES
-    assert parsers.SHIPPED_NAMES == ", ".join(default_registry())
+    assert ", ".join(default_registry()) == parsers.SHIPPED_NAMES
 
 
 # -- exit codes written down once ------------------------------------------------------------
