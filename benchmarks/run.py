@@ -24,7 +24,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from . import acked_delivery, durable, hot_path, peers, pure, replay, telemetry_cost
+from . import acked_delivery, durable, hot_path, import_time, peers, pure, replay, telemetry_cost
 from .fair import Metric
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -72,6 +72,7 @@ SUITES: dict[str, Callable[[bool], dict[str, Metric]]] = {
     # acknowledged Kubernetes delivery ÷ fire-and-forget: SQLite FULL; PostgreSQL too unless
     # --quick (a server takes seconds to start)
     "acked": lambda quick: acked_delivery.suite(quick, postgres=not quick),
+    "startup": import_time.suite,  # fresh interpreters: import lifecycle, the CLI
 }
 #: what --quick leaves out (a PostgreSQL server takes seconds to start)
 NOT_QUICK = {"postgres"}

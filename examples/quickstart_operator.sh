@@ -14,5 +14,9 @@ lifecycle replay "$out/saw.jsonl"
 lifecycle replay "$out/saw.jsonl" --store "sqlite:///$out/saw.db" --format jsonl --final-status \
   | grep '"final":true' > "$out/final.jsonl"
 
-# 4. A bundled trace with injected write faults: a conflict retried, a failed write's fallback.
+# 4. A bundled trace with injected write faults: a conflict retried, failed writes redone by the
+#    next pass (the Pod's rows declare no fallback, so none is sent).
 lifecycle replay examples/traces/faults.jsonl
+
+# 5. Where a row declares one, a failed write sends its fallback Warning, "(not written)".
+lifecycle replay examples/traces/certification-fallback-then-transition.jsonl

@@ -633,10 +633,11 @@ def test_cli_json_shape(tmp_path: Path) -> None:
     ("target", "says"),
     [
         ("nope", "unknown machine 'nope'; known: pod, nodeclaim"),
-        ("no_such_module_xyz:Thing", "cannot import 'no_such_module_xyz': ModuleNotFoundError"),
+        ("no_such_module_xyz:Thing", "'no_such_module_xyz': cannot import it: ModuleNotFound"),
         ("json:nope", "'json' has no 'nope'"),
-        ("json:dumps", "'json:dumps' is a function, not a Machine"),
-        ("missing/file.py:Thing", "no such file: 'missing/file.py'"),
+        ("json:dumps", "'json:dumps': calling it failed: TypeError"),
+        ("json:JSONDecodeError", "'json:JSONDecodeError' names no machines: it is a type"),
+        ("missing/file.py:Thing", "'missing/file.py': no such file"),
     ],
 )
 def test_cli_exit_2_on_bad_input(
@@ -655,7 +656,7 @@ def test_cli_exit_2_on_a_module_that_fails_or_names_no_machine(
 ) -> None:
     (tmp_path / "stuck_table.py").write_text(STUCK_MODULE)
     assert run([f"{tmp_path / 'stuck_table.py'}:NOT_A_MACHINE"])[0] == 2
-    assert "is a int, not a Machine" in capsys.readouterr().err
+    assert "names no machines: it is a int" in capsys.readouterr().err
     (tmp_path / "broken.py").write_text("raise RuntimeError('boom')\n")
     assert run([f"{tmp_path / 'broken.py'}:X"])[0] == 2
     assert "RuntimeError: boom" in capsys.readouterr().err

@@ -330,15 +330,15 @@ def _boom(args: Any, out: Any) -> int:
     raise RuntimeError("unexpected\nsecond line password=hunter2")
 
 
-def test_an_internal_error_is_one_line_exit_1_with_a_hint(
+def test_an_internal_error_is_one_line_exit_70_with_a_hint(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    monkeypatch.setattr(cli, "cmd_replay", _boom)
+    monkeypatch.setattr(cli_replay, "cmd_replay", _boom)
     monkeypatch.delenv("LIFECYCLE_DEBUG", raising=False)
     err = io.StringIO()
     with contextlib.redirect_stderr(err):
         code = main(["replay", str(TRACES / "demo.jsonl")], out=io.StringIO())
-    assert code == 1
+    assert code == 70
     text = err.getvalue()
     assert text.count("\n") == 1
     assert text.startswith("lifecycle: internal error: RuntimeError: unexpected second line")
@@ -352,7 +352,7 @@ def test_a_stray_library_error_is_one_line_exit_2(monkeypatch: pytest.MonkeyPatc
     def refuse(args: Any, out: Any) -> int:
         raise LifecycleError("refused:\nthe token=s3cr3t-value is bad")
 
-    monkeypatch.setattr(cli, "cmd_replay", refuse)
+    monkeypatch.setattr(cli_replay, "cmd_replay", refuse)
     err = io.StringIO()
     with contextlib.redirect_stderr(err):
         code = main(["replay", str(TRACES / "demo.jsonl")], out=io.StringIO())
@@ -381,7 +381,7 @@ def test_help_documents_the_exit_codes() -> None:
         assert "exit codes:" in text
         assert re.search(r"^\s+3\s+.*(write failed|status write failed)", text, re.M), text
     assert cli.__doc__ is not None
-    assert "3  ``replay`` only" in cli.__doc__
+    assert "lifecycle.cli.common.MEANINGS" in cli.__doc__  # written down once, there
 
 
 # -- a few real processes -------------------------------------------------------------------

@@ -179,7 +179,10 @@ def test_read_trace_of_a_missing_file(tmp_path: Path) -> None:
 def test_read_trace_of_a_non_utf8_file(tmp_path: Path) -> None:
     path = tmp_path / "bin.jsonl"
     path.write_bytes(b"\xff\xfe\x00garbage")
-    with pytest.raises(TraceError, match="cannot read trace"):
+    with pytest.raises(TraceError, match=r"bin.jsonl:1: not UTF-8"):
+        read_trace(path)
+    path.write_bytes(b"# a comment\r\n\n\xff\xfe\n")  # the line is named, as the reader counts
+    with pytest.raises(TraceError, match=r"bin.jsonl:3: not UTF-8: invalid start byte"):
         read_trace(path)
 
 

@@ -8,56 +8,127 @@ each shipped machine's vocabulary in ``lifecycle.machines.<name>``; test doubles
 property suite in :mod:`lifecycle.testing`. Everything else is private to the package.
 """
 
-import logging
 from typing import TYPE_CHECKING, Any
 
-from ._core.errors import (
-    CommitUnknown,
-    Conflict,
-    IdentityMismatch,
-    InvalidObservation,
-    InvalidReference,
-    InvalidTransition,
-    LifecycleError,
-    SchemaRefused,
-    StoreError,
-    TableError,
-    TraceError,
-    UnknownMachine,
-    UnknownObservation,
-    UnknownSchema,
-)
-from ._core.machine import Machine
-from ._core.observation import Observation, Tick
-from ._core.refs import EventType, ObjectRef
-from ._core.table import Row, Table, ignore
-from ._core.transition import Transition
-from ._k8s_status import kubernetes_status
 from ._version import __version__ as __version__
-from .dispatch import Dispatcher
-from .emitters import Emitter, LogEmitter, MemoryEmitter
-from .links import Link
-from .machines import MachineRegistry, default_registry
-from .runner import Outcome, Result, RetryPolicy, Runner
-from .stores import JournalEntry, MemoryStore, Record, SQLiteStore, Store, open_store
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # for type checkers; at run time each name is imported on first use
+    from ._core.errors import (
+        CommitUnknown,
+        Conflict,
+        IdentityMismatch,
+        InvalidObservation,
+        InvalidReference,
+        InvalidTransition,
+        LifecycleError,
+        SchemaRefused,
+        StoreError,
+        TableError,
+        TraceError,
+        UnknownMachine,
+        UnknownObservation,
+        UnknownSchema,
+    )
+    from ._core.machine import Machine
+    from ._core.observation import Observation, Tick
+    from ._core.refs import EventType, ObjectRef
+    from ._core.table import Row, Table, ignore
+    from ._core.transition import Transition
+    from ._k8s_status import kubernetes_status
+    from ._link import Link
     from .aio import AsyncRunner, AsyncStore, ThreadedStore, open_async_store
+    from .dispatch import Dispatcher
+    from .emitters import Emitter, LogEmitter, MemoryEmitter
+    from .machines import MachineRegistry, default_registry
+    from .runner import Outcome, Result, RetryPolicy, Runner
+    from .stores import JournalEntry, MemoryStore, Record, SQLiteStore, Store, open_store
 
-#: A library never decides where its host's logs go: nothing prints unless the host configures
-#: logging (ADR 0098).
-logging.getLogger("lifecycle").addHandler(logging.NullHandler())
-
-#: Imported on first use: asyncio costs a synchronous host (and the CLI) startup time.
-_ASYNC = ("AsyncRunner", "AsyncStore", "ThreadedStore", "open_async_store")
+#: Where each name of the face lives. ``import lifecycle`` imports none of them: a name is
+#: imported when first used (``lifecycle.Runner``, ``from lifecycle import Runner``), so a
+#: host, and every CLI command, pays only for what it uses (ADR 0118). The library's loggers
+#: get the package's NullHandler when the first one is made (``lifecycle._core.logs``): a
+#: host that configures no logging sees nothing (ADR 0098).
+_HOMES: dict[str, tuple[str, ...]] = {
+    "._core.errors": (
+        "CommitUnknown",
+        "Conflict",
+        "IdentityMismatch",
+        "InvalidObservation",
+        "InvalidReference",
+        "InvalidTransition",
+        "LifecycleError",
+        "SchemaRefused",
+        "StoreError",
+        "TableError",
+        "TraceError",
+        "UnknownMachine",
+        "UnknownObservation",
+        "UnknownSchema",
+    ),
+    "._core.machine": ("Machine",),
+    "._core.observation": (
+        "Observation",
+        "Tick",
+    ),
+    "._core.refs": (
+        "EventType",
+        "ObjectRef",
+    ),
+    "._core.table": (
+        "Row",
+        "Table",
+        "ignore",
+    ),
+    "._core.transition": ("Transition",),
+    "._k8s_status": ("kubernetes_status",),
+    "._link": ("Link",),
+    ".aio": (
+        "AsyncRunner",
+        "AsyncStore",
+        "ThreadedStore",
+        "open_async_store",
+    ),
+    ".dispatch": ("Dispatcher",),
+    ".emitters": (
+        "Emitter",
+        "LogEmitter",
+        "MemoryEmitter",
+    ),
+    ".machines": (
+        "MachineRegistry",
+        "default_registry",
+    ),
+    ".runner": (
+        "Outcome",
+        "Result",
+        "RetryPolicy",
+        "Runner",
+    ),
+    ".stores": (
+        "JournalEntry",
+        "MemoryStore",
+        "Record",
+        "SQLiteStore",
+        "Store",
+        "open_store",
+    ),
+}
+_HOME_OF = {name: module for module, names in _HOMES.items() for name in names}
 
 
 def __getattr__(name: str) -> Any:
-    if name in _ASYNC:
-        from . import aio
+    module = _HOME_OF.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
 
-        return getattr(aio, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value  # the next access is a plain attribute
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})
 
 
 __all__ = [

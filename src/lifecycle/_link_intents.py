@@ -30,7 +30,7 @@ from ._core.machine import Machine
 from ._core.observation import Observation
 from ._core.refs import EventType, ObjectRef
 from ._core.transition import Intent, Transition
-from .links import Link
+from ._link import Link
 
 Lane = tuple[str, str]
 

@@ -29,17 +29,16 @@ import logging
 import re
 from collections.abc import Iterator, Mapping, MutableMapping
 from contextlib import contextmanager
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO, cast
 
-from structlog import DropEvent
-from structlog.stdlib import BoundLogger
-
+from ._core.logs import ROOT, library_logger
 from ._core.redact import redact, scrub
+
+if TYPE_CHECKING:
+    from structlog.stdlib import BoundLogger
 
 __all__ = ["FIELDS", "POOL_LOGGER", "ROOT", "adopt_pool_logs", "get_logger", "logs_to"]
 
-#: The library's root logger name.
-ROOT = "lifecycle"
 #: The :class:`logging.LogRecord` attribute that holds an event's key/value pairs.
 FIELDS = "lifecycle"
 #: Where the records of the library's psycopg pools go.
@@ -66,6 +65,8 @@ def _heard(logger: logging.Logger, method: str, event_dict: MutableMapping[str, 
     effective level, or only :class:`logging.NullHandler` on the way up (the package default),
     nothing else is done. A logger filter on the way, or no handler at all (the last-resort
     handler's case), keeps the record, so stdlib logging decides as it always does."""
+    from structlog import DropEvent  # loaded already: this runs inside structlog
+
     level = _LEVELS[method]
     if not logger.isEnabledFor(level):
         raise DropEvent
@@ -127,12 +128,32 @@ class _Shown:
 _PROCESSORS = (_heard, _redacted, _to_record)
 
 
+class _Deferred:
+    """A library logger that imports structlog on its first call: every module makes its
+    logger at import time, and structlog (with what it imports) would cost each host's start
+    more than the rest of the package (ADR 0118). Any attribute is the bound logger's."""
+
+    __slots__ = ("_bound", "_name")
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+        self._bound: BoundLogger | None = None
+
+    def __getattr__(self, attribute: str) -> Any:
+        bound = self._bound
+        if bound is None:
+            from structlog.stdlib import BoundLogger
+
+            bound = self._bound = BoundLogger(logging.getLogger(self._name), list(_PROCESSORS), {})
+        return getattr(bound, attribute)
+
+
 def get_logger(name: str) -> BoundLogger:
     """A structlog logger writing to the stdlib logger ``name`` (under ``lifecycle``) through
-    the library's own processors: level check first, values redacted, fields on the record."""
-    if name != ROOT and not name.startswith(ROOT + "."):
-        raise ValueError(f"library loggers live under {ROOT!r}, not {name!r}")
-    return BoundLogger(logging.getLogger(name), list(_PROCESSORS), {})
+    the library's own processors: level check first, values redacted, fields on the record.
+    structlog is imported when the logger is first called."""
+    library_logger(name)  # the name checked, the package's NullHandler in place
+    return cast("BoundLogger", _Deferred(name))
 
 
 # -- psycopg_pool -----------------------------------------------------------------------------

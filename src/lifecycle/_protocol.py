@@ -56,9 +56,9 @@ from ._core.refs import EventType, ObjectRef
 from ._core.serde import validate as check_observation
 from ._core.transition import Flip, Transition, stamp, store_epoch
 from ._delivery import Delivery
+from ._link import Link
 from ._link_intents import PendingIntents
 from .emitters.base import Emitter
-from .links import Link, default_links
 from .machines import MachineRegistry, default_registry
 
 
@@ -238,11 +238,16 @@ class WriteProtocol:
         epoch_source: object,
     ) -> WriteProtocol:
         """A runner's arguments, with its defaults: every shipped machine and link, and the
-        default :class:`RetryPolicy`."""
+        default :class:`RetryPolicy`. The shipped links load the machines they join, so they
+        are imported only for a runner that takes them (ADR 0118)."""
+        if links is None:
+            from .links import default_links
+
+            links = default_links()
         return cls(
             machines if machines is not None else default_registry(),
             emitters,
-            links=default_links() if links is None else links,
+            links=links,
             policy=policy if policy is not None else RetryPolicy(),
             policies=policies,
             log=log,

@@ -33,10 +33,10 @@ from ._core.observation import Observation
 from ._core.refs import ObjectRef
 from ._core.schema import check_store, review
 from ._core.transition import Transition
+from ._link import Link
 from ._log import get_logger
 from ._protocol import Result, RetryPolicy, WriteProtocol
 from .emitters.base import Emitter
-from .links import Link
 from .machines import MachineRegistry
 from .stores.base import CommitItem, CommitStore, JournalEntry, Record
 from .stores.memory import MemoryStore

@@ -22,11 +22,11 @@ from ._core.refs import ObjectRef
 from ._core.schema import check_store
 from ._core.transition import Transition
 from ._delivery import Delivery, Mark, marker
+from ._link import Link
 from ._link_intents import PendingIntents
 from ._log import get_logger
 from ._protocol import Outcome, Result, RetryPolicy, Write, WriteProtocol
 from .emitters.base import Emitter
-from .links import Link
 from .machines import MachineRegistry
 from .stores.base import CommitStore, Store
 from .stores.memory import MemoryStore

@@ -362,10 +362,12 @@ def read_trace(
     machines: MachineRegistry | None = None,
     *,
     max_line_bytes: int = MAX_LINE_BYTES,
+    name: str | None = None,
 ) -> list[TraceLine]:
     """Parse and validate a whole trace; the first bad line raises :class:`TraceError`.
-    A line longer than ``max_line_bytes`` (UTF-8) is a bad line."""
-    return list(stream_trace(path, machines, max_line_bytes=max_line_bytes))
+    A line longer than ``max_line_bytes`` (UTF-8) is a bad line. ``name`` is what errors
+    call the file (its path by default)."""
+    return list(stream_trace(path, machines, max_line_bytes=max_line_bytes, name=name))
 
 
 def stream_trace(
@@ -373,6 +375,7 @@ def stream_trace(
     machines: MachineRegistry | None = None,
     *,
     max_line_bytes: int = MAX_LINE_BYTES,
+    name: str | None = None,
 ) -> Iterator[TraceLine]:
     """:func:`read_trace` one record at a time, reading the file as it goes: a long trace is
     never held whole, nor a line longer than ``max_line_bytes``. Lines end at ``\\n``
@@ -380,7 +383,7 @@ def stream_trace(
     reaches it, so what came before it was yielded."""
     machines = machines if machines is not None else default_registry()
     _check_limit(max_line_bytes)
-    name = str(path)
+    name = str(path) if name is None else name
     try:
         f = open(path, encoding="utf-8")  # noqa: SIM115 (closed below, also on early exit)
     except OSError as e:
@@ -390,8 +393,26 @@ def stream_trace(
             yield from iter_trace(
                 _bounded_lines(f, max_line_bytes), name, machines, max_line_bytes=max_line_bytes
             )
-        except (OSError, UnicodeDecodeError) as e:
+        except UnicodeDecodeError as e:
+            line = _undecodable_line(path)
+            raise TraceError(name, line, f"not UTF-8: {e.reason} ({e.encoding})") from None
+        except OSError as e:
             raise TraceError(name, 0, f"cannot read trace: {e}") from None
+
+
+def _undecodable_line(path: str | Path) -> int:
+    """The number of the first line of ``path`` that is not UTF-8 (lines split as the text
+    reader splits them); 0 if it cannot be found. Runs only once a read has failed."""
+    try:
+        with open(path, "rb") as f:
+            for number, raw in enumerate(f.read().splitlines(), start=1):
+                try:
+                    raw.decode("utf-8")
+                except UnicodeDecodeError:
+                    return number
+    except OSError:
+        pass
+    return 0
 
 
 def _check_limit(max_line_bytes: int) -> None:

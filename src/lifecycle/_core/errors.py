@@ -137,13 +137,14 @@ class IdentityMismatch(LifecycleError):
 
 
 class TraceError(LifecycleError):
-    """A trace line that cannot be replayed; ``str()`` is ``FILE:LINE: what is wrong``."""
+    """A trace line that cannot be replayed; ``str()`` is ``FILE:LINE: what is wrong``, or
+    ``FILE: what is wrong`` for the file as a whole (``line`` 0: it cannot be read)."""
 
     def __init__(self, path: str, line: int, problem: str) -> None:
         self.path = path
         self.line = line
         self.problem = problem
-        super().__init__(f"{path}:{line}: {problem}")
+        super().__init__(f"{path}:{line}: {problem}" if line else f"{path}: {problem}")
 
 
 class UnknownSchema(StoreError):

@@ -16,18 +16,18 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import types
 import typing
 from collections.abc import Callable, Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import attrs
 
-from .._log import get_logger
 from .errors import SchemaRefused, TableError, UnknownSchema
-
-if TYPE_CHECKING:
-    from .machine import Machine
+from .logs import library_logger
+from .redact import scrub
+from .table import Table
 
 __all__ = [
     "Schema",
@@ -39,7 +39,33 @@ __all__ = [
     "review",
 ]
 
-_log = get_logger("lifecycle.schema")
+#: The kernel logs through the standard library only (the structlog face, ``lifecycle._log``,
+#: sits above the kernel); its record has the shape every library record has (ADR 0098):
+#: ``event key=%r ...`` with the values as arguments, the redacted fields as ``lifecycle``.
+_log = library_logger("lifecycle.schema")
+
+
+class Versioned(Protocol):
+    """What this module reads of a machine (:class:`~lifecycle.Machine` is one); named here so
+    that the kernel's schema module does not import the machine module that imports it."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def table(self) -> Table: ...
+    @property
+    def status_type(self) -> type[Any]: ...
+    @property
+    def schema_version(self) -> int: ...
+    @property
+    def upcasters(self) -> Mapping[int, Upcaster]: ...
+    @property
+    def schema(self) -> Schema: ...
+    def load_status(self, data: Any) -> Any: ...
+    def dump_status(self, status: Any) -> dict[str, Any]: ...
+    def load_observation(self, name: str, at: str, fields: Any) -> Any: ...
+    def dump_observation(self, observation: Any) -> dict[str, Any]: ...
+
 
 StatusUpcast = Callable[[dict[str, Any]], dict[str, Any]]
 ObservationUpcast = Callable[[str, dict[str, Any]], tuple[str, dict[str, Any]]]
@@ -97,7 +123,7 @@ def _fields(cls: type[Any]) -> list[list[str]]:
     return [[n, _type_name(hints.get(n))] for n in names]
 
 
-def describe(machine: Machine[Any]) -> dict[str, Any]:
+def describe(machine: Versioned) -> dict[str, Any]:
     """What a machine's fingerprint covers: the status fields and their types, each
     observation's name and fields, and the table's states."""
     observations = sorted(
@@ -114,7 +140,7 @@ def describe(machine: Machine[Any]) -> dict[str, Any]:
     }
 
 
-def fingerprint(machine: Machine[Any]) -> str:
+def fingerprint(machine: Versioned) -> str:
     """A short stable hash of :func:`describe`: 12 hex digits."""
     text = json.dumps(describe(machine), sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()[:12]
@@ -133,7 +159,7 @@ class Schema:
     _warned: set[tuple[int, str]] = attrs.field(factory=set, init=False)
 
     @classmethod
-    def of(cls, machine: Machine[Any]) -> Schema:
+    def of(cls, machine: Versioned) -> Schema:
         """The schema ``machine`` declares; :class:`TableError` for a version that is not a
         positive int or an upcaster that does not lead below it."""
         version = machine.schema_version
@@ -208,8 +234,7 @@ class Schema:
             key = (version, fingerprint)
             if key not in self._warned:  # an undeclared change: read best effort, say so once
                 self._warned.add(key)
-                _log.warning("record of an undeclared table change", machine=self.machine,
-                             version=version, fingerprint=fingerprint, problem=problem)  # fmt: skip
+                _undeclared(self.machine, version, fingerprint, problem)
         return [self.upcasters[n] for n in range(version, self.version)]
 
     def upcast_status(self, data: dict[str, Any], version: int, fingerprint: str) -> dict[str, Any]:
@@ -230,8 +255,18 @@ class Schema:
         return name, fields
 
 
+def _undeclared(machine: str, version: int, fingerprint: str, problem: str) -> None:
+    """The warning of a record an undeclared table change wrote (read best effort)."""
+    if not _log.isEnabledFor(logging.WARNING):
+        return
+    fields = scrub({"machine": machine, "version": version, "fingerprint": fingerprint,
+                    "problem": problem})  # fmt: skip
+    template = "record of an undeclared table change" + "".join(f" {k}=%r" for k in fields)
+    _log.warning(template, *fields.values(), extra={"lifecycle": fields})
+
+
 # -- reading stored records (what stores call) ----------------------------------------------
-def load_status(machine: Machine[Any], data: Any, version: int, fingerprint: str) -> Any:
+def load_status(machine: Versioned, data: Any, version: int, fingerprint: str) -> Any:
     """A stored status (plain data) written under ``(version, fingerprint)``: structured at
     once when that is the machine's schema, upcast first otherwise."""
     schema = machine.schema
@@ -241,7 +276,7 @@ def load_status(machine: Machine[Any], data: Any, version: int, fingerprint: str
 
 
 def load_observation(
-    machine: Machine[Any], name: str, at: str, fields: Any, version: int, fingerprint: str
+    machine: Versioned, name: str, at: str, fields: Any, version: int, fingerprint: str
 ) -> Any:
     """A journal entry's observation written under ``(version, fingerprint)``."""
     schema = machine.schema
@@ -252,7 +287,7 @@ def load_observation(
 
 
 def upgraded_status(
-    machine: Machine[Any], data: Any, version: int, fingerprint: str
+    machine: Versioned, data: Any, version: int, fingerprint: str
 ) -> tuple[str, dict[str, Any]]:
     """For ``lifecycle db upgrade``: a stored status brought to the machine's schema, checked
     by structuring it, as ``(state, plain data)`` to write back."""
@@ -261,7 +296,7 @@ def upgraded_status(
 
 
 def upgraded_observation(
-    machine: Machine[Any], name: str, at: str, fields: Any, version: int, fingerprint: str
+    machine: Versioned, name: str, at: str, fields: Any, version: int, fingerprint: str
 ) -> tuple[str, dict[str, Any]]:
     """For ``lifecycle db upgrade``: a journal entry's observation at the machine's schema,
     checked by structuring it, as ``(name, fields)`` to write back."""
@@ -328,7 +363,7 @@ class SchemaReview:
         return out
 
 
-def review(counts: Iterable[SchemaCount], machines: Mapping[str, Machine[Any]]) -> SchemaReview:
+def review(counts: Iterable[SchemaCount], machines: Mapping[str, Versioned]) -> SchemaReview:
     """Judge a store's ``schema_versions()`` against ``machines`` (by name); rows of
     machines not among them are another controller's and left out."""
     findings: list[SchemaFinding] = []
@@ -361,7 +396,7 @@ def merge_counts(rows: Iterable[tuple[str, str, int, str, int, str]]) -> list[Sc
     ]
 
 
-def check_store(store: object, machines: Mapping[str, Machine[Any]]) -> SchemaReview | None:
+def check_store(store: object, machines: Mapping[str, Versioned]) -> SchemaReview | None:
     """The start-up check: :class:`SchemaRefused` when ``store`` holds records ``machines``
     cannot read or did not declare. A store without ``schema_versions`` is not checked
     (``None``)."""

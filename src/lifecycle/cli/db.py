@@ -26,17 +26,14 @@ machines); the shipped ones by default.
 from __future__ import annotations
 
 import argparse
-import importlib
-import importlib.util
 import random
 import sqlite3
-import sys
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TextIO
 
-from .._core.errors import LifecycleError, StoreError, UnknownMachine, preview
+from .._core.errors import LifecycleError, StoreError, preview
 from .._core.machine import Machine
 from .._core.schema import review
 from ..machines import MachineRegistry, default_registry
@@ -44,12 +41,9 @@ from ..stores import POSTGRES_SCHEMES, open_store, parse_sqlite_url, redact_url
 from ..stores.base import OutboxSummary, fold_problem
 from ..stores.sqlite import OUTBOX_SUMMARY, SQLiteStore, outbox_summary_of
 from ..stores.sqlite import SCHEMA_VERSION as SQLITE_SCHEMA
+from . import parsers
+from .targets import registry_named
 
-STORE_HELP = (
-    "memory://, sqlite:///PATH (relative; sqlite:////PATH absolute) with optional "
-    "?synchronous=FULL|NORMAL&owner=NAME&lease_seconds=S&busy_timeout=S, or "
-    "postgresql://USER:PASSWORD@HOST:PORT/DB[?schema=NAME]"
-)
 _SQLITE_HEADER = b"SQLite format 3\x00"
 
 
@@ -111,9 +105,9 @@ def cmd_status(args: argparse.Namespace, out: TextIO) -> int:
     return 0
 
 
-#: ``db check`` fails past these (``--max-undelivered``, ``--max-undelivered-age``).
-MAX_UNDELIVERED = 10_000
-MAX_UNDELIVERED_AGE = 3600.0
+#: ``db check`` fails past these (``--max-undelivered``, ``--max-undelivered-age``; defined
+#: with the parser, which imports no command).
+MAX_UNDELIVERED, MAX_UNDELIVERED_AGE = parsers.MAX_UNDELIVERED, parsers.MAX_UNDELIVERED_AGE
 
 
 def outbox_line(summary: OutboxSummary, now: datetime | None = None) -> str:
@@ -346,95 +340,6 @@ def _open_existing(url: str, what: str, *, migrate: bool = True) -> Any:
 
 
 def load_machines(spec: str | None) -> MachineRegistry:
-    """The machines ``--machines`` names: ``MODULE:NAME`` or ``FILE.py:NAME``, where NAME is
-    a :class:`MachineRegistry`, a mapping or list of machines, a machine, or a function
-    returning one; ``None``: the shipped machines."""
-    if spec is None:
-        return default_registry()
-    where, sep, name = spec.rpartition(":")
-    if not sep or not where or not name:
-        raise UnknownMachine(f"--machines {preview(spec)}: expected MODULE:NAME or FILE.py:NAME")
-    try:
-        if where.endswith(".py"):
-            path = Path(where)
-            module_name = f"_lifecycle_machines_{path.stem}"
-            spec_ = importlib.util.spec_from_file_location(module_name, path)
-            if spec_ is None or spec_.loader is None or not path.is_file():
-                raise UnknownMachine(f"--machines {preview(spec)}: no such file")
-            module = importlib.util.module_from_spec(spec_)
-            sys.modules[module_name] = module  # (attrs resolves postponed annotations there)
-            spec_.loader.exec_module(module)
-        else:
-            module = importlib.import_module(where)
-    except ImportError as e:
-        raise UnknownMachine(f"--machines {preview(spec)}: cannot import it: {e}") from None
-    found = getattr(module, name, None)
-    if callable(found) and not isinstance(found, type | Machine | Mapping):
-        found = found()
-    if isinstance(found, MachineRegistry):
-        return found
-    if isinstance(found, Machine):
-        return MachineRegistry([found])
-    items: Any = found.values() if isinstance(found, Mapping) else (found or ())
-    try:
-        machines = list(items)
-    except TypeError:
-        machines = []
-    if not machines or not all(isinstance(m, Machine) for m in machines):
-        raise UnknownMachine(f"--machines {preview(spec)}: {name} names no machines")
-    return MachineRegistry(machines)
-
-
-def add_db_commands(sub: Any) -> None:
-    """Register ``db migrate | status | compact`` on the CLI's subparsers."""
-    db = sub.add_parser("db", help="create or upgrade a store's schema; compact journals")
-    dbs = db.add_subparsers(dest="db_command", required=True)
-    mg = dbs.add_parser("migrate", help="create or upgrade the store's tables (idempotent)")
-    mg.add_argument("--store", required=True, help=STORE_HELP)
-    mg.set_defaults(func=cmd_migrate)
-    st = dbs.add_parser(
-        "status",
-        help="the schema version, read only (exit 1 if not current or missing, 2 if not a store)",
-    )
-    st.add_argument("--store", required=True, help=STORE_HELP)
-    st.set_defaults(func=cmd_status)
-    cp = dbs.add_parser("compact", help="drop old journal entries behind a snapshot")
-    cp.add_argument("--store", required=True, help=STORE_HELP)
-    cp.add_argument("--keep", type=int, default=100, help="entries kept per object (100)")
-    cp.add_argument("--machine", action="append", default=[], help="only this machine (repeatable)")
-    cp.set_defaults(func=cmd_compact)
-    machines_help = (
-        "the machines to judge records by: MODULE:NAME or FILE.py:NAME (a registry, machine "
-        "or list of machines; default: the shipped ones)"
-    )
-    ck = dbs.add_parser(
-        "check",
-        help="records' schema versions, journals folding to statuses, and a PostgreSQL "
-        "store's history: epochs (failovers) and lost acknowledged writes (exit 1 if any)",
-    )
-    ck.add_argument("--store", required=True, help=STORE_HELP)
-    ck.add_argument("--sample", type=int, default=None, help="fold N objects per machine")
-    ck.add_argument("--machines", default=None, help=machines_help)
-    ck.add_argument(
-        "--max-undelivered",
-        type=int,
-        default=MAX_UNDELIVERED,
-        help=f"a finding past this many undelivered outbox rows ({MAX_UNDELIVERED})",
-    )
-    ck.add_argument(
-        "--max-undelivered-age",
-        type=float,
-        default=MAX_UNDELIVERED_AGE,
-        metavar="SECONDS",
-        help=f"a finding when the oldest undelivered row is older ({MAX_UNDELIVERED_AGE:g} s)",
-    )
-    ck.set_defaults(func=cmd_check)
-    up = dbs.add_parser(
-        "upgrade",
-        help="rewrite records below their machine's schema version, in batches (resumable)",
-    )
-    up.add_argument("--store", required=True, help=STORE_HELP)
-    up.add_argument("--batch", type=int, default=500, help="records per transaction (500)")
-    up.add_argument("--machines", default=None, help=machines_help)
-    up.add_argument("--machine", action="append", default=[], help="only this machine (repeatable)")
-    up.set_defaults(func=cmd_upgrade)
+    """The machines ``--machines`` names (:mod:`lifecycle.cli.targets`); ``None``: the
+    shipped machines."""
+    return registry_named(spec, "--machines")

@@ -10,10 +10,11 @@ from typing import Any, TextIO
 
 import attrs
 
+from .._core.errors import UnknownMachine, preview
 from .._core.machine import Machine
 from .._core.transition import EMPTY
-from ..machines import default_registry
 from .common import EXIT_MISSING_EXTRA, say
+from .targets import machine_named, registry_named
 
 
 def _type_name(tp: Any) -> str:
@@ -57,7 +58,7 @@ def describe(machine: Machine[Any]) -> dict[str, Any]:
 
 
 def cmd_machines(args: argparse.Namespace, out: TextIO) -> int:
-    machines = default_registry()
+    machines = registry_named(getattr(args, "machines", None), "--machines")
     described = [describe(m) for m in machines.values()]
     if args.format == "json":
         out.write(json.dumps(described, indent=2) + "\n")
@@ -82,7 +83,14 @@ def cmd_machines(args: argparse.Namespace, out: TextIO) -> int:
 
 
 def cmd_diagram(args: argparse.Namespace, out: TextIO) -> int:
-    machine = default_registry()[args.machine]
+    found = machine_named(args.machine)
+    if len(found) != 1:
+        names = ", ".join(m.name for m in found)
+        raise UnknownMachine(
+            f"{preview(args.machine)} names {len(found)} machines ({names}): a diagram draws "
+            "one; name one of them"
+        )
+    [machine] = found
     try:
         from .._diagram import diagram
 
@@ -99,9 +107,14 @@ def _missing_extra(extra: str, error: ImportError) -> int:
 
 
 def cmd_table(args: argparse.Namespace, out: TextIO) -> int:
+    """The table as Markdown; a reference to several machines prints each under its name."""
     from ..docs import table_markdown
 
-    out.write(table_markdown(default_registry()[args.machine]))
+    found = machine_named(args.machine)
+    for n, machine in enumerate(found):
+        if len(found) > 1:
+            out.write(f"{chr(10) if n else ''}## {machine.name} ({machine.kind})\n\n")
+        out.write(table_markdown(machine))
     return 0
 
 
@@ -112,23 +125,3 @@ def cmd_docs(args: argparse.Namespace, out: TextIO) -> int:
         return run(args.out, args.check, out)
     except ImportError as e:  # the pages' diagrams need transitions
         return _missing_extra("diagrams", e)
-
-
-def _add_docs_commands(sub: Any) -> None:
-    names = ", ".join(default_registry())
-    dp = sub.add_parser(
-        "diagram", help="draw a machine's table (Mermaid or DOT source, via transitions)"
-    )
-    dp.add_argument("machine", help=f"one of: {names}")
-    dp.add_argument("--format", choices=("mermaid", "dot"), default="mermaid")
-    dp.add_argument(
-        "--stays", action="store_true", help="also draw rows that keep the state (self-loops)"
-    )
-    dp.set_defaults(func=cmd_diagram)
-    tp = sub.add_parser("table", help="print a machine's transition table as Markdown")
-    tp.add_argument("machine", help=f"one of: {names}")
-    tp.set_defaults(func=cmd_table)
-    gp = sub.add_parser("docs", help="generate docs/machines/<machine>.md for every machine")
-    gp.add_argument("--out", default="docs/machines", help="folder (default docs/machines)")
-    gp.add_argument("--check", action="store_true", help="write nothing; exit 1 if a page is stale")
-    gp.set_defaults(func=cmd_docs)

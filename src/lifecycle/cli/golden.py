@@ -8,7 +8,7 @@ import difflib
 import json
 from datetime import datetime
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, Protocol, TextIO
 
 import attrs
 import orjson
@@ -18,6 +18,23 @@ from .._core.redact import redact
 from .._core.transition import Transition
 from .common import EXIT_NO, EXIT_OK, EXIT_REFUSED, say
 from .progress import Progress
+
+if TYPE_CHECKING:
+    from ..machines import MachineRegistry
+
+
+class Replay(Protocol):
+    """``lifecycle replay`` itself, as the golden options run it: :mod:`lifecycle.cli.replay`
+    passes its own replay in (it imports this module, so this module does not import it)."""
+
+    def __call__(
+        self,
+        args: argparse.Namespace,
+        out: TextIO,
+        progress: Progress,
+        machines: MachineRegistry | None = None,
+        capture: list[bytes] | None = None,
+    ) -> int: ...
 
 
 def _at(t: Transition) -> datetime:
@@ -75,13 +92,12 @@ def _diff(want: list[str], got: list[str], want_name: str, got_name: str) -> str
     return head + "\n" + "\n".join(lines) + "\n"
 
 
-def _expect(args: argparse.Namespace, out: TextIO, progress: Progress) -> int:
+def _expect(args: argparse.Namespace, out: TextIO, progress: Progress, run: Replay) -> int:
     """``--expect GOLDEN``: the replay's lines against the golden file (``--update``: write
     it). Exit 1 with a diff when they differ; the replay's own failure (3) comes first."""
-    from .replay import _replay  # the command this option belongs to
-
+    want = None if args.update else _golden_lines(args.expect)  # refused before replaying
     got: list[bytes] = []
-    code = _replay(args, out, progress, capture=got)
+    code = run(args, out, progress, capture=got)
     lines = [_normalized(line) for line in got]
     if args.update:
         comment = f"# expected output of: {_command(args)} (rewrite: add --update)\n"
@@ -89,7 +105,7 @@ def _expect(args: argparse.Namespace, out: TextIO, progress: Progress) -> int:
         Path(args.expect).write_text(comment + body, encoding="utf-8")
         out.write(f"wrote {len(lines)} lines to {redact(args.expect)}\n")
         return code
-    want = _golden_lines(args.expect)
+    assert want is not None
     if want == lines:
         out.write(
             f"{redact(args.trace)}: as expected ({len(lines)} lines of {redact(args.expect)})\n"
@@ -103,12 +119,11 @@ def _expect(args: argparse.Namespace, out: TextIO, progress: Progress) -> int:
     return code or EXIT_NO
 
 
-def _compare(args: argparse.Namespace, out: TextIO, progress: Progress) -> int:
+def _compare(args: argparse.Namespace, out: TextIO, progress: Progress, run: Replay) -> int:
     """``--compare-with MODULE:REGISTRY``: one trace replayed under the shipped tables and
     under the proposed ones, each into a fresh memory store; exit 1 with a diff of their
     lines when they differ (a line the proposed tables refuse is a difference too)."""
     from .db import load_machines
-    from .replay import _replay  # the command this option belongs to
 
     if args.store not in ("memory://", "memory"):
         say("lifecycle replay: --compare-with replays into two memory stores; drop --store")
@@ -119,12 +134,12 @@ def _compare(args: argparse.Namespace, out: TextIO, progress: Progress) -> int:
     except UnknownMachine as e:
         raise UnknownMachine(str(e).replace("--machines", "--compare-with", 1)) from None
     today: list[bytes] = []
-    code = _replay(args, out, progress, capture=today)
+    code = run(args, out, progress, capture=today)
     if code:
         return code
     theirs: list[bytes] = []
     try:
-        code = _replay(args, out, progress, machines=proposed, capture=theirs)
+        code = run(args, out, progress, machines=proposed, capture=theirs)
     except LifecycleError as e:  # a line the proposed tables refuse
         out.write(
             f"{redact(args.trace)}: the tables of {redact(spec)} refuse it: {redact(str(e))}\n"

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import shutil
 import sys
-from collections.abc import Callable, Iterable
+import tempfile
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
 from typing import Any, TextIO
@@ -32,10 +35,7 @@ from ..trace import (
 from .common import EXIT_OK, EXIT_REFUSED, EXIT_WRITE_FAILED, say
 from .golden import _at, _compare, _event_row, _expect, _json_line, _jsonl_line
 from .progress import PROGRESS_NOTE_BYTES, Progress, _isatty, _no_cyclic_gc, _trace_size
-from .spool import LogStream, Spool
-
-#: Log records of a held replay wait here with its output (a refused one prints neither).
-LOGS = LogStream()
+from .spool import LOGS, Spool
 
 
 class _Collector:
@@ -130,13 +130,53 @@ def _failed_writes(result: Result) -> tuple[int, int]:
 
 
 def cmd_replay(args: argparse.Namespace, out: TextIO) -> int:
+    with _trace_source(args) as refused:
+        if refused:
+            return EXIT_REFUSED
+        return _run_replay(args, out)
+
+
+@contextmanager
+def _trace_source(args: argparse.Namespace) -> Iterator[bool]:
+    """Set ``args.trace_file`` (what is read) and ``args.trace`` (what messages call it):
+    ``-`` is standard input, copied to a temporary file first (a checked replay reads the
+    trace twice) and called ``<stdin>``. A file that cannot be opened is refused in one line,
+    ``FILE: no such file`` (yields ``True``: exit 2, nothing written)."""
+    if args.trace != "-":
+        args.trace_file = args.trace
+        problem = _unreadable(args.trace)
+        if problem is not None:
+            say(f"{redact(args.trace)}: {problem}")
+        yield problem is not None
+        return
+    with tempfile.NamedTemporaryFile(prefix="lifecycle-stdin-", suffix=".jsonl") as copy:
+        shutil.copyfileobj(sys.stdin.buffer, copy)
+        copy.flush()
+        args.trace, args.trace_file = "<stdin>", copy.name
+        yield False
+
+
+def _unreadable(path: str) -> str | None:
+    """Why the trace at ``path`` cannot be read (``None``: it can be opened)."""
+    try:
+        with open(path, "rb"):
+            return None
+    except FileNotFoundError:
+        return "no such file"
+    except IsADirectoryError:
+        return "a directory, not a trace file"
+    except OSError as e:
+        return f"cannot read it: {(e.strerror or str(e)).lower()}"
+
+
+def _run_replay(args: argparse.Namespace, out: TextIO) -> int:
     progress = Progress(0, sys.stderr)
     try:
         with _no_cyclic_gc():
             if args.compare_with is not None:
-                return _compare(args, out, progress)
+                return _compare(args, out, progress, _replay)
             if args.expect is not None:
-                return _expect(args, out, progress)
+                return _expect(args, out, progress, _replay)
             if args.update:
                 say("lifecycle replay: --update rewrites the file --expect names; give --expect")
                 return EXIT_REFUSED
@@ -171,16 +211,16 @@ def _replay(
     # accepted (ADR 0009). Any other store gets the whole trace checked before it is touched.
     throwaway = args.store in ("memory://", "memory")
     new_file = _new_sqlite_file(args.store)  # and a bad SQLite URL refused before reading
-    big = _trace_size(args.trace) >= PROGRESS_NOTE_BYTES
+    big = _trace_size(args.trace_file) >= PROGRESS_NOTE_BYTES
     limit = args.max_line_bytes
     trace: Iterable[TraceLine]
     if throwaway:
-        trace = stream_trace(args.trace, machines, max_line_bytes=limit)
-        progress.total = _count_records(args.trace) if progress.enabled else 0
+        trace = stream_trace(args.trace_file, machines, max_line_bytes=limit, name=args.trace)
+        progress.total = _count_records(args.trace_file) if progress.enabled else 0
     else:
         if big:
             progress.note(f"reading {redact(args.trace)} ...")
-        trace = read_trace(args.trace, machines, max_line_bytes=limit)
+        trace = read_trace(args.trace_file, machines, max_line_bytes=limit, name=args.trace)
         progress.total = len(trace)
         if big:
             progress.note(f"read {len(trace)} lines ...")

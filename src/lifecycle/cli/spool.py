@@ -95,3 +95,8 @@ class LogStream:
     def flush(self) -> None:
         if self.held is None:
             sys.stderr.flush()
+
+
+#: The stream of the library's log records while a command runs (stderr; held back by a
+#: ``memory://`` replay).
+LOGS = LogStream()

@@ -37,7 +37,7 @@ import random
 import socket
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime, timedelta
 from types import TracebackType
 from typing import Any
@@ -81,7 +81,7 @@ from ._k8s.event import (
     truncate_note,
     unix_nanos,
 )
-from ._k8s.simulate import EventTableRow, format_event_table, simulate_events
+from ._k8s.simulate import EventTableRow, format_event_table, simulate
 from ._k8s.sinks import (
     MAX_REPLY_BYTES,
     REQUEST_DEADLINE,
@@ -652,3 +652,40 @@ class KubernetesEmitter:
 
     def controller_for(self, transition: Transition) -> str:
         return self._controller(transition)
+
+
+def simulate_events(
+    transitions: Iterable[Transition],
+    *,
+    settle: bool = True,
+    hostname: str = "replay",
+    controller: Mapping[str, str] | Callable[[Transition], str] | None = None,
+    resolve: Callable[[ObjectRef], tuple[str, str] | None] | None = None,
+    api_versions: Mapping[str, str] | None = None,
+) -> list[EventTableRow]:
+    """The Event table the transitions would leave, correlated as the Kubernetes emitter
+    does on the transitions' clock (each one recorded at its ``at``).
+
+    Transitions are taken in order (a transition earlier than the one before it is recorded
+    at the later time); one seen before under the same id is skipped, as the emitter skips
+    an outbox redelivery. The finish and refresh timers fire whenever the clock reaches
+    them. With ``settle`` the clock then runs on until every series has had its final patch,
+    so counts are final; without it the table is as of the last transition. Rows are sorted
+    by first time, then name. ``controller``, ``resolve`` and ``api_versions`` are the
+    emitter's options; ``hostname`` makes the ``reportingInstance``.
+    """
+
+    def make(sink: MemoryEventSink, clock: Callable[[], datetime]) -> KubernetesEmitter:
+        return KubernetesEmitter(
+            sink,
+            controller=controller,
+            resolve=resolve,
+            api_versions=api_versions,
+            hostname=hostname,
+            clock=clock,
+            sleep=lambda _: None,
+            timers=False,
+            start=False,
+        )
+
+    return simulate(transitions, make, settle=settle)

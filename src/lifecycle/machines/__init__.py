@@ -1,19 +1,29 @@
-"""The machines this library ships, and a registry that finds them by name or kind."""
+"""The machines this library ships, and a registry that finds them by name or kind.
+
+Each shipped machine is imported when first asked for (ADR 0118): ``import lifecycle`` and a
+CLI command that needs one machine do not pay for the other six. ``lifecycle.machines.POD``
+(and every name in ``__all__``) imports its module on first access; :func:`default_registry`
+knows every shipped machine's name and kind without importing it, and imports a machine when
+it is looked up (``registry["pod"]``, ``registry.for_kind("Pod")``, iterating its values).
+"""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
-from typing import Any
+import importlib
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any
 
 from .._core.errors import UnknownMachine, preview
 from .._core.machine import Machine
-from .certification import CERTIFICATION, CertificationMachine, CertificationStatus
-from .job import JOB, JobMachine, JobStatus
-from .nodeclaim import NODECLAIM, NodeClaimMachine, NodeClaimStatus
-from .pod import POD, PodMachine, PodStatus
-from .restore import RESTORE, RestoreMachine, RestoreStatus
-from .workflow import WORKFLOW, WorkflowMachine, WorkflowStatus
-from .workloadrun import WORKLOADRUN, WorkloadRunMachine, WorkloadRunStatus
+
+if TYPE_CHECKING:  # for type checkers; at run time each is imported on first access
+    from .certification import CERTIFICATION, CertificationMachine, CertificationStatus
+    from .job import JOB, JobMachine, JobStatus
+    from .nodeclaim import NODECLAIM, NodeClaimMachine, NodeClaimStatus
+    from .pod import POD, PodMachine, PodStatus
+    from .restore import RESTORE, RestoreMachine, RestoreStatus
+    from .workflow import WORKFLOW, WorkflowMachine, WorkflowStatus
+    from .workloadrun import WORKLOADRUN, WorkloadRunMachine, WorkloadRunStatus
 
 __all__ = [
     "CERTIFICATION",
@@ -41,6 +51,47 @@ __all__ = [
     "default_registry",
 ]
 
+#: Every shipped machine, in registry order: (name, kind, module, the machine's constant).
+#: ``tests/test_lazy_machines.py`` checks each against the machine the module defines.
+SHIPPED: tuple[tuple[str, str, str, str], ...] = (
+    ("pod", "Pod", "pod", "POD"),
+    ("nodeclaim", "NodeClaim", "nodeclaim", "NODECLAIM"),
+    ("job", "Job", "job", "JOB"),
+    ("workflow", "Workflow", "workflow", "WORKFLOW"),
+    ("certification", "Certification", "certification", "CERTIFICATION"),
+    ("workloadrun", "WorkloadRun", "workloadrun", "WORKLOADRUN"),
+    ("restore", "RestoreAttempt", "restore", "RESTORE"),
+)
+
+#: The module of each lazily exported name.
+_HOMES: dict[str, str] = {}
+for _name, _kind, _module, _constant in SHIPPED:
+    _HOMES[_constant] = _module
+for _module, _classes in (
+    ("pod", ("PodMachine", "PodStatus")),
+    ("nodeclaim", ("NodeClaimMachine", "NodeClaimStatus")),
+    ("job", ("JobMachine", "JobStatus")),
+    ("workflow", ("WorkflowMachine", "WorkflowStatus")),
+    ("certification", ("CertificationMachine", "CertificationStatus")),
+    ("workloadrun", ("WorkloadRunMachine", "WorkloadRunStatus")),
+    ("restore", ("RestoreMachine", "RestoreStatus")),
+):
+    for _cls in _classes:
+        _HOMES[_cls] = _module
+
+
+def __getattr__(name: str) -> Any:
+    module = _HOMES.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value  # the next access is a plain attribute
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})
+
 
 class MachineRegistry(Mapping[str, Machine[Any]]):
     """Machines by name (``"pod"``); :meth:`for_kind` finds one by object kind (``"Pod"``)."""
@@ -48,37 +99,85 @@ class MachineRegistry(Mapping[str, Machine[Any]]):
     def __init__(self, machines: Iterable[Machine[Any]]) -> None:
         self._by_name: dict[str, Machine[Any]] = {}
         self._by_kind: dict[str, Machine[Any]] = {}
+        #: Machines known by name and kind but not imported yet: name -> (kind, loader).
+        self._pending: dict[str, tuple[str, Callable[[], Machine[Any]]]] = {}
+        self._kinds: dict[str, str] = {}  # kind -> name, for every machine loaded or pending
+        self._order: list[str] = []  # names, in registration order
         for m in machines:
-            if m.name in self._by_name or m.kind in self._by_kind:
-                raise ValueError(f"machine {m.name!r} / kind {m.kind!r} registered twice")
+            self._add(m.name, m.kind)
             self._by_name[m.name] = m
             self._by_kind[m.kind] = m
 
+    @classmethod
+    def lazy(
+        cls, entries: Iterable[tuple[str, str, Callable[[], Machine[Any]]]]
+    ) -> MachineRegistry:
+        """A registry of ``(name, kind, loader)`` entries: each loader runs once, when its
+        machine is first looked up; a loaded machine whose name or kind differs from its
+        entry raises :class:`ValueError`."""
+        registry = cls(())
+        for name, kind, loader in entries:
+            registry._add(name, kind)
+            registry._pending[name] = (kind, loader)
+        return registry
+
+    def _add(self, name: str, kind: str) -> None:
+        if name in self._by_name or name in self._pending or kind in self._kinds:
+            raise ValueError(f"machine {name!r} / kind {kind!r} registered twice")
+        self._kinds[kind] = name
+        self._order.append(name)
+
+    def _load(self, name: str) -> Machine[Any]:
+        kind, loader = self._pending.pop(name)
+        machine = loader()
+        if machine.name != name or machine.kind != kind:
+            raise ValueError(
+                f"machine {machine.name!r} / kind {machine.kind!r} registered as "
+                f"{name!r} / {kind!r}"
+            )
+        self._by_name[name] = machine
+        self._by_kind[kind] = machine
+        return machine
+
     def __getitem__(self, name: str) -> Machine[Any]:
-        try:
-            return self._by_name[name]
-        except KeyError:
-            known = ", ".join(sorted(self._by_name))
-            raise UnknownMachine(f"unknown machine {preview(name)}; known: {known}") from None
+        machine = self._by_name.get(name)
+        if machine is not None:
+            return machine
+        if name in self._pending:
+            return self._load(name)
+        known = ", ".join(sorted(self._order))
+        raise UnknownMachine(f"unknown machine {preview(name)}; known: {known}")
 
     def __iter__(self) -> Iterator[str]:
-        return iter(self._by_name)
+        return iter(self._order)
 
     def __len__(self) -> int:
-        return len(self._by_name)
+        return len(self._order)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._by_name or name in self._pending
 
     def for_kind(self, kind: str) -> Machine[Any]:
-        try:
-            return self._by_kind[kind]
-        except KeyError:
-            known = ", ".join(sorted(self._by_kind))
-            raise UnknownMachine(
-                f"no machine handles kind {preview(kind)}; known: {known}"
-            ) from None
+        machine = self._by_kind.get(kind)
+        if machine is not None:
+            return machine
+        name = self._kinds.get(kind)
+        if name is not None:
+            return self[name]
+        known = ", ".join(sorted(self._kinds))
+        raise UnknownMachine(f"no machine handles kind {preview(kind)}; known: {known}")
+
+
+def _loader(module: str, constant: str) -> Callable[[], Machine[Any]]:
+    def load() -> Machine[Any]:
+        machine: Machine[Any] = getattr(importlib.import_module(f"{__name__}.{module}"), constant)
+        return machine
+
+    return load
 
 
 def default_registry() -> MachineRegistry:
-    """The seven shipped machines, by name: what a :class:`~lifecycle.Runner` runs when it is
-    given no ``machines``."""
-
-    return MachineRegistry([POD, NODECLAIM, JOB, WORKFLOW, CERTIFICATION, WORKLOADRUN, RESTORE])
+    """Every shipped machine, each imported when first looked up."""
+    return MachineRegistry.lazy(
+        (name, kind, _loader(module, constant)) for name, kind, module, constant in SHIPPED
+    )

@@ -1,24 +1,24 @@
 """The Kubernetes Events a run would leave, computed on the run's own clock (no API server).
 
-:func:`simulate_events` feeds committed transitions (a replayed trace's, in order) through the
-emitter's Event building and correlator, over an in-memory API, with the clock set to each
-transition's ``at``; the 6-minute finish and 30-minute refresh fire when the trace's clock
-reaches them. The result is the Event table ``kubectl get events`` would show: one row per
-Event object, its API-visible series count, first and last time.
+:func:`simulate` (``kubernetes.simulate_events``) feeds committed transitions (a trace's, in
+order) through the emitter's Event building and correlator, over an in-memory API, with the
+clock set to each transition's ``at``; the 6-minute finish and 30-minute refresh fire when
+the trace's clock reaches them. The result is the Event table ``kubectl get events`` would
+show: one row per Event object, its API-visible series count, first and last time.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import attrs
 
 from .event import Event
+from .sinks import MemoryEventSink
 
 if TYPE_CHECKING:
-    from ..._core.refs import ObjectRef
     from ..._core.transition import Transition
 
 #: Enough finish periods after the last transition for every series to get its final patch
@@ -58,45 +58,34 @@ class _Clock:
         self.now = max(self.now, at)
 
 
-def simulate_events(
-    transitions: Iterable[Transition],
-    *,
-    settle: bool = True,
-    hostname: str = "replay",
-    controller: Mapping[str, str] | Callable[[Transition], str] | None = None,
-    resolve: Callable[[ObjectRef], tuple[str, str] | None] | None = None,
-    api_versions: Mapping[str, str] | None = None,
+class Simulated(Protocol):
+    """What a simulation drives of an emitter: its Event building and its correlator."""
+
+    @property
+    def correlator(self) -> Any: ...
+
+    def build(self, transition: Transition) -> Event | None: ...
+
+
+#: ``(sink, clock) -> emitter``: an emitter on the in-memory API ``sink`` and the trace's
+#: ``clock``, with no timers or workers of its own. The emitter's module supplies it
+#: (:func:`lifecycle.emitters.kubernetes.simulate_events`): this module does not import the
+#: module that imports it.
+MakeEmitter = Callable[[MemoryEventSink, Callable[[], datetime]], Simulated]
+
+
+def simulate(
+    transitions: Iterable[Transition], make_emitter: MakeEmitter, *, settle: bool = True
 ) -> list[EventTableRow]:
-    """The Event table the transitions would leave, correlated as the Kubernetes emitter
-    does on the transitions' clock (each one recorded at its ``at``).
-
-    Transitions are taken in order (a transition earlier than the one before it is recorded
-    at the later time); one seen before under the same id is skipped, as the emitter skips
-    an outbox redelivery. The finish and refresh timers fire whenever the clock reaches
-    them. With ``settle`` the clock then runs on until every series has had its final patch,
-    so counts are final; without it the table is as of the last transition. Rows are sorted
-    by first time, then name. ``controller``, ``resolve`` and ``api_versions`` are the
-    emitter's options; ``hostname`` makes the ``reportingInstance``.
-    """
-    from ..kubernetes import KubernetesEmitter
-    from .sinks import MemoryEventSink
-
+    """The Event table the transitions would leave through the emitter ``make_emitter``
+    builds, each transition recorded at its ``at`` (see
+    :func:`lifecycle.emitters.kubernetes.simulate_events`)."""
     pending = list(transitions)
     sink = MemoryEventSink()
     if not pending:
         return []
     clock = _Clock(pending[0].at)
-    emitter = KubernetesEmitter(
-        sink,
-        controller=controller,
-        resolve=resolve,
-        api_versions=api_versions,
-        hostname=hostname,
-        clock=clock,
-        sleep=lambda _: None,
-        timers=False,
-        start=False,
-    )
+    emitter = make_emitter(sink, clock)
     correlator = emitter.correlator
     seen: set[str] = set()
     for t in pending:

@@ -256,12 +256,8 @@ at most {MAX_TEXT} characters, lists at most {MAX_ITEMS} items; YAML anchors, al
 and duplicate keys are refused."""
 
 
-def main(
-    argv: Sequence[str] | None = None, out: TextIO | None = None, err: TextIO | None = None
-) -> int:
-    """Run the check; ``out`` and ``err`` default to the streams current at call time."""
-    out = sys.stdout if out is None else out
-    err = sys.stderr if err is None else err
+def build_parser() -> argparse.ArgumentParser:
+    """The command line of ``lifecycle restore check``."""
     parser = argparse.ArgumentParser(
         prog="lifecycle restore check",
         description=(__doc__ or "").split("\n")[0],
@@ -270,9 +266,30 @@ def main(
     )
     parser.add_argument("manifest", help="the snapshot's manifest.yaml (YAML or JSON)")
     parser.add_argument("target", help="the target's facts (YAML or JSON)")
-    parser.add_argument("--on-unknown", choices=("block", "warn"), default="block")
-    parser.add_argument("--volumes", choices=("identity", "presence"), default="identity")
-    args = parser.parse_args(argv)
+    parser.add_argument(
+        "--on-unknown",
+        choices=("block", "warn"),
+        default="block",
+        help="a fact the target cannot answer: block the restore (exit 3, the default) or "
+        "warn and go on",
+    )
+    parser.add_argument(
+        "--volumes",
+        choices=("identity", "presence"),
+        default="identity",
+        help="identity (the default): each volume must be the very one the snapshot had; "
+        "presence: a volume at each path is enough",
+    )
+    return parser
+
+
+def main(
+    argv: Sequence[str] | None = None, out: TextIO | None = None, err: TextIO | None = None
+) -> int:
+    """Run the check; ``out`` and ``err`` default to the streams current at call time."""
+    out = sys.stdout if out is None else out
+    err = sys.stderr if err is None else err
+    args = build_parser().parse_args(argv)
     policy = RestorePolicy(on_unknown=args.on_unknown, volumes=args.volumes)
     try:
         manifest = _read(args.manifest, manifest_from_yaml)

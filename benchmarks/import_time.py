@@ -1,0 +1,118 @@
+"""Start-up cost: ``import lifecycle`` (and what a host and the CLI import) as a ratio to
+``python -c pass`` (issue 24; goal <= 5x for ``import lifecycle``).
+
+    python -m benchmarks.import_time [--rounds N] [--src DIR]
+
+Each contender is a fresh interpreter, timed on the wall clock from spawn to exit. Runs are
+interleaved: every round runs the floor and each contender once, in an order that rotates
+from round to round, and each ratio is taken within its round (contender / that round's
+floor), so a machine that slows down slows both sides. A row is the ratio's median over the
+rounds, with its range. ``--src`` measures another checkout's ``src`` (the figures before a
+change: ``--src ../main/src``); by default this checkout's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from .fair import Metric
+
+ROOT = Path(__file__).resolve().parent.parent
+
+#: name -> (the interpreter's arguments, what the row measures, its target ratio or None)
+CONTENDERS: dict[str, tuple[tuple[str, ...], str, float | None]] = {
+    "import_lifecycle": (("-c", "import lifecycle"), "import lifecycle", 5.0),
+    "import_host": (
+        ("-c", "from lifecycle import ObjectRef, Runner, SQLiteStore"),
+        "from lifecycle import ObjectRef, Runner, SQLiteStore (what a host starts with)",
+        None,
+    ),
+    "cli_help": (("-m", "lifecycle.cli", "--help"), "lifecycle --help", None),
+    "cli_table": (
+        ("-m", "lifecycle.cli", "table", "pod"),
+        "lifecycle table pod (one machine)",
+        None,
+    ),
+}
+FLOOR = ("-c", "pass")
+
+
+def _env(src: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "LIFECYCLE"))}
+    env["PYTHONPATH"] = str(src)  # this checkout wins over an editable install elsewhere
+    return env
+
+
+def _once(args: tuple[str, ...], env: dict[str, str]) -> float:
+    start = time.perf_counter()
+    subprocess.run(
+        [sys.executable, *args], env=env, stdout=subprocess.DEVNULL, check=True, cwd=ROOT
+    )
+    return time.perf_counter() - start
+
+
+def measure(rounds: int, src: Path = ROOT / "src") -> dict[str, Metric]:
+    env = _env(src)
+    names = list(CONTENDERS)
+    for name in names:  # warm the file cache and the bytecode once, untimed
+        _once(CONTENDERS[name][0], env)
+    ratios: dict[str, list[float]] = {name: [] for name in names}
+    seconds: dict[str, list[float]] = {name: [] for name in ["floor", *names]}
+    for n in range(rounds):
+        order = ["floor", *names]
+        order = order[n % len(order) :] + order[: n % len(order)]  # rotate who goes first
+        took = {
+            name: _once(FLOOR if name == "floor" else CONTENDERS[name][0], env) for name in order
+        }
+        for name in names:
+            ratios[name].append(took[name] / took["floor"])
+        for name, value in took.items():
+            seconds[name].append(value)
+    floor_ms = statistics.median(seconds["floor"]) * 1000
+    out: dict[str, Metric] = {}
+    for name in names:
+        _, what, target = CONTENDERS[name]
+        values = ratios[name]
+        median = statistics.median(values)
+        out[f"startup_{name}"] = {
+            "ratio": median,
+            "range": [min(values), max(values)],
+            "target": f"<= {target:g}x" if target is not None else "-",
+            "met": (median <= target) if target is not None else None,
+            "what": f"{what} ÷ python -c pass; wall time of a fresh interpreter, "
+            f"{rounds} interleaved rounds",
+            "ours": statistics.median(seconds[name]) * 1000,
+            "baseline": floor_ms,
+            "unit": "ms",
+        }
+    return out
+
+
+def suite(quick: bool) -> dict[str, Metric]:
+    return measure(8 if quick else 40)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=40, help="interleaved rounds (40)")
+    parser.add_argument(
+        "--src", type=Path, default=ROOT / "src", help="the src folder to measure (this one's)"
+    )
+    args = parser.parse_args(argv)
+    for name, m in measure(args.rounds, args.src.resolve()).items():
+        lo, hi = m["range"]
+        print(
+            f"{name:<26} {m['ratio']:6.2f}x  [{lo:.2f}, {hi:.2f}]  {m['ours']:7.1f} ms "
+            f"(python -c pass {m['baseline']:.1f} ms)  target {m['target']}"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,5 @@
+"""``python -m lifecycle``: the ``lifecycle`` command."""
+
+from .cli import main
+
+raise SystemExit(main())
