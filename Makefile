@@ -7,7 +7,7 @@ VENV_DEMO := .venv-demo
 VENV_TEST := .venv
 DEMO_DB := .demo/demo.db
 
-.PHONY: demo test lint typecheck unit clean bench bench-quick wheel-check newcomer
+.PHONY: demo test lint typecheck unit clean bench bench-quick wheel-check newcomer generate
 
 $(VENV_DEMO)/.ok: pyproject.toml
 	$(PYTHON) -m venv $(VENV_DEMO)
@@ -36,6 +36,11 @@ unit: $(VENV_TEST)/.ok
 	$(VENV_TEST)/bin/pytest
 
 test: lint typecheck unit
+
+# Regenerate the synchronous PostgreSQL store from its asyncio source (ADR 0126);
+# tests/test_generated_sync.py fails while the committed file is stale.
+generate: $(VENV_TEST)/.ok
+	$(VENV_TEST)/bin/python scripts/async_to_sync.py
 
 # Benchmarks: side-by-side ratios against the baselines (see docs/performance.md).
 bench: $(VENV_TEST)/.ok
