@@ -43,6 +43,7 @@ NAMES = {
     "AsyncConnectionPool": "ConnectionPool",
     "AsyncIterator": "Iterator",
     "AsyncPostgresStore": "PostgresStore",
+    "LoopMarks": "HeldMarks",
     "LoopWatch": "Watchdog",
     "RecordList": "RecordIterator",
 }

@@ -12,7 +12,7 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Coroutine, Iterable, Iterator, Sequence
 from typing import Any, TypeAlias
 
 import attrs
@@ -23,7 +23,10 @@ from ._pgsql import psycopg
 from .base import Record
 
 __all__ = [
+    "MARK_DELAY",
+    "HeldMarks",
     "HistoryReport",
+    "LoopMarks",
     "LoopWatch",
     "Lost",
     "RecordIterator",
@@ -32,6 +35,10 @@ __all__ = [
     "sever",
     "snapshot_rows",
 ]
+
+#: The longest a delivered-mark is held back for a commit to carry it, in seconds (a quarter
+#: of the lease at most, so no other replica takes over events already delivered).
+MARK_DELAY = 0.2
 
 #: What the asyncio store's ``records`` returns ...
 RecordList: TypeAlias = list[Record]
@@ -176,3 +183,111 @@ class HistoryReport:
                 "carry @EPOCH, so none names two events"
             )
         return out
+
+
+class _Held:
+    """Delivered outbox ids not yet marked, oldest first: the next commit carries them in
+    its round trip (ADR 0127); what waits ``delay`` seconds without one is sent on its own."""
+
+    def __init__(self, delay: float) -> None:
+        self.delay = delay
+        self._ids: list[str] = []
+        self._since = 0.0
+
+    def _hold(self, ids: Iterable[str]) -> None:
+        if not self._ids:
+            self._since = time.monotonic()
+        self._ids.extend(ids)
+
+    def _take(self) -> list[str]:
+        ids, self._ids = self._ids, []
+        return sorted(set(ids))
+
+    def __len__(self) -> int:
+        return len(self._ids)
+
+
+class HeldMarks(_Held):
+    """:class:`_Held` for the synchronous store, thread-safe; a daemon thread (started on
+    first use) sends what is due through ``send``, which must not raise."""
+
+    def __init__(self, delay: float, send: Callable[[list[str]], None]) -> None:
+        super().__init__(delay)
+        self._send = send
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def add(self, ids: Iterable[str]) -> None:
+        with self._lock:
+            self._hold(ids)
+            if self._thread is None and not self._stop.is_set():
+                self._thread = threading.Thread(target=self._watch, name="lifecycle-pg-marks")
+                self._thread.daemon = True
+                self._thread.start()
+
+    def take(self) -> list[str]:
+        """Every held id (sorted, once each), now the caller's to mark."""
+        if not self._ids:  # the common case: one attribute read, no lock
+            return []
+        with self._lock:
+            return self._take()
+
+    def restore(self, ids: list[str]) -> None:
+        """Hold again ids whose mark may not have landed (marking twice is harmless)."""
+        if ids:
+            with self._lock:
+                self._hold(ids)
+
+    def _watch(self) -> None:
+        while not self._stop.wait(min(self.delay / 2, 0.05)):
+            if self._ids and time.monotonic() - self._since >= self.delay:
+                ids = self.take()
+                if ids:
+                    self._send(ids)
+
+    def close(self) -> list[str]:
+        """Stop the thread; what is still held, for the caller to send."""
+        self._stop.set()
+        return self.take()
+
+
+class LoopMarks(_Held):
+    """:class:`HeldMarks` for the asyncio store: a timer on the running loop sends what is
+    due through ``send`` (a coroutine that must not raise)."""
+
+    def __init__(
+        self, delay: float, send: Callable[[list[str]], Coroutine[Any, Any, None]]
+    ) -> None:
+        super().__init__(delay)
+        self._send = send
+        self._timer: asyncio.TimerHandle | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def add(self, ids: Iterable[str]) -> None:
+        self._hold(ids)
+        if self._timer is None and self._ids:
+            self._timer = asyncio.get_running_loop().call_later(self.delay, self._due)
+
+    def take(self) -> list[str]:
+        if not self._ids:
+            return []
+        return self._take()
+
+    def restore(self, ids: list[str]) -> None:
+        if ids:
+            self.add(ids)
+
+    def _due(self) -> None:
+        self._timer = None
+        ids = self.take()
+        if ids:
+            task: asyncio.Task[None] = asyncio.get_running_loop().create_task(self._send(ids))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    def close(self) -> list[str]:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        return self.take()

@@ -37,7 +37,15 @@ from .._core.schema import SchemaCount, merge_counts
 from .._core.transition import Transition
 from .._log import get_logger
 from . import _pgsql as sql
-from ._pgio import HistoryReport, Lost, RecordIterator, Watchdog, snapshot_rows
+from ._pgio import (
+    MARK_DELAY,
+    HeldMarks,
+    HistoryReport,
+    Lost,
+    RecordIterator,
+    Watchdog,
+    snapshot_rows,
+)
 from ._pgsql import (
     ConnectionPool,
     Landed,
@@ -227,6 +235,8 @@ class PostgresStore(sql.PgSettings):
         )  # fmt: skip
         self._migrate_first = migrate
         self._watchdog = Watchdog(self._call_timeout)
+        #: delivered-marks held back for the next commit to carry (ADR 0127)
+        self._marks = HeldMarks(min(MARK_DELAY, self._lease / 4), self._send_marks)
 
         def configure(c: Conn) -> None:
             for stmt in settings:
@@ -452,11 +462,39 @@ class PostgresStore(sql.PgSettings):
             lease=self._lease,
         )
         what = f"commit of {ref.uid} v{expected + 1}"
+        stamped = params["epoch"] is not None
+        if not stamped:  # no events: still written only on a session of this handle's epoch
+            params["epoch"] = self.epoch  # (ADR 0127: else a lost write can go unreported)
+        marks = self._marks.take()
+        try:
+            return self._commit(machine, ref, expected, params, what, marks, stamped)
+        finally:
+            self._marks.restore(marks)  # the commit did not carry them (harmless if it did)
+
+    def _commit(
+        self,
+        machine: Machine[Any],
+        ref: ObjectRef,
+        expected: int,
+        params: dict[str, Any],
+        what: str,
+        marks: list[str],
+        stamped: bool,
+    ) -> int:
+        """:meth:`commit`'s attempts; ``marks`` ride in front of the first one's statement,
+        in its round trip and its transaction, and are emptied once it answered. ``stamped``:
+        the events carry the epoch (else it is the handle's, renewed with it)."""
         for _ in range(3):
             try:
                 with self._conn(what, writes=True) as conn:
                     try:
-                        cur = conn.execute(self._sql.commit, params)
+                        if marks:
+                            with conn.pipeline():  # one round trip, one transaction
+                                conn.execute(self._sql.mark_riding, (marks,))
+                                cur = conn.execute(self._sql.commit, params)
+                            marks.clear()
+                        else:
+                            cur = conn.execute(self._sql.commit, params)
                         row = cur.fetchone()
                     except pg_errors.UniqueViolation as e:
                         raise sql.unique_violation(self.target, e, ref.uid, expected) from None
@@ -465,11 +503,17 @@ class PostgresStore(sql.PgSettings):
                         return expected + 1
                     if row is not None and not row[1]:  # the epoch changed, or is unverified
                         self._refresh_epoch(conn)
-                        if params["epoch"] is None or params["epoch"] == self.epoch:
+                        if not stamped:
+                            params["epoch"] = self.epoch
+                            continue
+                        if params["epoch"] == self.epoch:
                             continue
                         raise Conflict(ref.uid, expected, expected)
-                    cur = conn.execute(self._sql.identity_of, (ref.uid,))
-                    ident = cur.fetchone()
+                    if row is not None and row[2] is not None and int(row[2]) != expected:
+                        ident: Sequence[Any] | None = row[2:]  # the stored row, same statement
+                    else:  # raced by a commit newer than the statement's snapshot: read it
+                        cur = conn.execute(self._sql.identity_of, (ref.uid,))
+                        ident = cur.fetchone()
                     actual = None if ident is None else int(ident[0])
                     if ident is not None:
                         sql.check_row_identity(machine, ref, ident[1:])
@@ -559,6 +603,7 @@ class PostgresStore(sql.PgSettings):
         expired leases -- object by object: an object whose first pending event another
         replica holds (or is claiming right now) is skipped, so each object's events go out
         through one replica at a time, in version order."""
+        self._send_held()  # what this store delivered is not claimed again
         params = {"me": self.owner, "lease": self._lease, "limit": limit}
         with self._conn("outbox claim") as conn:
             cur = conn.execute(self._sql.claim, params)
@@ -567,19 +612,37 @@ class PostgresStore(sql.PgSettings):
             return sql.outbox_from(rows)
 
     def mark_delivered(self, ids: Iterable[str]) -> None:
-        done = sorted(set(ids))
-        if not done:
-            return
-        with self._conn("outbox mark") as conn:
-            conn.execute(self._sql.mark, (done,))
+        """Mark events delivered: held back for this store's next commit to carry in its
+        round trip, sent on their own within ``MARK_DELAY`` (0.2 s, a quarter of the lease at
+        most) if none comes, and before a claim, a count or :meth:`close` (ADR 0127). A mark
+        is not a durable write (ADR 0062): lost, the events are delivered again, same ids."""
+        self._marks.add(ids)
+
+    def _send_marks(self, ids: list[str]) -> None:
+        """Mark ``ids`` on their own. A failure is logged, as a failed mark always was: those
+        events will be delivered again, under their ids."""
+        try:
+            with self._conn("outbox mark") as conn:
+                conn.execute(self._sql.mark, (ids,))
+        except StoreError as e:
+            _log.warning("could not mark events delivered; they will repeat", error=str(e))
+
+    def _send_held(self) -> None:
+        ids = self._marks.take()
+        if ids:
+            self._send_marks(ids)
 
     def undelivered_count(self) -> int:
+        self._send_held()
         with self._conn("outbox count") as conn:
             cur = conn.execute(self._sql.undelivered)
             row = cur.fetchone()
         return 0 if row is None else int(row[0])
 
     def close(self) -> None:
+        held = self._marks.close()
+        if held:
+            self._send_marks(held)
         self._watchdog.close()
         self._pool.close()
 
@@ -629,7 +692,10 @@ class PostgresStore(sql.PgSettings):
         ready: list[tuple[int, dict[str, Any]]] = []
         for index, item in enumerate(items):
             try:
-                ready.append((index, sql.item_params(item, owner=self.owner, lease=self._lease)))
+                p = sql.item_params(item, owner=self.owner, lease=self._lease)
+                if p["epoch"] is None:  # no events: this handle's epoch all the same
+                    p["epoch"] = self.epoch
+                ready.append((index, p))
             except StoreError as e:
                 out[index] = e
         ready.sort(key=lambda p: p[1]["uid"])  # stable: one object's items keep their order
@@ -681,12 +747,19 @@ class PostgresStore(sql.PgSettings):
         if len(set(uids)) < len(uids):
             return self._commit_each(items, ready)
         batch = sql.batch_params(params, owner=self.owner, lease=self._lease)
-        with self._conn(f"commit of {len(items)} objects", _REFUSED, writes=True) as conn:
-            with conn.pipeline():  # one implicit transaction up to the pipeline's sync
-                conn.execute(self._sql.lock_many, (uids,), binary=True)
-                cur = conn.cursor()
-                cur.execute(self._sql.commit_batch, batch, binary=True)
-            rows = cur.fetchall()
+        marks = self._marks.take()
+        try:
+            with self._conn(f"commit of {len(items)} objects", _REFUSED, writes=True) as conn:
+                with conn.pipeline():  # one implicit transaction up to the pipeline's sync
+                    if marks:  # the held delivered-marks ride along (ADR 0127)
+                        conn.execute(self._sql.mark_riding, (marks,))
+                    conn.execute(self._sql.lock_many, (uids,), binary=True)
+                    cur = conn.cursor()
+                    cur.execute(self._sql.commit_batch, batch, binary=True)
+                marks.clear()
+                rows = cur.fetchall()
+        finally:
+            self._marks.restore(marks)
         counts, stored, refused = sql.batch_counts(params, rows)
         if refused:
             self._check_identities(items)  # raises the IdentityMismatch
