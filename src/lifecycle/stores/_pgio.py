@@ -209,12 +209,14 @@ class _Held:
 
 class HeldMarks(_Held):
     """:class:`_Held` for the synchronous store, thread-safe; a daemon thread (started on
-    first use) sends what is due through ``send``, which must not raise."""
+    first use) sends what is due through ``send``, which must not raise. ``sending`` is held
+    while ids are on their way: who must see every mark landed (a claim, a count) takes it."""
 
     def __init__(self, delay: float, send: Callable[[list[str]], None]) -> None:
         super().__init__(delay)
         self._send = send
         self._lock = threading.Lock()
+        self.sending = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -242,14 +244,14 @@ class HeldMarks(_Held):
     def _watch(self) -> None:
         while not self._stop.wait(min(self.delay / 2, 0.05)):
             if self._ids and time.monotonic() - self._since >= self.delay:
-                ids = self.take()
-                if ids:
-                    self._send(ids)
+                with self.sending:
+                    ids = self.take()
+                    if ids:
+                        self._send(ids)
 
-    def close(self) -> list[str]:
-        """Stop the thread; what is still held, for the caller to send."""
+    def close(self) -> None:
+        """Stop the thread (what is still held stays for the caller to send)."""
         self._stop.set()
-        return self.take()
 
 
 class LoopMarks(_Held):
@@ -263,6 +265,7 @@ class LoopMarks(_Held):
         self._send = send
         self._timer: asyncio.TimerHandle | None = None
         self._tasks: set[asyncio.Task[None]] = set()
+        self.sending = asyncio.Lock()
 
     def add(self, ids: Iterable[str]) -> None:
         self._hold(ids)
@@ -280,14 +283,18 @@ class LoopMarks(_Held):
 
     def _due(self) -> None:
         self._timer = None
-        ids = self.take()
-        if ids:
-            task: asyncio.Task[None] = asyncio.get_running_loop().create_task(self._send(ids))
+        if self._ids:
+            task: asyncio.Task[None] = asyncio.get_running_loop().create_task(self._flush())
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
 
-    def close(self) -> list[str]:
+    async def _flush(self) -> None:
+        async with self.sending:
+            ids = self.take()
+            if ids:
+                await self._send(ids)
+
+    def close(self) -> None:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
-        return self.take()

@@ -628,9 +628,12 @@ class PostgresStore(sql.PgSettings):
             _log.warning("could not mark events delivered; they will repeat", error=str(e))
 
     def _send_held(self) -> None:
-        ids = self._marks.take()
-        if ids:
-            self._send_marks(ids)
+        """Send the held marks, after any the background is sending: then every event this
+        handle delivered is marked."""
+        with self._marks.sending:
+            ids = self._marks.take()
+            if ids:
+                self._send_marks(ids)
 
     def undelivered_count(self) -> int:
         self._send_held()
@@ -640,9 +643,8 @@ class PostgresStore(sql.PgSettings):
         return 0 if row is None else int(row[0])
 
     def close(self) -> None:
-        held = self._marks.close()
-        if held:
-            self._send_marks(held)
+        self._marks.close()
+        self._send_held()
         self._watchdog.close()
         self._pool.close()
 

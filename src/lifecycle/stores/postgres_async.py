@@ -634,9 +634,12 @@ class AsyncPostgresStore(sql.PgSettings):
             _log.warning("could not mark events delivered; they will repeat", error=str(e))
 
     async def _send_held(self) -> None:
-        ids = self._marks.take()
-        if ids:
-            await self._send_marks(ids)
+        """Send the held marks, after any the background is sending: then every event this
+        handle delivered is marked."""
+        async with self._marks.sending:
+            ids = self._marks.take()
+            if ids:
+                await self._send_marks(ids)
 
     async def undelivered_count(self) -> int:
         await self._send_held()
@@ -646,9 +649,8 @@ class AsyncPostgresStore(sql.PgSettings):
         return 0 if row is None else int(row[0])
 
     async def close(self) -> None:
-        held = self._marks.close()
-        if held:
-            await self._send_marks(held)
+        self._marks.close()
+        await self._send_held()
         self._watchdog.close()
         await self._pool.close()
 
