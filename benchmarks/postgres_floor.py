@@ -54,6 +54,13 @@ before and after only from runs made back to back). Before -> after, two pairs o
   4-5 ms. With a cheap flush: 8953 obs/s (new) and 7528 (existing) against a 49k floor. Target
   >= 30k obs/s: not reached. The rest of the client CPU is the runner's own work per item
   (decide, stamp, dump to JSON) plus the three pipelined round trips.
+- issue 26 (ADR 0127; ``python -m benchmarks.postgres_floor --quick``, the store before and
+  after run back to back twice): round trips per ``Runner.observe`` of a change 3 -> 2 (the
+  load, then the commit with the previous call's delivered-marks pipelined in front of it),
+  per ``observe_many`` of 500 3 -> 2, per conflict 2 -> 1 (the failed CAS returns the stored
+  row; ``tests/stores/test_postgres_trips.py``). The timings of those runs are not evidence:
+  the machine was loaded (the INSERT floor at 3.9-15 ms instead of 0.36 ms), and the ratios
+  swung 1.6-3.2 before and 1.6-2.6 after.
 - the epoch check: the commit no longer reads ``pg_control_system()`` and the WAL position
   (about 15 µs of server time per commit, and per item of a batch, on an idle machine);
   each session verifies the epoch once (ADR 0068).

@@ -331,3 +331,90 @@ def test_open_async_store_urls(tmp_path: Path) -> None:
             await open_async_store("redis://x")
 
     run(go())
+
+
+def test_the_asyncio_postgres_store_compacts_as_the_synchronous_one(
+    pair: Any, store_kind: str
+) -> None:
+    """``compact`` came to the asyncio PostgreSQL store with the one source (ADR 0126): the
+    same journals, snapshots and counts as the synchronous store's."""
+    if store_kind != "postgres":
+        pytest.skip("the asyncio PostgreSQL store's compaction")
+    from lifecycle.machines import POD
+
+    refs = [pod_ref(f"c{i}") for i in range(3)]
+    steps = [
+        pod.CreateRequested(at=t(0)),
+        pod.ProvisionSucceeded(at=t(1), reserved=True, instance_id="i-1"),
+        pod.InstanceRunning(at=t(2)),
+        pod.InstanceFailed(at=t(3), exit_code=1),
+    ]
+    sync_store, open_async = pair()
+    runner = Runner(sync_store, [], policy=FAST)
+    for step in steps:
+        for ref in refs:
+            runner.observe(ref, step)
+    want = (sync_store.compact(POD, keep=1), sync_store.compact(POD, keep=0, refs=refs[:1]))
+
+    async def go() -> tuple[tuple[int, int], list[Any], list[Any]]:
+        store = await open_async()
+        arunner = AsyncRunner(store, [], policy=FAST)
+        for step in steps:
+            for ref in refs:
+                await arunner.observe(ref, step)
+        got = (await store.compact(POD, keep=1), await store.compact(POD, keep=0, refs=refs[:1]))
+        journals = [await store.journal(POD, r) for r in refs]
+        snaps = [await store.snapshot(POD, r) for r in refs]
+        await arunner.close()
+        return got, journals, snaps
+
+    got, journals, snaps = run(go())
+    assert got == want
+    assert got[0] > 0
+    assert [[e.version for e in j] for j in journals] == [
+        [e.version for e in sync_store.journal(POD, r)] for r in refs
+    ]
+    assert [(s.version, s.status) for s in snaps] == [
+        (s.version, s.status) for s in (sync_store.snapshot(POD, r) for r in refs) if s
+    ]
+
+
+def test_the_asyncio_postgres_store_holds_marks_for_the_next_commit(
+    pair: Any, store_kind: str
+) -> None:
+    """ADR 0127 on the event loop: a delivered event's mark waits for the next commit, goes
+    out on the loop's timer when none comes, and ``close`` sends what is still held."""
+    if store_kind != "postgres":
+        pytest.skip("the asyncio PostgreSQL store's held marks")
+    import psycopg
+
+    _, open_async = pair()
+
+    async def go() -> None:
+        store = await open_async()
+
+        def outbox() -> set[str]:
+            with psycopg.connect(store.target.conninfo, autocommit=True) as conn:
+                rows = conn.execute(f'SELECT id FROM "{store.target.schema}".outbox').fetchall()
+            return {str(r[0]) for r in rows}
+
+        runner = AsyncRunner(store, [MemoryEmitter()], links=(), policy=FAST)
+        first = await runner.observe(pod_ref("la"), pod.CreateRequested(at=t(0)))
+        ids = {e.id for e in first.transitions}
+        assert ids
+        assert ids <= outbox()  # delivered, its mark held
+        second = await runner.observe(pod_ref("lb"), pod.CreateRequested(at=t(0)))
+        assert not ids & outbox()  # carried by the second commit
+        later = {e.id for e in second.transitions}
+        assert later <= outbox()
+        for _ in range(200):  # no commit comes: the loop's timer sends it
+            if not later & outbox():
+                break
+            await asyncio.sleep(0.05)
+        assert not later & outbox()
+        third = await runner.observe(pod_ref("lc"), pod.CreateRequested(at=t(0)))
+        last = {e.id for e in third.transitions}
+        await runner.close()  # closes the store: the held mark goes out first
+        assert not last & outbox()
+
+    run(go())

@@ -31,6 +31,7 @@ from lifecycle import (
     CommitUnknown,
     Conflict,
     MemoryEmitter,
+    ObjectRef,
     Outcome,
     RetryPolicy,
     Runner,
@@ -403,18 +404,21 @@ def test_a_changed_history_starts_an_epoch_and_ids_carry_it(pg_url: str) -> None
     store.close()
 
 
-def test_a_rewind_is_reported_by_the_store_and_by_db_check(pg_url: str) -> None:
-    store = PostgresStore(pg_url)
-    ref = pod_ref("rw")
+def acknowledge_two_then_lose_the_second(store: PostgresStore, ref: ObjectRef) -> None:
+    """Versions 1 and 2 committed through ``store``; then v2 is gone, as an asynchronous
+    standby that never received it would have it."""
     step(store, pod.CreateRequested(at=t(0)), ref)
     step(store, pod.ProvisionSucceeded(at=t(1), reserved=True, instance_id="i"), ref)
     schema = store.target.schema
-    with psycopg.connect(store.target.conninfo, autocommit=True) as conn:  # v2 is "lost"
-        conn.execute(f'DELETE FROM "{schema}".journal WHERE uid = %s AND version = 2', ("rw",))
-        conn.execute(
-            f'UPDATE "{schema}".objects SET version = 1, status = j.status FROM (SELECT '
-            f"status FROM \"{schema}\".objects WHERE uid = 'rw') j WHERE uid = 'rw'"
-        )
+    with psycopg.connect(store.target.conninfo, autocommit=True) as conn:
+        conn.execute(f'DELETE FROM "{schema}".journal WHERE uid = %s AND version = 2', (ref.uid,))
+        conn.execute(f'UPDATE "{schema}".objects SET version = 1 WHERE uid = %s', (ref.uid,))
+
+
+def test_a_rewind_is_reported_by_the_store_and_by_db_check(pg_url: str) -> None:
+    store = PostgresStore(pg_url)
+    ref = pod_ref("rw")
+    acknowledge_two_then_lose_the_second(store, ref)
     change_history(store)
     record = store.load(POD, ref)
     assert record is not None
@@ -432,6 +436,31 @@ def test_a_rewind_is_reported_by_the_store_and_by_db_check(pg_url: str) -> None:
     assert "LOST rw" in out.getvalue()
     assert PASSWORD not in out.getvalue()
     store.close()
+
+
+def test_a_commit_without_events_on_another_epochs_session_still_reports_the_rewind(
+    pg_url: str,
+) -> None:
+    """Issue 26: a commit with no events carries no epoch of its own. Accepted on a session
+    verified for a newer epoch than the handle's, it acknowledged a new version over a lost
+    one, and the handle's later epoch refresh found nothing to report. It is written only on
+    a session of the handle's own epoch: refused, the handle refreshes, reports, retries."""
+    mine = PostgresStore(pg_url)
+    ref = pod_ref("quiet")
+    acknowledge_two_then_lose_the_second(mine, ref)
+    change_history(mine)
+    other = PostgresStore(pg_url)  # starts the new epoch, and takes v2 itself
+    assert other.epoch
+    step(other, pod.ProvisionSucceeded(at=t(2), reserved=True, instance_id="j"), ref)
+    record = mine.load(POD, ref)  # a new session: it trusts the newest epoch, not mine.epoch
+    assert record is not None
+    assert record.version == 2
+    assert mine.rewinds == []  # v2 is there: the load alone cannot tell it is not mine
+    assert mine.commit(POD, ref, 2, record.status, pod.InstanceRunning(at=t(3)), []) == 3
+    assert mine.epoch == other.epoch
+    assert [(r.uid, r.acknowledged) for r in mine.rewinds] == [("quiet", 2)]
+    other.close()
+    mine.close()
 
 
 def test_db_check_of_a_store_that_never_failed_over_is_clean(pg_url: str) -> None:

@@ -1,16 +1,19 @@
-"""The PostgreSQL store's round trips (issue 19): a commit is one, ``Runner.observe`` three (load,
-commit, the delivered-mark), and ``commit_many`` one for the whole batch. Sessions verify the
+"""The PostgreSQL store's round trips (issue 19, issue 26): a commit is one, ``Runner.observe``
+two (load, and the commit carrying the previous call's delivered-marks), a conflict one (the
+failed CAS returns the stored row), and ``commit_many`` one for the whole batch. Sessions verify the
 store's epoch once; an unverified session refreshes it and commits without a conflict."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
+import attrs
 import pytest
 from benchmarks.postgres_floor import traced
 
-from lifecycle import MemoryEmitter, Runner
+from lifecycle import Conflict, IdentityMismatch, MemoryEmitter, Runner
 from lifecycle._core.transition import stamp
 from lifecycle.machines import POD, pod
 from lifecycle.stores.base import CommitItem
@@ -32,7 +35,7 @@ def round_trips(store: PostgresStore) -> Iterator[Callable[[], int]]:
         yield count
 
 
-def test_observe_is_a_load_a_commit_and_a_mark(pg_url: str) -> None:
+def test_observe_is_a_load_and_a_commit_carrying_the_marks(pg_url: str) -> None:
     store = PostgresStore(pg_url, pool_size=1)
     emitter = MemoryEmitter()
     runner = Runner(store, [emitter], links=())
@@ -46,9 +49,76 @@ def test_observe_is_a_load_a_commit_and_a_mark(pg_url: str) -> None:
             assert result.committed
             assert result.transitions
         trips = count()
-    assert trips == 3 * len(refs)  # load, commit (one statement), mark
+    assert trips == 2 * len(refs)  # load, commit (one statement, the marks in front of it)
     assert len(emitter.events) == 6 + len(refs)
-    assert store.undelivered_count() == 0
+    assert len(raw(store, "SELECT id FROM {s}outbox")) == 1  # the last one's mark is held
+    assert store.undelivered_count() == 0  # a count sends the held marks first
+    store.close()
+
+
+def outbox(store: PostgresStore) -> set[str]:
+    return {str(r[0]) for r in raw(store, "SELECT id FROM {s}outbox")}
+
+
+def test_held_marks_ride_with_the_next_commit_and_are_sent_when_none_comes(pg_url: str) -> None:
+    store = PostgresStore(pg_url, pool_size=1)
+    runner = Runner(store, [MemoryEmitter()], links=())
+    a, b = pod_ref("ride-a"), pod_ref("ride-b")
+    first = runner.observe(a, pod.CreateRequested(at=t(0)))
+    ids = {e.id for e in first.transitions}
+    assert ids
+    assert ids <= outbox(store)  # delivered, the mark held back
+    with round_trips(store) as count:
+        assert store.load(POD, b) is None
+        second = runner.observe(b, pod.CreateRequested(at=t(0)))
+        trips = count()
+    assert trips == 1 + 2  # the load alone, then observe's load and its commit
+    assert not ids & outbox(store)  # gone with b's commit
+    assert {e.id for e in second.transitions} <= outbox(store)
+    deadline = time.monotonic() + 10
+    while outbox(store) and time.monotonic() < deadline:  # no commit comes: sent on its own
+        time.sleep(0.05)
+    assert outbox(store) == set()
+    store.close()
+
+
+def test_a_commit_that_fails_keeps_the_marks_it_carried(pg_url: str) -> None:
+    store = PostgresStore(pg_url, pool_size=1)
+    runner = Runner(store, [MemoryEmitter()], links=())
+    ref, other = pod_ref("keep"), pod_ref("stray")
+    assert runner.observe(other, pod.CreateRequested(at=t(0))).committed
+    held = outbox(store)
+    assert held
+    # a stray journal row at the version the next commit takes: that commit is refused whole
+    raw(store, "INSERT INTO {s}journal (uid, version, at, observation, fields, transitions, "
+        "commit_token, schema_version, schema_fingerprint) SELECT 'keep', 1, at, observation, "
+        "fields, transitions, 'stray', schema_version, schema_fingerprint FROM {s}journal "
+        "WHERE uid = 'stray'")  # fmt: skip
+    result = runner.observe(ref, pod.CreateRequested(at=t(0)))
+    assert not result.committed
+    assert held <= outbox(store)  # rolled back with the commit: the marks are held again
+    store.close()  # and close sends them
+    assert not held & outbox(store)
+
+
+def test_a_conflict_is_one_round_trip_and_names_the_stored_version(pg_url: str) -> None:
+    store = PostgresStore(pg_url, pool_size=1)
+    runner = Runner(store, [], links=())
+    ref = pod_ref("stale")
+    obs = pod.CreateRequested(at=t(0))
+    assert runner.observe(ref, obs).committed
+    assert runner.observe(ref, pod.ProvisionSucceeded(at=t(1), reserved=True,
+                                                      instance_id="i")).committed  # fmt: skip
+    before = POD.initial(ref)
+    after = POD.apply(before, obs)
+    with round_trips(store) as count:
+        with pytest.raises(Conflict) as caught:
+            store.commit(POD, ref, 1, after, obs, [])
+        trips = count()
+    assert trips == 1  # before: 2 (the CAS, then a read of the stored version)
+    assert (caught.value.expected, caught.value.actual) == (1, 2)
+    with pytest.raises(IdentityMismatch):  # the identity rule holds on the statement's row
+        store.commit(POD, attrs.evolve(ref, name="impostor"), 1, after, obs, [])
     store.close()
 
 

@@ -464,7 +464,9 @@ class Statements:
         # carrying the commit's token. ``ep`` holds the write to the epoch its events were
         # stamped with: the one this session verified is current on its server's history
         # (:attr:`epoch_verify`, ADR 0068). No row in ``w``: nothing was written; the second
-        # column says whether the epoch was the cause.
+        # column says whether the epoch was the cause, and the rest is the stored row's
+        # version and identity as this statement's snapshot saw it (no read after a conflict;
+        # ADR 0127).
         self.commit = f"""
             WITH ep AS ({self.epoch_ok}), u AS (
                 UPDATE {s}.objects
@@ -493,7 +495,10 @@ class Statements:
                 FROM w, unnest(%(ids)b::text[], %(ns)b::int[], %(payloads)b::text[])
                      AS e(id, n, payload)
             )
-            SELECT (SELECT count(*) FROM w), (SELECT ok FROM ep)"""
+            SELECT (SELECT count(*) FROM w), (SELECT ok FROM ep), c.version, c.machine,
+                   c.kind, c.namespace, c.name
+            FROM (SELECT 1) AS one
+            LEFT JOIN {s}.objects c ON c.uid = %(uid)s AND NOT EXISTS (SELECT 1 FROM w)"""
         batch_journal = (
             f""", j AS (
                 INSERT INTO {s}.journal (uid, version, at, observation, fields, transitions,
@@ -664,6 +669,9 @@ class Statements:
             "WITH lazy AS (SELECT set_config('synchronous_commit', 'off', true)) "
             f"DELETE FROM {s}.outbox WHERE id = ANY(%b::text[]) AND EXISTS (SELECT 1 FROM lazy)"
         )
+        #: the mark's DELETE as it rides in front of a commit, in the commit's transaction
+        #: (durable with it; the lazy flush above would make the commit lazy too)
+        self.mark_riding = f"DELETE FROM {s}.outbox WHERE id = ANY(%b::text[])"
         self.undelivered = f"SELECT count(*) FROM {s}.outbox"
         #: what waits in the outbox: how many rows, the oldest one's commit time (db status)
         self.outbox_summary = f"SELECT count(*), min(created_at) FROM {s}.outbox"

@@ -1,8 +1,21 @@
-"""The PostgreSQL store for asyncio hosts, over psycopg's asyncio pool: the statements, the
-rows and the guarantees of :class:`~lifecycle.stores.postgres.PostgresStore`, awaited.
+"""The store for many controller replicas: one PostgreSQL database (extra ``postgres``), for
+threaded hosts (:class:`~lifecycle.stores.postgres.PostgresStore`) and asyncio hosts
+(:class:`~lifecycle.stores.postgres_async.AsyncPostgresStore`, opened with
+``await AsyncPostgresStore.open(url)`` -- its pool needs a running loop -- and used with
+:class:`~lifecycle.AsyncRunner`).
 
-Open it with ``await AsyncPostgresStore.open(url)`` (the pool needs a running loop); use it
-with :class:`~lifecycle.AsyncRunner`.
+Each commit is one statement -- so one round trip and one transaction -- that compares and
+sets the object's version, appends its journal entry and queues its outbox rows; a lost race
+is :class:`~lifecycle.Conflict`. Outbox rows are leased: the committing replica delivers its
+fresh events itself, and ``claim_undelivered`` lets any number of replicas share the rest
+with ``FOR UPDATE SKIP LOCKED``, one replica per object at a time, in version order. Tables
+live in their own PostgreSQL schema (``lifecycle`` unless the URL says ``?schema=NAME``),
+created and upgraded by versioned, idempotent migrations (``migrate``, or
+``lifecycle db migrate --store URL``).
+
+One source (ADR 0126): ``postgres_async.py`` is written by hand and ``postgres.py`` is
+generated from it by ``scripts/async_to_sync.py`` (``make generate``); a test fails when the
+generated module is stale.
 """
 
 from __future__ import annotations
@@ -12,7 +25,7 @@ import contextlib
 import select
 import time
 from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
-from typing import Any
+from typing import Any, Final
 
 from .._core.errors import CommitUnknown, Conflict, StoreError
 from .._core.machine import Machine
@@ -22,11 +35,13 @@ from .._core.schema import SchemaCount, merge_counts
 from .._core.transition import Transition
 from .._log import get_logger
 from . import _pgsql as sql
+from ._pgio import MARK_DELAY, HistoryReport, LoopMarks, LoopWatch, Lost, RecordList, snapshot_rows
 from ._pgsql import (
     AsyncConnectionPool,
     Landed,
     PoolTimeout,
     SynchronousCommit,
+    Target,
     pg_errors,
     psycopg,
     translate,
@@ -39,24 +54,134 @@ from .base import (
     Snapshot,
     UpgradeReport,
     check_batch,
+    plan_compaction,
 )
-from .postgres import Lost, _snapshot_rows, sever
-from .postgres import migrate as _migrate_sync
-from .postgres import schema_version as _schema_version
+
+#: This is the asyncio source: the generated synchronous module keeps the ``else`` side of
+#: each ``if ASYNC`` and drops the other (ADR 0126).
+ASYNC: Final = True
+
+__all__ = ["AsyncPostgresStore", "HistoryReport", "check_history", "migrate", "schema_version"]
 
 _log = get_logger("lifecycle.stores")
 
 #: A row the database refuses: ``commit_many`` isolates the item, one commit at a time.
 _REFUSED = (pg_errors.IntegrityError, pg_errors.DataError)
 
-__all__ = ["AsyncPostgresStore"]
-
 AsyncConn = psycopg.AsyncConnection[Any]
 
 
+async def _connect(target: Target, timeout: float | None = None) -> AsyncConn:
+    """A direct connection (not pooled), with a clear error if the server cannot be had.
+    ``timeout``: the per-host connect timeout, where the URL sets none."""
+    extra: dict[str, Any] = {}
+    if timeout is not None and "connect_timeout=" not in target.conninfo:
+        extra["connect_timeout"] = max(2, round(timeout))
+    try:
+        return await psycopg.AsyncConnection.connect(
+            target.conninfo, autocommit=True, application_name="lifecycle", **extra
+        )
+    except psycopg.Error as e:
+        raise translate(target, "connect", e) from None
+
+
+async def _migrate(conn: AsyncConn, target: Target) -> list[int]:
+    schema = target.schema
+    async with conn.transaction():
+        await conn.execute("SET LOCAL statement_timeout = 0")  # a migration may take its time
+        await conn.execute(*sql.migration_lock_sql(schema))
+        for stmt in sql.bookkeeping_sql(schema):
+            await conn.execute(stmt)
+        cur = await conn.execute(sql.applied_sql(schema))
+        applied = [int(v) for (v,) in await cur.fetchall()]
+        todo = sql.pending(applied, target)
+        for version, description, statements in todo:
+            for stmt in statements:
+                await conn.execute(stmt)
+            await conn.execute(sql.record_sql(schema), (version, description))
+    return [v for v, _, _ in todo]
+
+
+async def migrate(
+    url: str, *, schema: str | None = None, connect_timeout: float = 5.0
+) -> list[int]:
+    """Create or upgrade the store's tables; returns the versions applied (``[]``: already
+    current). Idempotent, and safe for several replicas at once (an advisory lock orders
+    them); all pending migrations apply in one transaction or none does."""
+    target = sql.parse_url(url, schema)
+    conn = await _connect(target, connect_timeout)
+    try:
+        return await _migrate(conn, target)
+    except psycopg.Error as e:
+        raise translate(target, "migration", e) from None
+    finally:
+        await conn.close()
+
+
+async def schema_version(
+    url: str, *, schema: str | None = None, connect_timeout: float = 5.0
+) -> int | None:
+    """The store schema's migration version (``None``: never migrated)."""
+    target = sql.parse_url(url, schema)
+    conn = await _connect(target, connect_timeout)
+    try:
+        return await _version(conn, target)
+    finally:
+        await conn.close()
+
+
+async def _version(conn: AsyncConn, target: Target) -> int | None:
+    try:
+        found = await conn.execute(sql.exists_sql(), (f'"{target.schema}".schema_migrations',))
+        exists = await found.fetchone()
+        if exists is None or not exists[0]:
+            return None
+        cur = await conn.execute(sql.version_sql(target.schema))
+        row = await cur.fetchone()
+    except psycopg.Error as e:
+        raise translate(target, "schema check", e) from None
+    return None if row is None else int(row[0])
+
+
+async def check_history(
+    url: str, *, schema: str | None = None, connect_timeout: float = 5.0
+) -> HistoryReport:
+    """The store's epochs and reported rewinds (``lifecycle db check``). Starts a new epoch
+    first if the server's history is not the current epoch's (as opening a store does)."""
+    target = sql.parse_url(url, schema)
+    conn = await _connect(target, connect_timeout)
+    statements = sql.Statements(target.schema, journal=True)
+    try:
+        found = await _version(conn, target)
+        if found != sql.LATEST:
+            raise sql.not_migrated(target, found)
+        async with conn.transaction():
+            await conn.execute(statements.epoch_lock, (f"lifecycle-epoch:{target.schema}",))
+            cur = await conn.execute(statements.epoch_now)
+            row = await cur.fetchone()
+            if row is not None and row[1] != row[2]:
+                tag = sql.new_epoch_tag(str(row[2]))
+                await conn.execute(statements.epoch_add, (tag, "db check"))
+        cur = await conn.execute(statements.epochs)
+        epochs = [
+            (int(a), str(b), str(c), str(d), str(e)) for a, b, c, d, e in await cur.fetchall()
+        ]
+        cur = await conn.execute(statements.rewinds)
+        rewinds = [
+            (str(a), int(b), None if c is None else int(c), str(d), str(e), str(f))
+            for a, b, c, d, e, f in await cur.fetchall()
+        ]
+    except psycopg.Error as e:
+        raise translate(target, "history check", e) from None
+    finally:
+        await conn.close()
+    return HistoryReport(target.where, epochs, rewinds)
+
+
 async def _check_idle(conn: AsyncConn) -> None:
-    """As the synchronous store's check: ping only a connection whose socket turned readable
-    while idle (the server closed it)."""
+    """Pool check: a connection the server closed while it sat idle (a restart, an idle
+    timeout) has a readable socket; ping it then, so the pool replaces it before use. A
+    healthy idle connection costs one non-blocking ``select``, not a round trip."""
     if conn.closed or conn.broken:
         raise psycopg.OperationalError("connection closed")
     readable, _, _ = select.select([conn.fileno()], [], [], 0)
@@ -65,11 +190,29 @@ async def _check_idle(conn: AsyncConn) -> None:
 
 
 class AsyncPostgresStore(sql.PgSettings):
-    """An :class:`~lifecycle.aio.AsyncStore` on PostgreSQL. Construct with :meth:`open`.
+    """A store on PostgreSQL over a psycopg connection pool: for threads a
+    :class:`~lifecycle.stores.Store` (and ``BatchStore``, ``RetentionStore``), for asyncio an
+    :class:`~lifecycle.aio.AsyncStore`, opened with ``await AsyncPostgresStore.open(url)``.
 
-    The bounds, the commit tokens, the epochs and the identity rule of
-    :class:`~lifecycle.stores.postgres.PostgresStore` hold here too: a call that outlives
-    ``call_timeout`` has its connection severed on the event loop's clock."""
+    ``url`` is a libpq URL (``postgresql://USER:PASSWORD@HOST:PORT/DB``) and may add
+    ``?schema=NAME``. ``pool_size`` caps the pool; ``timeout`` is how long an operation waits
+    for a connection before failing with :class:`~lifecycle.StoreError`. ``lease_seconds`` is
+    how long a replica owns delivery of the events it committed or claimed before another
+    replica may take them over. ``migrate=False`` refuses to open a schema that is not
+    current instead of migrating it. ``synchronous_commit`` sets PostgreSQL's durability per
+    session (default: the server's, normally ``on``).
+
+    No call waits for ever (ADR 0069): the URL's libpq parameters pass through, and where it
+    does not set them the store adds a per-host ``connect_timeout`` (3 s), TCP keepalives and
+    ``tcp_user_timeout``, and server-side ``statement_timeout`` (20 s) and
+    ``idle_in_transaction_session_timeout`` (30 s); ``?call_timeout=`` (30 s) bounds any call
+    on the client side, a hung server included (a watchdog thread severs the connection of
+    the synchronous store, the event loop's clock that of the asyncio one). A commit whose
+    connection is lost in flight is resolved by its commit token (``?resolve_timeout=``,
+    15 s): landed, not written, or :class:`~lifecycle.CommitUnknown`. Event ids carry the
+    store's :attr:`epoch` once the database's history changed (a failover): an id never names
+    two different events.
+    """
 
     def __init__(
         self,
@@ -81,6 +224,7 @@ class AsyncPostgresStore(sql.PgSettings):
         connect_timeout: float | None = None,
         lease_seconds: float = 30.0,
         journal: bool = True,
+        migrate: bool = True,
         synchronous_commit: SynchronousCommit | None = None,
         owner: str | None = None,
     ) -> None:
@@ -88,7 +232,10 @@ class AsyncPostgresStore(sql.PgSettings):
             url, schema, pool_size, timeout, connect_timeout, lease_seconds, journal,
             synchronous_commit, owner,
         )  # fmt: skip
-        self._raw_url = url
+        self._migrate_first = migrate
+        self._watchdog = LoopWatch(self._call_timeout)
+        #: delivered-marks held back for the next commit to carry (ADR 0127)
+        self._marks = LoopMarks(min(MARK_DELAY, self._lease / 4), self._send_marks)
 
         async def configure(c: AsyncConn) -> None:
             for stmt in settings:
@@ -99,29 +246,42 @@ class AsyncPostgresStore(sql.PgSettings):
             self.target.conninfo,
             configure=configure,
             check=_check_idle,
-            **self._pool_options(pool_size, "lifecycle-async"),
+            **self._pool_options(pool_size, "lifecycle-async" if ASYNC else "lifecycle"),
         )
+        if not ASYNC:  # a synchronous store opens as it is made, an asyncio one in open()
+            self._start()
 
     @classmethod
     async def open(cls, url: str, *, migrate: bool = True, **options: Any) -> AsyncPostgresStore:
         """Connect (a clear :class:`StoreError` naming the host if that fails), migrate the
         schema (or, with ``migrate=False``, refuse one that is not current), open the pool."""
-        store = cls(url, **options)
-        schema = store.target.schema
-        timeout = store._connect_timeout
-        if migrate:
-            await asyncio.to_thread(_migrate_sync, url, schema=schema, connect_timeout=timeout)
-        else:
-            found = await asyncio.to_thread(
-                _schema_version, url, schema=schema, connect_timeout=timeout
-            )
-            sql.pending([found or 0], store.target)
-            if found != sql.LATEST:
-                raise sql.not_migrated(store.target, found)
-        await store._pool.open(wait=False)
-        async with store._conn("epoch check") as conn:
-            await store._refresh_epoch(conn)
+        store = cls(url, migrate=migrate, **options)
+        if ASYNC:  # the synchronous store started in __init__
+            await store._start()
         return store
+
+    async def _start(self) -> None:
+        """Migrate (or refuse a schema that is not current) and read the epoch on a direct
+        connection, then open the pool."""
+        conn = await _connect(self.target)
+        try:
+            if self._migrate_first:
+                try:
+                    await _migrate(conn, self.target)
+                except psycopg.Error as e:
+                    raise translate(self.target, "migration", e) from None
+            else:
+                found = await _version(conn, self.target)
+                sql.pending([found or 0], self.target)  # refuses a newer schema
+                if found != sql.LATEST:
+                    raise sql.not_migrated(self.target, found)
+            try:
+                await self._refresh_epoch(conn)
+            except psycopg.Error as e:
+                raise translate(self.target, "epoch check", e) from None
+        finally:
+            await conn.close()
+        await self._pool.open(wait=False)
 
     # -- plumbing -----------------------------------------------------------------------
     @contextlib.asynccontextmanager
@@ -133,11 +293,12 @@ class AsyncPostgresStore(sql.PgSettings):
         writes: bool = False,
         timeout: float | None = None,
     ) -> AsyncIterator[AsyncConn]:
-        """A pooled connection, severed if the call outlives ``call_timeout``; failures
-        become :class:`StoreError` (``passthrough``: raised as they are). With ``writes``, a
+        """A pooled connection, bounded by the watchdog; failures become
+        :class:`StoreError` (``passthrough``: raised as they are). With ``writes``, a
         connection lost while in use raises :class:`Lost`: the write's outcome is unknown."""
         conn: AsyncConn | None = None
-        severed: list[bool] = []
+        key: int | None = None
+        severed = False
         server = ("", "", 0)
         try:
             async with self._pool.connection(
@@ -146,17 +307,11 @@ class AsyncPostgresStore(sql.PgSettings):
                 if writes:
                     info = conn.info
                     server = (info.host, str(info.port), info.backend_pid)
-                watched = conn
-
-                def hung() -> None:
-                    severed.append(True)
-                    sever(watched)
-
-                handle = asyncio.get_running_loop().call_later(self._call_timeout, hung)
+                key = self._watchdog.arm(conn)
                 try:
                     yield conn
                 finally:
-                    handle.cancel()
+                    severed = self._watchdog.disarm(key)
         except PoolTimeout:
             raise await self._unavailable(what) from None
         except StoreError:
@@ -164,22 +319,25 @@ class AsyncPostgresStore(sql.PgSettings):
         except psycopg.Error as e:
             if isinstance(e, passthrough):
                 raise
-            if conn is not None and (conn.broken or conn.closed):
+            if conn is not None and key is not None and (conn.broken or conn.closed):
                 if writes:
                     raise Lost(e, server) from None
                 if severed:
-                    raise StoreError(
-                        f"PostgreSQL at {self.target.where}: {what} failed: no answer within "
-                        f"{self._call_timeout:g}s (call_timeout; the server hangs or the "
-                        "network is down)"
-                    ) from None
+                    raise self._hung(what) from None
             raise translate(self.target, what, e) from None
 
+    def _hung(self, what: str) -> StoreError:
+        return StoreError(
+            f"PostgreSQL at {self.target.where}: {what} failed: no answer within "
+            f"{self._call_timeout:g}s (call_timeout; the server hangs or the network is down)"
+        )
+
     async def _unavailable(self, what: str) -> StoreError:
+        """No pooled connection in time: say why, from one direct attempt."""
         try:
-            conn = await psycopg.AsyncConnection.connect(self.target.conninfo, autocommit=True)
-        except psycopg.Error as e:
-            return StoreError(f"{translate(self.target, 'connect', e)} ({what} not done)")
+            conn = await _connect(self.target)
+        except StoreError as e:
+            return StoreError(f"{e} ({what} not done)")
         await conn.close()
         return StoreError(
             f"PostgreSQL at {self.target.where}: {what} failed: no pooled connection within "
@@ -188,6 +346,7 @@ class AsyncPostgresStore(sql.PgSettings):
 
     @contextlib.contextmanager
     def _decoding(self, what: str) -> Iterator[None]:
+        """A row that cannot be read back is a :class:`StoreError`, never a raw exception."""
         try:
             yield
         except StoreError:
@@ -199,7 +358,10 @@ class AsyncPostgresStore(sql.PgSettings):
 
     # -- epochs, rewinds and unknown outcomes -------------------------------------------
     async def _refresh_epoch(self, conn: AsyncConn) -> None:
-        """As :meth:`PostgresStore._refresh_epoch`."""
+        """Read the store's epoch; start a new one if the server's history (cluster,
+        timeline) is not the current epoch's -- a failover or a restore happened. The session
+        of ``conn`` then trusts that epoch: its commits check it without reading the
+        server's history (ADR 0068)."""
         async with conn.transaction():
             await conn.execute(self._sql.epoch_lock, (f"lifecycle-epoch:{self.target.schema}",))
             cur = await conn.execute(self._sql.epoch_verify)
@@ -234,7 +396,10 @@ class AsyncPostgresStore(sql.PgSettings):
     async def _resolve(
         self, writes: Sequence[dict[str, Any]], lost: Lost
     ) -> list[tuple[Landed, int | None]]:
-        """As :meth:`PostgresStore._resolve`."""
+        """Whether each write of a commit whose connection was lost landed, by its token:
+        reconnect (the pool moves on to another host if it must), end the old backend if it
+        is still there, read the tokens. ``(outcome, stored version)`` per write; raises
+        :class:`CommitUnknown` if that cannot be found out within ``resolve_timeout``."""
         uids = [w["uid"] for w in writes]
         versions = [w["version"] for w in writes]
         deadline = time.monotonic() + self._resolve_timeout
@@ -253,9 +418,11 @@ class AsyncPostgresStore(sql.PgSettings):
             await asyncio.sleep(min(0.2, max(0.0, deadline - time.monotonic())))
 
     async def _ended(self, conn: AsyncConn, lost: Lost) -> bool:
+        """Whether the backend that ran the lost write is gone (ended now if it lingers on
+        this server): only then can its outcome be read."""
         host, port, pid = lost.server
         if (conn.info.host, str(conn.info.port)) != (host, port) or not pid:
-            return True
+            return True  # another server (a failover): the old one's backend is not here
         cur = await conn.execute(self._sql.end_backend, (2000, pid))
         row = await cur.fetchone()
         return row is None or bool(row[0])
@@ -282,7 +449,12 @@ class AsyncPostgresStore(sql.PgSettings):
         observation: Observation,
         transitions: Sequence[Transition],
     ) -> int:
-        """As :meth:`PostgresStore.commit`."""
+        """The compare-and-set write (one statement). Raises :class:`Conflict` when the
+        stored version is not ``expected`` -- or when ``transitions`` were stamped with an
+        epoch that is no longer the store's (read :attr:`epoch` and stamp them again) --
+        :class:`~lifecycle.IdentityMismatch` when ``ref`` is not the object stored under its
+        uid, :class:`CommitUnknown` when the connection was lost in flight and the outcome
+        could not be resolved, and :class:`StoreError` for a write that certainly failed."""
         params = sql.commit_params(
             machine,
             ref,
@@ -294,11 +466,39 @@ class AsyncPostgresStore(sql.PgSettings):
             lease=self._lease,
         )
         what = f"commit of {ref.uid} v{expected + 1}"
+        stamped = params["epoch"] is not None
+        if not stamped:  # no events: still written only on a session of this handle's epoch
+            params["epoch"] = self.epoch  # (ADR 0127: else a lost write can go unreported)
+        marks = self._marks.take()
+        try:
+            return await self._commit(machine, ref, expected, params, what, marks, stamped)
+        finally:
+            self._marks.restore(marks)  # the commit did not carry them (harmless if it did)
+
+    async def _commit(
+        self,
+        machine: Machine[Any],
+        ref: ObjectRef,
+        expected: int,
+        params: dict[str, Any],
+        what: str,
+        marks: list[str],
+        stamped: bool,
+    ) -> int:
+        """:meth:`commit`'s attempts; ``marks`` ride in front of the first one's statement,
+        in its round trip and its transaction, and are emptied once it answered. ``stamped``:
+        the events carry the epoch (else it is the handle's, renewed with it)."""
         for _ in range(3):
             try:
                 async with self._conn(what, writes=True) as conn:
                     try:
-                        cur = await conn.execute(self._sql.commit, params)
+                        if marks:
+                            async with conn.pipeline():  # one round trip, one transaction
+                                await conn.execute(self._sql.mark_riding, (marks,))
+                                cur = await conn.execute(self._sql.commit, params)
+                            marks.clear()
+                        else:
+                            cur = await conn.execute(self._sql.commit, params)
                         row = await cur.fetchone()
                     except pg_errors.UniqueViolation as e:
                         raise sql.unique_violation(self.target, e, ref.uid, expected) from None
@@ -307,11 +507,17 @@ class AsyncPostgresStore(sql.PgSettings):
                         return expected + 1
                     if row is not None and not row[1]:  # the epoch changed, or is unverified
                         await self._refresh_epoch(conn)
-                        if params["epoch"] is None or params["epoch"] == self.epoch:
+                        if not stamped:
+                            params["epoch"] = self.epoch
+                            continue
+                        if params["epoch"] == self.epoch:
                             continue
                         raise Conflict(ref.uid, expected, expected)
-                    cur = await conn.execute(self._sql.identity_of, (ref.uid,))
-                    ident = await cur.fetchone()
+                    if row is not None and row[2] is not None and int(row[2]) != expected:
+                        ident: Sequence[Any] | None = row[2:]  # the stored row, same statement
+                    else:  # raced by a commit newer than the statement's snapshot: read it
+                        cur = await conn.execute(self._sql.identity_of, (ref.uid,))
+                        ident = await cur.fetchone()
                     actual = None if ident is None else int(ident[0])
                     if ident is not None:
                         sql.check_row_identity(machine, ref, ident[1:])
@@ -336,16 +542,13 @@ class AsyncPostgresStore(sql.PgSettings):
 
     async def journal(self, machine: Machine[Any], ref: ObjectRef) -> list[JournalEntry]:
         async with self._conn(f"journal of {ref.uid}") as conn:
-            cur = await conn.execute(self._sql.identity_of, (ref.uid,))
-            ident = await cur.fetchone()
-            if ident is not None:
-                sql.check_row_identity(machine, ref, ident[1:])
+            await self._check_stored_identity(conn, machine, ref)
             cur = await conn.execute(self._sql.journal, (ref.uid,))
             rows = await cur.fetchall()
         with self._decoding(f"journal of {ref.uid}"):
             return sql.journal_from(machine, rows)
 
-    async def records(self, machine: Machine[Any]) -> list[Record]:
+    async def records(self, machine: Machine[Any]) -> RecordList:
         async with self._conn("scan") as conn:
             cur = await conn.execute(self._sql.records, (machine.name,))
             rows = await cur.fetchall()
@@ -354,38 +557,31 @@ class AsyncPostgresStore(sql.PgSettings):
             ref = ObjectRef(kind, namespace, name, uid)
             with self._decoding(f"status of {uid}"):
                 out.append(sql.record_from(machine, ref, version, status, sv, fp))
-        return out
+        if ASYNC:
+            return out
+        else:
+            return iter(out)
 
-    async def snapshot(self, machine: Machine[Any], ref: ObjectRef) -> Snapshot | None:
-        async with self._conn(f"snapshot of {ref.uid}") as conn:
-            cur = await conn.execute(self._sql.identity_of, (ref.uid,))
-            ident = await cur.fetchone()
-            if ident is not None:
-                sql.check_row_identity(machine, ref, ident[1:])
-            cur = await conn.execute(self._sql.snapshot, (ref.uid,))
-            row = await cur.fetchone()
-        if row is None:
-            return None
-        with self._decoding(f"snapshot of {ref.uid}"):
-            return sql.snapshot_from(machine, row)
-
-    # -- record schemas (ADR 0088) -----------------------------------------------------------
+    # -- record schemas (SchemaStore, ADR 0088) ---------------------------------------------
     async def schema_versions(self) -> list[SchemaCount]:
-        """As :meth:`PostgresStore.schema_versions`."""
+        """Per machine, kind of record, version and fingerprint: how many, one example uid
+        (one aggregate query)."""
         async with self._conn("schema report") as conn:
             cur = await conn.execute(self._sql.schema_versions)
             rows = await cur.fetchall()
         return merge_counts(rows)
 
     async def upgrade(self, machine: Machine[Any], *, batch: int = 500) -> UpgradeReport:
-        """As :meth:`PostgresStore.upgrade`: batches read, upcast, then written back
-        compared-and-set on what was read (a concurrent commit wins)."""
+        """Rewrite ``machine``'s statuses, journal entries and snapshots below its schema
+        version, ``batch`` rows per transaction (see :class:`~lifecycle.stores.SchemaStore`):
+        each batch is read, upcast here, then written back compared-and-set on the version
+        and schema read, so a concurrent commit wins and that record is skipped."""
         check_batch(batch)
         v = machine.schema.version
         kinds = (
             (self._sql.old_statuses, self._sql.upgrade_status, sql.status_rows),
             (self._sql.old_entries, self._sql.upgrade_entry, sql.entry_rows),
-            (self._sql.old_snapshots, self._sql.upgrade_snapshot, _snapshot_rows),
+            (self._sql.old_snapshots, self._sql.upgrade_snapshot, snapshot_rows),
         )
         done: list[tuple[int, int]] = []
         for scan, update, convert in kinds:
@@ -410,6 +606,11 @@ class AsyncPostgresStore(sql.PgSettings):
         )
 
     async def claim_undelivered(self, limit: int = 1000) -> list[Transition]:
+        """Lease up to ``limit`` undelivered events -- this replica's own, unclaimed ones and
+        expired leases -- object by object: an object whose first pending event another
+        replica holds (or is claiming right now) is skipped, so each object's events go out
+        through one replica at a time, in version order."""
+        await self._send_held()  # what this store delivered is not claimed again
         params = {"me": self.owner, "lease": self._lease, "limit": limit}
         async with self._conn("outbox claim") as conn:
             cur = await conn.execute(self._sql.claim, params)
@@ -418,29 +619,52 @@ class AsyncPostgresStore(sql.PgSettings):
             return sql.outbox_from(rows)
 
     async def mark_delivered(self, ids: Iterable[str]) -> None:
-        done = sorted(set(ids))
-        if not done:
-            return
-        async with self._conn("outbox mark") as conn:
-            await conn.execute(self._sql.mark, (done,))
+        """Mark events delivered: held back for this store's next commit to carry in its
+        round trip, sent on their own within ``MARK_DELAY`` (0.2 s, a quarter of the lease at
+        most) if none comes, and before a claim, a count or :meth:`close` (ADR 0127). A mark
+        is not a durable write (ADR 0062): lost, the events are delivered again, same ids."""
+        self._marks.add(ids)
+
+    async def _send_marks(self, ids: list[str]) -> None:
+        """Mark ``ids`` on their own. A failure is logged, as a failed mark always was: those
+        events will be delivered again, under their ids."""
+        try:
+            async with self._conn("outbox mark") as conn:
+                await conn.execute(self._sql.mark, (ids,))
+        except StoreError as e:
+            _log.warning("could not mark events delivered; they will repeat", error=str(e))
+
+    async def _send_held(self) -> None:
+        """Send the held marks, after any the background is sending: then every event this
+        handle delivered is marked."""
+        async with self._marks.sending:
+            ids = self._marks.take()
+            if ids:
+                await self._send_marks(ids)
 
     async def undelivered_count(self) -> int:
+        await self._send_held()
         async with self._conn("outbox count") as conn:
             cur = await conn.execute(self._sql.undelivered)
             row = await cur.fetchone()
         return 0 if row is None else int(row[0])
 
     async def outbox_summary(self) -> OutboxSummary:
-        """How many outbox rows wait, and when the oldest was committed."""
+        """How many outbox rows wait, and when the oldest was committed (marks held back are
+        sent first, so delivered rows are not counted)."""
+        await self._send_held()
         async with self._conn("outbox summary") as conn:
             cur = await conn.execute(self._sql.outbox_summary)
             row = await cur.fetchone()
         return OutboxSummary(0, None) if row is None else OutboxSummary(int(row[0]), row[1])
 
     async def close(self) -> None:
+        self._marks.close()
+        await self._send_held()
+        self._watchdog.close()
         await self._pool.close()
 
-    # -- batches --------------------------------------------------------------------------
+    # -- batches (BatchStore) -----------------------------------------------------------
     async def load_many(
         self, items: Sequence[tuple[Machine[Any], ObjectRef]]
     ) -> list[Record | None]:
@@ -467,19 +691,34 @@ class AsyncPostgresStore(sql.PgSettings):
         return out
 
     async def commit_many(self, items: Sequence[CommitItem]) -> list[int | StoreError]:
-        """As :meth:`PostgresStore.commit_many`: one pipelined transaction in uid order, per
-        item compare-and-set, a refused row isolated by committing one by one, an identity
-        mismatch refusing the whole batch, and a lost connection resolved by commit tokens
-        (landed, not written, or :class:`CommitUnknown`) -- never assumed to have written
-        nothing."""
+        """Each item's compare-and-set write, all in one transaction (pipelined: about one
+        round trip for the batch). Items are written in uid order, so replicas committing
+        overlapping batches lock rows in the same order and cannot deadlock.
+
+        A conflicting item writes nothing and is reported (so is an item stamped with an
+        epoch the store left: a :class:`Conflict`, stamp it again). An item whose ref is
+        not the object stored under its uid raises :class:`~lifecycle.IdentityMismatch` and
+        nothing of the batch is written. A row the database refuses (a stray journal row, a
+        value it cannot store) rolls the transaction back, and the items are then committed
+        one by one so only that item fails.
+
+        A connection lost while the batch is in flight does *not* mean nothing was written:
+        the transaction may have committed. The store reconnects and reads the items' commit
+        tokens: landed items get their version, the others their :class:`Conflict`; a batch
+        that certainly did not commit raises :class:`StoreError` (nothing written), and one
+        whose outcome cannot be found out within ``resolve_timeout`` raises
+        :class:`CommitUnknown`."""
         out: list[int | StoreError | None] = [None] * len(items)
         ready: list[tuple[int, dict[str, Any]]] = []
         for index, item in enumerate(items):
             try:
-                ready.append((index, sql.item_params(item, owner=self.owner, lease=self._lease)))
+                p = sql.item_params(item, owner=self.owner, lease=self._lease)
+                if p["epoch"] is None:  # no events: this handle's epoch all the same
+                    p["epoch"] = self.epoch
+                ready.append((index, p))
             except StoreError as e:
                 out[index] = e
-        ready.sort(key=lambda p: p[1]["uid"])
+        ready.sort(key=lambda p: p[1]["uid"])  # stable: one object's items keep their order
         if ready:
             try:
                 counts = await self._commit_batch(items, ready)
@@ -500,9 +739,9 @@ class AsyncPostgresStore(sql.PgSettings):
                         out[index] = e
                 return [r for r in out if r is not None]
             except Lost as lost:
-                params = [p for _, p in ready]
+                writes = [p for _, p in ready]
                 counts = sql.batch_outcomes(
-                    self.target, params, await self._resolve(params, lost), lost.error
+                    self.target, writes, await self._resolve(writes, lost), lost.error
                 )
             for (index, p), n in zip(ready, counts, strict=True):
                 if isinstance(n, StoreError):
@@ -515,19 +754,32 @@ class AsyncPostgresStore(sql.PgSettings):
     async def _commit_batch(
         self, items: Sequence[CommitItem], ready: list[tuple[int, dict[str, Any]]]
     ) -> list[int | StoreError]:
-        """As :meth:`PostgresStore._commit_batch`: one round trip (the ordered lock and
-        :attr:`Statements.commit_batch`, pipelined up to one sync)."""
+        """Per item its version (written) or its refusal. Raises psycopg's IntegrityError /
+        DataError as they are (commit_many isolates them), :class:`Lost` for a lost
+        connection, and refuses the whole batch -- nothing written -- on an identity mismatch.
+
+        One round trip: the batch's stored rows locked in uid order, then one statement
+        writing every item from binary arrays (:attr:`Statements.commit_batch`), pipelined
+        up to one sync: one implicit transaction. A batch holding one object twice is
+        written item by item."""
         params = [p for _, p in ready]
         uids = [p["uid"] for p in params]
         if len(set(uids)) < len(uids):
             return await self._commit_each(items, ready)
         batch = sql.batch_params(params, owner=self.owner, lease=self._lease)
-        async with self._conn(f"commit of {len(items)} objects", _REFUSED, writes=True) as conn:
-            async with conn.pipeline():  # one implicit transaction up to the pipeline's sync
-                await conn.execute(self._sql.lock_many, (uids,), binary=True)
-                cur = conn.cursor()
-                await cur.execute(self._sql.commit_batch, batch, binary=True)
-            rows = await cur.fetchall()
+        marks = self._marks.take()
+        try:
+            async with self._conn(f"commit of {len(items)} objects", _REFUSED, writes=True) as conn:
+                async with conn.pipeline():  # one implicit transaction up to the pipeline's sync
+                    if marks:  # the held delivered-marks ride along (ADR 0127)
+                        await conn.execute(self._sql.mark_riding, (marks,))
+                    await conn.execute(self._sql.lock_many, (uids,), binary=True)
+                    cur = conn.cursor()
+                    await cur.execute(self._sql.commit_batch, batch, binary=True)
+                marks.clear()
+                rows = await cur.fetchall()
+        finally:
+            self._marks.restore(marks)
         counts, stored, refused = sql.batch_counts(params, rows)
         if refused:
             await self._check_identities(items)  # raises the IdentityMismatch
@@ -540,6 +792,8 @@ class AsyncPostgresStore(sql.PgSettings):
         counts: list[tuple[int, bool]],
         stored: dict[str, Sequence[Any]],
     ) -> list[int | StoreError]:
+        """Per item its version or :class:`Conflict`; a refused epoch refreshes it, a
+        conflict behind an acknowledged version is a rewind."""
         out = sql.batch_results(params, counts, stored)
         if not all(ok for _, ok in counts):
             async with self._conn("epoch check") as conn:
@@ -552,7 +806,8 @@ class AsyncPostgresStore(sql.PgSettings):
     async def _commit_each(
         self, items: Sequence[CommitItem], ready: list[tuple[int, dict[str, Any]]]
     ) -> list[int | StoreError]:
-        """A batch holding an object more than once: each item's statement in turn."""
+        """:meth:`_commit_batch` for a batch holding an object more than once: each item's
+        commit statement in turn (pipelined), so an object's later item sees its earlier."""
         params = [p for _, p in ready]
         counts: list[tuple[int, bool]] = []
         async with (
@@ -586,3 +841,81 @@ class AsyncPostgresStore(sql.PgSettings):
             row = stored.get(item.ref.uid)
             if row is not None:
                 sql.check_row_identity(item.machine, item.ref, row[2:])
+
+    async def _check_stored_identity(
+        self, conn: AsyncConn, machine: Machine[Any], ref: ObjectRef
+    ) -> None:
+        cur = await conn.execute(self._sql.identity_of, (ref.uid,))
+        ident = await cur.fetchone()
+        if ident is not None:
+            sql.check_row_identity(machine, ref, ident[1:])
+
+    # -- retention (RetentionStore) -----------------------------------------------------
+    async def snapshot(self, machine: Machine[Any], ref: ObjectRef) -> Snapshot | None:
+        async with self._conn(f"snapshot of {ref.uid}") as conn:
+            await self._check_stored_identity(conn, machine, ref)
+            cur = await conn.execute(self._sql.snapshot, (ref.uid,))
+            row = await cur.fetchone()
+        if row is None:
+            return None
+        with self._decoding(f"snapshot of {ref.uid}"):
+            return sql.snapshot_from(machine, row)
+
+    async def compact(
+        self, machine: Machine[Any], *, keep: int = 0, refs: Iterable[ObjectRef] | None = None
+    ) -> int:
+        """Drop all but the last ``keep`` journal entries of each object behind a snapshot.
+
+        One transaction per object, holding its row lock (a concurrent commit of that object
+        waits for it); the snapshot is the fold of the dropped entries, and the object is
+        left alone if its journal does not fold to its status. Returns how many entries were
+        dropped. Without ``refs``: every object of ``machine`` with more than ``keep``."""
+        if keep < 0:
+            raise ValueError(f"keep must not be negative, got {keep}")
+        if not self._keep_journal:
+            return 0
+        if refs is None:
+            async with self._conn("compaction scan") as conn:
+                cur = await conn.execute(self._sql.compactable, (machine.name, keep))
+                rows = await cur.fetchall()
+            chosen = [ObjectRef(kind, ns, name, uid) for kind, ns, name, uid in rows]
+        else:
+            chosen = list(refs)
+        dropped = 0
+        for ref in chosen:
+            dropped += await self._compact_one(machine, ref, keep)
+        return dropped
+
+    async def _compact_one(self, machine: Machine[Any], ref: ObjectRef, keep: int) -> int:
+        async with self._conn(f"compaction of {ref.uid}") as conn, conn.transaction():
+            await self._check_stored_identity(conn, machine, ref)
+            cur = await conn.execute(self._sql.lock_object, (ref.uid,))
+            row = await cur.fetchone()
+            if row is None:
+                return 0
+            cur = await conn.execute(self._sql.snapshot, (ref.uid,))
+            snap = await cur.fetchone()
+            cur = await conn.execute(self._sql.journal, (ref.uid,))
+            rows = await cur.fetchall()
+            with self._decoding(f"journal of {ref.uid}"):
+                current = sql.record_from(machine, ref, row[0], row[1], row[2], row[3])
+                found = None if snap is None else sql.snapshot_from(machine, snap)
+                start = (
+                    (machine.initial(ref), 0) if found is None else (found.status, found.version)
+                )
+                entries = sql.journal_from(machine, rows)
+            try:
+                planned = plan_compaction(machine, ref, start, entries, current, keep)
+            except StoreError as e:
+                _log.warning("journal left uncompacted", uid=ref.uid, error=str(e))
+                return 0
+            if planned is None:
+                return 0
+            status = sql.status_json(machine, ref, planned.status)
+            schema = machine.schema
+            await conn.execute(
+                self._sql.put_snapshot,
+                (ref.uid, planned.version, status, schema.version, schema.fingerprint),
+            )
+            cur = await conn.execute(self._sql.drop_journal, (ref.uid, planned.version))
+            return cur.rowcount

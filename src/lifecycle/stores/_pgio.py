@@ -1,0 +1,300 @@
+"""What the two PostgreSQL drivers need beside the one store source (ADR 0126): the call
+bounds of each (a watchdog thread for the synchronous store, the event loop's timers for the
+asyncio one -- one interface, so the store's code is the same), the in-flight-loss signal,
+the history report and the record-scan result types. No statement runs here."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import os
+import socket
+import threading
+import time
+from collections.abc import Callable, Coroutine, Iterable, Iterator, Sequence
+from typing import Any, TypeAlias
+
+import attrs
+
+from .._core.machine import Machine
+from . import _pgsql as sql
+from ._pgsql import psycopg
+from .base import Record
+
+__all__ = [
+    "MARK_DELAY",
+    "HeldMarks",
+    "HistoryReport",
+    "LoopMarks",
+    "LoopWatch",
+    "Lost",
+    "RecordIterator",
+    "RecordList",
+    "Watchdog",
+    "sever",
+    "snapshot_rows",
+]
+
+#: The longest a delivered-mark is held back for a commit to carry it, in seconds (a quarter
+#: of the lease at most, so no other replica takes over events already delivered).
+MARK_DELAY = 0.2
+
+#: What the asyncio store's ``records`` returns ...
+RecordList: TypeAlias = list[Record]
+#: ... and what the synchronous store's does (the :class:`~lifecycle.stores.Store` protocol).
+RecordIterator: TypeAlias = Iterator[Record]
+
+
+def sever(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any]) -> None:
+    """Shut a connection's socket down from outside: a call blocked on a server that does not
+    answer (stopped, not dead: its kernel still acknowledges) wakes up with an error."""
+    with contextlib.suppress(Exception):
+        fd = os.dup(conn.pgconn.socket)
+        with socket.socket(fileno=fd) as sock:
+            sock.shutdown(socket.SHUT_RDWR)
+
+
+def snapshot_rows(machine: Machine[Any], rows: Sequence[Sequence[Any]]) -> list[tuple[Any, ...]]:
+    return sql.status_rows(machine, rows, snapshots=True)
+
+
+class Watchdog:
+    """Bounds every call of the synchronous store: a connection still busy ``bound`` seconds
+    after it was armed is severed (:func:`sever`), so the call fails with a connection error
+    instead of waiting for ever. One daemon thread per store, started on first use; arming
+    and disarming cost a dict write each."""
+
+    def __init__(self, bound: float) -> None:
+        self.bound = bound
+        self._armed: dict[int, tuple[float, psycopg.Connection[Any]]] = {}
+        self._keys = itertools.count()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.severed: set[int] = set()
+
+    def arm(self, conn: psycopg.Connection[Any]) -> int:
+        key = next(self._keys)
+        self._armed[key] = (time.monotonic() + self.bound, conn)
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._watch, name="lifecycle-pg-watchdog")
+            self._thread.daemon = True
+            self._thread.start()
+        return key
+
+    def disarm(self, key: int) -> bool:
+        """Forget ``key``; whether its connection was severed."""
+        self._armed.pop(key, None)
+        if key in self.severed:
+            self.severed.discard(key)
+            return True
+        return False
+
+    def _watch(self) -> None:
+        tick = min(0.25, self.bound / 4)
+        while not self._stop.wait(tick):
+            now = time.monotonic()
+            for key, (deadline, conn) in list(self._armed.items()):
+                if now >= deadline and self._armed.pop(key, None) is not None:
+                    self.severed.add(key)
+                    sever(conn)
+
+    def close(self) -> None:
+        self._stop.set()
+
+
+class LoopWatch:
+    """:class:`Watchdog` for the asyncio store, on the running loop's clock: arming sets a
+    timer that severs the connection when ``bound`` seconds pass, disarming cancels it."""
+
+    def __init__(self, bound: float) -> None:
+        self.bound = bound
+        self._timers: dict[int, asyncio.TimerHandle] = {}
+        self._keys = itertools.count()
+        self.severed: set[int] = set()
+
+    def arm(self, conn: psycopg.AsyncConnection[Any]) -> int:
+        key = next(self._keys)
+
+        def hung() -> None:
+            if self._timers.pop(key, None) is not None:
+                self.severed.add(key)
+                sever(conn)
+
+        self._timers[key] = asyncio.get_running_loop().call_later(self.bound, hung)
+        return key
+
+    def disarm(self, key: int) -> bool:
+        """Forget ``key``; whether its connection was severed."""
+        timer = self._timers.pop(key, None)
+        if timer is not None:
+            timer.cancel()
+        if key in self.severed:
+            self.severed.discard(key)
+            return True
+        return False
+
+    def close(self) -> None:
+        for timer in self._timers.values():
+            timer.cancel()
+        self._timers.clear()
+
+
+class Lost(Exception):
+    """A write's connection failed while the write was in flight: its outcome is unknown
+    until resolved. ``server`` is where it ran (host, port, backend pid)."""
+
+    def __init__(self, error: BaseException, server: tuple[str, str, int]) -> None:
+        super().__init__(str(error))
+        self.error = error
+        self.server = server
+
+
+@attrs.frozen(slots=True)
+class HistoryReport:
+    """What ``lifecycle db check`` reports of a PostgreSQL store's history: its epochs (more
+    than one: the database's history changed -- a failover or a restore -- and writes
+    acknowledged before may have been lost) and the rewinds replicas saw (an object found
+    behind a version they had committed: acknowledged writes that were lost)."""
+
+    where: str
+    epochs: list[tuple[int, str, str, str, str]]
+    rewinds: list[tuple[str, int, int | None, str, str, str]]
+
+    @property
+    def ok(self) -> bool:
+        return len(self.epochs) <= 1 and not self.rewinds
+
+    def lines(self) -> list[str]:
+        out = [f"{self.where}: {len(self.epochs)} epoch(s), {len(self.rewinds)} rewind(s)"]
+        for seq, tag, history, started, by in self.epochs:
+            who = f" by {by}" if by else ""
+            out.append(f"epoch {seq} {tag or '(first)'}: history {history}, since {started}{who}")
+        for uid, acknowledged, found, epoch, by, seen in self.rewinds:
+            held = "nothing" if found is None else f"v{found}"
+            out.append(
+                f"LOST {uid}: v{acknowledged} was acknowledged, the store held {held} "
+                f"(epoch {epoch or '(first)'}, seen by {by} at {seen})"
+            )
+        if len(self.epochs) > 1:
+            out.append(
+                "the database's history changed: writes acknowledged just before each epoch "
+                "change may be lost (an asynchronous standby); event ids of later commits "
+                "carry @EPOCH, so none names two events"
+            )
+        return out
+
+
+class _Held:
+    """Delivered outbox ids not yet marked, oldest first: the next commit carries them in
+    its round trip (ADR 0127); what waits ``delay`` seconds without one is sent on its own."""
+
+    def __init__(self, delay: float) -> None:
+        self.delay = delay
+        self._ids: list[str] = []
+        self._since = 0.0
+
+    def _hold(self, ids: Iterable[str]) -> None:
+        if not self._ids:
+            self._since = time.monotonic()
+        self._ids.extend(ids)
+
+    def _take(self) -> list[str]:
+        ids, self._ids = self._ids, []
+        return sorted(set(ids))
+
+    def __len__(self) -> int:
+        return len(self._ids)
+
+
+class HeldMarks(_Held):
+    """:class:`_Held` for the synchronous store, thread-safe; a daemon thread (started on
+    first use) sends what is due through ``send``, which must not raise. ``sending`` is held
+    while ids are on their way: who must see every mark landed (a claim, a count) takes it."""
+
+    def __init__(self, delay: float, send: Callable[[list[str]], None]) -> None:
+        super().__init__(delay)
+        self._send = send
+        self._lock = threading.Lock()
+        self.sending = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def add(self, ids: Iterable[str]) -> None:
+        with self._lock:
+            self._hold(ids)
+            if self._thread is None and not self._stop.is_set():
+                self._thread = threading.Thread(target=self._watch, name="lifecycle-pg-marks")
+                self._thread.daemon = True
+                self._thread.start()
+
+    def take(self) -> list[str]:
+        """Every held id (sorted, once each), now the caller's to mark."""
+        if not self._ids:  # the common case: one attribute read, no lock
+            return []
+        with self._lock:
+            return self._take()
+
+    def restore(self, ids: list[str]) -> None:
+        """Hold again ids whose mark may not have landed (marking twice is harmless)."""
+        if ids:
+            with self._lock:
+                self._hold(ids)
+
+    def _watch(self) -> None:
+        while not self._stop.wait(min(self.delay / 2, 0.05)):
+            if self._ids and time.monotonic() - self._since >= self.delay:
+                with self.sending:
+                    ids = self.take()
+                    if ids:
+                        self._send(ids)
+
+    def close(self) -> None:
+        """Stop the thread (what is still held stays for the caller to send)."""
+        self._stop.set()
+
+
+class LoopMarks(_Held):
+    """:class:`HeldMarks` for the asyncio store: a timer on the running loop sends what is
+    due through ``send`` (a coroutine that must not raise)."""
+
+    def __init__(
+        self, delay: float, send: Callable[[list[str]], Coroutine[Any, Any, None]]
+    ) -> None:
+        super().__init__(delay)
+        self._send = send
+        self._timer: asyncio.TimerHandle | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+        self.sending = asyncio.Lock()
+
+    def add(self, ids: Iterable[str]) -> None:
+        self._hold(ids)
+        if self._timer is None and self._ids:
+            self._timer = asyncio.get_running_loop().call_later(self.delay, self._due)
+
+    def take(self) -> list[str]:
+        if not self._ids:
+            return []
+        return self._take()
+
+    def restore(self, ids: list[str]) -> None:
+        if ids:
+            self.add(ids)
+
+    def _due(self) -> None:
+        self._timer = None
+        if self._ids:
+            task: asyncio.Task[None] = asyncio.get_running_loop().create_task(self._flush())
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def _flush(self) -> None:
+        async with self.sending:
+            ids = self.take()
+            if ids:
+                await self._send(ids)
+
+    def close(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
