@@ -6,8 +6,12 @@ PYTHON ?= python3
 VENV_DEMO := .venv-demo
 VENV_TEST := .venv
 DEMO_DB := .demo/demo.db
+# The supported Pythons, oldest first (pyproject's classifiers name the same; a test holds them
+# together). `make test` runs on $(PYTHON), the oldest; `make test-pythons` on the others.
+SUPPORTED_PYTHONS := 3.11 3.12 3.13
 
-.PHONY: demo test lint typecheck unit clean bench bench-quick wheel-check newcomer
+.PHONY: demo test lint typecheck unit clean bench bench-quick wheel-check newcomer floors \
+	test-pythons
 
 $(VENV_DEMO)/.ok: pyproject.toml
 	$(PYTHON) -m venv $(VENV_DEMO)
@@ -49,6 +53,15 @@ bench-quick: $(VENV_TEST)/.ok
 # quick-starts against it (not against the checkout), and type-check a consumer of it.
 wheel-check: $(VENV_TEST)/.ok
 	bash scripts/wheel_check.sh $(VENV_TEST)
+
+# The lowest declared version of every direct dependency (core and each extra), from the wheel
+# in a clean virtualenv on the oldest Python: the quick-starts and the core slice of the suite.
+floors: $(VENV_TEST)/.ok
+	bash scripts/floors.sh $(VENV_TEST) $(firstword $(SUPPORTED_PYTHONS))
+
+# The other supported Pythons: the wheel in a clean virtualenv each, the quick-starts, the suite.
+test-pythons: $(VENV_TEST)/.ok
+	bash scripts/pythons.sh $(VENV_TEST) $(wordlist 2,99,$(SUPPORTED_PYTHONS))
 
 # The README's newcomer path, command by command, on a fresh clone of this checkout's HEAD.
 newcomer:

@@ -25,7 +25,7 @@ Exit codes:
    the trace injected (the store refused it). The other lines were replayed and their events
    delivered; the summary counts the failed writes.
 4  a command needs an extra that is not installed (``diagram`` and ``docs`` need
-   ``lifecycle[diagrams]``); the message names the extra.
+   ``lifecycle-machines[diagrams]``); the message names the extra.
 
 Every message that echoes what was given (a store URL, a trace value) is redacted first: a
 password or token in it is never printed.
@@ -79,7 +79,7 @@ EXIT_CODES = """exit codes:
      URL, a file that is not a store, a bad argument; one line on stderr
   3  replay: a status write failed that no fault line injected (the other lines were replayed)
      (replay --expect / --compare-with: 1 when the events differ, with a unified diff)
-  4  the command needs an extra that is not installed (diagram, docs: lifecycle[diagrams])
+  4  the command needs an extra that is not installed (diagram, docs: lifecycle-machines[diagrams])
   (lifecycle restore check has its own codes: see its --help)"""
 
 REPLAY_EXIT_CODES = """exit codes:
