@@ -66,6 +66,7 @@ quickstarts() {
         export PATH="$venv/bin:$PATH"
         python examples/quickstart_controller.py >/dev/null
         python -m pytest -q -p no:cacheprovider examples/quickstart_property_test.py
+        mkdir -p "$work/operator"
         bash examples/quickstart_operator.sh "$work/operator" >/dev/null
         lifecycle machines >/dev/null
         lifecycle --help >/dev/null
