@@ -24,8 +24,8 @@ echo "built $(basename "$wheel") and $(basename "$sdist")"
 make_env python3 "$work/core"
 pip_quiet "$work/core" "$wheel"
 from_wheel "$work/core"
-(cd "$(mktemp -d)" && cp "$OLDPWD/examples/quickstart_controller.py" . \
-    && "$work/core/bin/python" quickstart_controller.py >/dev/null)
+mkdir "$work/core-qs" && cp examples/quickstart_controller.py "$work/core-qs/"
+(cd "$work/core-qs" && "$work/core/bin/python" quickstart_controller.py >/dev/null)
 echo "core install: ok"
 
 # Every extra: the three quick-starts.

@@ -44,7 +44,7 @@ make_env() {
 # from_wheel VENV: fail unless `import lifecycle` there resolves to the installed wheel, under
 # the distribution's name, at the version the package itself reports.
 from_wheel() {
-    (cd "$(mktemp -d)" && "$1/bin/python" - "$1" <<'PY'
+    (cd "$(dirname "$1")" && "$1/bin/python" - "$1" <<'PY'
 import importlib.metadata as md, os, sys
 import lifecycle
 where = os.path.realpath(lifecycle.__file__)
