@@ -7,9 +7,12 @@ VENV_DEMO := .venv-demo
 VENV_TEST := .venv
 VENV_DOCS := .venv-docs
 DEMO_DB := .demo/demo.db
+# The supported Pythons, oldest first (pyproject's classifiers name the same; a test holds them
+# together). `make test` runs on $(PYTHON), the oldest; `make test-pythons` on the others.
+SUPPORTED_PYTHONS := 3.11 3.12 3.13
 
 .PHONY: demo test lint typecheck unit clean bench bench-quick wheel-check newcomer docs \
-	generate
+	generate floors test-pythons
 
 $(VENV_DEMO)/.ok: pyproject.toml
 	$(PYTHON) -m venv $(VENV_DEMO)
@@ -70,6 +73,15 @@ wheel-check: $(VENV_TEST)/.ok
 docs: $(VENV_DOCS)/.ok
 	@rm -rf docs/_build
 	$(VENV_DOCS)/bin/sphinx-build -W --keep-going -n -b html -q docs docs/_build/html
+
+# The lowest declared version of every direct dependency (core and each extra), from the wheel
+# in a clean virtualenv on the oldest Python: the quick-starts and the core slice of the suite.
+floors: $(VENV_TEST)/.ok
+	bash scripts/floors.sh $(VENV_TEST) $(firstword $(SUPPORTED_PYTHONS))
+
+# The other supported Pythons: the wheel in a clean virtualenv each, the quick-starts, the suite.
+test-pythons: $(VENV_TEST)/.ok
+	bash scripts/pythons.sh $(VENV_TEST) $(wordlist 2,99,$(SUPPORTED_PYTHONS))
 
 # The README's newcomer path, command by command, on a fresh clone of this checkout's HEAD.
 newcomer:

@@ -1,44 +1,40 @@
 #!/usr/bin/env bash
-# Build the wheel and the sdist, install the wheel (not the checkout) into a clean virtualenv,
-# run the quick-starts against it, and type-check a consumer through the wheel's py.typed.
+# Build the wheel and the sdist, hold both to their declared file lists (no stray files, the
+# LICENSE in each), install the wheel (not the checkout) into clean virtualenvs -- the core
+# alone, then every extra -- run the quick-starts against it, and type-check a consumer through
+# the wheel's py.typed.
 # Usage: scripts/wheel_check.sh DEV_VENV   (a virtualenv that has `build` and `mypy`)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/wheel_env.sh
 dev="$(cd "${1:-.venv}" && pwd)"
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
+start=$SECONDS
 
-"$dev/bin/python" -m build --outdir "$work/dist" . >"$work/build.log" 2>&1 || {
-    cat "$work/build.log"; exit 1; }
-wheel="$(ls "$work"/dist/lifecycle-*.whl)"
-sdist="$(ls "$work"/dist/lifecycle-*.tar.gz)"
+build_dist "$dev/bin/python" "$work/dist"
+wheel="$(ls "$work"/dist/lifecycle_machines-*.whl)"
+sdist="$(ls "$work"/dist/lifecycle_machines-*.tar.gz)"
 echo "built $(basename "$wheel") and $(basename "$sdist")"
 
-# The sdist must hold what a build from it needs, and nothing outside the repository.
-listing="$(tar -tzf "$sdist")"
-grep -q 'src/lifecycle/py.typed$' <<<"$listing" || { echo "sdist lacks py.typed"; exit 1; }
+# Exactly the declared files: tracked sources, LICENSE, py.typed; nothing a local run left.
+"$dev/bin/python" scripts/dist_contents.py "$wheel" "$sdist"
 
-python3 -m venv "$work/venv"
-"$work/venv/bin/pip" install --quiet --upgrade pip
-"$work/venv/bin/pip" install --quiet "$wheel[testing]" pytest
-"$work/venv/bin/python" -c 'import sys, zipfile; sys.exit("lifecycle/py.typed" not in zipfile.ZipFile(sys.argv[1]).namelist())' "$wheel" \
-    || { echo "wheel lacks py.typed"; exit 1; }
+# The core alone (no extra): the package imports and the controller quick-start runs.
+make_env python3 "$work/core"
+pip_quiet "$work/core" "$wheel"
+from_wheel "$work/core"
+mkdir "$work/core-qs" && cp examples/quickstart_controller.py "$work/core-qs/"
+(cd "$work/core-qs" && "$work/core/bin/python" quickstart_controller.py >/dev/null)
+echo "core install: ok"
 
-# Run from a folder outside the checkout, so `import lifecycle` can only find the wheel.
-cp examples/quickstart_controller.py examples/quickstart_property_test.py "$work/"
-cd "$work"
-where="$(venv/bin/python -c 'import lifecycle, os; print(os.path.dirname(lifecycle.__file__))')"
-case "$where" in
-    "$work"/venv/*) ;;
-    *) echo "lifecycle imported from $where, not from the wheel"; exit 1 ;;
-esac
-venv/bin/python quickstart_controller.py >/dev/null
-venv/bin/python -m pytest -q -p no:cacheprovider quickstart_property_test.py
-venv/bin/lifecycle machines >/dev/null
-venv/bin/lifecycle --help >/dev/null
+# Every extra: the three quick-starts.
+make_env python3 "$work/venv"
+pip_quiet "$work/venv" "$wheel[all]" pytest
+quickstarts "$work/venv" "$work/qs"
 
 # A typed consumer: mypy --strict sees the wheel's annotations through py.typed.
-cat > consumer.py <<'PY'
+cat > "$work/consumer.py" <<'PY'
 from datetime import UTC, datetime
 
 from lifecycle import MemoryEmitter, ObjectRef, Outcome, Runner
@@ -51,5 +47,5 @@ result = runner.observe(
 outcome: Outcome = result.outcome
 version: int = result.version
 PY
-"$dev/bin/mypy" --strict --no-incremental --python-executable venv/bin/python consumer.py
-echo "wheel check: ok"
+(cd "$work" && "$dev/bin/mypy" --strict --no-incremental --python-executable venv/bin/python consumer.py)
+echo "wheel check: ok in $((SECONDS - start)) s"

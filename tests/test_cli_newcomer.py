@@ -44,7 +44,7 @@ def test_a_missing_extra_is_exit_4_naming_the_extra(
     assert main(words, out=io.StringIO()) == EXIT_MISSING_EXTRA
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1
-    assert "pip install 'lifecycle[diagrams]'" in err[0]
+    assert "pip install 'lifecycle-machines[diagrams]'" in err[0]
 
 
 def test_a_stale_page_is_exit_1_and_a_current_one_exit_0(tmp_path: Path) -> None:

@@ -177,7 +177,7 @@ def test_dot_without_the_graphviz_package_says_what_to_install(
     code, text = run("diagram", "pod", "--format", "dot")
     assert code == 4  # a missing extra, told apart from "no" (1)
     assert text == ""
-    assert "lifecycle[diagrams]" in capsys.readouterr().err
+    assert "lifecycle-machines[diagrams]" in capsys.readouterr().err
     code, text = run("diagram", "pod")  # Mermaid needs nothing more
     assert code == 0
     assert "stateDiagram-v2" in text
@@ -201,4 +201,4 @@ def test_without_transitions_the_table_still_prints_and_diagram_says_what_to_ins
     code, text = run("diagram", "pod")
     assert code == 4
     assert text == ""
-    assert "pip install 'lifecycle[diagrams]'" in capsys.readouterr().err
+    assert "pip install 'lifecycle-machines[diagrams]'" in capsys.readouterr().err

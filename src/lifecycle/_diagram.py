@@ -28,7 +28,7 @@ try:
     from transitions.extensions.nesting import NestedState
 except ImportError as e:  # pragma: no cover - depends on the environment
     raise ImportError(
-        "diagrams need the 'transitions' package: pip install 'lifecycle[diagrams]'"
+        "diagrams need the 'transitions' package: pip install 'lifecycle-machines[diagrams]'"
     ) from e
 
 from ._core.machine import Machine
@@ -116,7 +116,7 @@ def build(machine: Machine[Any], fmt: Format = "mermaid", *, stays: bool = False
         except ImportError:
             raise ImportError(
                 "DOT diagrams need the 'graphviz' Python package (not the dot binary): "
-                "pip install 'lifecycle[diagrams]'"
+                "pip install 'lifecycle-machines[diagrams]'"
             ) from None
     table = machine.table
     ids = state_ids(table)

@@ -355,7 +355,7 @@ with KubernetesEmitter(MemoryEventSink()) as e:
 try:
     ApiEventSink()
 except ImportError as err:
-    assert "lifecycle[kubernetes]" in str(err), err
+    assert "lifecycle-machines[kubernetes]" in str(err), err
 else:
     raise AssertionError("ApiEventSink without the client")
 print("ok")

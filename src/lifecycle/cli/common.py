@@ -38,7 +38,7 @@ MEANINGS: tuple[tuple[int, str], ...] = (
     (
         EXIT_MISSING_EXTRA,
         "the command needs an extra that is not installed (diagram, docs: "
-        "lifecycle[diagrams]); the message names it",
+        "lifecycle-machines[diagrams]); the message names it",
     ),
     (
         EXIT_INTERNAL,

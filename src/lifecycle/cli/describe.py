@@ -102,7 +102,10 @@ def cmd_diagram(args: argparse.Namespace, out: TextIO) -> int:
 
 def _missing_extra(extra: str, error: ImportError) -> int:
     """A command that needs an optional extra: say which, and how to get it (exit 4)."""
-    say(f"lifecycle: this needs the '{extra}' extra ({error}): pip install 'lifecycle[{extra}]'")
+    say(
+        f"lifecycle: this needs the '{extra}' extra ({error}): "
+        f"pip install 'lifecycle-machines[{extra}]'"
+    )
     return EXIT_MISSING_EXTRA
 
 

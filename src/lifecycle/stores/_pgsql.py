@@ -44,7 +44,8 @@ try:
     from psycopg_pool import AsyncConnectionPool, ConnectionPool, PoolTimeout
 except ImportError as e:  # pragma: no cover - depends on the environment
     raise StoreError(
-        "the PostgreSQL store needs psycopg 3 and psycopg-pool: pip install 'lifecycle[postgres]'"
+        "the PostgreSQL store needs psycopg 3 and psycopg-pool: "
+        "pip install 'lifecycle-machines[postgres]'"
     ) from e
 
 __all__ = [

@@ -30,7 +30,7 @@ def _client() -> Any:
     except ImportError as e:
         raise ImportError(
             "lifecycle.emitters.kubernetes needs the official client: "
-            "pip install 'lifecycle[kubernetes]'"
+            "pip install 'lifecycle-machines[kubernetes]'"
         ) from e
     return kubernetes.client
 
