@@ -53,8 +53,13 @@ def _warning(minute: int) -> str:
 # -- a restart starts the correlation cache empty ---------------------------------------------
 def test_a_warning_repeated_across_a_restart_is_two_events(tmp_path: Path) -> None:
     lines = [
-        _line("Submitted", {"category": "burnin/v1"}, "2026-11-30T10:00:00Z", machine="workflow",
-              object=WF),  # fmt: skip
+        _line(
+            "Submitted",
+            {"category": "burnin/v1"},
+            "2026-11-30T10:00:00Z",
+            machine="workflow",
+            object=WF,
+        ),
         _warning(0),
         _warning(2),
         # the process dies after another object's commit (a Warning row writes nothing)
@@ -85,10 +90,17 @@ def _secret_trace(tmp_path: Path) -> Path:
     lines = []
     for i, case in enumerate(CORPUS):
         obj = {"namespace": "ml", "name": f"trainer-{i}", "uid": f"p-{i}"}
-        lines.append(_line("CreateRequested", {"pool": "gpu", "provider": "fake"},
-                           "2026-11-30T10:00:00Z", object=obj))  # fmt: skip
-        lines.append(_line("ProvisionRejected", {"error": case.text}, "2026-11-30T10:00:05Z",
-                           object=obj))  # fmt: skip
+        lines.append(
+            _line(
+                "CreateRequested",
+                {"pool": "gpu", "provider": "fake"},
+                "2026-11-30T10:00:00Z",
+                object=obj,
+            )
+        )
+        lines.append(
+            _line("ProvisionRejected", {"error": case.text}, "2026-11-30T10:00:05Z", object=obj)
+        )
     path = tmp_path / "secrets.jsonl"
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     return path
@@ -138,14 +150,33 @@ def test_a_golden_file_and_its_diff_hold_no_secret(
 # -- no line can be forged -------------------------------------------------------------------
 #: Characters that end a line, move the cursor or reorder text on a terminal.
 BREAKERS = st.sampled_from(
-    ["\n", "\r", "\x0b", "\x0c", "\x1b[2K", "\x1b]0;t\x07", "\x85", "\u2028", "\u2029",
-     "\u202e", "\u2066", "\x00", "\x08", "\x7f", "\x9b"]  # fmt: skip
+    [
+        "\n",
+        "\r",
+        "\x0b",
+        "\x0c",
+        "\x1b[2K",
+        "\x1b]0;t\x07",
+        "\x85",
+        "\u2028",
+        "\u2029",
+        "\u202e",
+        "\u2066",
+        "\x00",
+        "\x08",
+        "\x7f",
+        "\x9b",
+    ]
 )
 FORGED = "12:00:00  Pod/ml/forged"
 
 
-@settings(max_examples=40, deadline=None, database=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture])  # fmt: skip
+@settings(
+    max_examples=40,
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
 @given(
     parts=st.lists(st.one_of(BREAKERS, st.text("abc -:", max_size=4)), min_size=1, max_size=6),
     where=st.sampled_from(["error", "name"]),
@@ -162,8 +193,12 @@ def test_no_output_line_can_be_forged(
     else:
         error = payload
     lines = [
-        _line("CreateRequested", {"pool": "gpu", "provider": "fake"}, "2026-11-30T10:00:00Z",
-              object=obj),  # fmt: skip
+        _line(
+            "CreateRequested",
+            {"pool": "gpu", "provider": "fake"},
+            "2026-11-30T10:00:00Z",
+            object=obj,
+        ),
         _line("ProvisionRejected", {"error": error}, "2026-11-30T10:00:05Z", object=obj),
     ]
     path = tmp_path / "forge.jsonl"
