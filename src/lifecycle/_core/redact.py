@@ -147,6 +147,7 @@ _HARMLESS = frozenset(
         # ``SecretNotFound``, ``tokenizer``)
         "error",
         "errors",
+        "invalid",
         "failure",
         "failures",
         "failed",
@@ -229,6 +230,7 @@ _SCAN = re.compile(
   | (?=[\w+/-])(?<![\w-])(?:
       (?P<cli_u>(?:-u|--user)(?:[ \t]++|=)?)(?P<cli_uq>["'])?
         [^\s:"'@]{1,128}+:(?P<cli_u_pw>(?(cli_uq)[^"'\r\n]|[^\s"'])++)
+    | login[ \t]++[^\s]{1,256}+[ \t]++password[ \t]++(?P<netrc_pw>[^\s]++)
     | (?P<cli_p>-p[ \t]*+)(?P<cli_p_v>"[^"\r\n]*+"?|'[^'\r\n]*+'?|[^\s"'\-./~][^\s"']*+)
     |
       (?P<vendor>
@@ -279,7 +281,7 @@ _VALUE = re.compile(
     re.VERBOSE | re.ASCII,
 )
 #: The value of an ``Authorization`` or ``Cookie`` header written bare: the rest of the line.
-_LINE_VALUE = re.compile(r"[^\r\n]++")
+_LINE_VALUE = re.compile(r"(?:(?!-----BEGIN)[^\r\n])++")
 _KEY = re.compile(r"[A-Za-z][\w.-]*+", re.ASCII)
 #: A URL-encoded value: up to an encoded ``&``, ``,``, ``"``, ``;`` or space.
 _ENCODED_VALUE = re.compile(r"(?:(?!%2[6Cc2]|%3[Bb]|%20)[^\s\"'&,;<>(){}\[\]\\+])++")
@@ -388,6 +390,7 @@ def _threshold(n: int) -> float:
 
 
 _LOWER_RUN = re.compile(r"[a-z]+")
+_UUID = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}")
 _VOWEL = re.compile(r"[aeiouy]")
 #: A lowercase run of one or two letters between capitals (``xZaB``): random text has many,
 #: CamelCase words almost none (``OfThe``, ``IdP``).
@@ -419,6 +422,8 @@ def _is_blob_secret(run: str, before: str = "") -> bool:
     is no one token, nor is a URL's host and path after its scheme (``s3://bucket/Key``):
     their ``/`` parts are judged one by one (``<uid>/<sandbox id>`` is two ids, not a key).
     ``before`` is the text in front of the run."""
+    if "-" in run and _UUID.search(run):  # GPU-<uuid>, <uid>-<suffix>: ids, judged apart
+        return any(_is_blob_secret(part) for part in _UUID.split(run))
     if ("-" in run or "_" in run) and ("/" in run or "+" in run):
         return any(_is_blob_secret(part) for part in re.split(r"[/+]", run))
     if run.startswith("//") and _AFTER_SCHEME.search(before[-32:]):
@@ -490,6 +495,7 @@ def redact(text: str) -> str:
         elif (
             rule == "ui_pw"
             or rule == "cli_u_pw"
+            or rule == "netrc_pw"
             or (rule == "cli_p_v" and _a_password_flag(m.group("cli_p"), m.group("cli_p_v")))
         ):
             out.append(text[pos : m.start(rule)])
@@ -561,13 +567,13 @@ def _distinct(items: list[Any], originals: list[Any]) -> list[Any]:
     return out
 
 
-def _walk(value: Any, secret: bool) -> Any:
+def _walk(value: Any, secret: bool, keyed: bool = True) -> Any:
     if isinstance(value, str):
         if secret:
             return REDACTED if value and value != REDACTED else value
         return redact(value)
     if isinstance(value, tuple | list):
-        cleaned = [_walk(v, secret) for v in value]
+        cleaned = [_walk(v, secret, keyed) for v in value]
         if all(a is b for a, b in zip(cleaned, value, strict=True)):
             return value
         kind: Any = type(value)
@@ -576,15 +582,16 @@ def _walk(value: Any, secret: bool) -> Any:
         return kind(cleaned)
     if isinstance(value, set | frozenset):
         originals = list(value)
-        cleaned = [_walk(v, secret) for v in originals]
+        cleaned = [_walk(v, secret, keyed) for v in originals]
         if all(a is b for a, b in zip(cleaned, originals, strict=True)):
             return value
         return type(value)(_distinct(cleaned, originals))
     if isinstance(value, Mapping):
         keys = list(value.keys())
-        new_keys = _distinct([_walk(k, False) for k in keys], keys)
+        new_keys = _distinct([_walk(k, False, keyed) for k in keys], keys)
         values = [
-            _walk(v, secret or (isinstance(k, str) and is_secret_key(k))) for k, v in value.items()
+            _walk(v, secret or (keyed and isinstance(k, str) and is_secret_key(k)), keyed)
+            for k, v in value.items()
         ]
         if all(a is b for a, b in zip(new_keys, keys, strict=True)) and all(
             a is b for a, b in zip(values, value.values(), strict=True)
@@ -602,11 +609,70 @@ def _walk(value: Any, secret: bool) -> Any:
             if not field.init:
                 continue
             old = getattr(value, field.name)
-            new = _walk(old, secret or is_secret_key(field.alias or field.name))
+            named = keyed and is_secret_key(field.alias or field.name)
+            new = _walk(old, secret or named, keyed)
             if new is not old:
                 changes[field.alias] = new
-        return attrs.evolve(value, **changes) if changes else value
+        if not changes:
+            return value
+        try:
+            return attrs.evolve(value, **changes)
+        except Exception:  # a validator refused a redacted value: see _rebuilt
+            return _rebuilt(value, secret, keyed)
     return value
+
+
+def _rebuilt(record: Any, secret: bool, keyed: bool) -> Any:
+    """``record`` redacted where its validators refused the plain redaction: a value held
+    under a secret-named key that is a state, not a secret (``{"k8s.imagePullSecrets":
+    "recorded"}`` must stay one of the states it allows), keeps what the shapes leave of it;
+    if even that is refused, the redacted values are set without the validators (a redacted
+    record is for showing and recording, never for deciding). Redaction never raises."""
+    if keyed:
+        cleaned = _walk(record, secret, keyed=False)
+        if _holds_no_keyed_secret(record):
+            return cleaned
+    changes = {}
+    for field in attrs.fields(type(record)):
+        if not field.init:
+            continue
+        old = getattr(record, field.name)
+        new = _walk(old, secret or is_secret_key(field.alias or field.name), keyed)
+        if new is not old:
+            changes[field.name] = new
+    copy = object.__new__(type(record))
+    for field in attrs.fields(type(record)):
+        object.__setattr__(copy, field.name, changes.get(field.name, getattr(record, field.name)))
+    return copy
+
+
+def _holds_no_keyed_secret(record: Any) -> bool:
+    """Whether every value ``record`` holds under a secret-named key is one the redactor's
+    shapes would leave as it is and no wider than a state word (``recorded``,
+    ``unavailable:Timeout``): then keeping it whole leaks nothing."""
+    found: list[str] = []
+    _keyed_strings(record, False, found)
+    return all(_STATE.fullmatch(text) for text in found)
+
+
+#: A value a record may hold under a secret-named key that is a state, not a secret.
+_STATE = re.compile(r"[a-z]{1,32}(?::[A-Za-z][A-Za-z0-9_.-]{0,63})?|")
+
+
+def _keyed_strings(value: Any, secret: bool, found: list[str]) -> None:
+    if isinstance(value, str):
+        if secret:
+            found.append(value)
+    elif isinstance(value, tuple | list | set | frozenset):
+        for v in value:
+            _keyed_strings(v, secret, found)
+    elif isinstance(value, Mapping):
+        for k, v in value.items():
+            _keyed_strings(v, secret or (isinstance(k, str) and is_secret_key(k)), found)
+    elif attrs.has(type(value)):
+        for field in attrs.fields(type(value)):
+            named = is_secret_key(field.alias or field.name)
+            _keyed_strings(getattr(value, field.name), secret or named, found)
 
 
 def scrub(value: Any) -> Any:
