@@ -433,6 +433,8 @@ def _is_blob_secret(run: str, before: str = "") -> bool:
         return False
     if not any(c.isdigit() for c in body) and len(_SHORT_LOWER.findall(body)) < 3:
         return False  # CamelCase words: InsufficientInstanceCapacityException
+    if ("-" in body or "_" in body) and _name_like(body, loose=False):
+        return False  # f0-OverrideErrorStatusUpdateFailed: words joined (no base64 key has -_)
     if "/" in body and "+" not in body and _name_like(body, loose=body.startswith("/")):
         return False  # /Users/Alice/Library/Caches2: a path, not a key
     return _entropy(body) >= _threshold(len(body))

@@ -15,7 +15,7 @@ import orjson
 
 from .._core.errors import LifecycleError, TraceError, UnknownMachine, preview
 from .._core.printable import shown
-from .._core.redact import scrub
+from .._core.redact import redact
 from .._core.transition import Transition
 from .common import EXIT_NO, EXIT_OK, EXIT_REFUSED, say
 from .progress import Progress
@@ -27,9 +27,8 @@ def _at(t: Transition) -> datetime:
 
 def _event_row(row: Any) -> dict[str, Any]:
     """An Event row of ``--as-kubernetes-events`` as a JSON-ready dict (times ISO 8601)."""
-    data: dict[str, Any] = attrs.asdict(row)
-    cleaned: dict[str, Any] = scrub(data)
-    return {k: v.isoformat() if hasattr(v, "isoformat") else v for k, v in cleaned.items()}
+    data: dict[str, Any] = attrs.asdict(row)  # (the emitter redacted its note)
+    return {k: v.isoformat() if hasattr(v, "isoformat") else v for k, v in data.items()}
 
 
 # -- golden replays ------------------------------------------------------------------------------
@@ -160,6 +159,9 @@ def _json_line(data: dict[str, Any]) -> bytes:
 
 def _jsonl_line(t: Transition, marks: dict[str, Any] | None = None) -> bytes:
     """One event of ``--format jsonl`` (and of a golden file): redacted as the shipped
-    emitters redact what they send."""
-    data = t.as_dict() if marks is None else {**t.as_dict(), **marks}
-    return _json_line(scrub(data))
+    emitters redact what they send (the message; names and ids are the trace's own)."""
+    data: dict[str, Any] = t.as_dict() if marks is None else {**t.as_dict(), **marks}
+    cleaned = redact(t.message)
+    if cleaned is not t.message:  # as LogEmitter: the message is the text a provider wrote
+        data["message"] = cleaned
+    return _json_line(data)

@@ -12,7 +12,7 @@ from typing import Any, TextIO
 import attrs
 
 from .._core.errors import TraceError
-from .._core.printable import shown
+from .._core.printable import escape, shown
 from .._core.redact import scrub
 from .._core.refs import ObjectRef
 from .._core.transition import Transition
@@ -87,9 +87,10 @@ def _first_time(row: Any) -> tuple[datetime, str]:
 
 
 def _shown_row(row: Any) -> Any:
-    """An Event row with each text field redacted and escaped onto one line."""
+    """An Event row with each text field escaped onto one line (the emitter redacted its
+    note)."""
     return attrs.evolve(
-        row, **{k: shown(v) for k, v in attrs.asdict(row).items() if isinstance(v, str)}
+        row, **{k: escape(v) for k, v in attrs.asdict(row).items() if isinstance(v, str)}
     )
 
 
@@ -118,9 +119,9 @@ def _final_statuses(
             "uid": ref.uid,
             "state": status.state,
             "version": 0 if record is None else record.version,
-            "status": machine.dump_status(status),
+            "status": scrub(machine.dump_status(status)),  # its messages, as emitters send them
         }
-        write(_json_line(scrub(line)))
+        write(_json_line(line))
 
 
 def _new_sqlite_file(url: str) -> bool:
