@@ -2,25 +2,64 @@
 
 from __future__ import annotations
 
+import re
 import reprlib
+from typing import Any
 
-_PREVIEW = reprlib.Repr()
-_PREVIEW.maxstring = 60
-_PREVIEW.maxother = 60
+from .redact import redact
+
+#: How much of one string a preview reads (then redacts, then cuts to its limit).
+_READ = 1024
+#: Where a string read in part may end: after whitespace or a separator, so the part never
+#: ends inside a token (half a key the redactor could not know as one).
+_BOUNDARY = re.compile(r"[\s,;&'\"()\[\]{}<>]")
+
+
+def _head(text: str, size: int = _READ) -> str:
+    """The first ``size`` characters of ``text``, ending at a boundary (whole tokens only)."""
+    if len(text) <= size:
+        return text
+    part = text[:size]
+    last = max((m.start() for m in _BOUNDARY.finditer(part)), default=-1)
+    return part[: last + 1] if last >= 0 else ""
+
+
+class _Preview(reprlib.Repr):
+    """``reprlib`` that never cuts a string in its middle (head and tail, as ``reprlib``
+    does): a string is read whole up to :data:`_READ` characters, else up to a boundary."""
+
+    def repr_str(self, x: str, level: int) -> str:
+        head = _head(x)
+        return repr(head) if head is x else repr(head)[:-1] + "..." + repr(head)[-1]
+
+    def repr_instance(self, x: Any, level: int) -> str:
+        try:
+            text = repr(x)
+        except Exception:  # a hostile __repr__: say what it is, not what it says
+            return f"<{type(x).__name__}>"
+        head = _head(text)
+        return text if head is text else head + "..."
+
+
+_PREVIEW = _Preview()
 _PREVIEW.maxlevel = 3
 _PREVIEW.maxlist = _PREVIEW.maxtuple = _PREVIEW.maxdict = _PREVIEW.maxset = 4
 
 
+def _cut(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: max(limit - 3, 0)] + "..."
+
+
 def preview(value: object, limit: int = 80) -> str:
-    """A bounded ``repr`` of ``value`` for error messages: never longer than ``limit``
-    characters, and never recursive without bound (deep or huge values are elided)."""
+    """A bounded, redacted ``repr`` of ``value`` for error messages: never longer than
+    ``limit`` characters, never recursive without bound (deep or huge values are elided),
+    and never holding a secret: the text is redacted whole, then cut (a cut never leaves
+    half a secret for the redactor to miss)."""
     try:
         text = _PREVIEW.repr(value)
     except Exception:  # a hostile __repr__: say what it is, not what it says
         text = f"<{type(value).__name__}>"
-    if len(text) > limit:
-        text = text[: limit - 3] + "..."
-    return text
+    return _cut(redact(text), limit)
 
 
 class LifecycleError(Exception):
@@ -56,13 +95,13 @@ def apply_failed(machine: str, ref: object, observation: object, error: BaseExce
 
 
 def brief(value: object, limit: int = 200) -> str:
-    """``str(value)`` cut to ``limit`` characters (``<Type>`` when ``str`` itself fails): for
-    an error message that quotes another error's text."""
+    """``str(value)`` redacted, then cut to ``limit`` characters (``<Type>`` when ``str``
+    itself fails): for an error message that quotes another error's text."""
     try:
         text = str(value)
     except Exception:
         return f"<{type(value).__name__}>"
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+    return _cut(redact(_head(text, max(limit * 16, _READ))), limit)
 
 
 class InvalidTransition(LifecycleError):

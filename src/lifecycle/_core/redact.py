@@ -143,6 +143,25 @@ _HARMLESS = frozenset(
         "kind",
         "second",
         "seconds",
+        # an error's name or a word about a secret, not one (``AuthFailure``,
+        # ``SecretNotFound``, ``tokenizer``)
+        "error",
+        "errors",
+        "invalid",
+        "failure",
+        "failures",
+        "failed",
+        "exception",
+        "denied",
+        "not",
+        "found",
+        "mismatch",
+        "refused",
+        "rejected",
+        "unavailable",
+        "tokenizer",
+        "tokenizers",
+        "tokenized",
     }
 )
 _SEGMENT = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|[0-9]+")
@@ -180,13 +199,40 @@ _KV = r"""
     (?P<{p}sep>(?:\\?["'])?[ \t]*(?:[:=]|(?:%22)?%3[DdAa](?:%22)?)[ \t]*
               |(?({p}dash)[ \t]+|(?!)))
 """
+#: What follows the ``@`` of URL userinfo: a host (name, IPv4 or [IPv6]), a port, then the
+#: end of the authority.
+_HOST = r"[A-Za-z0-9\[][A-Za-z0-9.:\[\]%-]{0,253}+(?:[/?#\s,;)'\"<>]|$)"
+#: Key ids and tokens of a fixed length and a prefix no word has: found even glued to a word
+#: (``keyAKIA...``, ``KEY_AKIA...``); each is bounded, so a search at every position is linear.
+_GLUED_SRC = r"""
+    (?:AKIA|ASIA|AIDA|AROA|AGPA|ANPA|ANVA|AIPA|ABIA|ACCA)[A-Z0-9]{16}(?![A-Z0-9])
+  | gh[pousr]_[A-Za-z0-9]{36}(?![A-Za-z0-9])
+  | github_pat_[A-Za-z0-9_]{82}(?![A-Za-z0-9_])
+  | glpat-[\w-]{20}(?![\w-])
+  | (?:sk|rk)_live_[A-Za-z0-9]{24,99}(?![A-Za-z0-9])
+  | xox[bpoa]-[0-9]{6,15}-[A-Za-z0-9-]{10,100}(?![A-Za-z0-9-])
+"""
+_GLUED = re.compile(_GLUED_SRC, re.VERBOSE | re.ASCII)
 _SCAN = re.compile(
     r"""
     (?P<pem>-----BEGIN[ A-Z0-9]{0,40}PRIVATE[ ]KEY(?:[ ]BLOCK)?-----
         (?:[^-]|-(?!----))*+
         (?:-----END[ A-Z0-9]{0,40}PRIVATE[ ]KEY(?:[ ]BLOCK)?-----)?)
-  | (?P<ui_head>://[^\s/?#@:]{0,256}+:)(?P<ui_pw>[^\s/?#]+)(?=@)
+  | (?P<ui_head>://[^\s/?#@:]{0,256}+:)(?!\d{1,5}+(?![^\s/?#]))
+    (?P<ui_pw>(?:[^\r\n@:]|:(?!//)|@(?!"""
+    + _HOST
+    + r""")){1,256}?)(?=@"""
+    + _HOST
+    + r""")
+  | (?P<glued>"""
+    + _GLUED_SRC
+    + r""")
   | (?=[\w+/-])(?<![\w-])(?:
+      (?P<cli_u>(?:-u|--user)(?:[ \t]++|=)?)(?P<cli_uq>["'])?
+        [^\s:"'@]{1,128}+:(?P<cli_u_pw>(?(cli_uq)[^"'\r\n]|[^\s"'])++)
+    | login[ \t]++[^\s]{1,256}+[ \t]++password[ \t]++(?P<netrc_pw>[^\s]++)
+    | (?P<cli_p>-p[ \t]*+)(?P<cli_p_v>"[^"\r\n]*+"?|'[^'\r\n]*+'?|[^\s"'\-./~][^\s"']*+)
+    |
       (?P<vendor>
         (?:AKIA|ASIA|AIDA|AROA|AGPA|ANPA|ANVA|AIPA|ABIA|ACCA)[A-Z0-9]{12,}+
       | gh[pousr]_[A-Za-z0-9]{20,}+
@@ -208,7 +254,7 @@ _SCAN = re.compile(
       | [\w.~-]{3}\dQ~[\w.~-]{31,34}+
       | eyJ[\w-]{5,}+\.[\w-]{5,}+(?:\.[\w-]*+)?
       )
-    | (?P<loose>(?:sk-[\w-]{20,}+|(?:ak|as)-[A-Za-z0-9]{8,}+)(?![\w-]))
+    | (?P<loose>(?:sk-[\w-]{20,}+|(?:ak|as)-[A-Za-z0-9]{16,}+)(?![\w-]))
     | (?P<scheme>(?i:bearer|basic)[ \t]{1,8}+)(?P<scheme_v>[\w.~+/-]{6,}+=*+)
     | (?<![.%])(?P<kv>"""
     + _KV.format(p="kv_", stem=_STEM)
@@ -235,7 +281,7 @@ _VALUE = re.compile(
     re.VERBOSE | re.ASCII,
 )
 #: The value of an ``Authorization`` or ``Cookie`` header written bare: the rest of the line.
-_LINE_VALUE = re.compile(r"[^\r\n]++")
+_LINE_VALUE = re.compile(r"(?:(?!-----BEGIN)[^\r\n])++")
 _KEY = re.compile(r"[A-Za-z][\w.-]*+", re.ASCII)
 #: A URL-encoded value: up to an encoded ``&``, ``,``, ``"``, ``;`` or space.
 _ENCODED_VALUE = re.compile(r"(?:(?!%2[6Cc2]|%3[Bb]|%20)[^\s\"'&,;<>(){}\[\]\\+])++")
@@ -245,11 +291,71 @@ _ENCODED_VALUE = re.compile(r"(?:(?!%2[6Cc2]|%3[Bb]|%20)[^\s\"'&,;<>(){}\[\]\\+]
 _CAMEL_CODE = re.compile(r"(?:[A-Z][a-z]+){2,}")
 
 
+#: Values after a secret's key that say what is wrong with it, not what it is (``Token:
+#: expired``, ``password=none``).
+_STATUS_WORDS = frozenset(
+    {
+        "expired",
+        "invalid",
+        "missing",
+        "denied",
+        "required",
+        "revoked",
+        "rejected",
+        "refused",
+        "none",
+        "null",
+        "nil",
+        "empty",
+        "unset",
+        "unknown",
+        "malformed",
+        "incorrect",
+        "wrong",
+        "bad",
+        "absent",
+        "present",
+        "provided",
+        "accepted",
+        "valid",
+        "failed",
+        "ok",
+        "true",
+        "false",
+        "not",
+        "no",
+        "yes",
+    }
+)
+_SMALL_COUNT = re.compile(r"[0-9]{1,3}")
+
+
 def _a_label(key: str, value: str) -> bool:
-    """``auth: UnauthorizedOperation`` is a kind and an error code, not a credential: a key
-    that is only one of the short words (``auth``, ``pass``, ``sig`` ...) followed by a
-    CamelCase code keeps it. Longer names (``password``, ``token``) always lose their value."""
-    return key.lower() in _SECRET_WORDS and _CAMEL_CODE.fullmatch(value) is not None
+    """``auth: UnauthorizedOperation`` is a kind and an error code, ``Token: expired`` a
+    state and ``pass: 3`` a count, not credentials: a value that is one of the status words,
+    or after one of the short keys (``auth``, ``pass``, ``sig`` ...) a CamelCase code or a
+    number of up to three digits, is kept. Any other value of a secret's key is redacted."""
+    if value.lower().rstrip(".,;:!") in _STATUS_WORDS:
+        return True
+    short = key.lower().lstrip("-") in _SECRET_WORDS
+    return short and (
+        _CAMEL_CODE.fullmatch(value) is not None or _SMALL_COUNT.fullmatch(value) is not None
+    )
+
+
+#: ``-p`` followed by a port (``-p 8080:80/tcp``) or glued into a flag word (``-pthread``).
+_PORTS = re.compile(r"[0-9]+(?:[:.-][0-9]+)*(?:/[a-z]+)?")
+
+
+def _a_password_flag(flag: str, value: str) -> bool:
+    """Whether ``-p<value>`` / ``-p <value>`` gives a password (``mysql -pS3cret``, ``docker
+    login -p X``) rather than a port or a flag word (``-pthread``, ``-pedantic``)."""
+    if value[:1] in "\"'":
+        return True
+    if _PORTS.fullmatch(value):
+        return False
+    glued = flag == "-p"
+    return not (glued and value.isalpha() and value.islower())
 
 
 def _looks_random(token: str) -> bool:
@@ -283,20 +389,53 @@ def _threshold(n: int) -> float:
     return min(4.5, math.log2(n) - 1.2)
 
 
-_WORDY = re.compile(r"[A-Z]?[a-z]+[0-9]*|[A-Z]+[0-9]*|[0-9]+|")
+_LOWER_RUN = re.compile(r"[a-z]+")
+_UUID = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}")
+_VOWEL = re.compile(r"[aeiouy]")
+#: A lowercase run of one or two letters between capitals (``xZaB``): random text has many,
+#: CamelCase words almost none (``OfThe``, ``IdP``).
+_SHORT_LOWER = re.compile(r"(?<=[A-Z+/])[a-z]{1,2}(?=[A-Z+/])")
+#: A URL's host and path, right after its scheme (``s3://``, ``gs://``).
+_AFTER_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]{0,30}:\Z")
 
 
-def _is_blob_secret(run: str) -> bool:
-    """A long base64-ish run is a secret when it mixes letter cases, has a digit, is not a
-    path of plain words, and its entropy is that of random data of its length. A run mixing
-    the two base64 alphabets (``-_`` and ``+/``) is no one token: its ``/`` parts are judged
-    one by one (``<uid>/<sandbox id>`` is two ids, not a key)."""
+def _name_like(body: str, *, loose: bool) -> bool:
+    """Whether ``body`` reads as names (``/Users/Alice/ResNet50Weights/checkpoint2025``):
+    its lowercase runs long and holding vowels, as words do; a random key's are short and
+    often have none. ``loose`` admits a little more (a path from the root: a key begins with
+    ``/`` once in 64)."""
+    runs = _LOWER_RUN.findall(body)
+    if not runs:
+        return False
+    voiceless = sum(1 for run in runs if not _VOWEL.search(run))
+    short = sum(1 for run in runs if len(run) <= 2)
+    mean = sum(map(len, runs)) / len(runs)
+    if loose:
+        return voiceless <= 2 and short <= 2 and mean >= 3.0
+    return voiceless <= 1 and short <= 1 and mean >= 3.5
+
+
+def _is_blob_secret(run: str, before: str = "") -> bool:
+    """A long base64-ish run is a secret when it mixes letter cases, has a digit (or the
+    short lowercase runs of random letters), does not read as names, and its entropy is that
+    of random data of its length. A run mixing the two base64 alphabets (``-_`` and ``+/``)
+    is no one token, nor is a URL's host and path after its scheme (``s3://bucket/Key``):
+    their ``/`` parts are judged one by one (``<uid>/<sandbox id>`` is two ids, not a key).
+    ``before`` is the text in front of the run."""
+    if "-" in run and _UUID.search(run):  # GPU-<uuid>, <uid>-<suffix>: ids, judged apart
+        return any(_is_blob_secret(part) for part in _UUID.split(run))
     if ("-" in run or "_" in run) and ("/" in run or "+" in run):
         return any(_is_blob_secret(part) for part in re.split(r"[/+]", run))
+    if run.startswith("//") and _AFTER_SCHEME.search(before[-32:]):
+        return any(_is_blob_secret(part) for part in run.split("/"))
     body = run.rstrip("=")
-    if len(body) < 32 or not _looks_random(body):
+    if len(body) < 32 or not _mixed_case(body):
         return False
-    if "/" in body and all(_WORDY.fullmatch(part) for part in body.split("/")):
+    if not any(c.isdigit() for c in body) and len(_SHORT_LOWER.findall(body)) < 3:
+        return False  # CamelCase words: InsufficientInstanceCapacityException
+    if ("-" in body or "_" in body) and _name_like(body, loose=False):
+        return False  # f0-OverrideErrorStatusUpdateFailed: words joined (no base64 key has -_)
+    if "/" in body and "+" not in body and _name_like(body, loose=body.startswith("/")):
         return False  # /Users/Alice/Library/Caches2: a path, not a key
     return _entropy(body) >= _threshold(len(body))
 
@@ -355,10 +494,15 @@ def redact(text: str) -> str:
                     out.append(cleaned)
                     pos = m.end(f"{rule}_key")
                 resume = m.end(f"{rule}_key")
-        elif rule == "ui_pw":
-            out.append(text[pos : m.start("ui_pw")])
+        elif (
+            rule == "ui_pw"
+            or rule == "cli_u_pw"
+            or rule == "netrc_pw"
+            or (rule == "cli_p_v" and _a_password_flag(m.group("cli_p"), m.group("cli_p_v")))
+        ):
+            out.append(text[pos : m.start(rule)])
             out.append(REDACTED)
-            pos = m.end("ui_pw")
+            pos = m.end(rule)
         elif rule == "scheme_v":
             value = m.group("scheme_v")
             if value.endswith("=") and _WORD.match(text, m.end()):  # ``bearer name=value``
@@ -374,16 +518,25 @@ def redact(text: str) -> str:
         elif rule == "loose" or rule == "blob":
             token = m.group()
             if rule == "blob":
-                secret = _is_blob_secret(token)
+                secret = _is_blob_secret(token, text[max(0, start - 32) : start])
             elif token.startswith("sk-"):
                 secret = _looks_random(token)
-            else:  # Modal ak-/as-: letters and digits
-                secret = any(c.isdigit() for c in token) and any(c.isalpha() for c in token)
+            else:  # Modal ak-/as- (22 random letters and digits), not a pool ``as-prod2025``
+                body = token[3:]
+                secret = _mixed_case(body) or (
+                    len(body) >= 20 and any(c.isdigit() for c in body) and not body.isdigit()
+                )
             if secret:
                 out.append(text[pos:start])
                 out.append(REDACTED)
                 pos = m.end()
-        else:  # pem, vendor: the whole match is the secret
+            elif rule == "blob" and _GLUED.search(token):  # a name holding a key id
+                out.append(text[pos:start])
+                out.append(_GLUED.sub(REDACTED, token))
+                pos = m.end()
+        elif rule == "cli_p_v":  # ``-p 8080:80``, ``-pthread``: a port or a flag word
+            resume = m.end("cli_p")
+        else:  # pem, vendor, glued: the whole match is the secret
             out.append(text[pos:start])
             out.append(REDACTED)
             pos = m.end()
@@ -416,13 +569,13 @@ def _distinct(items: list[Any], originals: list[Any]) -> list[Any]:
     return out
 
 
-def _walk(value: Any, secret: bool) -> Any:
+def _walk(value: Any, secret: bool, keyed: bool = True) -> Any:
     if isinstance(value, str):
         if secret:
             return REDACTED if value and value != REDACTED else value
         return redact(value)
     if isinstance(value, tuple | list):
-        cleaned = [_walk(v, secret) for v in value]
+        cleaned = [_walk(v, secret, keyed) for v in value]
         if all(a is b for a, b in zip(cleaned, value, strict=True)):
             return value
         kind: Any = type(value)
@@ -431,15 +584,16 @@ def _walk(value: Any, secret: bool) -> Any:
         return kind(cleaned)
     if isinstance(value, set | frozenset):
         originals = list(value)
-        cleaned = [_walk(v, secret) for v in originals]
+        cleaned = [_walk(v, secret, keyed) for v in originals]
         if all(a is b for a, b in zip(cleaned, originals, strict=True)):
             return value
         return type(value)(_distinct(cleaned, originals))
     if isinstance(value, Mapping):
         keys = list(value.keys())
-        new_keys = _distinct([_walk(k, False) for k in keys], keys)
+        new_keys = _distinct([_walk(k, False, keyed) for k in keys], keys)
         values = [
-            _walk(v, secret or (isinstance(k, str) and is_secret_key(k))) for k, v in value.items()
+            _walk(v, secret or (keyed and isinstance(k, str) and is_secret_key(k)), keyed)
+            for k, v in value.items()
         ]
         if all(a is b for a, b in zip(new_keys, keys, strict=True)) and all(
             a is b for a, b in zip(values, value.values(), strict=True)
@@ -457,11 +611,70 @@ def _walk(value: Any, secret: bool) -> Any:
             if not field.init:
                 continue
             old = getattr(value, field.name)
-            new = _walk(old, secret or is_secret_key(field.alias or field.name))
+            named = keyed and is_secret_key(field.alias or field.name)
+            new = _walk(old, secret or named, keyed)
             if new is not old:
                 changes[field.alias] = new
-        return attrs.evolve(value, **changes) if changes else value
+        if not changes:
+            return value
+        try:
+            return attrs.evolve(value, **changes)
+        except Exception:  # a validator refused a redacted value: see _rebuilt
+            return _rebuilt(value, secret, keyed)
     return value
+
+
+def _rebuilt(record: Any, secret: bool, keyed: bool) -> Any:
+    """``record`` redacted where its validators refused the plain redaction: a value held
+    under a secret-named key that is a state, not a secret (``{"k8s.imagePullSecrets":
+    "recorded"}`` must stay one of the states it allows), keeps what the shapes leave of it;
+    if even that is refused, the redacted values are set without the validators (a redacted
+    record is for showing and recording, never for deciding). Redaction never raises."""
+    if keyed:
+        cleaned = _walk(record, secret, keyed=False)
+        if _holds_no_keyed_secret(record):
+            return cleaned
+    changes = {}
+    for field in attrs.fields(type(record)):
+        if not field.init:
+            continue
+        old = getattr(record, field.name)
+        new = _walk(old, secret or is_secret_key(field.alias or field.name), keyed)
+        if new is not old:
+            changes[field.name] = new
+    copy = object.__new__(type(record))
+    for field in attrs.fields(type(record)):
+        object.__setattr__(copy, field.name, changes.get(field.name, getattr(record, field.name)))
+    return copy
+
+
+def _holds_no_keyed_secret(record: Any) -> bool:
+    """Whether every value ``record`` holds under a secret-named key is one the redactor's
+    shapes would leave as it is and no wider than a state word (``recorded``,
+    ``unavailable:Timeout``): then keeping it whole leaks nothing."""
+    found: list[str] = []
+    _keyed_strings(record, False, found)
+    return all(_STATE.fullmatch(text) for text in found)
+
+
+#: A value a record may hold under a secret-named key that is a state, not a secret.
+_STATE = re.compile(r"[a-z]{1,32}(?::[A-Za-z][A-Za-z0-9_.-]{0,63})?|")
+
+
+def _keyed_strings(value: Any, secret: bool, found: list[str]) -> None:
+    if isinstance(value, str):
+        if secret:
+            found.append(value)
+    elif isinstance(value, tuple | list | set | frozenset):
+        for v in value:
+            _keyed_strings(v, secret, found)
+    elif isinstance(value, Mapping):
+        for k, v in value.items():
+            _keyed_strings(v, secret or (isinstance(k, str) and is_secret_key(k)), found)
+    elif attrs.has(type(value)):
+        for field in attrs.fields(type(value)):
+            named = is_secret_key(field.alias or field.name)
+            _keyed_strings(getattr(value, field.name), secret or named, found)
 
 
 def scrub(value: Any) -> Any:

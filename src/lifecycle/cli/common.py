@@ -96,7 +96,8 @@ REPLAY_EXIT_CODES = _table(
 
 def say(message: str) -> None:
     """One line on stderr, redacted: whatever a message quotes, no secret is printed."""
+    from .._core.printable import escape
     from .._core.redact import redact
 
-    text = " ".join(redact(message).split())  # never more than one line
+    text = escape(" ".join(redact(message).split()))  # never more than one line
     print(text if len(text) <= 2000 else text[:1997] + "...", file=sys.stderr)

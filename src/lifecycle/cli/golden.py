@@ -14,6 +14,7 @@ import attrs
 import orjson
 
 from .._core.errors import LifecycleError, TraceError, UnknownMachine, preview
+from .._core.printable import shown
 from .._core.redact import redact
 from .._core.transition import Transition
 from .common import EXIT_NO, EXIT_OK, EXIT_REFUSED, say
@@ -43,7 +44,7 @@ def _at(t: Transition) -> datetime:
 
 def _event_row(row: Any) -> dict[str, Any]:
     """An Event row of ``--as-kubernetes-events`` as a JSON-ready dict (times ISO 8601)."""
-    data: dict[str, Any] = attrs.asdict(row)
+    data: dict[str, Any] = attrs.asdict(row)  # (the emitter redacted its note)
     return {k: v.isoformat() if hasattr(v, "isoformat") else v for k, v in data.items()}
 
 
@@ -92,6 +93,11 @@ def _diff(want: list[str], got: list[str], want_name: str, got_name: str) -> str
     return head + "\n" + "\n".join(lines) + "\n"
 
 
+def _shown_lines(text: str) -> str:
+    """Each line of ``text`` redacted and escaped (a line cannot forge another)."""
+    return "".join(shown(line) + "\n" for line in text.splitlines())
+
+
 def _expect(args: argparse.Namespace, out: TextIO, progress: Progress, run: Replay) -> int:
     """``--expect GOLDEN``: the replay's lines against the golden file (``--update``: write
     it). Exit 1 with a diff when they differ; the replay's own failure (3) comes first."""
@@ -103,19 +109,19 @@ def _expect(args: argparse.Namespace, out: TextIO, progress: Progress, run: Repl
         comment = f"# expected output of: {_command(args)} (rewrite: add --update)\n"
         body = "".join(line + "\n" for line in lines)
         Path(args.expect).write_text(comment + body, encoding="utf-8")
-        out.write(f"wrote {len(lines)} lines to {redact(args.expect)}\n")
+        out.write(f"wrote {len(lines)} lines to {shown(args.expect)}\n")
         return code
     assert want is not None
     if want == lines:
         out.write(
-            f"{redact(args.trace)}: as expected ({len(lines)} lines of {redact(args.expect)})\n"
+            f"{shown(args.trace)}: as expected ({len(lines)} lines of {shown(args.expect)})\n"
         )
         return code
     out.write(
-        f"{redact(args.trace)}: the replay differs from {redact(args.expect)} "
+        f"{shown(args.trace)}: the replay differs from {shown(args.expect)} "
         "(accept it with --update)\n"
     )
-    out.write(redact(_diff(want, lines, args.expect, f"replay of {args.trace}")))
+    out.write(_shown_lines(_diff(want, lines, args.expect, f"replay of {args.trace}")))
     return code or EXIT_NO
 
 
@@ -141,21 +147,19 @@ def _compare(args: argparse.Namespace, out: TextIO, progress: Progress, run: Rep
     try:
         code = run(args, out, progress, machines=proposed, capture=theirs)
     except LifecycleError as e:  # a line the proposed tables refuse
-        out.write(
-            f"{redact(args.trace)}: the tables of {redact(spec)} refuse it: {redact(str(e))}\n"
-        )
+        out.write(f"{shown(args.trace)}: the tables of {shown(spec)} refuse it: {shown(str(e))}\n")
         return EXIT_NO
     if code:
         return code
     a, b = [_normalized(line) for line in today], [_normalized(line) for line in theirs]
     if a == b:
         out.write(
-            f"{redact(args.trace)}: the same {len(a)} lines under the shipped tables and "
-            f"{redact(spec)}\n"
+            f"{shown(args.trace)}: the same {len(a)} lines under the shipped tables and "
+            f"{shown(spec)}\n"
         )
         return EXIT_OK
-    out.write(f"{redact(args.trace)}: the tables of {redact(spec)} change its events\n")
-    out.write(redact(_diff(a, b, "shipped tables", spec)))
+    out.write(f"{shown(args.trace)}: the tables of {shown(spec)} change its events\n")
+    out.write(_shown_lines(_diff(a, b, "shipped tables", spec)))
     return EXIT_NO
 
 
@@ -169,6 +173,10 @@ def _json_line(data: dict[str, Any]) -> bytes:
 
 
 def _jsonl_line(t: Transition, marks: dict[str, Any] | None = None) -> bytes:
-    if marks is None:
-        return _json_line(t.as_dict())
-    return _json_line({**t.as_dict(), **marks})
+    """One event of ``--format jsonl`` (and of a golden file): redacted as the shipped
+    emitters redact what they send (the message; names and ids are the trace's own)."""
+    data: dict[str, Any] = t.as_dict() if marks is None else {**t.as_dict(), **marks}
+    cleaned = redact(t.message)
+    if cleaned is not t.message:  # as LogEmitter: the message is the text a provider wrote
+        data["message"] = cleaned
+    return _json_line(data)

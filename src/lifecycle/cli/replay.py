@@ -12,8 +12,11 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, TextIO
 
+import attrs
+
 from .._core.errors import TraceError
-from .._core.redact import redact
+from .._core.printable import escape, shown
+from .._core.redact import scrub
 from .._core.refs import ObjectRef
 from .._core.transition import Transition
 from ..machines import MachineRegistry, default_registry
@@ -72,7 +75,24 @@ def _table_line(t: Transition, note: str = "") -> str:
         flip = f"({note}) {flip}"
     ref = t.ref
     obj = f"{ref.kind}/{ref.namespace}/{ref.name}" if ref.namespace else f"{ref.kind}/{ref.name}"
-    return f"{_clock(t.at)}  {obj:<30} {flip:<30} {t.type.value:<7} {t.reason:<28} {t.message}"
+    # what the shipped emitters would let out: redacted, and on one line (a name or message
+    # holding a newline or a terminal escape cannot forge a line of the timeline)
+    return (
+        f"{_clock(t.at)}  {shown(obj):<30} {shown(flip):<30} {t.type.value:<7} "
+        f"{shown(t.reason):<28} {shown(t.message)}"
+    )
+
+
+def _first_time(row: Any) -> tuple[datetime, str]:
+    return row.first_time, row.name
+
+
+def _shown_row(row: Any) -> Any:
+    """An Event row with each text field escaped onto one line (the emitter redacted its
+    note)."""
+    return attrs.evolve(
+        row, **{k: escape(v) for k, v in attrs.asdict(row).items() if isinstance(v, str)}
+    )
 
 
 def _note_objects(result: Result, seen: dict[str, ObjectRef]) -> None:
@@ -100,7 +120,7 @@ def _final_statuses(
             "uid": ref.uid,
             "state": status.state,
             "version": 0 if record is None else record.version,
-            "status": machine.dump_status(status),
+            "status": scrub(machine.dump_status(status)),  # its messages, as emitters send them
         }
         write(_json_line(line))
 
@@ -146,7 +166,7 @@ def _trace_source(args: argparse.Namespace) -> Iterator[bool]:
         args.trace_file = args.trace
         problem = _unreadable(args.trace)
         if problem is not None:
-            say(f"{redact(args.trace)}: {problem}")
+            say(f"{args.trace}: {problem}")
         yield problem is not None
         return
     with tempfile.NamedTemporaryFile(prefix="lifecycle-stdin-", suffix=".jsonl") as copy:
@@ -219,7 +239,7 @@ def _replay(
         progress.total = _count_records(args.trace_file) if progress.enabled else 0
     else:
         if big:
-            progress.note(f"reading {redact(args.trace)} ...")
+            progress.note(f"reading {shown(args.trace)} ...")
         trace = read_trace(args.trace_file, machines, max_line_bytes=limit, name=args.trace)
         progress.total = len(trace)
         if big:
@@ -233,7 +253,8 @@ def _replay(
         metrics.watch(store)
     collector = _Collector()
     table = args.format == "table" and capture is None
-    kubernetes: list[Transition] | None = [] if args.as_kubernetes_events else None
+    #: the transitions each process lifetime sent: a crash-after-commit starts another
+    kubernetes: list[list[Transition]] | None = [[]] if args.as_kubernetes_events else None
     shared_terminal = _isatty(out) and not throwaway  # the bar and the output share a screen
     done = 0
     observed = failed = unplanned = 0  # observation lines; failed writes; those not injected
@@ -260,7 +281,9 @@ def _replay(
             write(line.decode())
 
     def header(lines: int) -> str:
-        return f"replaying {redact(args.trace)} ({lines} lines) into {redact_url(args.store)}\n"
+        return (
+            f"replaying {shown(args.trace)} ({lines} lines) into {shown(redact_url(args.store))}\n"
+        )
 
     # A checked replay writes the header once the dry run passed (a refused trace prints
     # nothing); a throwaway one, in front of the held output.
@@ -285,8 +308,10 @@ def _replay(
             if final_status:
                 seen.setdefault(t.ref.uid, t.ref)
         if kubernetes is not None:
-            kubernetes.extend(host.before_crash)
-            kubernetes.extend(host.transitions)
+            kubernetes[-1].extend(host.before_crash)
+            if not other:  # the process died: the restarted one's emitter starts empty
+                kubernetes.append([])
+            kubernetes[-1].extend(host.transitions)
             return
         for t in host.before_crash:  # this process sent them, before it died
             emit((_table_line(t) + "\n").encode() if table else _jsonl_line(t))
@@ -331,7 +356,7 @@ def _replay(
                 or result.caught_up
             ):
                 if kubernetes is not None:
-                    kubernetes.extend(result.all_transitions())
+                    kubernetes[-1].extend(result.all_transitions())
                 else:
                     for t in result.all_transitions():
                         emit((_table_line(t) + "\n").encode() if table else _jsonl_line(t))
@@ -372,9 +397,14 @@ def _replay(
         if kubernetes is not None:  # the Event objects the run would leave, correlated
             from ..emitters.kubernetes import format_event_table, simulate_events
 
-            # on the trace's clock: a trace orders each object's lines, not all of them
-            rows = simulate_events(sorted(kubernetes, key=_at))
+            # on the trace's clock: a trace orders each object's lines, not all of them; a
+            # restarted process (crash-after-commit) starts with an empty correlation cache
+            rows = [
+                row for lifetime in kubernetes for row in simulate_events(sorted(lifetime, key=_at))
+            ]
+            rows.sort(key=_first_time)
             if table:
+                rows = [_shown_row(row) for row in rows]
                 emit((format_event_table(rows) + "\n").encode())
             else:
                 for row in rows:
