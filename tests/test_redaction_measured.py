@@ -152,7 +152,7 @@ def test_a_validator_refusing_the_placeholder_does_not_keep_the_secret() -> None
 SECRET_SAMPLES = {
     **SAMPLES,
     "Manifest.facts": (
-        *SAMPLES["Manifest.facts"],
+        *SAMPLES["Manifest.facts"],  # type: ignore[misc]
         {"k8s.imagePullSecrets": "recorded"},
         {"secrets": "unavailable:Forbidden", "token": "recorded", "password": "recorded"},
     ),
