@@ -212,3 +212,14 @@ def test_no_output_line_can_be_forged(
     for row in text.split("\n"):
         assert not row.startswith(FORGED)
         assert not any(c in row for c in "\r\x0b\x0c\x1b\x85\u2028\u2029\u202e\u2066\x00\x9b")
+
+
+def test_a_same_state_event_says_what_of_its_signature_changed(tmp_path: Path) -> None:
+    """The Pod's flip signature is phase, reason, Ready and pod IP (ADR 0017): an event that
+    stays in its state names the part that flipped, so the timeline is not `A → A` alone."""
+    demo = Path(__file__).resolve().parent.parent / "examples" / "traces" / "demo.jsonl"
+    out = io.StringIO()
+    assert main(["replay", str(demo), "--store", f"sqlite:///{tmp_path / 'd.db'}"], out=out) == 0
+    same = [line for line in out.getvalue().splitlines() if "Initializing → Initializing" in line]
+    assert same
+    assert all("(Ready ∅ → False)" in line for line in same)

@@ -272,6 +272,9 @@ class Machine(Generic[S]):
     #: Write attempts this machine allows per observation (``None``: the runner's policy).
     #: ``1`` is a direct write: a conflict is not retried, the next observation re-reads.
     write_attempts: ClassVar[int | None] = None
+    #: The names of :meth:`signature`'s parts, where a machine declares one beyond the state
+    #: (the Pod's); a replay's timeline then says which part a same-state event changed.
+    signature_names: ClassVar[tuple[str, ...]] = ()
     #: Findings of ``lifecycle check`` that are deliberate: finding key -> reason (ADR 0085).
     analysis_allowances: ClassVar[Mapping[str, str]] = {}
     #: Effects that may enter a state other than their row's target: effect -> those states

@@ -18,7 +18,7 @@ from .._core.errors import TraceError
 from .._core.printable import escape, shown
 from .._core.redact import scrub
 from .._core.refs import ObjectRef
-from .._core.transition import Transition
+from .._core.transition import EMPTY, Transition
 from ..machines import MachineRegistry, default_registry
 from ..runner import Result
 from ..stores import MemoryStore, open_store, parse_sqlite_url, redact_url
@@ -67,8 +67,10 @@ def _clock(at: datetime) -> str:
     return text
 
 
-def _table_line(t: Transition, note: str = "") -> str:
+def _table_line(t: Transition, note: str = "", changed: str = "") -> str:
     flip = t.flip
+    if changed:  # a same-state event: what of the flip signature changed (ADR 0017)
+        flip = f"{flip} ({changed})"
     if t.fallback:
         flip = f"(not written) {flip}"
     if note:  # sent by another host: the other writer, or a restarted one
@@ -81,6 +83,36 @@ def _table_line(t: Transition, note: str = "") -> str:
         f"{_clock(t.at)}  {shown(obj):<30} {shown(flip):<30} {t.type.value:<7} "
         f"{shown(t.reason):<28} {shown(t.message)}"
     )
+
+
+def _changes(
+    result: Result, machines: MachineRegistry, signatures: dict[str, Any]
+) -> dict[str, str]:
+    """For each same-state event of ``result`` (and the writes it holds) on a machine that
+    names its signature's parts: which parts changed (``podIP ∅ → 10.0.0.1``), by event id.
+    ``signatures`` holds each such object's last committed signature."""
+    out: dict[str, str] = {}
+    for r in (*result.caught_up, result, *result.linked):
+        if r.status is None or not r.transitions:
+            continue
+        machine = machines.for_kind(r.ref.kind)
+        names = machine.signature_names
+        if not names:
+            continue
+        after: Any = machine.signature(r.status)
+        before: Any = signatures.get(r.ref.uid)
+        if before is None:
+            before = machine.signature(machine.initial(r.ref))
+        signatures[r.ref.uid] = after
+        parts = [
+            f"{name} {b or EMPTY} → {a or EMPTY}"
+            for name, b, a in zip(names, before, after, strict=False)
+            if a != b
+        ]
+        for t in r.transitions:
+            if t.source == t.target and not t.condition and parts:
+                out[t.id] = ", ".join(parts)
+    return out
 
 
 def _first_time(row: Any) -> tuple[datetime, str]:
@@ -259,6 +291,8 @@ def _replay(
     done = 0
     observed = failed = unplanned = 0  # observation lines; failed writes; those not injected
     seen: dict[str, ObjectRef] = {}
+    #: the last flip signature of each object whose machine names its parts (the timeline)
+    signatures: dict[str, Any] = {}
     # The output of a throwaway replay is held (as UTF-8) until every line was accepted, and
     # so are the library's log records: in memory up to a limit, then in a temporary file.
     held = Spool()
@@ -358,8 +392,10 @@ def _replay(
                 if kubernetes is not None:
                     kubernetes[-1].extend(result.all_transitions())
                 else:
+                    changed = _changes(result, machines, signatures) if table else {}
                     for t in result.all_transitions():
-                        emit((_table_line(t) + "\n").encode() if table else _jsonl_line(t))
+                        line = _table_line(t, changed=changed.get(t.id, "")) if table else ""
+                        emit((line + "\n").encode() if table else _jsonl_line(t))
         if update is not None:
             update(done)
 

@@ -488,6 +488,7 @@ class PodMachine(Machine[PodStatus]):
     name: ClassVar[str] = "pod"
     kind: ClassVar[str] = "Pod"
     status_type: ClassVar[type[Any]] = PodStatus
+    signature_names: ClassVar[tuple[str, ...]] = ("phase", "reason", "Ready", "podIP")
     table: ClassVar[Table] = TABLE
     analysis_allowances: ClassVar[Mapping[str, str]] = allow_refused(
         "a provision result for a pod that CreatePod never sent to provisioning is a host bug: "
