@@ -87,3 +87,19 @@ def test_a_replay_into_sqlite_commits_a_chunk_per_transaction(tmp_path: Path) ->
     assert calls["commit"] == 0
     assert 0 < calls["commit_many"] < 400 // 10
     store.close()
+
+
+def test_a_machine_linked_to_itself_is_never_batched() -> None:
+    from types import SimpleNamespace
+
+    from lifecycle.trace import _link_components
+
+    link = SimpleNamespace
+    runner: Any = SimpleNamespace(
+        protocol=SimpleNamespace(
+            links={"a": [link(source="a", target="a")], "b": [link(source="b", target="a")]}
+        )
+    )
+    found = _link_components(runner)
+    assert found["a"] == -1  # line by line, each closing the chunk before it
+    assert found["b"] >= 0

@@ -154,6 +154,11 @@ class Delivery:
                     self._failed_hand(t, emitter, e)
                     stopped.add(t.ref.uid)
                     self._answer(t, Ack.FAILED, None)
+                except BaseException:  # interrupted (ADR 0105): not in flight, so the row
+                    with self._cond:  # stays undelivered and the next pass sends it
+                        self._flight.pop(t.id, None)
+                        self._cond.notify_all()
+                    raise
         return self.take_acked()
 
     def take_acked(self, *, force: bool = False) -> list[str]:

@@ -359,7 +359,8 @@ class AsyncRunner:
             await self.check_schema()
         store = self.store
         # A commit that can suspend is seen through to its outcome (ADR 0105).
-        settle = not (isinstance(store, ThreadedStore) and store.inline)
+        inner = getattr(store, "wrapped", store)  # (telemetry's wrapper looked through)
+        settle = not (isinstance(inner, ThreadedStore) and inner.inline)
         reply: Any = None
         error: StoreError | None = None
         while True:

@@ -100,10 +100,16 @@ class Dispatcher:
         return self.delivery.close(marker(self.store), timeout)
 
     def drain(self, rounds: int = 1000) -> int:
-        """Rounds until a round delivers nothing (or ``rounds`` ran); returns the total."""
+        """Rounds until a round delivers nothing (or ``rounds`` ran); returns the total. A
+        round whose events an acknowledging emitter still holds waits for their answers
+        (:meth:`flush`, bounded) before it counts as idle."""
         total = 0
         for _ in range(rounds):
             n = self.dispatch_once()
+            if n == 0 and self.delivery.in_flight():
+                # an acknowledging emitter still holds what this round handed it: its answers
+                # are the progress (marked in batches), so wait for them before calling it idle
+                n = self.flush()
             total += n
             if n == 0:
                 break

@@ -68,7 +68,9 @@ from __future__ import annotations
 try:
     import hypothesis as _hypothesis  # noqa: F401
 except ImportError as e:  # pragma: no cover - depends on the environment
-    raise ImportError("lifecycle.testing needs Hypothesis: pip install 'hypothesis>=6.100'") from e
+    raise ImportError(
+        "lifecycle.testing needs Hypothesis: pip install 'lifecycle-machines[testing]'"
+    ) from e
 
 from ._testing.checks import (
     Checker,

@@ -749,7 +749,12 @@ def _run(
     component = _link_components(runner) if batch > 1 else {}
     here: dict[int, str] = {}  # the chunk's machine of each link component
     for record in trace:
-        if batch > 1 and faults is None and record.__class__ is ObservationLine:
+        if (
+            batch > 1
+            and faults is None
+            and record.__class__ is ObservationLine
+            and component.get(record.machine.name) != -1
+        ):
             machine = record.machine.name
             group = component.get(machine)
             # a linked machine's line: what came before it lands first
@@ -793,7 +798,8 @@ def _link_components(runner: Runner) -> dict[str, int]:
     applies its items round by round and their link intents after each round, so lines of two
     such machines in one chunk could land in another order than the trace's (a Job's own line
     before the Workflow line that launched it). A chunk holds the lines of one machine per
-    component; a machine that links to itself gets no component and so no batching."""
+    component; a machine that links to itself (component ``-1``) is observed line by line,
+    each of its lines closing the chunk before it."""
     parent: dict[str, str] = {}
 
     def find(m: str) -> str:
@@ -810,8 +816,7 @@ def _link_components(runner: Runner) -> dict[str, int]:
     roots: dict[str, int] = {}
     out: dict[str, int] = {}
     for m in list(parent):
-        if m not in selfish:
-            out[m] = roots.setdefault(find(m), len(roots))
+        out[m] = -1 if m in selfish else roots.setdefault(find(m), len(roots))
     return out
 
 

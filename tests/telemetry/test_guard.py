@@ -178,3 +178,32 @@ def test_an_acknowledging_emitter_is_reported_when_it_acknowledges() -> None:
     emitted = recording.of("emitted")
     assert [e[3] is None for e in emitted] == [True] + [False] * len(rest)
     assert all(type(e[3]).__name__ == "NotDelivered" for e in emitted[1:])
+
+
+def test_prometheus_counts_every_fact_from_many_threads() -> None:
+    import sys
+    import threading
+
+    from lifecycle import EventType, Transition
+    from lifecycle.telemetry.prometheus import PrometheusTelemetry
+
+    metrics = PrometheusTelemetry(None)
+    ref = ObjectRef("Pod", "ml", "p", uid="u")
+    event = Transition(ref, "pod", "", "A", "A", EventType.NORMAL, "", 1, t())
+
+    def send() -> None:
+        for _ in range(20_000):
+            metrics.emitted("e", event, 0.0, None)
+
+    switch = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        threads = [threading.Thread(target=send) for _ in range(4)]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join()
+    finally:
+        sys.setswitchinterval(switch)
+    sends = [m for m in metrics.collect() if m.name == "lifecycle_emitter_sends"]
+    assert sends[0].samples[0].value == 80_000

@@ -35,7 +35,7 @@ from ..trace import (
     replay,
     stream_trace,
 )
-from .common import EXIT_OK, EXIT_REFUSED, EXIT_WRITE_FAILED, say
+from .common import EXIT_MISSING_EXTRA, EXIT_OK, EXIT_REFUSED, EXIT_WRITE_FAILED, say
 from .golden import _at, _compare, _event_row, _expect, _json_line, _jsonl_line
 from .progress import PROGRESS_NOTE_BYTES, Progress, _isatty, _no_cyclic_gc, _trace_size
 from .spool import LOGS, Spool
@@ -90,9 +90,14 @@ def _changes(
 ) -> dict[str, str]:
     """For each same-state event of ``result`` (and the writes it holds) on a machine that
     names its signature's parts: which parts changed (``podIP ∅ → 10.0.0.1``), by event id.
-    ``signatures`` holds each such object's last committed signature."""
+    ``signatures`` holds each such object's last committed signature as this replay saw it;
+    an object it has not seen (written by another host, or before this replay) is compared
+    only from its first version."""
     out: dict[str, str] = {}
-    for r in (*result.caught_up, result, *result.linked):
+    stack = [result]
+    while stack:
+        r = stack.pop()
+        stack.extend(reversed((*r.caught_up, *r.linked)))
         if r.status is None or not r.transitions:
             continue
         machine = machines.for_kind(r.ref.kind)
@@ -101,9 +106,11 @@ def _changes(
             continue
         after: Any = machine.signature(r.status)
         before: Any = signatures.get(r.ref.uid)
-        if before is None:
-            before = machine.signature(machine.initial(r.ref))
         signatures[r.ref.uid] = after
+        if before is None:
+            if r.version != 1:
+                continue  # not known what it was: say nothing rather than guess
+            before = machine.signature(machine.initial(r.ref))
         parts = [
             f"{name} {b or EMPTY} → {a or EMPTY}"
             for name, b, a in zip(names, before, after, strict=False)
@@ -279,7 +286,14 @@ def _replay(
         if new_file:
             # Refuse a bad trace before opening (and so creating) a new store file.
             check(trace, MemoryStore(), name=args.trace, machines=machines)
-    metrics = _metrics(args)
+    try:
+        metrics = _metrics(args)
+    except ImportError as e:  # --metrics needs the prometheus extra: exit 4, nothing replayed
+        say(
+            f"lifecycle: --metrics needs the 'prometheus' extra ({e}): "
+            "pip install 'lifecycle-machines[prometheus]'"
+        )
+        return EXIT_MISSING_EXTRA
     store = MemoryStore(journal=False) if throwaway else open_store(args.store)
     if metrics is not None:
         metrics.watch(store)
@@ -337,6 +351,8 @@ def _replay(
     def show_host(host: HostEvents) -> None:
         """What another host sent: the other writer, or a restarted process (marked)."""
         count(host.results)
+        for t in (*host.before_crash, *host.transitions):
+            signatures.pop(t.ref.uid, None)  # written elsewhere: not known what it was
         other = host.fault == CONCURRENT_WRITE
         for t in (*host.before_crash, *host.transitions):
             if final_status:
@@ -370,6 +386,8 @@ def _replay(
             observed += 1
             if final_status:
                 seen.setdefault(record.ref.uid, record.ref)
+            if result is None:  # its commit landed just before a crash: written elsewhere
+                signatures.pop(record.ref.uid, None)
         if result is not None:
             assert isinstance(result, Result)
             if result.error is not None:

@@ -19,6 +19,7 @@ import sqlite3
 import threading
 import time
 import uuid
+import weakref
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import datetime
 from pathlib import Path
@@ -222,6 +223,7 @@ class SQLiteStore:
         #: wakes the thread that writes held marks no commit took within ``_MARK_DELAY``
         self._held_waiting = threading.Event()
         self._marker: threading.Thread | None = None
+        self._stop_marker = threading.Event()
         self._closing = False
         self._reader: sqlite3.Connection | None = None
         self._read_lock = threading.Lock()
@@ -415,12 +417,12 @@ class SQLiteStore:
                     self._write(db, row, lease_until)
                     if marks:  # the last deliveries' marks ride with this commit
                         _delete_marked(db, marks)
-            except (Conflict, IdentityMismatch):
-                self._hold(marks)  # rolled back: the next commit carries them
-                raise
             except sqlite3.Error as e:
-                self._hold(marks)
+                self._hold(marks)  # rolled back: the next transaction carries them
                 raise self._fail(f"commit of {ref.uid} v{expected + 1}", e) from e
+            except BaseException:  # a Conflict, an impostor, an interrupt: the same
+                self._hold(marks)
+                raise
         return expected + 1
 
     def _take_held(self) -> list[str]:
@@ -429,9 +431,12 @@ class SQLiteStore:
         return marks
 
     def _hold(self, marks: list[str]) -> None:
+        """Put ``marks`` back for the next transaction (the one that took them did not land),
+        and have the marker thread see them."""
         if marks:
             with self._held_lock:
                 self._held[:0] = marks
+            self._wake_marker()
 
     # -- group commit (ADR 0026) --------------------------------------------------------
     def _commit_grouped(self, group: _Group, row: _Row) -> int:
@@ -1066,6 +1071,7 @@ class SQLiteStore:
                         (self.owner, now + self._lease, self.owner, now, limit),
                     ).fetchall()
             except sqlite3.Error as e:
+                self._hold(marks)  # rolled back: the next transaction carries them
                 raise self._fail("outbox claim", e) from e
         with self._decoding("outbox"):
             found = [transition_from_row(_loads(p)) for (p,) in rows]
@@ -1078,7 +1084,7 @@ class SQLiteStore:
         0132), or -- once ``_HELD_MARKS`` wait, and at a claim or close -- is written in its
         own at ``synchronous=NORMAL``; with group commit, marks share transactions too: a
         mark made while one is in progress is carried by the next (ADR 0026)."""
-        done = list(ids)
+        done = [str(i) for i in ids]
         if not done:
             return
         group = self._group
@@ -1136,27 +1142,34 @@ class SQLiteStore:
             return len(self._held)
 
     def _wake_marker(self) -> None:
-        """Have held marks written within ``_MARK_DELAY`` if no commit takes them first:
+        """Have held marks written within the mark delay if no commit takes them first:
         other stores on the file then never claim a delivered row (they wait out its lease,
-        far longer). One thread per store, started with the first held mark."""
+        far longer). One thread per store, started with the first held mark; it holds the
+        store only weakly, so a store nobody closes is still collected."""
         if self._marker is None and not self._closing:
             self._marker = threading.Thread(
-                target=self._write_held_marks, name="lifecycle-sqlite-marks", daemon=True
+                target=_write_held_marks,
+                args=(
+                    weakref.ref(self),
+                    self._held_waiting,
+                    self._stop_marker,
+                    min(_MARK_DELAY, self._lease / 10),
+                ),
+                name="lifecycle-sqlite-marks",
+                daemon=True,
             )
             self._marker.start()
         self._held_waiting.set()
 
-    def _write_held_marks(self) -> None:
-        while not self._closing:
-            self._held_waiting.wait()
-            self._held_waiting.clear()
-            if self._closing:
-                return
-            time.sleep(_MARK_DELAY)
-            marks = self._take_held()
-            if marks:
-                with contextlib.suppress(StoreError):  # closed meanwhile: lost, they repeat
-                    self._mark_quietly(marks)
+    def _marks_due(self) -> bool:
+        """The marker thread's turn: write what is held (``False``: the store is closing)."""
+        if self._closing:
+            return False
+        marks = self._take_held()
+        if marks:
+            with contextlib.suppress(StoreError):  # the file is unreachable: they repeat
+                self._mark_quietly(marks)
+        return True
 
     def _write_marks(self) -> None:
         """Write the marks still held (before a count of what is undelivered)."""
@@ -1188,7 +1201,11 @@ class SQLiteStore:
         """Close the store: a new history tag ends this session (so a copy of the file taken
         while it was open is recognised as older if it is ever restored; ADR 0037)."""
         self._closing = True
+        self._stop_marker.set()
         self._held_waiting.set()
+        marker = self._marker
+        if marker is not None:  # a write it started finishes before the connection closes
+            marker.join(timeout=10)
         self._write_marks()
         with self._lock:
             if self._history == "written":
@@ -1206,6 +1223,29 @@ _HELD_MARKS = 256
 #: Seconds a held mark waits for a commit to carry it before it is written on its own (well
 #: inside any lease, so no other store claims a delivered row).
 _MARK_DELAY = 0.2
+
+
+def _write_held_marks(
+    store: Callable[[], SQLiteStore | None],
+    waiting: threading.Event,
+    stop: threading.Event,
+    delay: float,
+) -> None:
+    """The marker thread: after each wake, wait ``delay`` for a commit to take the held marks,
+    then write what is left; ends at once when the store closes (``stop``; its close writes
+    what is held) or is collected."""
+    while not stop.is_set():
+        if not waiting.wait(timeout=30):
+            if store() is None:
+                return
+            continue
+        waiting.clear()
+        if stop.wait(delay):
+            return
+        found = store()
+        if found is None or not found._marks_due():
+            return
+        del found
 
 
 #: What waits in the outbox: how many rows, and the oldest one's observation time (the

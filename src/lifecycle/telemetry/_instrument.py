@@ -200,6 +200,13 @@ class InstrumentedEmitter:
         """The emitter underneath."""
         return self._inner
 
+    @property
+    def name(self) -> str:
+        """The wrapped emitter's name (logs and delivery stats name it, not the wrapper)."""
+        from ..emitters.base import emitter_name
+
+        return emitter_name(self._inner)
+
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
 

@@ -28,6 +28,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from .._core.errors import LifecycleError, StoreError
 from .._core.transition import Transition
 from ._port import Observed, outcome_of
 
@@ -111,7 +112,8 @@ class OpenTelemetryTelemetry:
                 )
             if error is not None:
                 span.set_status(Status(StatusCode.ERROR, type(error).__name__))
-                span.set_attribute("lifecycle.outcome", "refused")
+                refused = isinstance(error, LifecycleError) and not isinstance(error, StoreError)
+                span.set_attribute("lifecycle.outcome", "refused" if refused else "failed")
                 span.set_attribute("error.type", type(error).__name__)
         finally:
             otel_context.detach(detach)

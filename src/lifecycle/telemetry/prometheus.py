@@ -10,9 +10,9 @@
     metrics.watch(runner)                                # outbox, link intents, emitters, epochs
     start_http_server(9464, addr="127.0.0.1")
 
-The facts a runner reports are folded into plain counters as they arrive (a dict update each,
-no lock taken on the hot path beyond the GIL's) and turned into metric families only when
-Prometheus scrapes; what a store or an emitter knows (the outbox's depth and oldest row, its
+The facts a runner reports are folded into plain counters as they arrive (a few dict updates
+under one short lock: facts come from several threads) and turned into metric families only
+when Prometheus scrapes; what a store or an emitter knows (the outbox's depth and oldest row, its
 epochs and rewinds, an emitter's sends and drops) is read from them at the scrape, so it cannot
 drift. Every name carries one prefix (``lifecycle_`` by default) and only labels of bounded
 cardinality: machine, from/to state, event type, reason, outcome, store, operation, emitter.
@@ -22,6 +22,7 @@ dashboard and alert rules under ``docs/operating/`` use only these).
 
 from __future__ import annotations
 
+import inspect
 import threading
 import time
 from bisect import bisect_left
@@ -124,6 +125,11 @@ class _Histogram:
         self.counts = [0] * (len(bounds) + 1)
         self.total = 0.0
 
+    def copy(self) -> _Histogram:
+        other = _Histogram(self.bounds)
+        other.counts, other.total = list(self.counts), self.total
+        return other
+
     def add(self, value: float) -> None:
         self.counts[bisect_left(self.bounds, value)] += 1
         self.total += value
@@ -180,6 +186,7 @@ class PrometheusTelemetry(Collector):
         self._redelivered = 0
         self._watched: list[Any] = []
         self._lock = threading.Lock()  # taken by watch() and the scrape only
+        self._facts = threading.Lock()  # taken for each fact, and by the scrape's copy
         if registry is not None:
             registry.register(self)
 
@@ -187,7 +194,9 @@ class PrometheusTelemetry(Collector):
     def begin(self, operation: str, machine: str) -> object:
         return (operation, machine, time.perf_counter())
 
-    def end(self, token: object, observed: Sequence[Observed], error: BaseException | None) -> None:
+    def _end(
+        self, token: object, observed: Sequence[Observed], error: BaseException | None
+    ) -> None:
         counts, flips = self._observations, self._transitions
         for machine, result in observed:
             key = (machine, outcome_of(result))
@@ -230,7 +239,7 @@ class PrometheusTelemetry(Collector):
             h = self._durations[operation] = _Histogram(self._bounds)
         return h
 
-    def store_call(
+    def _store_call(
         self, store: str, operation: str, machine: str, seconds: float, error: BaseException | None
     ) -> None:
         key = (store, operation)
@@ -242,15 +251,35 @@ class PrometheusTelemetry(Collector):
             ek = (store, operation, type(error).__name__)
             self._store_errors[ek] = self._store_errors.get(ek, 0) + 1
 
-    def emitted(
+    def _emitted(
         self, emitter: str, transition: Transition, seconds: float, error: BaseException | None
     ) -> None:
         self._sends[emitter] = self._sends.get(emitter, 0) + 1
         if error is not None:
             self._failures[emitter] = self._failures.get(emitter, 0) + 1
 
+    # The facts arrive from several threads (a threaded runner, group commit's callers, an
+    # acknowledging emitter's worker): each is folded under one lock, held for a few dict
+    # updates; a scrape copies under it and builds the families outside it.
+    def end(self, token: object, observed: Sequence[Observed], error: BaseException | None) -> None:
+        with self._facts:
+            self._end(token, observed, error)
+
+    def store_call(
+        self, store: str, operation: str, machine: str, seconds: float, error: BaseException | None
+    ) -> None:
+        with self._facts:
+            self._store_call(store, operation, machine, seconds, error)
+
+    def emitted(
+        self, emitter: str, transition: Transition, seconds: float, error: BaseException | None
+    ) -> None:
+        with self._facts:
+            self._emitted(emitter, transition, seconds, error)
+
     def redelivered(self, transitions: Sequence[Transition]) -> None:
-        self._redelivered += len(transitions)
+        with self._facts:
+            self._redelivered += len(transitions)
 
     def trace_context(self) -> str:
         return ""
@@ -288,21 +317,26 @@ class PrometheusTelemetry(Collector):
         p = self.prefix
         with self._lock:
             runners, stores, emitters = self._sources()
-        yield _counter(p, "observations_total", ("machine", "outcome"), self._observations)
-        durations = {k: v for k, v in self._durations.items() if k != "check_schema"}
+        with self._facts:  # a consistent copy; the families are built outside the lock
+            observations, transitions = dict(self._observations), dict(self._transitions)
+            conflicts, retries = dict(self._conflicts), dict(self._retries)
+            fallbacks, store_errors = dict(self._fallbacks), dict(self._store_errors)
+            sends, failures = dict(self._sends), dict(self._failures)
+            refusals, redelivered = self._schema_refusals, self._redelivered
+            durations = {k: h.copy() for k, h in self._durations.items() if k != "check_schema"}
+            latency = {k: h.copy() for k, h in self._store_latency.items()}
+        yield _counter(p, "observations_total", ("machine", "outcome"), observations)
         yield _histograms(p, "observe_duration_seconds", ("operation",), durations)
-        yield _counter(p, "transitions_total", ("machine", "from", "to", "type"), self._transitions)
-        yield _counter(p, "write_conflicts_total", ("machine",), self._conflicts)
-        yield _counter(p, "write_retries_total", ("machine",), self._retries)
-        yield _counter(p, "fallback_warnings_total", ("machine", "reason"), self._fallbacks)
-        yield _histograms(
-            p, "store_operation_duration_seconds", ("store", "operation"), self._store_latency
-        )
-        yield _counter(p, "store_errors_total", ("store", "operation", "error"), self._store_errors)
-        yield _counter(p, "schema_refusals_total", (), {(): self._schema_refusals})
-        yield _counter(p, "redelivered_total", (), {(): self._redelivered})
-        yield _counter(p, "emitter_sends_total", ("emitter",), self._sends)
-        yield _counter(p, "emitter_failures_total", ("emitter",), self._failures)
+        yield _counter(p, "transitions_total", ("machine", "from", "to", "type"), transitions)
+        yield _counter(p, "write_conflicts_total", ("machine",), conflicts)
+        yield _counter(p, "write_retries_total", ("machine",), retries)
+        yield _counter(p, "fallback_warnings_total", ("machine", "reason"), fallbacks)
+        yield _histograms(p, "store_operation_duration_seconds", ("store", "operation"), latency)
+        yield _counter(p, "store_errors_total", ("store", "operation", "error"), store_errors)
+        yield _counter(p, "schema_refusals_total", (), {(): refusals})
+        yield _counter(p, "redelivered_total", (), {(): redelivered})
+        yield _counter(p, "emitter_sends_total", ("emitter",), sends)
+        yield _counter(p, "emitter_failures_total", ("emitter",), failures)
         drops: dict[tuple[str, str], int] = {}
         k8s: dict[tuple[str], int] = {}
         for emitter in emitters:
@@ -345,10 +379,10 @@ class PrometheusTelemetry(Collector):
         yield _counter(p, "store_rewinds_total", ("store",), rewinds)
         pending = sum(len(getattr(r, "pending", ())) for r in runners)
         yield _gauge(p, "link_intents_pending", (), {(): pending})
-        failures = sum(
+        broken = sum(
             sum(getattr(getattr(r, "telemetry", None), "failures", {}).values()) for r in runners
         )
-        yield _counter(p, "telemetry_failures_total", (), {(): failures})
+        yield _counter(p, "telemetry_failures_total", (), {(): broken})
 
 
 def _unique(items: list[Any]) -> list[Any]:
@@ -363,16 +397,19 @@ def _unique(items: list[Any]) -> list[Any]:
 
 def _backlog(store: Any) -> tuple[int, float | None] | None:
     """``(undelivered rows, epoch seconds of the oldest)`` from a store that can tell
-    (``outbox_summary``, every shipped store)."""
+    synchronously (``outbox_summary``; a thread-fronted store is looked through). An asyncio
+    store's summary is a coroutine a scrape cannot await: no gauge for it."""
+    if type(store).__name__ == "ThreadedStore":
+        store = getattr(store, "store", store)
     call = getattr(store, "outbox_summary", None)
-    if call is None:
+    if call is None or inspect.iscoroutinefunction(call):
         return None
     try:
         summary = call()
+        oldest = summary.oldest
+        return int(summary.undelivered), (oldest.timestamp() if oldest is not None else None)
     except Exception:
         return None
-    oldest = summary.oldest
-    return int(summary.undelivered), (oldest.timestamp() if oldest is not None else None)
 
 
 def _labels(key: object) -> list[str]:
