@@ -112,6 +112,14 @@ class InstrumentedStore:
     def _timed(self, operation: str, call: Callable[..., Any]) -> Callable[..., Any]:
         telemetry, name = self._telemetry, self._name
         claims = operation == "claim_undelivered"
+
+        def report(args: tuple[Any, ...], start: float, error: Any, found: Any) -> None:
+            """The call's fact (and, for a claim, the rows it handed out for redelivery)."""
+            seconds = perf_counter() - start
+            telemetry.store_call(name, operation, _machine_of(operation, args), seconds, error)
+            if claims and found:
+                telemetry.redelivered(found)
+
         if inspect.iscoroutinefunction(call):
             acall: Callable[..., Awaitable[Any]] = call
 
@@ -122,15 +130,9 @@ class InstrumentedStore:
                 try:
                     found = await acall(*args, **kwargs)
                 except BaseException as e:
-                    telemetry.store_call(
-                        name, operation, _machine_of(operation, args), perf_counter() - start, e
-                    )
+                    report(args, start, e, None)
                     raise
-                telemetry.store_call(
-                    name, operation, _machine_of(operation, args), perf_counter() - start, None
-                )
-                if claims and found:
-                    telemetry.redelivered(found)
+                report(args, start, None, found)
                 return found
 
             return timed_async
@@ -142,15 +144,9 @@ class InstrumentedStore:
             try:
                 found = call(*args, **kwargs)
             except BaseException as e:
-                telemetry.store_call(
-                    name, operation, _machine_of(operation, args), perf_counter() - start, e
-                )
+                report(args, start, e, None)
                 raise
-            telemetry.store_call(
-                name, operation, _machine_of(operation, args), perf_counter() - start, None
-            )
-            if claims and found:
-                telemetry.redelivered(found)
+            report(args, start, None, found)
             return found
 
         return timed
