@@ -10,7 +10,8 @@ delivering to one destination) through the runner on a memory store and checks:
 2. **Acknowledgements** (an acknowledging emitter only): each event ``deliver`` took is
    answered exactly once with an :class:`~lifecycle.emitters.base.Ack`; ``DELIVERED``
    only for what the destination holds; ``close(timeout)`` returns within its bound and
-   answers everything it took (failed is allowed: the outbox keeps it).
+   answers everything it took (failed is allowed: the outbox keeps it); a ``flush(timeout)``
+   that returns True has answered everything taken before it (the runner marks then).
 """
 
 from __future__ import annotations
@@ -115,6 +116,7 @@ def _check_acknowledgements(
 
     def ack(t: Transition, outcome: Ack) -> None:
         assert isinstance(outcome, Ack), f"acknowledged {t.id} with {outcome!r}, not an Ack"
+        time.sleep(0.002)  # an acknowledgement takes time: the runner marks the outbox
         with lock:
             answers[t.id].append(outcome)
 
@@ -125,6 +127,11 @@ def _check_acknowledgements(
         except Exception:
             continue  # not taken: the outbox keeps it
         taken.append(t)
+    flush = getattr(emitter, "flush", None)
+    if callable(flush) and flush(timeout) is True:
+        with lock:
+            open_ = [t.id for t in taken if not answers.get(t.id)]
+        assert not open_, f"flush() returned True with {len(open_)} deliveries unanswered"
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         with lock:

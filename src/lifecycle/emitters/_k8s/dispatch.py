@@ -156,15 +156,21 @@ class Dispatcher:
                 self._waiting -= 1
             sent, final = self._try(send)
             with self._cond:
-                self._busy.discard(key)
                 if not final and sent is Sent.RETRY and send.retried:
                     if self._stopping:  # no further try
                         self.correlator.counters.add("gave_up")
                     elif not self.correlator.gives_up(send):
+                        self._busy.discard(key)
                         self._park(key, send)
                         continue
-                self._done(key)
-            send.answer(sent)  # outside the lock: an acknowledgement may mark the outbox
+            try:
+                send.answer(sent)  # outside the lock: an acknowledgement may mark the outbox
+            finally:
+                # done only once answered: flush() returning means every answer was given,
+                # and the lane's next send waits for this one's acknowledgement
+                with self._cond:
+                    self._busy.discard(key)
+                    self._done(key)
 
     def _park(self, key: EventKey, send: Send) -> None:
         """Put ``send`` back at the head of its lane until its retry is due; the lane (and
