@@ -1,0 +1,406 @@
+"""Kubernetes-native state: an object's status subresource as the store (ADR 0133).
+
+:class:`KubernetesStore` keeps each object's status where every Kubernetes controller keeps
+it -- in the object's ``status``, written through the status subresource with the
+``resourceVersion`` it read as the compare-and-set -- and its outbox of undelivered events
+inside the same status, in the library's record condition (:data:`RECORD_CONDITION`). The
+status write and the events it must cause are one atomic write: a crash between the write
+and the Event leaves the events in the object, and the next start (``Runner.redeliver``, a
+``Dispatcher``) sends them; the Kubernetes emitter names each Event from its event id, so a
+redelivered one the API server already has is answered ``AlreadyExists``: delivered, once.
+
+- ``load`` reads the object (``GET``, or ``reader``: a host's informer cache); an object not
+  there, or without a record yet, loads as ``None``.
+- ``commit`` writes the status with the ``resourceVersion`` of the object it last read or
+  wrote (one request when no one else wrote since). A ``409`` from a writer of other fields
+  (a kubelet, kopf) re-reads and retries while the record's version is still the expected
+  one; a different version is a :class:`~lifecycle.Conflict`. ``404`` is
+  :class:`ObjectGone`, ``400``/``422`` (the resource's schema) :class:`StatusRefused`, a
+  record over ``max_record_bytes`` or an object over the API server's limit
+  :class:`RecordTooLarge` -- each raised with nothing written. A write whose answer was lost
+  is resolved by re-reading (its token is in the record), else
+  :class:`~lifecycle.CommitUnknown`.
+- ``mark_delivered`` notes ids; they leave the outbox with the object's next write, or in a
+  write of their own (``pending_marks`` objects waiting, ``claim_undelivered``, ``close``).
+- No journal: ``journal`` returns ``[]`` (the object holds the current status only), so
+  ``lifecycle db check``/``upgrade`` and checked replays do not apply; records written under
+  an older schema are upcast when loaded, as in every store.
+
+The status body is :func:`~lifecycle.kubernetes_status` of the machine (the resource's own
+field names) merged into what the object has: fields and conditions of other writers are
+kept, fields this store wrote before and no longer renders are removed.
+
+:class:`AsyncKubernetesStore` is the same store for asyncio (the same steps,
+:mod:`lifecycle.stores._k8s_record`, driven by awaiting a transport).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import copy
+import json
+import time
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Any, Protocol
+
+from .._core.machine import Machine
+from .._core.observation import Observation
+from .._core.refs import ObjectRef
+from .._core.transition import Transition
+from ..emitters._k8s.transport import Deadlines, bound
+from ._k8s_record import (
+    MAX_RECORD_BYTES,
+    PODS,
+    RECORD_CONDITION,
+    Call,
+    CustomResource,
+    ObjectGone,
+    Pause,
+    RecordTooLarge,
+    Reply,
+    StatusCore,
+    StatusRefused,
+    Steps,
+)
+from .base import JournalEntry, OutboxSummary, Record
+
+__all__ = [
+    "MAX_RECORD_BYTES",
+    "PODS",
+    "RECORD_CONDITION",
+    "ApiTransport",
+    "AsyncKubernetesStore",
+    "Call",
+    "CustomResource",
+    "KubernetesStore",
+    "ObjectGone",
+    "RecordTooLarge",
+    "Reply",
+    "StatusRefused",
+]
+
+#: A host's read of an object from its informer cache: the object as a dict, or ``None``
+#: when the cache does not have it (the store then reads it from the API server).
+Reader = Callable[[CustomResource, str, str], Mapping[str, Any] | None]
+
+
+class Transport(Protocol):
+    def send(self, call: Call) -> Reply: ...
+
+
+class AsyncTransport(Protocol):
+    def send(self, call: Call) -> Awaitable[Reply]: ...
+
+
+class ApiTransport:
+    """Sends :class:`Call` s with the ``kubernetes`` client: through an ``ApiClient`` of
+    its own built from ``api``'s configuration (the client's retries off: the store retries),
+    each request within ``deadline`` seconds in all and its reply within ``max_reply_bytes``.
+    ``api``: an ``ApiClient``, or ``None`` for the default configuration."""
+
+    def __init__(
+        self,
+        api: Any = None,
+        *,
+        request_timeout: float = 10.0,
+        deadline: float = 30.0,
+        max_reply_bytes: int = 16 * 1024 * 1024,
+    ) -> None:
+        from ..emitters._k8s.sinks import ApiNotConfigured, _client
+
+        client = _client()
+
+        configuration = (
+            client.Configuration.get_default_copy() if api is None else api.configuration
+        )
+        if not getattr(configuration, "host", ""):
+            raise ApiNotConfigured(
+                "the Kubernetes client has no API server: load a configuration first "
+                "(kubernetes.config.load_incluster_config() or load_kube_config()), or pass "
+                "an ApiClient"
+            )
+        own = copy.deepcopy(configuration)
+        own.retries = False
+        self.api_client = client.ApiClient(own)
+        bound(self.api_client.rest_client.pool_manager)
+        self.request_timeout = request_timeout
+        self.deadline = deadline
+        self.max_reply_bytes = max_reply_bytes
+        self._deadlines = Deadlines()
+        self._exception = client.exceptions.ApiException
+
+    def send(self, call: Call) -> Reply:
+        with self._deadlines.guard(self.deadline, self.max_reply_bytes) as guard:
+            try:
+                response = self.api_client.call_api(
+                    call.path,
+                    call.method,
+                    header_params={"Accept": "application/json", "Content-Type": call.content_type},
+                    body=call.body,
+                    auth_settings=["BearerToken"],
+                    _return_http_data_only=True,
+                    _preload_content=False,
+                    _request_timeout=self.request_timeout,
+                )
+            except self._exception as e:
+                if not e.status:
+                    return Reply(0, error=str(e))
+                return Reply(int(e.status), _decode(e.body), dict(e.headers or {}))
+            except Exception as e:  # no answer: reset, refused, cut at the deadline
+                return Reply(0, error="deadline" if guard.expired else repr(e))
+            try:
+                return Reply(int(response.status), _decode(response.data), dict(response.headers))
+            finally:
+                release = getattr(response, "release_conn", None)
+                if callable(release):
+                    release()
+
+    def close(self) -> None:
+        self.api_client.close()
+
+
+def _decode(data: Any) -> Any:
+    if not data:
+        return None
+    try:
+        return json.loads(data)
+    except (ValueError, UnicodeDecodeError):
+        return {"message": data[:300].decode("utf-8", "replace") if isinstance(data, bytes) else ""}
+
+
+class _Reading:
+    """A host reader in front of the API's ``GET`` (an informer cache)."""
+
+    def __init__(self, reader: Reader | None) -> None:
+        self.reader = reader
+
+    def cached(self, call: Call) -> Reply | None:
+        if self.reader is None or call.method != "GET":
+            return None
+        found = self.reader(*call.target) if call.target is not None else None
+        return None if found is None else Reply(200, copy.deepcopy(dict(found)))
+
+
+class KubernetesStore:
+    """The store on the status subresource (see the module); ``resources`` maps each ref
+    kind to its :class:`CustomResource` (``{"Pod": PODS, "Certification":
+    CustomResource("gpu.example.com", "v1", "certifications")}``). ``namespace``: where the
+    outbox is listed (``None``: every namespace). ``transport``: anything with
+    ``send(Call) -> Reply`` (default: :class:`ApiTransport` on ``api``)."""
+
+    #: Its calls are requests: telemetry times them.
+    does_io = True
+
+    def __init__(
+        self,
+        api: Any = None,
+        *,
+        resources: Mapping[str, CustomResource],
+        namespace: str | None = None,
+        reader: Reader | None = None,
+        max_record_bytes: int = MAX_RECORD_BYTES,
+        max_tries: int = 4,
+        max_retry_after: float = 10.0,
+        pending_marks: int = 256,
+        transport: Transport | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self.core = StatusCore(
+            resources,
+            namespace=namespace,
+            max_record_bytes=max_record_bytes,
+            max_tries=max_tries,
+            max_retry_after=max_retry_after,
+            pending_marks=pending_marks,
+        )
+        self._own = transport is None
+        self.transport: Transport = ApiTransport(api) if transport is None else transport
+        self._reading = _Reading(reader)
+        self._sleep = sleep
+
+    def _run(self, steps: Steps) -> Any:
+        try:
+            step = next(steps)
+            while True:
+                if isinstance(step, Pause):
+                    self._sleep(step.seconds)
+                    step = steps.send(None)
+                    continue
+                reply = self._reading.cached(step) or self.transport.send(step)
+                step = steps.send(reply)
+        except StopIteration as done:
+            return done.value
+
+    def load(self, machine: Machine[Any], ref: ObjectRef) -> Record | None:
+        found: Record | None = self._run(self.core.load(machine, ref))
+        return found
+
+    def commit(
+        self,
+        machine: Machine[Any],
+        ref: ObjectRef,
+        expected: int,
+        status: Any,
+        observation: Observation,
+        transitions: Sequence[Transition],
+    ) -> int:
+        version: int = self._run(
+            self.core.commit(machine, ref, expected, status, observation, transitions)
+        )
+        return version
+
+    def journal(self, machine: Machine[Any], ref: ObjectRef) -> list[JournalEntry]:
+        """No journal is kept (the object holds its current status): always ``[]`` once the
+        identity rule holds."""
+        self.load(machine, ref)
+        return []
+
+    def records(self, machine: Machine[Any]) -> Iterator[Record]:
+        found: list[Record] = self._run(self.core.records(machine))
+        return iter(found)
+
+    def claim_undelivered(self, limit: int = 1000) -> list[Transition]:
+        """The undelivered events of every listed object, in uid, version, n order (marks
+        waiting are written first). Not leased: run one active controller per object (leader
+        election); a second one's redelivery is answered ``AlreadyExists``."""
+        rows: list[Transition] = self._run(self.core.claim(limit))
+        return rows
+
+    def mark_delivered(self, ids: Iterable[str]) -> None:
+        self._run(self.core.mark(list(ids)))
+
+    def flush_marks(self) -> None:
+        """Write the delivered ids still waiting out of their outboxes now."""
+        self._run(self.core.flush_marks())
+
+    def undelivered_count(self) -> int:
+        return self.outbox_summary().undelivered
+
+    def outbox_summary(self) -> OutboxSummary:
+        summary: OutboxSummary = self._run(self.core.summary())
+        return summary
+
+    def close(self) -> None:
+        """Write the marks still waiting (best effort: what is left is redelivered, and
+        answered AlreadyExists) and close the transport this store made."""
+        try:
+            self.flush_marks()
+        finally:
+            close = getattr(self.transport, "close", None)
+            if self._own and callable(close):
+                close()
+
+
+class _ThreadTransport:
+    """A blocking transport behind ``await``: each call on one worker thread."""
+
+    def __init__(self, transport: Transport) -> None:
+        self.transport = transport
+        self._pool = concurrent.futures.ThreadPoolExecutor(1, "lifecycle-k8s-store")
+
+    async def send(self, call: Call) -> Reply:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._pool, self.transport.send, call)
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True)
+        close = getattr(self.transport, "close", None)
+        if callable(close):
+            close()
+
+
+class AsyncKubernetesStore:
+    """:class:`KubernetesStore` for asyncio: the same steps, awaited. ``transport``: anything
+    with ``async send(Call) -> Reply`` (an asyncio HTTP client of the host's); default, the
+    ``kubernetes`` client on one worker thread (:class:`ApiTransport`)."""
+
+    does_io = True
+
+    def __init__(
+        self,
+        api: Any = None,
+        *,
+        resources: Mapping[str, CustomResource],
+        namespace: str | None = None,
+        reader: Reader | None = None,
+        max_record_bytes: int = MAX_RECORD_BYTES,
+        max_tries: int = 4,
+        max_retry_after: float = 10.0,
+        pending_marks: int = 256,
+        transport: AsyncTransport | None = None,
+    ) -> None:
+        self.core = StatusCore(
+            resources,
+            namespace=namespace,
+            max_record_bytes=max_record_bytes,
+            max_tries=max_tries,
+            max_retry_after=max_retry_after,
+            pending_marks=pending_marks,
+        )
+        self._own = transport is None
+        self.transport: AsyncTransport = (
+            _ThreadTransport(ApiTransport(api)) if transport is None else transport
+        )
+        self._reading = _Reading(reader)
+
+    async def _run(self, steps: Steps) -> Any:
+        try:
+            step = next(steps)
+            while True:
+                if isinstance(step, Pause):
+                    await asyncio.sleep(step.seconds)
+                    step = steps.send(None)
+                    continue
+                reply = self._reading.cached(step) or await self.transport.send(step)
+                step = steps.send(reply)
+        except StopIteration as done:
+            return done.value
+
+    async def load(self, machine: Machine[Any], ref: ObjectRef) -> Record | None:
+        found: Record | None = await self._run(self.core.load(machine, ref))
+        return found
+
+    async def commit(
+        self,
+        machine: Machine[Any],
+        ref: ObjectRef,
+        expected: int,
+        status: Any,
+        observation: Observation,
+        transitions: Sequence[Transition],
+    ) -> int:
+        version: int = await self._run(
+            self.core.commit(machine, ref, expected, status, observation, transitions)
+        )
+        return version
+
+    async def journal(self, machine: Machine[Any], ref: ObjectRef) -> list[JournalEntry]:
+        await self.load(machine, ref)
+        return []
+
+    async def records(self, machine: Machine[Any]) -> list[Record]:
+        found: list[Record] = await self._run(self.core.records(machine))
+        return found
+
+    async def claim_undelivered(self, limit: int = 1000) -> list[Transition]:
+        rows: list[Transition] = await self._run(self.core.claim(limit))
+        return rows
+
+    async def mark_delivered(self, ids: Iterable[str]) -> None:
+        await self._run(self.core.mark(list(ids)))
+
+    async def flush_marks(self) -> None:
+        await self._run(self.core.flush_marks())
+
+    async def outbox_summary(self) -> OutboxSummary:
+        summary: OutboxSummary = await self._run(self.core.summary())
+        return summary
+
+    async def close(self) -> None:
+        try:
+            await self.flush_marks()
+        finally:
+            close = getattr(self.transport, "close", None)
+            if self._own and callable(close):
+                close()
