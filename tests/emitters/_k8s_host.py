@@ -3,6 +3,7 @@ delivery (ADR 0121): a runner on a store with the Kubernetes emitter against the
 server, as the README's ``with`` block builds it.
 
 ``python -m tests.emitters._k8s_host API_URL STORE_URL WORKDIR MODE [PODS] [BOUND]``
+(``STORE_URL`` ``kubernetes``: the objects' status on the same API server, ADR 0133)
 
 - ``run``: observe ``PODS`` Pods through create, provision and running (each Pod's NodeClaim
   follows), appending every committed transition's id and object name to
@@ -29,8 +30,23 @@ from kubernetes import client as kubernetes_client  # type: ignore[import-untype
 from lifecycle import ObjectRef, Runner, open_store
 from lifecycle.emitters.kubernetes import KubernetesEmitter
 from lifecycle.machines.pod import CreateRequested, InstanceRunning, ProvisionSucceeded
+from lifecycle.stores.kubernetes import PODS, CustomResource, KubernetesStore
 
 EPOCH = datetime(2026, 11, 30, 10, 0, tzinfo=UTC)
+
+
+#: Where the Kubernetes-native store keeps each kind (``STORE_URL`` ``kubernetes``, ADR 0133).
+RESOURCES = {
+    "Pod": PODS,
+    "NodeClaim": CustomResource("karpenter.sh", "v1", "nodeclaims", namespaced=False),
+}
+
+
+def status_store(api_url: str) -> KubernetesStore:
+    """The objects' status subresource as the store, on the same API server."""
+    config = kubernetes_client.Configuration()
+    config.host = api_url
+    return KubernetesStore(kubernetes_client.ApiClient(config), resources=RESOURCES)
 
 
 def emitter(api_url: str) -> KubernetesEmitter:
@@ -73,7 +89,11 @@ def main(argv: list[str]) -> int:
     bound = float(argv[5]) if len(argv) > 5 else 5.0
     workdir = Path(workdir_text)
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="%(message)s")
-    store = open_store(store_url, owner="host-0")
+    store = (
+        status_store(api_url)
+        if store_url == "kubernetes"
+        else open_store(store_url, owner="host-0")
+    )
     events = emitter(api_url)
     runner = Runner(store, [events])
     if mode == "restart":

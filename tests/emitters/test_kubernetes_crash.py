@@ -26,7 +26,7 @@ import pytest
 from lifecycle.emitters.kubernetes import event_name, id_suffix
 
 from ..stores.conftest import pg_schema, pg_server, pg_url  # noqa: F401 (fixtures)
-from .api_server import FakeApiServer
+from .api_server import FakeApiServer, nodeclaim_crd_schema
 
 ROOT = Path(__file__).resolve().parents[2]
 PODS = 6
@@ -41,11 +41,27 @@ def server() -> Iterator[FakeApiServer]:
     s.close()
 
 
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+@pytest.fixture(
+    params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres), "kubernetes"]
+)
+def store_url(request: pytest.FixtureRequest, tmp_path: Path, server: FakeApiServer) -> str:
     if request.param == "sqlite":
         return f"sqlite:///{tmp_path / 'host.db'}"
+    if request.param == "kubernetes":  # the objects' status, on the same API server
+        objects(server)
+        return "kubernetes"
     return str(request.getfixturevalue("pg_url"))
+
+
+def objects(server: FakeApiServer) -> None:
+    """The Pods the host observes and their NodeClaims, as a cluster would have them."""
+    server.register_crd(
+        "karpenter.sh", "v1", "nodeclaims", "NodeClaim", nodeclaim_crd_schema(), namespaced=False
+    )
+    for i in range(PODS):
+        server.add_object("pods", "ml", f"trainer-{i}", uid=f"pod-{i}")
+        # the Pod machine's link names its claim <namespace>-<name>, uid <pod uid>-claim
+        server.add_object("nodeclaims", "", f"ml-trainer-{i}", uid=f"pod-{i}-claim")
 
 
 def host(server: FakeApiServer, store_url: str, workdir: Path, mode: str, *extra: str) -> Any:

@@ -1,0 +1,385 @@
+"""The status-subresource store (issue 27, ADR 0133) against the validating fake API server,
+through the real ``kubernetes`` client: the conformance check every store passes, the
+compare-and-set against other writers of the status, each refusal typed with nothing
+written, hostile servers, marks riding the next write, the asyncio twin, and a replayed
+trace giving the same events as through SQLite."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client as kubernetes_client  # type: ignore[import-untyped]
+
+from lifecycle import (
+    AsyncRunner,
+    Conflict,
+    IdentityMismatch,
+    MemoryEmitter,
+    MemoryStore,
+    ObjectRef,
+    Runner,
+    SQLiteStore,
+)
+from lifecycle.machines import POD, pod
+from lifecycle.stores.kubernetes import (
+    PODS,
+    RECORD_CONDITION,
+    AsyncKubernetesStore,
+    CustomResource,
+    KubernetesStore,
+    ObjectGone,
+    RecordTooLarge,
+    StatusRefused,
+)
+from lifecycle.testing import check_store
+from lifecycle.trace import read_trace, replay
+
+from ..emitters.api_server import FakeApiServer, conditions_crd_schema, nodeclaim_crd_schema
+
+ROOT = Path(__file__).resolve().parents[2]
+AT = datetime(2026, 11, 30, 10, 0, tzinfo=UTC)
+NODECLAIMS = CustomResource("karpenter.sh", "v1", "nodeclaims", namespaced=False)
+GROUP = "lifecycle.example.com"
+#: The kinds the shipped machines live in (Pods are built in; the rest custom resources).
+CRDS = {
+    kind: CustomResource(GROUP, "v1", kind.lower() + "s")
+    for kind in ("Job", "Workflow", "Certification", "WorkloadRun")
+}
+RESOURCES = {"Pod": PODS, "NodeClaim": NODECLAIMS, **CRDS}
+
+
+def serve() -> FakeApiServer:
+    server = FakeApiServer()
+    server.register_crd(
+        "karpenter.sh", "v1", "nodeclaims", "NodeClaim", nodeclaim_crd_schema(), namespaced=False
+    )
+    for kind, resource in CRDS.items():
+        server.register_crd(GROUP, "v1", resource.plural, kind, conditions_crd_schema(kind))
+    return server
+
+
+def api(server: FakeApiServer) -> Any:
+    config = kubernetes_client.Configuration()
+    config.host = server.url
+    return kubernetes_client.ApiClient(config)
+
+
+@pytest.fixture
+def server() -> Iterator[FakeApiServer]:
+    s = serve()
+    yield s
+    s.release()
+    s.close()
+
+
+@pytest.fixture
+def store(server: FakeApiServer) -> Iterator[KubernetesStore]:
+    s = KubernetesStore(api(server), resources=RESOURCES, sleep=lambda _: None)
+    yield s
+    s.close()
+
+
+def resource_of(kind: str) -> str:
+    return RESOURCES[kind].plural
+
+
+def add(server: FakeApiServer, ref: ObjectRef, **kw: Any) -> dict[str, Any]:
+    return server.add_object(resource_of(ref.kind), ref.namespace, ref.name, uid=ref.uid, **kw)
+
+
+def stored(server: FakeApiServer, ref: ObjectRef) -> dict[str, Any]:
+    obj = server.object(resource_of(ref.kind), ref.namespace, ref.name)
+    assert obj is not None
+    return obj
+
+
+def record_of(server: FakeApiServer, ref: ObjectRef) -> dict[str, Any] | None:
+    for c in stored(server, ref).get("status", {}).get("conditions") or ():
+        if c["type"] == RECORD_CONDITION:
+            data: dict[str, Any] = json.loads(c["message"])
+            return data
+    return None
+
+
+POD_A = ObjectRef("Pod", "ml", "trainer-0", "uid-a")
+
+
+def observe(runner: Runner, ref: ObjectRef = POD_A) -> list[str]:
+    reasons = []
+    for obs in (
+        pod.CreateRequested(at=AT, pool="gpu", provider="fake"),
+        pod.ProvisionSucceeded(at=AT, reserved=True, instance_id="i-1"),
+        pod.InstanceRunning(at=AT + timedelta(seconds=30), instance_id="i-1"),
+    ):
+        reasons += [t.reason for t in runner.observe(ref, obs).transitions]
+    return reasons
+
+
+# -- conformance ----------------------------------------------------------------------------
+def test_the_store_passes_the_conformance_check_every_store_passes() -> None:
+    servers: list[FakeApiServer] = []
+
+    def fresh() -> KubernetesStore:
+        s = serve()
+        servers.append(s)
+        for uid in ("a", "b", "r", "m0", "m1", "m2", "fresh", "keep"):
+            s.add_object("pods", "conformance", f"pod-{uid}", uid=uid)
+        return KubernetesStore(api(s), resources=RESOURCES, sleep=lambda _: None)
+
+    try:
+        check_store(fresh)
+    finally:
+        for s in servers:
+            s.close()
+    assert len(servers) == 2
+
+
+def test_a_commit_writes_status_record_and_outbox_in_one_put(
+    server: FakeApiServer, store: KubernetesStore
+) -> None:
+    add(server, POD_A)
+    events = MemoryEmitter()
+    runner = Runner(store, [events], links=())
+    assert observe(runner) == ["Provisioning", "Initializing", "Running"]
+    status = stored(server, POD_A)["status"]
+    assert (status["phase"], status["reason"]) == ("Running", "Running")
+    assert [c["type"] for c in status["conditions"]] == ["Ready", RECORD_CONDITION]
+    record = record_of(server, POD_A)
+    assert record is not None
+    assert (record["version"], record["machine"]) == (3, "pod")
+    puts = [r for r in server.requests if r.method == "PUT"]
+    assert len(puts) == 3  # one status write per change: the marks rode the next one
+    assert [r["reason"] for r in record["outbox"]] == ["Running"]  # delivered, not yet written
+    store.flush_marks()
+    assert record_of(server, POD_A)["outbox"] == []  # type: ignore[index]
+    loaded = store.load(POD, POD_A)
+    assert loaded is not None
+    assert (loaded.version, loaded.status.state) == (3, "Running")
+
+
+def test_a_reader_answers_loads_so_a_change_is_one_request(server: FakeApiServer) -> None:
+    add(server, POD_A)
+    s = KubernetesStore(
+        api(server),
+        resources=RESOURCES,
+        reader=lambda res, ns, name: server.object(res.plural, ns, name),
+    )
+    runner = Runner(s, [MemoryEmitter()], links=())
+    before = len(server.requests)
+    observe(runner)
+    verbs = [r.method for r in server.requests[before:]]
+    assert verbs == ["PUT", "PUT", "PUT"], verbs
+    s.close()
+
+
+# -- other writers of the status ---------------------------------------------------------------
+def test_a_write_by_another_writer_of_the_status_is_kept_and_the_commit_retried(
+    server: FakeApiServer, store: KubernetesStore
+) -> None:
+    add(server, POD_A)
+    runner = Runner(store, [MemoryEmitter()], links=())
+    runner.observe(POD_A, pod.CreateRequested(at=AT, pool="gpu", provider="fake"))
+    # a kubelet-like writer adds its own condition and field: the store's cached object is stale
+    obj = stored(server, POD_A)
+    obj["status"]["conditions"].insert(0, {"type": "PodScheduled", "status": "True"})
+    obj["status"]["hostIP"] = "10.0.0.9"
+    server.put_status(resource_of("Pod"), "ml", "trainer-0", obj)
+    runner.observe(POD_A, pod.ProvisionSucceeded(at=AT, reserved=True, instance_id="i-1"))
+    status = stored(server, POD_A)["status"]
+    assert status["hostIP"] == "10.0.0.9"
+    assert status["conditions"][0]["type"] == "PodScheduled"
+    assert record_of(server, POD_A)["version"] == 2  # type: ignore[index]
+    assert any(r.method == "PUT" for r in server.requests)
+
+
+def test_a_stale_version_is_a_conflict_and_writes_nothing(
+    server: FakeApiServer, store: KubernetesStore
+) -> None:
+    add(server, POD_A)
+    Runner(store, [MemoryEmitter()], links=()).observe(POD_A, pod.CreateRequested(at=AT))
+    before = stored(server, POD_A)
+    status = POD.apply(POD.initial(POD_A), pod.CreateRequested(at=AT))
+    with pytest.raises(Conflict) as e:
+        store.commit(POD, POD_A, 0, status, pod.CreateRequested(at=AT), ())
+    assert (e.value.expected, e.value.actual) == (0, 1)
+    assert stored(server, POD_A) == before
+
+
+# -- refusals: typed, nothing written --------------------------------------------------------
+def test_an_object_not_there_is_gone_and_loads_as_none(store: KubernetesStore) -> None:
+    assert store.load(POD, POD_A) is None
+    status = POD.apply(POD.initial(POD_A), pod.CreateRequested(at=AT))
+    with pytest.raises(ObjectGone, match="not found"):
+        store.commit(POD, POD_A, 0, status, pod.CreateRequested(at=AT), ())
+
+
+def test_a_name_reused_by_another_object_is_gone(
+    server: FakeApiServer, store: KubernetesStore
+) -> None:
+    server.add_object("pods", "ml", "trainer-0", uid="another-uid")
+    with pytest.raises(ObjectGone, match="another-uid"):
+        store.load(POD, POD_A)
+    assert record_of(server, POD_A) is None
+
+
+def test_a_record_over_the_bound_is_refused_before_it_is_sent(server: FakeApiServer) -> None:
+    add(server, POD_A)
+    small = KubernetesStore(api(server), resources=RESOURCES, max_record_bytes=1500)
+    runner = Runner(small, [], links=())  # no emitter: nothing is ever delivered
+    runner.observe(POD_A, pod.CreateRequested(at=AT))
+    runner.observe(POD_A, pod.ProvisionSucceeded(at=AT, reserved=True))
+    error: Exception | None = None
+    for i in range(40):
+        at = AT + timedelta(seconds=i + 1)
+        obs = pod.InstanceRunning(at=at) if i % 2 else pod.InstancePending(at=at)
+        error = runner.observe(POD_A, obs).error
+        if error is not None:
+            break
+    assert isinstance(error, RecordTooLarge), error
+    assert "undelivered events" in str(error)
+    assert "max_record_bytes=1500" in str(error)
+    before = record_of(server, POD_A)
+    assert before is not None
+    assert len(json.dumps(before, separators=(",", ":"))) <= 1500
+    small.close()
+
+
+def test_a_status_the_schema_refuses_is_refused_typed(server: FakeApiServer) -> None:
+    ref = ObjectRef("Pod", "ml", "trainer-1", "uid-b")
+    add(server, ref)
+    server.fail_path("/status", 422)
+    s = KubernetesStore(api(server), resources=RESOURCES)
+    status = POD.apply(POD.initial(ref), pod.CreateRequested(at=AT))
+    with pytest.raises(StatusRefused, match="422"):
+        s.commit(POD, ref, 0, status, pod.CreateRequested(at=AT), ())
+    assert record_of(server, ref) is None
+    s.close()
+
+
+def test_a_schema_that_prunes_the_record_is_refused(server: FakeApiServer) -> None:
+    schema = {
+        "type": "object",
+        "properties": {"status": {"type": "object", "properties": {"phase": {"type": "string"}}}},
+    }
+    server.register_crd(GROUP, "v1", "bares", "Bare", schema)
+    ref = ObjectRef("Bare", "ml", "b", "uid-bare")
+    server.add_object("bares", "ml", "b", uid="uid-bare")
+    s = KubernetesStore(api(server), resources={"Bare": CustomResource(GROUP, "v1", "bares")})
+    status = POD.apply(POD.initial(ref), pod.CreateRequested(at=AT))
+    with pytest.raises(StatusRefused, match="without the"):
+        s.commit(POD, ref, 0, status, pod.CreateRequested(at=AT), ())
+    s.close()
+
+
+def test_an_unmapped_kind_and_a_uid_seen_elsewhere_are_refused(
+    server: FakeApiServer, store: KubernetesStore
+) -> None:
+    add(server, POD_A)
+    store.load(POD, POD_A)
+    with pytest.raises(IdentityMismatch):
+        store.load(POD, ObjectRef("Pod", "ml", "impostor", POD_A.uid))
+    from lifecycle import StoreError
+
+    with pytest.raises(StoreError, match="no resource is configured for kind 'Gizmo'"):
+        store.load(POD, ObjectRef("Gizmo", "ml", "g", "uid-g"))
+
+
+# -- hostile servers ---------------------------------------------------------------------------
+@pytest.mark.parametrize("answer", [500, (429, {"Retry-After": "1"}), "reset", "drop"])
+def test_a_failing_server_is_retried_and_the_commit_lands_once(
+    server: FakeApiServer, store: KubernetesStore, answer: Any
+) -> None:
+    add(server, POD_A)
+    server.fail_path("/status", answer)
+    events = MemoryEmitter()
+    runner = Runner(store, [events], links=())
+    result = runner.observe(POD_A, pod.CreateRequested(at=AT, pool="gpu", provider="fake"))
+    assert (result.committed, result.version) == (True, 1), result
+    assert record_of(server, POD_A)["version"] == 1  # type: ignore[index]
+    assert [t.reason for t in events.events] == ["Provisioning"]
+
+
+def test_a_write_whose_answer_was_lost_after_it_landed_is_resolved_by_its_token(
+    server: FakeApiServer, store: KubernetesStore
+) -> None:
+    add(server, POD_A)
+    server.fail_path("/status", "landed-drop")
+    status = POD.apply(POD.initial(POD_A), pod.CreateRequested(at=AT))
+    assert store.commit(POD, POD_A, 0, status, pod.CreateRequested(at=AT), ()) == 1
+    assert record_of(server, POD_A)["version"] == 1  # type: ignore[index]
+    assert server.writes == 1  # landed once, not written again
+
+
+# -- the asyncio store -----------------------------------------------------------------------
+def test_the_asyncio_store_gives_what_the_synchronous_one_gives(server: FakeApiServer) -> None:
+    a, b = POD_A, ObjectRef("Pod", "ml", "trainer-1", "uid-b")
+    add(server, a)
+    add(server, b)
+    sync_events = MemoryEmitter()
+    sync = KubernetesStore(api(server), resources=RESOURCES)
+    observe(Runner(sync, [sync_events], links=()), a)
+    sync.close()
+
+    async def main() -> list[str]:
+        events = MemoryEmitter()
+        store = AsyncKubernetesStore(api(server), resources=RESOURCES)
+        async with AsyncRunner(store, [events], links=()) as runner:
+            for obs in (
+                pod.CreateRequested(at=AT, pool="gpu", provider="fake"),
+                pod.ProvisionSucceeded(at=AT, reserved=True, instance_id="i-1"),
+                pod.InstanceRunning(at=AT + timedelta(seconds=30), instance_id="i-1"),
+            ):
+                await runner.observe(b, obs)
+        await store.close()
+        return [t.reason for t in events.events]
+
+    assert asyncio.run(main()) == [t.reason for t in sync_events.events]
+    ra, rb = record_of(server, a), record_of(server, b)
+    assert ra is not None
+    assert rb is not None
+    assert (ra["version"], ra["status"]) == (rb["version"], rb["status"])
+
+
+# -- a replayed trace ---------------------------------------------------------------------------
+TRACES = sorted((ROOT / "examples" / "traces").glob("*.jsonl"))
+
+
+def _events(emitter: MemoryEmitter) -> list[tuple[str, str, str, str]]:
+    return [(t.id, t.reason, t.type.value, t.message) for t in emitter.events]
+
+
+@pytest.mark.parametrize("path", TRACES, ids=[p.stem for p in TRACES])
+def test_a_replayed_trace_gives_the_events_it_gives_through_sqlite(
+    path: Path, tmp_path: Path
+) -> None:
+    trace = read_trace(path)
+    through_memory = MemoryStore()
+    replay(trace, through_memory, [MemoryEmitter()])
+    refs = {
+        r.ref
+        for machine in __import__("lifecycle.machines", fromlist=["x"]).default_registry()
+        for r in through_memory.records(machine)
+    }
+    if not {r.kind for r in refs} <= set(RESOURCES):
+        pytest.skip(f"kinds outside the mapped resources: {sorted({r.kind for r in refs})}")
+    sqlite_events = MemoryEmitter()
+    sqlite = SQLiteStore(tmp_path / "replay.db")
+    replay(trace, sqlite, [sqlite_events])
+    sqlite.close()
+    server = serve()
+    try:
+        for ref in refs:
+            add(server, ref)
+        k8s_events = MemoryEmitter()
+        store = KubernetesStore(api(server), resources=RESOURCES, sleep=lambda _: None)
+        replay(trace, store, [k8s_events])
+        store.close()
+        assert _events(k8s_events) == _events(sqlite_events)
+    finally:
+        server.close()
