@@ -7,6 +7,7 @@ kopf's watch events and timers become observations for one :class:`lifecycle.Run
 
 - ``@kopf.on.create`` / ``@kopf.on.resume``: ``Submitted`` (the spec), then the provider
   creates the workload (``WorkloadCreated``; ``BuildFailed``, ``CreateRejected``).
+- ``@kopf.on.update`` of the spec: ``SpecUpdated`` (the new generation, status only).
 - ``@kopf.timer``: poll the provider and feed what it says (``WorkloadPending``, ...), then a
   ``Tick`` (the machine's own timers: stalls, the measurement timeout).
 - ``@kopf.on.delete``: delete the workload and deliver this object's undelivered Events, which
@@ -21,6 +22,9 @@ kopf itself writes must stay out of ``status``: handlers return nothing (a retur
 written into ``status.<handler id>``), no handler touches ``patch.status`` (a JSON merge patch
 replaces a list such as ``status.conditions`` whole), and the startup handler moves kopf's
 handler progress and its diff base to annotations.
+
+kopf calls synchronous handlers from its thread pool: the one runner takes concurrent calls
+(each commit is a compare-and-set on the object's record; a lost race is re-read and retried).
 
 A host embedding the operator (``kopf.operator(memo=kopf.Memo(...))``, as the tests do) may
 pass ``store``, ``emitters``, ``provider`` and ``clock`` in the operator's memo; what it leaves
@@ -40,7 +44,7 @@ import kopf
 
 from lifecycle import Emitter, ObjectRef, Observation, Runner, Tick
 from lifecycle.machines import job as j
-from lifecycle.stores.base import CommitStore
+from lifecycle.stores import CommitStore
 
 GROUP, VERSION, PLURAL = "gpu.example.com", "v1", "jobs"
 #: The prefix of kopf's annotations (handler progress, diff base, finalizer).
@@ -210,6 +214,8 @@ class Operator:
         return None if record is None else str(record.status.state)
 
     def undelivered(self, ref: ObjectRef) -> int:
+        """How many of ``ref``'s committed events the outbox still holds (a leasing store
+        leases them to this runner, which :meth:`~lifecycle.Runner.redeliver` takes back)."""
         claim = getattr(self.runner.store, "claim_undelivered", None)
         return 0 if claim is None else sum(t.ref.uid == ref.uid for t in claim())
 
@@ -290,6 +296,21 @@ def submit(
     operator.runner.observe(ref, j.WorkloadCreated(at=now))
 
 
+@kopf.on.update(GROUP, VERSION, PLURAL, field="spec")
+def respec(
+    meta: kopf.Meta,
+    name: str,
+    namespace: str | None,
+    uid: str,
+    memo: kopf.Memo,
+    **_: Any,
+) -> None:
+    operator = _operator(memo)
+    generation = int(meta.get("generation", 1))
+    ref = operator.ref(namespace, name, uid)
+    operator.runner.observe(ref, j.SpecUpdated(at=operator.clock(), generation=generation))
+
+
 @kopf.timer(GROUP, VERSION, PLURAL, interval=POLL_INTERVAL, initial_delay=FIRST_POLL_DELAY)
 def poll(
     name: str,
@@ -361,6 +382,7 @@ __all__ = [
     "production_emitters",
     "production_store",
     "remove",
+    "respec",
     "start",
     "stop",
     "submit",

@@ -69,12 +69,17 @@ class Cluster:
     def stop(self) -> None:
         assert op.stop(memo=self.memo, logger=LOG, retry=0) is None
 
-    def call(self, handler: Any, name: str = "train-0", **spec: Any) -> None:
+    def call(self, handler: Any, name: str = "train-0", generation: int = 1, **spec: Any) -> None:
         """``handler`` with what kopf passes a resource handler of ``name`` (uid ``u-<name>``)."""
         body = {
             "apiVersion": f"{op.GROUP}/{op.VERSION}",
             "kind": "Job",
-            "metadata": {"name": name, "namespace": "ml", "uid": f"u-{name}", "generation": 1},
+            "metadata": {
+                "name": name,
+                "namespace": "ml",
+                "uid": f"u-{name}",
+                "generation": generation,
+            },
             "spec": {"nodes": ["node-a"], **spec},
             "status": {},
         }
@@ -209,6 +214,16 @@ def test_a_failed_or_vanished_workload_fails_the_job(
     assert cluster.flips()[-1] == ("Warning", reason, "InProgress", "Failed")
     assert cluster.status().state == "Failed"
     assert message in cluster.events.events[-1].message
+
+
+def test_a_spec_change_stamps_its_generation_without_an_event() -> None:
+    cluster = started()
+    cluster.call(op.submit)
+    cluster.call(op.respec, generation=2, nodes=["node-a", "node-b"])
+    status = cluster.status()
+    assert status.generation == 2
+    assert {c.observed_generation for c in status.conditions if c.status == "True"} == {2}
+    assert len(cluster.events.events) == 1
 
 
 def test_a_poll_before_the_create_handler_or_a_failed_poll_observes_nothing() -> None:
