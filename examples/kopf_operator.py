@@ -1,6 +1,25 @@
 """A kopf operator that runs the Job machine for a custom resource, its status kept in the resource.
 
-    kopf run examples/kopf_operator.py --all-namespaces     # needs a cluster and the CRD below
+    kopf run examples/kopf_operator.py --all-namespaces     # a cluster with this CRD:
+
+    apiVersion: apiextensions.k8s.io/v1
+    kind: CustomResourceDefinition
+    metadata: {name: jobs.gpu.example.com}
+    spec:
+      group: gpu.example.com
+      scope: Namespaced
+      names: {kind: Job, plural: jobs, singular: job, shortNames: [gpujob]}
+      versions:
+        - name: v1
+          served: true
+          storage: true
+          subresources: {status: {}}            # the store writes the status subresource
+          schema:
+            openAPIV3Schema:
+              type: object
+              properties:
+                spec: {type: object, x-kubernetes-preserve-unknown-fields: true}
+                status: {type: object, x-kubernetes-preserve-unknown-fields: true}
 
 Each ``jobs.gpu.example.com`` object is one lifecycle Job (``ObjectRef("Job", ns, name, uid)``).
 kopf's watch events and timers become observations for one :class:`lifecycle.Runner`:
@@ -156,7 +175,16 @@ def observation(report: WorkloadReport, at: datetime) -> Observation:
 
 
 def submitted(spec: Mapping[str, Any], generation: int, at: datetime) -> j.Submitted:
-    """The Job's ``Submitted`` from the custom resource's spec (camelCase, as in the CRD)."""
+    """The Job's ``Submitted`` from the custom resource's spec: ``workloadKind``, ``nodes``,
+    ``maxRestarts``, ``checkpoint``, ``startupTimeoutSeconds``, ``stallThresholdSeconds``.
+    Raises :class:`kopf.PermanentError` (kopf does not retry it) for a spec it refuses."""
+    try:
+        return _submitted(spec, generation, at)
+    except (TypeError, ValueError) as e:
+        raise kopf.PermanentError(f"invalid spec, nothing observed: {e}") from e
+
+
+def _submitted(spec: Mapping[str, Any], generation: int, at: datetime) -> j.Submitted:
     return j.Submitted(
         at=at,
         workload_kind=str(spec.get("workloadKind", j.DEFAULT_WORKLOAD_KIND)),

@@ -321,6 +321,26 @@ def test_any_sequence_of_reports_ends_as_its_first_terminal_one(phases: list[str
     cluster.events.assert_no_duplicates()
 
 
+@pytest.mark.parametrize(
+    ("spec", "error"),
+    [
+        ({"maxRestarts": 10**6}, "more than its limit 1000"),
+        ({"maxRestarts": "three"}, "invalid literal"),
+        ({"stallThresholdSeconds": -5}, "must not be negative"),
+        ({"nodes": 7}, "not iterable"),
+    ],
+)
+def test_a_spec_it_refuses_is_a_permanent_error_and_writes_nothing(
+    spec: dict[str, Any], error: str
+) -> None:
+    cluster = started()
+    with pytest.raises(kopf.PermanentError, match=f"invalid spec, nothing observed: .*{error}"):
+        cluster.call(op.submit, **spec)
+    assert cluster.status() is None
+    assert cluster.provider.created == []
+    assert cluster.events.events == []
+
+
 def test_an_unknown_phase_is_refused_with_the_known_ones() -> None:
     with pytest.raises(ValueError, match="unknown workload phase 'Exploded'; known: Pending"):
         op.observation(R("Exploded"), T0)
