@@ -158,6 +158,27 @@ def test_what_kopf_writes_with_those_settings_stays_out_of_the_status() -> None:
     assert "status" in written(kopf.StatusProgressStorage())
 
 
+def test_the_handlers_are_registered_for_the_custom_resource() -> None:
+    """What the decorators told kopf (its registry's layout is private: read defensively)."""
+    registry = kopf.get_default_registry()
+    try:
+        timers = list(registry._spawning.get_all_handlers())
+        changing = list(registry._changing.get_all_handlers())
+    except AttributeError:  # pragma: no cover - another kopf layout
+        pytest.skip("this kopf's registry has another layout")
+    ours = [h for h in timers + changing if h.selector.group == op.GROUP]
+    assert {h.selector.any_name for h in ours} == {op.PLURAL}
+    (poll,) = [h for h in ours if h.id == "poll"]
+    assert (poll.interval, poll.idle, poll.initial_delay) == (15.0, None, 5.0)
+    kinds = sorted((h.id, str(h.reason)) for h in ours if h.id != "poll")
+    reason = kopf.Reason
+    expected = [("submit", "None"), ("submit", str(reason.CREATE))]  # resume: reason None
+    expected += [("respec/spec", str(reason.UPDATE)), ("remove", str(reason.DELETE))]
+    assert kinds == sorted(expected)
+    (remove,) = [h for h in ours if h.id == "remove"]
+    assert remove.requires_finalizer  # kopf holds the object until the handler succeeds
+
+
 def test_cleanup_closes_the_runner_and_tolerates_a_failed_start() -> None:
     cluster = started()
     cluster.call(op.submit)
