@@ -365,3 +365,56 @@ def test_a_spec_it_refuses_is_a_permanent_error_and_writes_nothing(
 def test_an_unknown_phase_is_refused_with_the_known_ones() -> None:
     with pytest.raises(ValueError, match="unknown workload phase 'Exploded'; known: Pending"):
         op.observation(R("Exploded"), T0)
+
+
+# -- on the status subresource (the production store) ---------------------------------------
+def _status_store(server: Any) -> Any:
+    """The example's production store, on the fake API server."""
+    from kubernetes import client as kubernetes_client  # type: ignore[import-untyped]
+
+    from lifecycle.stores.kubernetes import CustomResource, KubernetesStore
+
+    config = kubernetes_client.Configuration()
+    config.host = server.url
+    resources = {"Job": CustomResource(op.GROUP, op.VERSION, op.PLURAL)}
+    return KubernetesStore(kubernetes_client.ApiClient(config), resources=resources)
+
+
+def _record(server: Any) -> tuple[dict[str, Any], str]:
+    from lifecycle.stores.kubernetes import RECORD_CONDITION
+
+    obj = server.object(op.PLURAL, "ml", "train-0")
+    assert obj is not None
+    (record,) = [c for c in obj["status"]["conditions"] if c["type"] == RECORD_CONDITION]
+    return obj, str(record["message"])
+
+
+def test_on_the_status_store_the_record_and_its_outbox_live_in_the_custom_resource() -> None:
+    from .emitters.api_server import FakeApiServer, conditions_crd_schema
+
+    server = FakeApiServer()
+    try:
+        server.register_crd(op.GROUP, op.VERSION, op.PLURAL, "Job", conditions_crd_schema("Job"))
+        server.add_object(op.PLURAL, "ml", "train-0", uid="u-train-0", spec={"nodes": ["node-a"]})
+        crashed = started(store=_status_store(server), emitter=FailingEmitter(failures=10))
+        crashed.provider.script("ml/train-0", R("Running"), R("Succeeded"))
+        crashed.call(op.submit)  # committed in the object's status; its Event never went out
+        obj, record = _record(server)
+        assert '"reason":"WorkloadCreated"' in record  # the event, in the outbox
+        assert obj["spec"] == {"nodes": ["node-a"]}  # the status write left the spec alone
+        # a restart on the same object: startup redelivers it, once; polls follow the table
+        restarted = Cluster(store=_status_store(server), provider=crashed.provider)
+        restarted.start()
+        for _ in range(2):
+            restarted.call(op.poll)
+        restarted.stop()
+        assert [t.reason for t in restarted.events.events] == [
+            j.WORKLOAD_CREATED,
+            j.WORKLOAD_COMPLETED,
+        ]
+        obj, record = _record(server)
+        assert '"outbox":[]' in record  # everything delivered, and written so
+        conditions = {c["type"]: c["status"] for c in obj["status"]["conditions"]}
+        assert (conditions["Succeeded"], conditions["InProgress"]) == ("True", "False")
+    finally:
+        server.close()

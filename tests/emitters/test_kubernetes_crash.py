@@ -53,6 +53,13 @@ def store_url(request: pytest.FixtureRequest, tmp_path: Path, server: FakeApiSer
     return str(request.getfixturevalue("pg_url"))
 
 
+#: What Karpenter's schema requires of a NodeClaim's spec.
+CLAIM_SPEC = {
+    "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"},
+    "requirements": [],
+}
+
+
 def objects(server: FakeApiServer) -> None:
     """The Pods the host observes and their NodeClaims, as a cluster would have them."""
     server.register_crd(
@@ -61,7 +68,9 @@ def objects(server: FakeApiServer) -> None:
     for i in range(PODS):
         server.add_object("pods", "ml", f"trainer-{i}", uid=f"pod-{i}")
         # the Pod machine's link names its claim <namespace>-<name>, uid <pod uid>-claim
-        server.add_object("nodeclaims", "", f"ml-trainer-{i}", uid=f"pod-{i}-claim")
+        server.add_object(
+            "nodeclaims", "", f"ml-trainer-{i}", uid=f"pod-{i}-claim", spec=CLAIM_SPEC
+        )
 
 
 def host(server: FakeApiServer, store_url: str, workdir: Path, mode: str, *extra: str) -> Any:
