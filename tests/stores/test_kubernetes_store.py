@@ -14,6 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from kubernetes import client as kubernetes_client  # type: ignore[import-untyped]
 
 from lifecycle import (
@@ -23,6 +25,7 @@ from lifecycle import (
     MemoryEmitter,
     MemoryStore,
     ObjectRef,
+    RetryPolicy,
     Runner,
     SQLiteStore,
 )
@@ -37,7 +40,7 @@ from lifecycle.stores.kubernetes import (
     RecordTooLarge,
     StatusRefused,
 )
-from lifecycle.testing import FailingEmitter, check_store
+from lifecycle.testing import FailingEmitter, check_store, observation_sequences
 from lifecycle.trace import read_trace, replay
 
 from ..emitters.api_server import FakeApiServer, conditions_crd_schema, nodeclaim_crd_schema
@@ -397,4 +400,68 @@ def test_a_replayed_trace_gives_the_events_it_gives_through_sqlite(
         store.close()
         assert _events(k8s_events) == _events(sqlite_events)
     finally:
+        server.close()
+
+
+# -- a differential property -------------------------------------------------------------------
+Disturbance = tuple[str, Any]
+DISTURBANCES: st.SearchStrategy[Disturbance] = st.one_of(
+    st.just(("none", None)),
+    st.just(("foreign", None)),  # another writer of the status (a kubelet) writes first
+    st.sampled_from([500, (429, {"Retry-After": "0"}), "reset", "drop"]).map(
+        lambda a: ("fault", a)
+    ),
+)
+
+
+def _outcome(runner: Runner, ref: ObjectRef, obs: Any) -> tuple[Any, ...]:
+    try:
+        r = runner.observe(ref, obs)
+    except Exception as e:  # a refused observation: refused alike on both
+        return ("refused", type(e).__name__)
+    return (r.outcome, r.version, r.status, tuple(t.id for t in r.transitions))
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    observations=observation_sequences(POD, max_size=10),
+    disturbances=st.lists(DISTURBANCES, min_size=10, max_size=10),
+)
+def test_any_observations_under_other_writers_and_faults_give_what_memory_gives(
+    observations: list[Any], disturbances: list[Disturbance]
+) -> None:
+    """Whatever the observations, however other writers and a failing server interleave: every
+    result, status and event is the memory store's, and the object's record is the status."""
+    server = serve()
+    try:
+        ref = ObjectRef("Pod", "ml", "trainer-0", "uid-p")
+        add(server, ref)
+        store = KubernetesStore(api(server), resources=RESOURCES, sleep=lambda _: None)
+        k8s_events, memory_events = MemoryEmitter(), MemoryEmitter()
+        k8s = Runner(store, [k8s_events], links=(), policy=RetryPolicy(backoff=0.0))
+        reference = MemoryStore()
+        memory = Runner(reference, [memory_events], links=(), policy=RetryPolicy(backoff=0.0))
+        for obs, (what, arg) in zip(observations, disturbances, strict=False):
+            if what == "foreign":
+                obj = stored(server, ref)
+                obj.setdefault("status", {}).setdefault("conditions", []).insert(
+                    0, {"type": "PodScheduled", "status": "True"}
+                )
+                kubernetes_client.CoreV1Api(api(server)).replace_namespaced_pod_status(
+                    ref.name, ref.namespace, obj
+                )
+            elif what == "fault":
+                server.fail_path("/status", arg)
+            assert _outcome(k8s, ref, obs) == _outcome(memory, ref, obs)
+        assert _events(k8s_events) == _events(memory_events)
+        loaded = store.load(POD, ref)
+        expected = reference.load(POD, ref)
+        assert (loaded is None) == (expected is None)
+        if loaded is not None and expected is not None:
+            assert (loaded.version, loaded.status) == (expected.version, expected.status)
+        store.close()
+        record = record_of(server, ref)
+        assert record is None or record["outbox"] == []  # every delivered id written out
+    finally:
+        server.release()
         server.close()
