@@ -250,7 +250,9 @@ class ObjectStore:
             raise ApiError(400, "BadRequest", f"invalid JSON in the body: {e}") from e
         validation = query.get("fieldValidation", "Warn")
         if validation not in ("Strict", "Warn", "Ignore"):
-            message = f'fieldValidation must be one of "Ignore", "Warn", "Strict", not "{validation}"'
+            message = (
+                f'fieldValidation must be one of "Ignore", "Warn", "Strict", not "{validation}"'
+            )
             raise ApiError(400, "BadRequest", message)
         stored = self._get(resource, namespace, name)
         if method == "PATCH":
@@ -322,7 +324,10 @@ class ObjectStore:
                 return json_patch(stored, patch)
             except PatchError as e:
                 raise ApiError(422, "Invalid", str(e)) from e
-        message = f"the body of the request was in an unknown format - accepted media types include: {JSON_PATCH}, {MERGE_PATCH}"
+        message = (
+            "the body of the request was in an unknown format - accepted media "
+            f"types include: {JSON_PATCH}, {MERGE_PATCH}"
+        )
         raise ApiError(415, "UnsupportedMediaType", message)
 
     def _decode(
@@ -335,7 +340,10 @@ class ObjectStore:
                 decode_model(metadata, "V1ObjectMeta", "metadata", unknown)
             except DecodeError as e:
                 raise ApiError(400, "BadRequest", self._undecodable(resource, e)) from e
-            body = {**body, "metadata": {k: v for k, v in metadata.items() if f"metadata.{k}" not in unknown}}
+            body = {
+                **body,
+                "metadata": {k: v for k, v in metadata.items() if f"metadata.{k}" not in unknown},
+            }
         if resource.schema is not None:
             decoded = decode_custom(body, resource.schema)
             unknown += decoded.unknown
@@ -357,7 +365,8 @@ class ObjectStore:
 
     @staticmethod
     def _undecodable(resource: Resource, e: DecodeError) -> str:
-        return f'{resource.kind} in version "{resource.version}" cannot be handled as a {resource.kind}: {e}'
+        kind = resource.kind
+        return f'{kind} in version "{resource.version}" cannot be handled as a {kind}: {e}'
 
     def _update(
         self,
@@ -375,26 +384,39 @@ class ObjectStore:
             metadata = {}
         given_name = metadata.get("name") or ""
         if given_name != name:
-            message = f"the name of the object ({given_name}) does not match the name on the URL ({name})"
+            message = (
+                f"the name of the object ({given_name}) does not match the name on the URL ({name})"
+            )
             raise ApiError(400, "BadRequest", message)
         given_ns = metadata.get("namespace") or ""
         if given_ns and given_ns != namespace:
-            message = f"the namespace of the object ({given_ns}) does not match the namespace on the request ({namespace})"
+            message = (
+                f"the namespace of the object ({given_ns}) does not match the namespace "
+                f"on the request ({namespace})"
+            )
             raise ApiError(400, "BadRequest", message)
         given_api = (body.get("apiVersion"), body.get("kind"))
         if resource.schema is not None and (not given_api[0] or not given_api[1]):
             missing = "Kind" if given_api[0] else "apiVersion"
-            raise ApiError(400, "BadRequest", f"Object '{missing}' is missing in '{json.dumps(body)[:200]}'")
+            raise ApiError(
+                400, "BadRequest", f"Object '{missing}' is missing in '{json.dumps(body)[:200]}'"
+            )
         if (given_api[0] or resource.api_version) != resource.api_version or (
             given_api[1] or resource.kind
         ) != resource.kind:
-            message = f"the API version in the data ({given_api[0]}) does not match the expected API version ({resource.api_version})"
+            message = (
+                f"the API version in the data ({given_api[0]}) does not match the "
+                f"expected API version ({resource.api_version})"
+            )
             raise ApiError(400, "BadRequest", message)
         body, warnings = self._decode(resource, body, validation)
         stored_meta = stored["metadata"]
         uid = metadata.get("uid")
         if method == "PUT" and uid and uid != stored_meta["uid"]:
-            why = f"Precondition failed: UID in precondition: {uid}, UID in object meta: {stored_meta['uid']}"
+            why = (
+                f"Precondition failed: UID in precondition: {uid}, UID in object meta: "
+                f"{stored_meta['uid']}"
+            )
             raise _conflict(resource, name, why)
         version = metadata.get("resourceVersion")
         if version and version != stored_meta["resourceVersion"]:
@@ -459,8 +481,17 @@ class ObjectStore:
             return causes
         for i, condition in enumerate((result.get("status") or {}).get("conditions") or []):
             causes += _pod_condition_causes(condition, f"status.conditions[{i}]")
-        if stored is not None and sub is None and _pod_spec_locked(result) != _pod_spec_locked(stored):
-            message = "Forbidden: pod updates may not change fields other than `spec.containers[*].image`, `spec.initContainers[*].image`, `spec.activeDeadlineSeconds`, `spec.tolerations` (only additions to existing tolerations) or `spec.terminationGracePeriodSeconds`"
+        if (
+            stored is not None
+            and sub is None
+            and _pod_spec_locked(result) != _pod_spec_locked(stored)
+        ):
+            message = (
+                "Forbidden: pod updates may not change fields other than "
+                "`spec.containers[*].image`, `spec.initContainers[*].image`, "
+                "`spec.activeDeadlineSeconds`, `spec.tolerations` (only additions to "
+                "existing tolerations) or `spec.terminationGracePeriodSeconds`"
+            )
             causes.append(Cause("spec", "FieldValueForbidden", message))
         return causes
 
@@ -511,12 +542,18 @@ def _label_causes(labels: dict[str, Any]) -> list[Cause]:
     causes = []
     for key, value in labels.items():
         if not _qualified_name(str(key)):
-            message = f"Invalid value: {json.dumps(key)}: a qualified name must consist of alphanumeric characters, '-', '_' or '.'"
+            message = (
+                f"Invalid value: {json.dumps(key)}: a qualified name must consist of "
+                "alphanumeric characters, '-', '_' or '.'"
+            )
             causes.append(Cause("metadata.labels", "FieldValueInvalid", message))
         if not isinstance(value, str) or (
             value and (len(value) > 63 or not _QUALIFIED.fullmatch(value))
         ):
-            message = f"Invalid value: {json.dumps(value)}: a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.'"
+            message = (
+                f"Invalid value: {json.dumps(value)}: a valid label must be an empty "
+                "string or consist of alphanumeric characters, '-', '_' or '.'"
+            )
             causes.append(Cause("metadata.labels", "FieldValueInvalid", message))
     return causes
 
@@ -527,11 +564,17 @@ def _pod_condition_causes(condition: Any, path: str) -> list[Cause]:
     causes = []
     kind = condition.get("type") or ""
     if kind not in POD_CONDITIONS and not _qualified_name(kind):
-        message = f"Invalid value: {json.dumps(kind)}: name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character"
+        message = (
+            f"Invalid value: {json.dumps(kind)}: name part must consist of "
+            "alphanumeric characters, '-', '_' or '.', and must start and end with "
+            "an alphanumeric character"
+        )
         causes.append(Cause(f"{path}.type", "FieldValueInvalid", message))
     status = condition.get("status")
     if status not in ("True", "False", "Unknown"):
-        message = f'Unsupported value: {json.dumps(status)}: supported values: "False", "True", "Unknown"'
+        message = (
+            f'Unsupported value: {json.dumps(status)}: supported values: "False", "True", "Unknown"'
+        )
         causes.append(Cause(f"{path}.status", "FieldValueNotSupported", message))
     return causes
 

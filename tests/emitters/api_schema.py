@@ -16,13 +16,11 @@ from pathlib import Path
 from typing import Any
 
 import attrs
-import yaml
+import yaml  # type: ignore[import-untyped]
 
 CRDS = Path(__file__).parent / "crds"
 
-_DATE_TIME = re.compile(
-    r"\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}:\d{2}(\.\d+)?([Zz]|[+-]\d{2}:\d{2})"
-)
+_DATE_TIME = re.compile(r"\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}:\d{2}(\.\d+)?([Zz]|[+-]\d{2}:\d{2})")
 _DROP = object()
 
 
@@ -195,12 +193,18 @@ def _validate(value: Any, schema: dict[str, Any], path: str, errors: list[Cause]
     if schema.get("x-kubernetes-int-or-string"):
         if _json_type(value) not in ("integer", "string"):
             got = _json_type(value)
-            message = f"Invalid value: {_quote(got)}: {path} in body must be of type int-or-string: {_quote(got)}"
+            message = (
+                f"Invalid value: {_quote(got)}: {path} in body must be of type "
+                f"int-or-string: {_quote(got)}"
+            )
             errors.append(Cause(path, "FieldValueTypeInvalid", message))
             return
     elif "type" in schema and not _has_type(value, schema["type"]):
         got = _json_type(value)
-        message = f"Invalid value: {_quote(got)}: {path} in body must be of type {schema['type']}: {_quote(got)}"
+        message = (
+            f"Invalid value: {_quote(got)}: {path} in body must be of type "
+            f"{schema['type']}: {_quote(got)}"
+        )
         errors.append(Cause(path, "FieldValueTypeInvalid", message))
         return
     if "enum" in schema and value not in schema["enum"]:
@@ -233,35 +237,52 @@ def _validate_string(value: str, schema: dict[str, Any], path: str, errors: list
         message = f"Too long: may not be more than {schema['maxLength']} bytes"
         errors.append(Cause(path, "FieldValueTooLong", message))
     if "minLength" in schema and len(value) < schema["minLength"]:
-        message = f"Invalid value: {_quote(value)}: {path} in body should be at least {schema['minLength']} chars long"
+        message = (
+            f"Invalid value: {_quote(value)}: {path} in body should be at least "
+            f"{schema['minLength']} chars long"
+        )
         errors.append(Cause(path, "FieldValueInvalid", message))
     if "pattern" in schema and re.search(schema["pattern"], value) is None:
-        message = f"Invalid value: {_quote(value)}: {path} in body should match '{schema['pattern']}'"
+        message = (
+            f"Invalid value: {_quote(value)}: {path} in body should match '{schema['pattern']}'"
+        )
         errors.append(Cause(path, "FieldValueInvalid", message))
     if schema.get("format") == "date-time" and not date_time(value):
-        message = f"Invalid value: {_quote(value)}: {path} in body must be of type date-time: {_quote(value)}"
+        message = (
+            f"Invalid value: {_quote(value)}: {path} in body must be of type "
+            f"date-time: {_quote(value)}"
+        )
         errors.append(Cause(path, "FieldValueInvalid", message))
 
 
-def _validate_number(
-    value: float, schema: dict[str, Any], path: str, errors: list[Cause]
-) -> None:
+def _validate_number(value: float, schema: dict[str, Any], path: str, errors: list[Cause]) -> None:
     if "minimum" in schema and value < schema["minimum"]:
-        message = f"Invalid value: {value}: {path} in body should be greater than or equal to {schema['minimum']}"
+        message = (
+            f"Invalid value: {value}: {path} in body should be greater than or "
+            f"equal to {schema['minimum']}"
+        )
         errors.append(Cause(path, "FieldValueInvalid", message))
     if "maximum" in schema and value > schema["maximum"]:
-        message = f"Invalid value: {value}: {path} in body should be less than or equal to {schema['maximum']}"
+        message = (
+            f"Invalid value: {value}: {path} in body should be less than or equal "
+            f"to {schema['maximum']}"
+        )
         errors.append(Cause(path, "FieldValueInvalid", message))
     if schema.get("format") == "int64" and not -(2**63) <= value < 2**63:
         errors.append(Cause(path, "FieldValueInvalid", f"Invalid value: {value}: out of range"))
 
 
-def _validate_list(value: list[Any], schema: dict[str, Any], path: str, errors: list[Cause]) -> None:
+def _validate_list(
+    value: list[Any], schema: dict[str, Any], path: str, errors: list[Cause]
+) -> None:
     if "maxItems" in schema and len(value) > schema["maxItems"]:
         message = f"Too many: {len(value)}: must have at most {schema['maxItems']} items"
         errors.append(Cause(path, "FieldValueTooMany", message))
     if "minItems" in schema and len(value) < schema["minItems"]:
-        message = f"Invalid value: {len(value)}: {path} in body should have at least {schema['minItems']} items"
+        message = (
+            f"Invalid value: {len(value)}: {path} in body should have at least "
+            f"{schema['minItems']} items"
+        )
         errors.append(Cause(path, "FieldValueInvalid", message))
     items = schema.get("items")
     if isinstance(items, dict):
@@ -311,7 +332,7 @@ def _decode(value: Any, kind: str, path: str, unknown: list[str], client: Any, o
         for i, item in enumerate(value):
             _decode(item, kind[5:-1], f"{path}[{i}]", unknown, client, owner)
         return
-    if kind.startswith("dict("):
+    if kind.startswith(("dict(", "dict[")):
         inner = kind[5:-1].split(",", 1)[1].strip()
         if not isinstance(value, dict):
             raise _type_error(value, owner, path, f"map[string]{inner}")
