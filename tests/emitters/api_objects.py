@@ -205,7 +205,10 @@ class ObjectStore:
             body["spec"] = copy.deepcopy(spec if spec is not None else DEFAULT_POD_SPEC)
         if status is not None:
             body["status"] = copy.deepcopy(status)
-        body, _ = self._decode(resource, body, "Strict")
+        try:
+            body, _ = self._decode(resource, body, "Strict")
+        except ApiError as e:
+            raise ValueError(e.message) from e
         causes = self._causes(resource, body, None, "")
         if causes:
             raise ValueError(_invalid(resource, name, causes).message)
@@ -239,7 +242,7 @@ class ObjectStore:
             return 200, self._list(resource, namespace, query), []
         if method == "GET":
             return 200, self._get(resource, namespace, name), []
-        if method not in ("PUT", "PATCH") or (method == "PATCH" and sub != "status"):
+        if method not in ("PUT", "PATCH"):
             raise _not_allowed()
         if len(raw) > BODY_LIMIT:
             message = f"Request entity too large: limit is {BODY_LIMIT}"
@@ -340,10 +343,7 @@ class ObjectStore:
                 decode_model(metadata, "V1ObjectMeta", "metadata", unknown)
             except DecodeError as e:
                 raise ApiError(400, "BadRequest", self._undecodable(resource, e)) from e
-            body = {
-                **body,
-                "metadata": {k: v for k, v in metadata.items() if f"metadata.{k}" not in unknown},
-            }
+            body = _drop(body, unknown)
         if resource.schema is not None:
             decoded = decode_custom(body, resource.schema)
             unknown += decoded.unknown

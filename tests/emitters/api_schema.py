@@ -9,6 +9,7 @@ patch).
 from __future__ import annotations
 
 import copy
+import functools
 import json
 import re
 from datetime import datetime
@@ -49,11 +50,17 @@ class Decoded:
     errors: list[Cause] = attrs.Factory(list)
 
 
-def nodeclaim_crd() -> dict[str, Any]:
-    """Karpenter's published NodeClaim CRD (``tests/emitters/crds``)."""
-    loaded = yaml.safe_load((CRDS / "karpenter.sh_nodeclaims.yaml").read_text())
+@functools.cache
+def _load_crd(name: str) -> dict[str, Any]:
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    loaded = yaml.load((CRDS / name).read_text(), Loader=loader)  # a safe loader
     assert isinstance(loaded, dict)
     return loaded
+
+
+def nodeclaim_crd() -> dict[str, Any]:
+    """Karpenter's published NodeClaim CRD (``tests/emitters/crds``), a fresh copy."""
+    return copy.deepcopy(_load_crd("karpenter.sh_nodeclaims.yaml"))
 
 
 def nodeclaim_crd_schema() -> dict[str, Any]:

@@ -48,6 +48,18 @@ from typing import Any
 import attrs
 
 from .api_objects import ObjectStore, Resource
+from .api_schema import conditions_crd_schema, nodeclaim_crd_schema
+
+__all__ = [
+    "PREFIX",
+    "Answer",
+    "FakeApiServer",
+    "Request",
+    "conditions_crd_schema",
+    "event_errors",
+    "nodeclaim_crd_schema",
+    "strategic_merge",
+]
 
 PREFIX = "/apis/events.k8s.io/v1"
 
@@ -437,6 +449,9 @@ class FakeApiServer:
                 request.method, h.path, request.content_type, request.raw
             )
             return self._json(h, code, answer, headers)
+        if h.command not in ("GET", "POST", "PATCH"):
+            message = "the server does not allow this method on the requested resource"
+            return self._status(h, 405, "MethodNotAllowed", message=message)
         body = request.body
         parts = h.path.split("?")[0].removeprefix(PREFIX).strip("/").split("/")
         if h.command == "GET":

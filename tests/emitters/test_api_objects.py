@@ -7,6 +7,7 @@ from __future__ import annotations
 import itertools
 import json
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -670,3 +671,105 @@ def test_scripted_failures_reach_the_object_paths(server: FakeApiServer, api: An
     with pytest.raises(urllib3.exceptions.HTTPError):  # a read timeout
         core(api).read_namespaced_pod("p0", "ml", _request_timeout=0.2)
     assert [r.path for r in server.requests].count(NC_PATH + "/status") == 4
+
+
+# -- scope, main-resource patch ------------------------------------------------------------------
+def test_a_cluster_scoped_crd_is_served_without_a_namespace(api: Any) -> None:
+    server = FakeApiServer()
+    try:
+        config = kubernetes_client.Configuration()
+        config.host = server.url
+        client = kubernetes_client.CustomObjectsApi(kubernetes_client.ApiClient(config))
+        schema = nodeclaim_crd_schema()  # upstream, NodeClaims are cluster-scoped
+        server.register_crd(GROUP, VERSION, "nodeclaims", "NodeClaim", schema, namespaced=False)
+        made = server.add_object("nodeclaims", "", "nc-0", spec=NODECLAIM_SPEC)
+        assert "namespace" not in made["metadata"]
+        made["status"] = {"nodeName": "n"}
+        got = client.replace_cluster_custom_object_status(
+            GROUP, VERSION, "nodeclaims", "nc-0", made
+        )
+        assert got["status"] == {"nodeName": "n"}
+        assert stored(server, "nodeclaims", "", "nc-0")["status"] == {"nodeName": "n"}
+        with pytest.raises(ApiException) as e:
+            client.get_namespaced_custom_object(GROUP, VERSION, "ml", "nodeclaims", "nc-0")
+        assert e.value.status == 404
+        client.api_client.close()
+    finally:
+        server.close()
+
+
+def test_the_main_resource_takes_patches_but_not_into_status(
+    server: FakeApiServer, api: Any
+) -> None:
+    nodeclaim(server, status={"nodeName": "n"})
+    patch = {"metadata": {"labels": {"a": "b"}}, "status": {"nodeName": "m"}}
+    got = custom(api).patch_namespaced_custom_object(
+        GROUP, VERSION, "ml", "nodeclaims", "nc-0", patch
+    )
+    assert got["metadata"]["labels"] == {"a": "b"}
+    assert got["status"] == {"nodeName": "n"}
+    assert got["metadata"]["generation"] == 1
+    code, body, _ = raw(api, "DELETE", NC_PATH)
+    assert (code, body["reason"]) == (405, "MethodNotAllowed")
+
+
+# -- the schema validator, hostile ----------------------------------------------------------------
+_CONDITION_TYPES = st.from_regex(r"\A([a-z]{1,5}\.[a-z]{2,3}/)?[A-Z][A-Za-z0-9]{0,12}\Z")
+_CONDITION = st.fixed_dictionaries(
+    {
+        "type": _CONDITION_TYPES,
+        "status": st.sampled_from(["True", "False", "Unknown"]),
+        "lastTransitionTime": st.datetimes(
+            datetime(1970, 1, 1), datetime(9999, 1, 1), timezones=st.just(UTC)
+        ).map(lambda d: d.strftime("%Y-%m-%dT%H:%M:%SZ")),
+    },
+    optional={
+        "reason": st.from_regex(r"\A([A-Za-z]([A-Za-z0-9_,:]{0,10}[A-Za-z0-9_])?)?\Z"),
+        "message": st.text(max_size=20),
+        "observedGeneration": st.integers(0, 2**40),
+    },
+)
+#: one invalid value per field, and the cause the API gives for it
+_BROKEN = {
+    "type": ("has space", "FieldValueInvalid"),
+    "status": ("Maybe", "FieldValueNotSupported"),
+    "lastTransitionTime": ("2026-13-01T00:00:00Z", "FieldValueInvalid"),
+    "reason": ("1starts-with-digit", "FieldValueInvalid"),
+    "message": ("x" * 32769, "FieldValueTooLong"),
+    "observedGeneration": (-1, "FieldValueInvalid"),
+}
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    conditions=st.lists(_CONDITION, min_size=1, max_size=4, unique_by=lambda c: c["type"]),
+    data=st.data(),
+)
+def test_valid_conditions_are_stored_and_each_broken_field_is_named(
+    conditions: list[dict[str, Any]], data: st.DataObject
+) -> None:
+    server = FakeApiServer()
+    try:
+        server.register_crd("batch.example.com", "v1", "jobs", "Job", conditions_crd_schema("Job"))
+        made = server.add_object("jobs", "ml", "j0")
+        config = kubernetes_client.Configuration()
+        config.host = server.url
+        with kubernetes_client.ApiClient(config) as client:
+            path = "/apis/batch.example.com/v1/namespaces/ml/jobs/j0/status"
+            body = {**made, "status": {"conditions": conditions}}
+            code, got, _ = raw(client, "PUT", path, body)
+            assert code == 200, got
+            assert got["status"]["conditions"] == conditions
+            i = data.draw(st.integers(0, len(conditions) - 1))
+            field = data.draw(st.sampled_from(sorted(_BROKEN)))
+            value, reason = _BROKEN[field]
+            broken = [dict(c) for c in conditions]
+            broken[i][field] = value
+            body = {**got, "status": {"conditions": broken}}
+            code, answer, _ = raw(client, "PUT", path, body)
+            assert code == 422, answer
+            causes = [(c["field"], c["reason"]) for c in answer["details"]["causes"]]
+            assert causes == [(f"status.conditions[{i}].{field}", reason)]
+            assert stored(server, "jobs", "ml", "j0")["status"]["conditions"] == conditions
+    finally:
+        server.close()
