@@ -5,7 +5,8 @@ conventions say.
 - ``resourceVersion`` is opaque (one large revision counter over every object, as a
   string) and changes on every write; a no-op update is no write (same version, as etcd's
   store skips it). A body's ``metadata.resourceVersion`` that is not the current one is 409
-  Conflict; none is an unconditional update. A body's ``metadata.uid`` that is not the
+  Conflict; none is an unconditional update of a Pod, and 422 for a custom resource (its
+  strategy allows no unconditional update). A body's ``metadata.uid`` that is not the
   object's is 409 (the UID precondition).
 - The status subresource takes only ``status`` (a body without one clears it); the main
   resource keeps the stored ``status``. ``metadata.generation`` grows only when the spec
@@ -419,6 +420,14 @@ class ObjectStore:
             )
             raise _conflict(resource, name, why)
         version = metadata.get("resourceVersion")
+        if not version and method == "PUT" and resource.schema is not None:
+            # a custom resource allows no unconditional update
+            cause = Cause(
+                "metadata.resourceVersion",
+                "FieldValueInvalid",
+                "Invalid value: 0x0: must be specified for an update",
+            )
+            raise _invalid(resource, name, [cause])
         if version and version != stored_meta["resourceVersion"]:
             raise _conflict(resource, name, OPTIMISTIC_LOCK)
         result = self._strategy(resource, stored, body, sub)

@@ -138,7 +138,7 @@ def decode_custom(body: dict[str, Any], schema: dict[str, Any]) -> Decoded:
     out = Decoded(None)
     value = {}
     for key, item in body.items():
-        if key == "metadata":
+        if key in ("apiVersion", "kind", "metadata"):  # never pruned
             value[key] = copy.deepcopy(item)
             continue
         sub = (schema.get("properties") or {}).get(key)

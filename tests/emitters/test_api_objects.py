@@ -232,6 +232,23 @@ def test_a_stale_resource_version_is_409_and_none_is_unconditional(
     assert stored(server, "pods", "ml", "p0")["status"] == {"phase": "Succeeded"}
 
 
+def test_a_custom_resource_put_needs_a_resource_version(server: FakeApiServer, api: Any) -> None:
+    made = nodeclaim(server)
+    del made["metadata"]["resourceVersion"]
+    made["status"] = {"nodeName": "n"}
+    for path in (NC_PATH + "/status", NC_PATH):
+        code, body, _ = raw(api, "PUT", path, made)
+        assert code == 422
+        assert body["details"]["causes"] == [
+            {
+                "reason": "FieldValueInvalid",
+                "message": "Invalid value: 0x0: must be specified for an update",
+                "field": "metadata.resourceVersion",
+            }
+        ]
+    assert server.writes == 0
+
+
 def test_a_changed_uid_is_a_failed_precondition(server: FakeApiServer, api: Any) -> None:
     made = nodeclaim(server, uid="uid-a")
     made["metadata"]["uid"] = "uid-b"
