@@ -22,6 +22,12 @@ known point instead of a guessed time. ``delay`` slows every answer (a slow serv
 Hostile answers (issue 23): ``("drip", seconds)`` sends a valid answer one byte every
 ``seconds``; ``("huge", n)`` answers 201 with an ``n``-byte body; ``"reset"`` resets the
 connection (RST); codes 500 and ``(429, {"Retry-After": "1"})`` are plain scripted answers.
+
+Objects and their status subresource (:mod:`.api_objects`): Pods under ``/api/v1`` and
+custom resources of CRDs :meth:`FakeApiServer.register_crd` registers under ``/apis``, put
+in place out of band with :meth:`FakeApiServer.add_object` (as a user's ``kubectl apply``)
+and then read, replaced and patched through the API as its conventions say. Every scripted
+answer above reaches these paths too (:meth:`FakeApiServer.fail_path`).
 """
 
 from __future__ import annotations
@@ -41,6 +47,20 @@ from typing import Any
 
 import attrs
 
+from .api_objects import ObjectStore, Resource
+from .api_schema import conditions_crd_schema, nodeclaim_crd_schema
+
+__all__ = [
+    "PREFIX",
+    "Answer",
+    "FakeApiServer",
+    "Request",
+    "conditions_crd_schema",
+    "event_errors",
+    "nodeclaim_crd_schema",
+    "strategic_merge",
+]
+
 PREFIX = "/apis/events.k8s.io/v1"
 
 #: The API server's limits on an Event (``k8s.io/kubernetes/pkg/apis/core/validation``).
@@ -59,6 +79,7 @@ class Request:
     content_type: str
     body: Any
     arrived: float = 0.0
+    raw: bytes = b""
 
 
 Answer = int | str | tuple[int, dict[str, str]] | tuple[str, float] | tuple[str, bytes]
@@ -165,9 +186,9 @@ class _Unanswered:
         self.headers = h.headers
         self.data = b""
 
-    def answer(self, code: int, body: bytes, headers: dict[str, str]) -> None:
+    def answer(self, code: int, body: bytes, headers: list[tuple[str, str]]) -> None:
         head = [f"HTTP/1.1 {code} X", "Content-Type: application/json"]
-        head += [f"Content-Length: {len(body)}", *(f"{k}: {v}" for k, v in headers.items())]
+        head += [f"Content-Length: {len(body)}", *(f"{k}: {v}" for k, v in headers)]
         self.data = ("\r\n".join(head) + "\r\n\r\n").encode() + body
 
 
@@ -187,6 +208,7 @@ class FakeApiServer:
         self.delay = 0.0
         #: successful creates per Event name
         self.creates: dict[str, int] = {}
+        self._objects = ObjectStore()
         server = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -197,7 +219,7 @@ class FakeApiServer:
             def do_POST(self) -> None:
                 server._handle(self)
 
-            do_PATCH = do_GET = do_POST
+            do_PATCH = do_GET = do_PUT = do_DELETE = do_POST
 
             def log_message(self, format: str, *args: object) -> None:
                 pass
@@ -256,6 +278,10 @@ class FakeApiServer:
     def fail(self, method: str, *answers: Answer) -> None:
         self.fail_when(lambda r: r.method == method, *answers)
 
+    def fail_path(self, substring: str, *answers: Answer) -> None:
+        """Script the next answers to requests whose path holds ``substring``."""
+        self.fail_when(lambda r: substring in r.path, *answers)
+
     def fail_when(self, predicate: Predicate, *answers: Answer) -> None:
         # a huge body is built now, not while the client is being measured
         answers = tuple(
@@ -275,13 +301,73 @@ class FakeApiServer:
             for key in [k for k in self.events if k[1] == name]:
                 del self.events[key]
 
+    # -- objects (see api_objects) -----------------------------------------------------------
+    def register_crd(
+        self,
+        group: str,
+        version: str,
+        plural: str,
+        kind: str,
+        schema: dict[str, Any],
+        *,
+        namespaced: bool = True,
+    ) -> None:
+        """Serve the custom resource ``plural`` of ``group/version`` (with a status
+        subresource), validated and pruned by ``schema`` (its ``openAPIV3Schema``)."""
+        resource = Resource(group, version, plural, kind, namespaced, copy.deepcopy(schema))
+        with self._lock:
+            self._objects.register(resource)
+
+    def add_object(
+        self,
+        resource: str,
+        namespace: str,
+        name: str,
+        *,
+        uid: str | None = None,
+        spec: dict[str, Any] | None = None,
+        status: dict[str, Any] | None = None,
+        labels: dict[str, str] | None = None,
+    ) -> dict[str, Any]:
+        """Create an object out of band (``"pods"`` or a registered CRD's plural; a Pod
+        without ``spec`` gets one container): a copy of it as stored. An object the API
+        would refuse raises ``ValueError``."""
+        with self._lock:
+            return self._objects.add(
+                resource, namespace, name, uid=uid, spec=spec, status=status, labels=labels
+            )
+
+    def object(self, resource: str, namespace: str, name: str) -> dict[str, Any] | None:
+        """A copy of the stored object, or None."""
+        with self._lock:
+            plural = self._objects.by_plural(resource)
+            key = (resource, namespace if plural.namespaced else "", name)
+            found = self._objects.objects.get(key)
+            return copy.deepcopy(found) if found is not None else None
+
+    def remove_object(self, resource: str, namespace: str, name: str) -> None:
+        """Delete an object out of band (as a user's ``kubectl delete``)."""
+        with self._lock:
+            plural = self._objects.by_plural(resource)
+            key = (resource, namespace if plural.namespaced else "", name)
+            self._objects.objects.pop(key, None)
+
+    @property
+    def writes(self) -> int:
+        """Successful object writes through the API (a no-op update is none)."""
+        with self._lock:
+            return self._objects.writes
+
     # -- serving ----------------------------------------------------------------------------
     def _handle(self, h: BaseHTTPRequestHandler) -> None:
         length = int(h.headers.get("Content-Length") or 0)
         raw = h.rfile.read(length) if length else b""
-        body = json.loads(raw) if raw else None
+        try:
+            body = json.loads(raw) if raw else None
+        except ValueError:
+            body = None
         request = Request(
-            h.command, h.path, h.headers.get("Content-Type", ""), body, time.monotonic()
+            h.command, h.path, h.headers.get("Content-Type", ""), body, time.monotonic(), raw
         )
         with self._lock:
             self.requests.append(request)
@@ -358,6 +444,14 @@ class FakeApiServer:
         h.close_connection = True
 
     def _route(self, h: BaseHTTPRequestHandler | _Unanswered, request: Request) -> None:
+        if not h.path.startswith(PREFIX + "/") and h.path.split("?")[0] != PREFIX:
+            code, answer, headers = self._objects.serve(
+                request.method, h.path, request.content_type, request.raw
+            )
+            return self._json(h, code, answer, headers)
+        if h.command not in ("GET", "POST", "PATCH"):
+            message = "the server does not allow this method on the requested resource"
+            return self._status(h, 405, "MethodNotAllowed", message=message)
         body = request.body
         parts = h.path.split("?")[0].removeprefix(PREFIX).strip("/").split("/")
         if h.command == "GET":
@@ -432,16 +526,17 @@ class FakeApiServer:
         h: BaseHTTPRequestHandler | _Unanswered,
         code: int,
         obj: Any,
-        headers: dict[str, str] | None = None,
+        headers: dict[str, str] | list[tuple[str, str]] | None = None,
     ) -> None:
         data = json.dumps(obj).encode()
+        pairs = list(headers.items()) if isinstance(headers, dict) else list(headers or [])
         if isinstance(h, _Unanswered):
-            h.answer(code, data, headers or {})
+            h.answer(code, data, pairs)
             return
         h.send_response(code)
         h.send_header("Content-Type", "application/json")
         h.send_header("Content-Length", str(len(data)))
-        for k, v in (headers or {}).items():
+        for k, v in pairs:
             h.send_header(k, v)
         h.end_headers()
         h.wfile.write(data)
