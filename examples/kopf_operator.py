@@ -207,6 +207,7 @@ def production_store() -> CommitStore:
     """The Job records in the custom resources' status subresource (in-cluster credentials,
     else the local kubeconfig)."""
     from kubernetes import client, config  # type: ignore[import-untyped]
+
     from lifecycle.stores.kubernetes import CustomResource, KubernetesStore
 
     try:

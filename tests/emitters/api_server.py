@@ -16,8 +16,8 @@ Deterministic crash points for the kill tests (ADR 0121): :meth:`FakeApiServer.h
 every create hang, either before it lands (``landed=False``: the Event is not stored, as a
 request still in flight) or after (``landed=True``: stored, the answer never sent), and
 :attr:`FakeApiServer.held` counts the requests now hanging, so a test kills its host at a
-known point instead of a guessed time. ``delay`` slows every answer (a slow server);
-``creates`` counts the Events each name was created as (the API has one per name).
+known point instead of a guessed time. ``delay`` slows every answer (a slow server), or
+those ``delayed`` picks; ``creates`` counts the Events each name was created as (the API has one per name).
 
 Hostile answers (issue 23): ``("drip", seconds)`` sends a valid answer one byte every
 ``seconds``; ``("huge", n)`` answers 201 with an ``n``-byte body; ``"reset"`` resets the
@@ -206,6 +206,8 @@ class FakeApiServer:
         self.held = 0
         #: seconds every answer waits (a slow server)
         self.delay = 0.0
+        #: which requests ``delay`` slows (``None``: all)
+        self.delayed: Predicate | None = None
         #: successful creates per Event name
         self.creates: dict[str, int] = {}
         self._objects = ObjectStore()
@@ -374,7 +376,7 @@ class FakeApiServer:
             answer = next(((i, a) for i, (p, a) in enumerate(self._script) if p(request)), None)
             if answer is not None:
                 del self._script[answer[0]]
-        if self.delay:
+        if self.delay and (self.delayed is None or self.delayed(request)):
             time.sleep(self.delay)
         if answer is not None:
             scripted = answer[1]

@@ -167,6 +167,7 @@ def test_a_clean_close_keeps_what_it_could_not_send_for_the_next_start(
     # a slow server: each answer takes 1 s, so the 0.2 s bound cannot flush the ~36 Events
     # (8 workers: 4.5 s at the least); those in flight at the close land after it, unmarked
     server.delay = 1.0
+    server.delayed = lambda r: "/events" in r.path  # the Events API, not the objects' status
     proc = host(server, store_url, tmp_path, "close", str(PODS), "0.2")
     _out, err = proc.communicate(timeout=120)
     assert proc.returncode == 0, err
