@@ -17,7 +17,8 @@ every create hang, either before it lands (``landed=False``: the Event is not st
 request still in flight) or after (``landed=True``: stored, the answer never sent), and
 :attr:`FakeApiServer.held` counts the requests now hanging, so a test kills its host at a
 known point instead of a guessed time. ``delay`` slows every answer (a slow server), or
-those ``delayed`` picks; ``creates`` counts the Events each name was created as (the API has one per name).
+those ``delayed`` picks; ``creates`` counts the Events each name was created as (the API
+has one per name).
 
 Hostile answers (issue 23): ``("drip", seconds)`` sends a valid answer one byte every
 ``seconds``; ``("huge", n)`` answers 201 with an ``n``-byte body; ``"reset"`` resets the
