@@ -74,9 +74,14 @@ def _pod(status: Any) -> dict[str, Any]:
     return {k: v for k, v in body.items() if v not in ("", [])}
 
 
+class NoStatusBody(ValueError):
+    """The status is one Kubernetes has no body for (a deleted NodeClaim's): nothing to
+    write beside the library's own record."""
+
+
 def _nodeclaim(status: Any) -> dict[str, Any]:
     if status.state == "Deleted":
-        raise ValueError("a deleted NodeClaim has no status to write")
+        raise NoStatusBody("a deleted NodeClaim has no status to write")
     body = {"phase": status.state, "instanceID": status.instance_id}
     return {k: v for k, v in body.items() if v}
 

@@ -22,7 +22,9 @@ has one per name).
 
 Hostile answers (issue 23): ``("drip", seconds)`` sends a valid answer one byte every
 ``seconds``; ``("huge", n)`` answers 201 with an ``n``-byte body; ``"reset"`` resets the
-connection (RST); codes 500 and ``(429, {"Retry-After": "1"})`` are plain scripted answers.
+connection (RST); codes 500 and ``(429, {"Retry-After": "1"})`` are plain scripted answers;
+``("landed", "drop")`` or ``("landed", 504)`` applies the request, then drops the connection or
+answers that code (a write whose answer was lost).
 
 Objects and their status subresource (:mod:`.api_objects`): Pods under ``/api/v1`` and
 custom resources of CRDs :meth:`FakeApiServer.register_crd` registers under ``/apis``, put
@@ -83,7 +85,9 @@ class Request:
     raw: bytes = b""
 
 
-Answer = int | str | tuple[int, dict[str, str]] | tuple[str, float] | tuple[str, bytes]
+Answer = (
+    int | str | tuple[int, dict[str, str]] | tuple[str, float] | tuple[str, bytes] | tuple[str, Any]
+)
 Predicate = Callable[[Request], bool]
 
 
@@ -399,6 +403,15 @@ class FakeApiServer:
                 h.end_headers()
                 with contextlib.suppress(OSError):
                     h.wfile.write(data)
+                return
+            if isinstance(scripted, tuple) and scripted[0] == "landed":
+                with self._lock:  # applied, then answered with what follows (or not at all)
+                    self._route(_Unanswered(h), request)
+                then = scripted[1]
+                if isinstance(then, int):
+                    self._status(h, then, "InternalError" if then >= 500 else "Scripted")
+                    return
+                h.close_connection = True  # "drop": the answer never comes
                 return
             if scripted == "hang":
                 self._released.wait(10)

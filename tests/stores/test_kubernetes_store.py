@@ -20,6 +20,7 @@ from kubernetes import client as kubernetes_client  # type: ignore[import-untype
 
 from lifecycle import (
     AsyncRunner,
+    CommitUnknown,
     Conflict,
     IdentityMismatch,
     MemoryEmitter,
@@ -33,11 +34,14 @@ from lifecycle.machines import POD, default_registry, pod
 from lifecycle.stores.kubernetes import (
     PODS,
     RECORD_CONDITION,
+    ApiTransport,
     AsyncKubernetesStore,
+    Call,
     CustomResource,
     KubernetesStore,
     ObjectGone,
     RecordTooLarge,
+    Reply,
     StatusRefused,
 )
 from lifecycle.testing import FailingEmitter, check_store, observation_sequences
@@ -318,15 +322,120 @@ def test_a_failing_server_is_retried_and_the_commit_lands_once(
     assert [t.reason for t in events.events] == ["Provisioning"]
 
 
+@pytest.mark.parametrize("answer", ["drop", 504], ids=["no-answer", "504"])
 def test_a_write_whose_answer_was_lost_after_it_landed_is_resolved_by_its_token(
-    server: FakeApiServer, store: KubernetesStore
+    server: FakeApiServer, store: KubernetesStore, answer: Any
 ) -> None:
     add(server, POD_A)
-    server.fail_path("/status", "landed-drop")
+    server.fail_path("/status", ("landed", answer))
     status = POD.apply(POD.initial(POD_A), pod.CreateRequested(at=AT))
     assert store.commit(POD, POD_A, 0, status, pod.CreateRequested(at=AT), ()) == 1
     assert record_of(server, POD_A)["version"] == 1  # type: ignore[index]
     assert server.writes == 1  # landed once, not written again
+
+
+def test_a_lost_write_overtaken_by_another_is_unknown_not_a_conflict(
+    server: FakeApiServer,
+) -> None:
+    add(server, POD_A)
+    real = ApiTransport(api(server))
+    obs = pod.CreateRequested(at=AT)
+    status = POD.apply(POD.initial(POD_A), obs)
+
+    class Overtaken:
+        """Our write lands, its answer is lost, and another writer commits on it first."""
+
+        lost = False
+
+        def send(self, call: Call) -> Reply:
+            reply = real.send(call)
+            if call.method == "PUT" and not self.lost:
+                self.lost = True
+                other = KubernetesStore(api(server), resources=RESOURCES)
+                other.load(POD, POD_A)
+                other.commit(POD, POD_A, 1, status, obs, ())
+                other.close()
+                return Reply(0, error="connection reset")
+            return reply
+
+    store = KubernetesStore(resources=RESOURCES, transport=Overtaken(), sleep=lambda _: None)
+    with pytest.raises(CommitUnknown, match="now at version 2"):
+        store.commit(POD, POD_A, 0, status, obs, ())
+    real.close()
+
+
+def test_a_429_is_never_taken_for_a_write_that_may_have_landed(
+    server: FakeApiServer, store: KubernetesStore
+) -> None:
+    add(server, POD_A)
+    server.fail_path("/status", (429, {"Retry-After": "nan"}))
+    status = POD.apply(POD.initial(POD_A), pod.CreateRequested(at=AT))
+    assert store.commit(POD, POD_A, 0, status, pod.CreateRequested(at=AT), ()) == 1
+
+
+def test_a_lagging_reader_is_not_trusted_past_what_the_store_wrote(server: FakeApiServer) -> None:
+    add(server, POD_A)
+    snapshot: dict[str, Any] = {}
+
+    def informer(res: Any, ns: str, name: str) -> dict[str, Any] | None:
+        return snapshot.get(name) or server.object(res.plural, ns, name)
+
+    s = KubernetesStore(api(server), resources=RESOURCES, reader=informer)
+    runner = Runner(s, [MemoryEmitter()], links=())
+    runner.observe(POD_A, pod.CreateRequested(at=AT, pool="gpu", provider="fake"))
+    snapshot["trainer-0"] = stored(server, POD_A)  # the informer stops at version 1
+    runner.observe(POD_A, pod.ProvisionSucceeded(at=AT, reserved=True, instance_id="i-1"))
+    result = runner.observe(POD_A, pod.InstanceRunning(at=AT + timedelta(seconds=30)))
+    assert (result.committed, result.version) == (True, 3), result
+    s.close()
+
+
+def test_a_reader_copy_without_a_resource_version_never_skips_the_compare_and_set(
+    server: FakeApiServer,
+) -> None:
+    add(server, POD_A)
+
+    def informer(res: Any, ns: str, name: str) -> dict[str, Any] | None:
+        obj = server.object(res.plural, ns, name)
+        if obj is not None:
+            obj["metadata"].pop("resourceVersion")  # a typed model's to_dict(), say
+        return obj
+
+    s = KubernetesStore(api(server), resources=RESOURCES, reader=informer)
+    runner = Runner(s, [MemoryEmitter()], links=())
+    runner.observe(POD_A, pod.CreateRequested(at=AT, pool="gpu", provider="fake"))
+    obj = stored(server, POD_A)
+    obj["status"]["hostIP"] = "10.0.0.9"  # a kubelet's write in between
+    kubernetes_client.CoreV1Api(api(server)).replace_namespaced_pod_status("trainer-0", "ml", obj)
+    runner.observe(POD_A, pod.ProvisionSucceeded(at=AT, reserved=True, instance_id="i-1"))
+    assert stored(server, POD_A)["status"]["hostIP"] == "10.0.0.9"
+    s.close()
+
+
+def test_a_kind_named_otherwise_by_its_crd_keeps_its_refs_after_a_claim(
+    server: FakeApiServer,
+) -> None:
+    server.register_crd(GROUP, "v1", "gpupods", "GPUPod", conditions_crd_schema("GPUPod"))
+    ref = ObjectRef("Pod", "ml", "g", "uid-g")  # the Pod machine, in a CRD of kind GPUPod
+    server.add_object("gpupods", "ml", "g", uid="uid-g")
+    s = KubernetesStore(api(server), resources={"Pod": CustomResource(GROUP, "v1", "gpupods")})
+    runner = Runner(s, [FailingEmitter(1)], links=())
+    runner.observe(ref, pod.CreateRequested(at=AT, pool="gpu", provider="fake"))
+    assert runner.redeliver() == 1  # claims: lists the objects
+    result = runner.observe(ref, pod.ProvisionSucceeded(at=AT, reserved=True, instance_id="i"))
+    assert (result.committed, result.version) == (True, 2), result
+    s.close()
+
+
+def test_a_status_the_machine_cannot_render_is_refused_before_any_request(
+    server: FakeApiServer, store: KubernetesStore
+) -> None:
+    add(server, POD_A)
+    before = len(server.requests)
+    with pytest.raises(StatusRefused, match="no status body"):
+        store.commit(POD, POD_A, 0, "not a status", pod.CreateRequested(at=AT), ())
+    assert [r.method for r in server.requests[before:]] == []
+    assert record_of(server, POD_A) is None
 
 
 # -- the asyncio store -----------------------------------------------------------------------

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 import threading
 import uuid
 from collections import OrderedDict
@@ -34,7 +35,8 @@ from .._core.refs import ObjectRef
 from .._core.schema import load_status
 from .._core.serde import parse_time
 from .._core.transition import Transition
-from .._k8s_status import kubernetes_status, kubernetes_time
+from .._k8s_status import NoStatusBody, kubernetes_status, kubernetes_time
+from .._log import get_logger
 from .base import OutboxSummary, Record, transition_from_row, transition_to_row
 
 #: The condition type of the library's record in ``status.conditions`` (a qualified name, as
@@ -44,6 +46,11 @@ RECORD_CONDITION = "lifecycle-machines.io/Record"
 RECORD_FORMAT = 1
 #: The default bound on the record's JSON: ``metav1.Condition`` caps a message at 32768.
 MAX_RECORD_BYTES = 32768
+#: Objects a list asks for at a time (its ``limit``; the ``continue`` token pages on).
+LIST_PAGE = 500
+
+_log = get_logger("lifecycle.stores")
+
 #: Writes of one commit or mark that lose the compare-and-set to writers of other fields (a
 #: kubelet, kopf) before it gives up: each loss re-reads the object.
 MAX_RACES = 8
@@ -114,6 +121,8 @@ class Call:
     path: str
     body: Any = None
     content_type: str = "application/json"
+    #: Query parameters.
+    query: tuple[tuple[str, str], ...] = ()
     #: The object a read is of (resource, namespace, name): a host's informer may answer it.
     target: tuple[CustomResource, str, str] | None = None
 
@@ -171,6 +180,11 @@ def _too_large(reply: Reply) -> bool:
 
 def _transient(reply: Reply) -> bool:
     return reply.code == 429 or (reply.code >= 500 and not _too_large(reply))
+
+
+def _ambiguous(reply: Reply) -> bool:
+    """Whether a write so answered may have landed: no answer, or a 5xx (a 429 never is)."""
+    return reply.code == 0 or (reply.code >= 500 and not _too_large(reply))
 
 
 class StatusCore:
@@ -275,6 +289,8 @@ class StatusCore:
         try:
             seconds = float(after)
         except ValueError:
+            seconds = math.nan
+        if not math.isfinite(seconds):
             seconds = 0.05 * 2**attempt
         return min(max(seconds, 0.0), self.max_retry_after)
 
@@ -307,6 +323,8 @@ class StatusCore:
             return None
         try:
             data = json.loads(str(found.get("message") or ""))
+            if data.get("format") != RECORD_FORMAT:
+                raise ValueError(f"record format {data.get('format')!r}, this store reads 1")
             schema = data["schema"]
             stored = _Stored(
                 str(data["machine"]),
@@ -335,11 +353,12 @@ class StatusCore:
             raise StoreError(f"{ref.uid}: its stored status does not load: {e}") from e
         return Record(ref, machine.name, status, stored.version)
 
-    def read(self, ref: ObjectRef) -> Steps:
-        """GET the object: its body, or ``None`` when it is not there."""
+    def read(self, ref: ObjectRef, *, fresh: bool = True) -> Steps:
+        """GET the object: its body, or ``None`` when it is not there. ``fresh=False`` lets a
+        host's reader (an informer, which may lag) answer; a re-read never does."""
         resource = self._resource(ref.kind)
         path = resource.path(ref.namespace, ref.name)
-        target = (resource, ref.namespace, ref.name)
+        target = None if fresh else (resource, ref.namespace, ref.name)
         reply = yield from self.request(Call("GET", path, target=target))
         if reply.code == 404:
             return None
@@ -350,7 +369,9 @@ class StatusCore:
     # -- the operations -----------------------------------------------------------------------
     def load(self, machine: Machine[Any], ref: ObjectRef) -> Steps:
         self.check_where(machine, ref)
-        obj = yield from self.read(ref)
+        obj = yield from self.read(ref, fresh=False)
+        if obj is not None and not _newer_or_same(obj, self._cached(ref.uid)):
+            obj = yield from self.read(ref)  # the reader lags behind what this store wrote
         if obj is None:
             return None
         stored = self.stored(machine, ref, obj)
@@ -369,13 +390,15 @@ class StatusCore:
         self.check_where(machine, ref)
         resource = self._resource(ref.kind)
         rows = [transition_to_row(t) for t in transitions]
-        body = _rendered(machine, status)
+        body = _rendered(machine, ref, status)
         dumped = machine.dump_status(status)
         token = uuid.uuid4().hex
         obj = self._cached(ref.uid)
-        lost = False  # a write whose answer never came: it may have landed
-        for _ in range(MAX_RACES):
-            if obj is None:
+        cached = obj is not None  # a copy of this store's: a conflict on it is read again
+        lost = False  # a write whose answer never came (or a 5xx): it may have landed
+        for attempt in range(MAX_RACES + 1):
+            if obj is None or not _has_version(obj):
+                cached = False
                 try:
                     obj = yield from self.read(ref)
                 except StoreError as e:
@@ -383,26 +406,43 @@ class StatusCore:
                         raise CommitUnknown((ref.uid,), f"{ref.uid}: {e}") from e
                     raise
                 if obj is None:
+                    if lost:
+                        raise CommitUnknown((ref.uid,), f"{ref.uid}: gone after a lost write")
                     raise ObjectGone(f"{ref.kind} {ref.namespace}/{ref.name}: not found")
             stored = self.stored(machine, ref, obj)
             actual = 0 if stored is None else stored.version
             if stored is not None and stored.token == token:
                 self._remember(ref, obj)
                 return expected + 1  # the write whose answer was lost landed
+            if actual != expected and cached:
+                obj = None  # the copy may be older than the object: confirm with a read
+                continue
             if actual != expected:
                 self._remember(ref, obj)
+                if lost:  # ours may have landed and been written over since
+                    raise CommitUnknown(
+                        (ref.uid,),
+                        f"{ref.uid}: a write's answer was lost and the object is now at "
+                        f"version {actual}; whether it landed is unknown",
+                    )
                 raise Conflict(ref.uid, expected, actual)
+            if attempt == MAX_RACES:
+                break  # the last round only read: how the lost write ended
             new = self._written(
                 machine, ref, obj, stored, body, dumped, rows, expected + 1, token, observation.at
             )
             call = Call("PUT", resource.path(ref.namespace, ref.name) + "/status", new)
-            reply = yield from self.request(call)
+            reply = yield from self.request(call, retry=False)
             if reply.code in (200, 201):
                 self._accepted(ref, reply, token)
                 return expected + 1
-            if reply.code == 409 or reply.code == 0 or _transient(reply):
-                lost = lost or reply.code == 0 or _transient(reply)
-                obj = None  # re-read: another writer's, or maybe our own
+            if reply.code == 409:
+                obj = None  # another writer's: re-read
+                continue
+            if reply.code == 429 or _ambiguous(reply):
+                lost = lost or _ambiguous(reply)
+                yield Pause(self._delay(reply, attempt))
+                obj = None
                 continue
             self._forget(ref.uid)
             raise self.error(reply, ref, "status write of")
@@ -518,7 +558,10 @@ class StatusCore:
         with self._lock:
             uids = list(self._delivered)
         for uid in uids:
-            yield from self._flush_one(uid)
+            try:
+                yield from self._flush_one(uid)
+            except StoreError as e:  # kept for a later write; the others go on
+                _log.warning("delivered ids not written out yet", uid=uid, error=str(e))
 
     def _flush_one(self, uid: str) -> Steps:
         with self._lock:
@@ -558,50 +601,87 @@ class StatusCore:
             if reply.code == 404:
                 obj = None
                 continue
+            if reply.code in (400, 403, 413, 422):  # would fail again: redelivered instead
+                with self._lock:
+                    self._delivered.pop(uid, None)
+                _log.warning(
+                    "delivered ids left in the outbox (redelivered: AlreadyExists)",
+                    uid=uid,
+                    error=_message(reply),
+                )
+                return
+            if reply.code == 429 or reply.code >= 500:
+                yield Pause(self._delay(reply, 0))
             obj = None  # 409, no answer: re-read and try again
         # left for a later write; claiming skips them meanwhile
 
     def listed(self, machines: Mapping[str, Machine[Any]] | None = None) -> Steps:
-        """Every object of the configured resources with a record: ``(ref, object, record
-        condition, data)``. ``machines`` (by name): only their records."""
+        """Every object of the configured resources with a record: ``(ref, object, data)``,
+        page by page (``LIST_PAGE``); the ref's kind is the one ``resources`` maps to the
+        resource. Where this store holds a copy at least as new, that copy stands (a list
+        answered before a write of this store's must not bring back what it removed).
+        ``machines`` (by name): only their records. A record that cannot be read is logged
+        and skipped."""
         seen: set[CustomResource] = set()
-        out: list[tuple[ObjectRef, dict[str, Any], dict[str, Any], dict[str, Any]]] = []
+        out: list[tuple[ObjectRef, dict[str, Any], dict[str, Any]]] = []
         for kind, resource in self.resources.items():
             if resource in seen:
                 continue
             seen.add(resource)
-            reply = yield from self.request(Call("GET", resource.collection(self.namespace)))
-            if reply.code != 200 or not isinstance(reply.body, dict):
-                raise StoreError(
-                    f"list {resource.plural}: {reply.code or 'no answer'} {_message(reply)}"
-                )
-            for obj in reply.body.get("items") or ():
-                found = _record_condition(obj)
-                if found is None:
-                    continue
-                try:
-                    data = json.loads(str(found.get("message") or ""))
-                except ValueError:
-                    continue
-                if machines is not None and data.get("machine") not in machines:
-                    continue
-                meta = obj.get("metadata") or {}
-                item_kind = str(obj.get("kind") or kind)
-                ref = ObjectRef(
-                    item_kind, str(meta.get("namespace") or ""), str(meta["name"]), str(meta["uid"])
-                )
-                out.append((ref, obj, found, data))
+            token = ""
+            while True:
+                query = (("limit", str(LIST_PAGE)),) + ((("continue", token),) if token else ())
+                path = resource.collection(self.namespace)
+                reply = yield from self.request(Call("GET", path, query=query))
+                if reply.code != 200 or not isinstance(reply.body, dict):
+                    raise StoreError(
+                        f"list {resource.plural}: {reply.code or 'no answer'} {_message(reply)}"
+                    )
+                for obj in reply.body.get("items") or ():
+                    item = self._item(kind, obj, machines)
+                    if item is not None:
+                        out.append(item)
+                token = str((reply.body.get("metadata") or {}).get("continue") or "")
+                if not token:
+                    break
         return out
+
+    def _item(
+        self, kind: str, obj: Any, machines: Mapping[str, Machine[Any]] | None
+    ) -> tuple[ObjectRef, dict[str, Any], dict[str, Any]] | None:
+        try:
+            meta = obj.get("metadata") or {}
+            uid = str(meta["uid"])
+            ref = ObjectRef(kind, str(meta.get("namespace") or ""), str(meta["name"]), uid)
+            mine = self._cached(uid)
+            if mine is not None and _newer_or_same(mine, obj):
+                obj = mine
+            found = _record_condition(obj)
+            if found is None:
+                return None
+            data = json.loads(str(found.get("message") or ""))
+            if machines is not None and data.get("machine") not in machines:
+                return None
+            return ref, obj, data
+        except (KeyError, TypeError, ValueError, AttributeError) as e:
+            _log.warning("an object's record cannot be read; skipped", error=repr(e))
+            return None
 
     def claim(self, limit: int) -> Steps:
         yield from self.flush_marks()
         listed = yield from self.listed()
         rows: list[Transition] = []
-        for ref, obj, _, data in listed:
+        for ref, obj, data in listed:
             self._remember(ref, obj)
             done = self.delivered(ref.uid)
             for row in data.get("outbox") or ():
-                t = transition_from_row(row)
+                try:
+                    t = transition_from_row(row)
+                except (KeyError, TypeError, ValueError) as e:
+                    _log.warning(
+                        "an outbox row cannot be read; skipped uid=%s error=%r", ref.uid, e
+                    )
+                    continue
                 if t.id not in done:
                     rows.append(t)
         rows.sort(key=lambda t: (t.ref.uid, t.version, t.n))
@@ -610,7 +690,7 @@ class StatusCore:
     def records(self, machine: Machine[Any]) -> Steps:
         listed = yield from self.listed({machine.name: machine})
         out = []
-        for ref, obj, _, _ in listed:
+        for ref, obj, _ in listed:
             stored = self.stored(machine, ref, obj)
             if stored is not None:
                 out.append(self.record(machine, ref, stored))
@@ -620,13 +700,16 @@ class StatusCore:
         listed = yield from self.listed()
         count = 0
         oldest: datetime | None = None
-        for ref, _, _, data in listed:
+        for ref, _, data in listed:
             done = self.delivered(ref.uid)
             for row in data.get("outbox") or ():
-                if _row_id(row) in done:
-                    continue
+                try:
+                    if _row_id(row) in done:
+                        continue
+                    at = parse_time(row["at"])
+                except (KeyError, TypeError, ValueError):
+                    continue  # claiming logs it
                 count += 1
-                at = parse_time(row["at"])
                 oldest = at if oldest is None or at < oldest else oldest
         return OutboxSummary(count, oldest)
 
@@ -664,10 +747,38 @@ def _without(obj: dict[str, Any], found: dict[str, Any], done: set[str]) -> dict
     return new
 
 
-def _rendered(machine: Machine[Any], status: Any) -> dict[str, Any]:
+def _rendered(machine: Machine[Any], ref: ObjectRef, status: Any) -> dict[str, Any]:
     """The status body Kubernetes keeps for ``status`` (nothing for a status that has none,
-    such as a deleted NodeClaim's: only the record is written)."""
+    such as a deleted NodeClaim's: only the record is written); a status the machine cannot
+    render is refused before any request."""
     try:
         return kubernetes_status(machine, status)
-    except ValueError:
+    except NoStatusBody:
         return {}
+    except Exception as e:
+        raise StatusRefused(
+            f"{ref.kind} {ref.namespace}/{ref.name}: machine {machine.name} gives no status "
+            f"body for it: {e}"
+        ) from e
+
+
+def _has_version(obj: Mapping[str, Any]) -> bool:
+    """Whether ``obj`` carries the ``resourceVersion`` a compare-and-set needs (an object
+    from a reader may not: it is read again)."""
+    return bool((obj.get("metadata") or {}).get("resourceVersion"))
+
+
+def _version_in(obj: Mapping[str, Any] | None) -> int:
+    found = _record_condition(obj) if obj is not None else None
+    if found is None:
+        return 0
+    try:
+        return int(json.loads(str(found.get("message") or "")).get("version") or 0)
+    except (ValueError, TypeError, AttributeError):
+        return 0
+
+
+def _newer_or_same(obj: Mapping[str, Any], cached: Mapping[str, Any] | None) -> bool:
+    """Whether ``obj`` holds a record at least as new as ``cached``'s (what this store last
+    read or wrote)."""
+    return cached is None or _version_in(obj) >= _version_in(cached)

@@ -136,6 +136,7 @@ class ApiTransport:
                 response = self.api_client.call_api(
                     call.path,
                     call.method,
+                    query_params=list(call.query),
                     header_params={"Accept": "application/json", "Content-Type": call.content_type},
                     body=call.body,
                     auth_settings=["BearerToken"],
@@ -403,4 +404,4 @@ class AsyncKubernetesStore:
         finally:
             close = getattr(self.transport, "close", None)
             if self._own and callable(close):
-                close()
+                await asyncio.to_thread(close)  # joins the worker: not on the loop
