@@ -230,16 +230,26 @@ class Delivery:
         ``timeout``), mark every acknowledgement, and log how many events stay undelivered
         in the outbox (the next start sends them). Returns that count."""
         deadline = time.monotonic() + timeout
-        before = self._failures()
+        before = self.failures()
+        self.close_emitters(deadline)
+        self.wait(max(deadline - time.monotonic(), 0.0))
+        self.flush(mark)
+        return self.closed(before)
+
+    def close_emitters(self, deadline: float) -> None:
+        """Close each acknowledging emitter within what is left until ``deadline``
+        (``time.monotonic``); they answer what they took (failed: it stays in the outbox)."""
         for emitter in self._acking:
             close = getattr(emitter, "close", None)
             if callable(close):
                 close(timeout=max(deadline - time.monotonic(), 0.0))
-        self.wait(max(deadline - time.monotonic(), 0.0))
-        self.flush(mark)
+
+    def closed(self, failures_before: int) -> int:
+        """After a close: log how many events stay undelivered in the outbox (in flight, or
+        failed since ``failures_before``), and return that count."""
         with self._cond:
             left = len(self._flight)
-        failed = self._failures() - before
+        failed = self.failures() - failures_before
         if left or failed:
             self.log.warning(
                 "delivery closed; events stay undelivered in the outbox",
@@ -253,7 +263,8 @@ class Delivery:
         self.log.warning(f"could not mark {what}; they will repeat", error=str(error))
 
     # -- internals ----------------------------------------------------------------------------
-    def _failures(self) -> int:
+    def failures(self) -> int:
+        """How many acknowledgements said FAILED so far."""
         with self._cond:
             return sum(n for (_, outcome), n in self.acks.items() if outcome is Ack.FAILED)
 

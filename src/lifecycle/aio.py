@@ -349,10 +349,37 @@ class AsyncRunner:
         )
         return delivered[0]
 
-    async def close(self) -> None:
+    async def flush(self, timeout: float | None = 5.0) -> int:
+        """:meth:`Runner.flush`, awaited: wait up to ``timeout`` seconds (off the event loop)
+        for what an acknowledging emitter (the Kubernetes one) still holds, then mark every
+        acknowledgement received so far; how many were marked (ADR 0121)."""
+        delivery = self.protocol.delivery
+        if delivery.in_flight() and (timeout is None or timeout > 0):
+            await asyncio.to_thread(delivery.wait, timeout)
+        acked = delivery.take_acked(force=True)
+        mark = getattr(self.store, "mark_delivered", None)
+        if acked and mark is not None:
+            try:
+                await mark(acked)
+            except StoreError as e:
+                delivery.unmarked(e)
+        return len(acked)
+
+    async def close(self, timeout: float = 5.0) -> int:
+        """:meth:`Runner.close`, awaited: close the acknowledging emitters within ``timeout``
+        seconds in all (off the event loop), mark what they acknowledged, log how many events
+        stay undelivered in the outbox (the next :meth:`redeliver` sends them), then close the
+        store; returns that count."""
+        delivery = self.protocol.delivery
+        deadline = time.monotonic() + timeout
+        before = delivery.failures()
+        await asyncio.to_thread(delivery.close_emitters, deadline)
+        await self.flush(max(deadline - time.monotonic(), 0.0))
+        left = delivery.closed(before)
         close = getattr(self.store, "close", None)
         if close is not None:
             await close()
+        return left
 
     async def _drive(self, gen: Any) -> Any:
         if not self._schema_checked:

@@ -197,6 +197,57 @@ def test_runner_close_marks_what_the_emitter_acknowledged(made: list[KubernetesE
     assert len(sink.events()) == 10  # the Pods' and their NodeClaims'
 
 
+def test_the_asyncio_runner_flushes_and_closes_what_the_emitter_acknowledged(
+    made: list[KubernetesEmitter],
+) -> None:
+    import asyncio
+
+    from lifecycle import AsyncRunner
+    from lifecycle.machines.pod import CreateRequested
+
+    sink = MemoryEventSink()
+    emitter = k8s(sink)
+    made.append(emitter)
+    store = MemoryStore()
+
+    async def main() -> tuple[int, int, int]:
+        runner = AsyncRunner(store, [emitter])
+        for i in range(3):
+            ref = ObjectRef("Pod", "ml", f"p-{i}", f"u-{i}")
+            await runner.observe(ref, CreateRequested(at=EPOCH, pool="gpu", provider="fake"))
+        await runner.flush(5.0)
+        flushed = store.undelivered_count()  # every acknowledgement marked
+        ref = ObjectRef("Pod", "ml", "p-9", "u-9")
+        await runner.observe(ref, CreateRequested(at=EPOCH, pool="gpu", provider="fake"))
+        left = await runner.close(5.0)
+        return flushed, left, store.undelivered_count()
+
+    assert asyncio.run(main()) == (0, 0, 0)
+    assert len(sink.events()) == 8  # the Pods' and their NodeClaims'
+
+
+def test_the_asyncio_runner_close_keeps_what_was_not_acknowledged_in_the_outbox() -> None:
+    import asyncio
+
+    from lifecycle import AsyncRunner
+    from lifecycle.machines.pod import CreateRequested
+
+    sink = MemoryEventSink()
+    sink.fail_next(*(ConnectionRefusedError("down") for _ in range(1000)))  # an outage
+    emitter = k8s(sink, max_tries=1000)
+    store = MemoryStore()
+
+    async def main() -> int:
+        runner = AsyncRunner(store, [emitter])
+        ref = ObjectRef("Pod", "ml", "p-0", "u-0")
+        await runner.observe(ref, CreateRequested(at=EPOCH, pool="gpu", provider="fake"))
+        return await runner.close(0.3)
+
+    left = asyncio.run(main())
+    assert left == 2  # the Pod's and its NodeClaim's: said, and kept for the next start
+    assert store.undelivered_count() == 2
+
+
 # -- series across a restart ----------------------------------------------------------------
 def test_a_series_resumes_across_a_restart_when_its_first_event_is_redelivered(
     made: list[KubernetesEmitter],
