@@ -66,7 +66,9 @@ class Delivery:
         "_cond",
         "_emitters",
         "_flight",
+        "_idle_mark",
         "_sync",
+        "_timer",
         "acks",
         "log",
         "mark_batch",
@@ -90,6 +92,10 @@ class Delivery:
         #: acknowledged ids not yet marked (a dict: ordered, and looked up by redeliveries)
         self._acked: dict[str, None] = {}
         self._acked_since = 0.0
+        #: where acknowledgements are marked when no delivery comes to take them (see
+        #: :meth:`mark_when_idle`), and the timer that will
+        self._idle_mark: Mark | None = None
+        self._timer: threading.Timer | None = None
         #: acknowledgements received, per (emitter name, outcome)
         self.acks: collections.Counter[tuple[str, Ack]] = collections.Counter()
         self.emitters = tuple(emitters)
@@ -107,6 +113,23 @@ class Delivery:
         self._callbacks: dict[int, Acknowledge] = {
             id(e): self._acknowledger(emitter_name(e)) for e in acking
         }
+
+    def mark_when_idle(self, mark: Mark | None) -> None:
+        """Mark acknowledgements with ``mark`` ``mark_interval`` seconds after the first of a
+        batch arrived, even when no later delivery comes to take them (an idle runner): a
+        timer thread calls it (the stores' marks are thread-safe). ``None`` stops that."""
+        with self._cond:
+            self._idle_mark = mark
+            timer, self._timer = self._timer, None
+        if timer is not None and mark is None:
+            timer.cancel()
+
+    def _on_timer(self) -> None:
+        with self._cond:
+            self._timer = None
+            mark = self._idle_mark
+        if mark is not None:
+            self.mark(self.take_acked(force=True), mark)
 
     @property
     def acknowledging(self) -> bool:
@@ -233,6 +256,7 @@ class Delivery:
         before = self.failures()
         self.close_emitters(deadline)
         self.wait(max(deadline - time.monotonic(), 0.0))
+        self.mark_when_idle(None)  # what is left is marked here, now
         self.flush(mark)
         return self.closed(before)
 
@@ -290,6 +314,11 @@ class Delivery:
             if not f.failed:
                 if not self._acked:
                     self._acked_since = time.monotonic()
+                    if self._idle_mark is not None and self._timer is None:
+                        self._timer = threading.Timer(self.mark_interval, self._on_timer)
+                        self._timer.daemon = True
+                        self._timer.name = "lifecycle-marks"
+                        self._timer.start()
                 self._acked[t.id] = None
             self._cond.notify_all()
 

@@ -108,6 +108,8 @@ class Runner:
         self._store = store
         self._mark: Mark | None = marker(store)
         self.protocol.epoch_source = store
+        # acknowledgements that arrive while this runner is idle are marked all the same
+        self.protocol.delivery.mark_when_idle(self._mark)
 
     @property
     def emitters(self) -> tuple[Emitter, ...]:

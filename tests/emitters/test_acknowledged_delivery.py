@@ -197,6 +197,28 @@ def test_runner_close_marks_what_the_emitter_acknowledged(made: list[KubernetesE
     assert len(sink.events()) == 10  # the Pods' and their NodeClaims'
 
 
+def test_acknowledgements_to_an_idle_runner_are_marked_without_another_call(
+    made: list[KubernetesEmitter],
+) -> None:
+    import time
+
+    from lifecycle import Runner
+    from lifecycle.machines.pod import CreateRequested
+
+    sink = MemoryEventSink()
+    emitter = k8s(sink)
+    made.append(emitter)
+    store = MemoryStore()
+    runner = Runner(store, [emitter])
+    runner.observe(POD, CreateRequested(at=EPOCH, pool="gpu", provider="fake"))
+    assert emitter.flush(5.0)  # the API has both Events; the runner is not called again
+    deadline = time.monotonic() + 10.0
+    while store.undelivered_count() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert store.undelivered_count() == 0  # marked within the mark interval (0.5 s)
+    assert runner.close(5.0) == 0
+
+
 def test_the_asyncio_runner_flushes_and_closes_what_the_emitter_acknowledged(
     made: list[KubernetesEmitter],
 ) -> None:

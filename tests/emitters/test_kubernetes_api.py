@@ -494,7 +494,8 @@ def test_outbox_redelivery_does_not_count_a_transition_twice(
     runner = Runner(store, [m.emitter, flaky])
     runner.redeliver()
     sent(m)
-    assert runner.flush() == len(transitions)  # the acknowledgements, marked
+    runner.flush()  # the acknowledgements marked (some, perhaps, by the idle timer first)
+    assert store.undelivered_count() == 0
     assert m.emitter.stats.duplicates == len(transitions)
     rows = EventCollector.from_api(api_client).rows()
     assert len(rows) == len(transitions)
