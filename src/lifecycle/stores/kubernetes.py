@@ -71,6 +71,7 @@ __all__ = [
     "RECORD_CONDITION",
     "ApiTransport",
     "AsyncKubernetesStore",
+    "AsyncTransport",
     "Call",
     "CustomResource",
     "KubernetesStore",
@@ -78,6 +79,7 @@ __all__ = [
     "RecordTooLarge",
     "Reply",
     "StatusRefused",
+    "Transport",
 ]
 
 #: A host's read of an object from its informer cache: the object as a dict, or ``None``
@@ -86,10 +88,17 @@ Reader = Callable[[CustomResource, str, str], Mapping[str, Any] | None]
 
 
 class Transport(Protocol):
+    """What :class:`KubernetesStore` sends its requests through (:class:`ApiTransport` by
+    default): ``send`` answers every :class:`Call` with a :class:`Reply`, code 0 when no
+    answer came -- it never raises for an HTTP status or a lost connection."""
+
     def send(self, call: Call) -> Reply: ...
 
 
 class AsyncTransport(Protocol):
+    """:class:`Transport` for :class:`AsyncKubernetesStore`: ``send`` is awaited (a host's
+    asyncio HTTP client)."""
+
     def send(self, call: Call) -> Awaitable[Reply]: ...
 
 
