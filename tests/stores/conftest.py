@@ -18,6 +18,8 @@ from .pg import PgServer, PostgresUnavailable
 
 KINDS = ["memory", "sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
 SHARED = ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
+#: the shared stores with their status cache on (ADR 0134), small enough to evict
+CACHED = ["sqlite+cache", pytest.param("postgres+cache", marks=pytest.mark.postgres)]
 _schemas = itertools.count()
 
 
@@ -66,15 +68,18 @@ def open_kind(
     the same data; for memory, the same object). Every handle is closed afterwards."""
     opened: list[Store] = []
     memory: list[MemoryStore] = []
-    url = request.getfixturevalue("pg_url") if store_kind == "postgres" else ""
+    kind, _, cached = store_kind.partition("+")
+    url = request.getfixturevalue("pg_url") if kind == "postgres" else ""
 
     def open_(**options: Any) -> Store:
         store: Store
-        if store_kind == "memory":
+        if cached:
+            options.setdefault("cache", 64)
+        if kind == "memory":
             if not memory:
                 memory.append(MemoryStore(**options))
             return memory[0]
-        if store_kind == "sqlite":
+        if kind == "sqlite":
             store = SQLiteStore(tmp_path / "conformance.db", synchronous="OFF", **options)
         else:
             from lifecycle.stores.postgres import PostgresStore

@@ -23,8 +23,18 @@ from lifecycle.machines import NODECLAIM, POD, pod
 from lifecycle.stores.base import CommitItem, Snapshot
 from lifecycle.testing import assert_journal_folds
 
-from .conftest import SHARED
+from .conftest import CACHED, KINDS
+from .conftest import SHARED as PLAIN
+
 from .helpers import check_invariants, pod_ref, raw, state_of, step, t
+
+#: every store, and the shared ones again with their status cache on (ADR 0134)
+SHARED = PLAIN + CACHED
+
+
+@pytest.fixture(params=KINDS + CACHED)
+def store_kind(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
 
 REF = pod_ref()
 Open = Callable[..., Store]

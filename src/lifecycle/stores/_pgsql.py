@@ -27,6 +27,7 @@ from .._core.schema import (
 )
 from .._core.transition import Transition
 from .._log import adopt_pool_logs, get_logger
+from ._cache import StatusCache
 from .base import (
     CommitItem,
     JournalEntry,
@@ -426,8 +427,10 @@ _SV = "schema_version, schema_fingerprint"
 class Statements:
     """Every statement the stores run, for one schema."""
 
-    def __init__(self, schema: str, *, journal: bool) -> None:
+    def __init__(self, schema: str, *, journal: bool, notify: bool = False) -> None:
         s = q(schema)
+        #: the channel a commit NOTIFYs with ``"VERSION UID"`` (``notify``; ADR 0134)
+        self.channel = channel_of(schema)
         self.qualified_migrations = f"{schema}.schema_migrations"
         #: The session setting holding the epoch this session verified ("e:TAG"), per schema.
         self.epoch_setting = f"lifecycle.epoch_{schema}"
@@ -448,6 +451,23 @@ class Statements:
                               CASE WHEN e.history = h.now THEN 'e:' || e.tag ELSE '' END, false)
             FROM (SELECT CASE WHEN pg_is_in_recovery() THEN '' ELSE {HISTORY} END AS now) h,
                  (SELECT tag, history FROM {s}.epochs ORDER BY seq DESC LIMIT 1) e"""
+        # With ``notify``, the commit's transaction tells listeners what it wrote (delivered at
+        # its commit, in commit order): ``nt`` has one row per object written.
+        notify_one = (
+            f", nt AS (SELECT pg_notify('{self.channel}', %(version)s::text || ' ' || uid) FROM w)"
+            if notify
+            else ""
+        )
+        written = "nt" if notify else "w"
+        notify_batch = (
+            f", nt AS (SELECT pg_notify('{self.channel}', b.version::text || ' ' || b.uid) "
+            "FROM w JOIN b USING (i))"
+            if notify
+            else ""
+        )
+        batch_written = (
+            "w.i IS NOT NULL AND (SELECT count(*) FROM nt) > 0" if notify else ("w.i IS NOT NULL")
+        )
         journal_cte = (
             f""", j AS (
                 INSERT INTO {s}.journal (uid, version, at, observation, fields, transitions,
@@ -495,8 +515,8 @@ class Statements:
                        clock_timestamp() + make_interval(secs => %(lease)s)
                 FROM w, unnest(%(ids)b::text[], %(ns)b::int[], %(payloads)b::text[])
                      AS e(id, n, payload)
-            )
-            SELECT (SELECT count(*) FROM w), (SELECT ok FROM ep), c.version, c.machine,
+            ){notify_one}
+            SELECT (SELECT count(*) FROM {written}), (SELECT ok FROM ep), c.version, c.machine,
                    c.kind, c.namespace, c.name
             FROM (SELECT 1) AS one
             LEFT JOIN {s}.objects c ON c.uid = %(uid)s AND NOT EXISTS (SELECT 1 FROM w)"""
@@ -566,8 +586,8 @@ class Statements:
                 FROM unnest(%(e_item)b::bigint[], %(e_id)b::text[], %(e_n)b::int[],
                             %(e_payload)b::text[]) AS e(i, id, n, payload)
                 JOIN w USING (i) JOIN b USING (i)
-            )
-            SELECT b.i, w.i IS NOT NULL, ok.ok, (SELECT bad FROM bad), o.version
+            ){notify_batch}
+            SELECT b.i, {batch_written}, ok.ok, (SELECT bad FROM bad), o.version
             FROM b JOIN ok USING (i) LEFT JOIN w USING (i)
                  LEFT JOIN {s}.objects o ON o.uid = b.uid
             ORDER BY b.i"""
@@ -576,6 +596,8 @@ class Statements:
         self.lock_many = (
             f"SELECT 1 FROM {s}.objects WHERE uid = ANY(%b::text[]) ORDER BY uid FOR UPDATE"
         )
+        #: a notification sent by hand (a status cache's barrier)
+        self.notify = "SELECT pg_notify(%s, %s)"
         self.version_of = f"SELECT version FROM {s}.objects WHERE uid = %s"
         #: what a refused commit is told: the stored version and identity
         self.identity_of = (
@@ -910,6 +932,11 @@ def _upgraded(fn: Any, machine: Machine[Any], uid: str, version: int, *args: Any
         raise StoreError(f"upgrade of {uid} v{version} failed: {e!r}") from e
 
 
+def channel_of(schema: str) -> str:
+    """The ``LISTEN``/``NOTIFY`` channel of a (validated) schema's commits (ADR 0134)."""
+    return f"lifecycle:{schema}"
+
+
 def check_row_identity(machine: Machine[Any], ref: ObjectRef, row: Sequence[Any]) -> None:
     """The identity rule on a stored ``(machine, kind, namespace, name)``."""
     check_identity(str(row[0]), str(row[1]), str(row[2]), str(row[3]), machine.name, ref)
@@ -1111,6 +1138,8 @@ class PgSettings:
     _keep_journal: bool
     _sql: Statements
     _acked: dict[str, tuple[int, str]]
+    #: the coherent status cache (``cache=N``, ADR 0134), or ``None``
+    cache: StatusCache | None
 
     def _settle(
         self,
@@ -1123,6 +1152,7 @@ class PgSettings:
         journal: bool,
         synchronous_commit: SynchronousCommit | None,
         owner: str | None,
+        notify: bool = False,
     ) -> list[str]:
         """Check and keep the settings; returns the statements each new connection runs."""
         if pool_size < 1:
@@ -1140,6 +1170,7 @@ class PgSettings:
         self.owner = owner if owner is not None else uuid.uuid4().hex
         self.epoch = ""
         self.rewinds = []
+        self.cache = None
         self._acked = {}
         self._lease = float(lease_seconds)
         self._timeout = timeout
@@ -1148,7 +1179,7 @@ class PgSettings:
         self._call_timeout = target.call_timeout
         self._resolve_timeout = target.resolve_timeout
         self._keep_journal = journal
-        self._sql = Statements(self.target.schema, journal=journal)
+        self._sql = Statements(self.target.schema, journal=journal, notify=notify)
         return configure_sql(synchronous_commit)
 
     def _pool_options(self, pool_size: int, name: str) -> dict[str, Any]:
@@ -1182,6 +1213,8 @@ class PgSettings:
             return None
         acknowledged = acked[0]
         rewind = Rewind(uid, acknowledged, found, self.epoch)
+        if self.cache is not None:  # it may hold what the store lost, of this or others
+            self.cache.drop("a rewind")
         self._acked.pop(uid, None)
         self.rewinds.append(rewind)
         del self.rewinds[:-_REWINDS_KEPT]
@@ -1219,6 +1252,8 @@ class PgSettings:
 
     def _new_epoch(self, old: str, new: str, history: str) -> None:
         if new != old:
+            if self.cache is not None:  # a failover may have lost what it holds
+                self.cache.drop("the database's history changed")
             _log.warning(
                 "the database's history changed (failover or restore): new store epoch; "
                 "event ids now end in @" + new,

@@ -37,6 +37,7 @@ from .._core.schema import SchemaCount, merge_counts
 from .._core.transition import Transition
 from .._log import get_logger
 from . import _pgsql as sql
+from ._cache import StatusCache
 from ._pgio import (
     MARK_DELAY,
     HeldMarks,
@@ -46,6 +47,7 @@ from ._pgio import (
     Watchdog,
     snapshot_rows,
 )
+from ._pglisten import Listener
 from ._pgsql import (
     ConnectionPool,
     Landed,
@@ -214,6 +216,13 @@ class PostgresStore(sql.PgSettings):
     15 s): landed, not written, or :class:`~lifecycle.CommitUnknown`. Event ids carry the
     store's :attr:`epoch` once the database's history changed (a failover): an id never names
     two different events.
+
+    ``cache=N`` keeps the last committed record of up to ``N`` objects in this handle
+    (ADR 0134), so an observation that changes nothing makes no round trip and a change makes
+    one. It is kept coherent by ``NOTIFY``: with ``notify=True`` (the default when ``cache``
+    is set) each commit's transaction names the object and version it wrote, and a listener
+    thread drops what another writer changed; every writer of the schema must notify. Off by
+    default: notifying commits queue on one lock in the database, see the ADR.
     """
 
     def __init__(
@@ -229,11 +238,18 @@ class PostgresStore(sql.PgSettings):
         migrate: bool = True,
         synchronous_commit: SynchronousCommit | None = None,
         owner: str | None = None,
+        cache: int = 0,
+        notify: bool | None = None,
     ) -> None:
+        if cache and notify is False:
+            raise ValueError("a status cache needs notify: it is kept coherent by NOTIFY")
         settings = self._settle(
             url, schema, pool_size, timeout, connect_timeout, lease_seconds, journal,
-            synchronous_commit, owner,
+            synchronous_commit, owner, bool(cache) if notify is None else notify,
         )  # fmt: skip
+        #: the coherent status cache (``cache=N``), suspended until its listener listens
+        self.cache = StatusCache(cache, usable=False) if cache else None
+        self._listener: Listener | None = None
         self._migrate_first = migrate
         self._watchdog = Watchdog(self._call_timeout)
         #: delivered-marks held back for the next commit to carry (ADR 0127)
@@ -281,6 +297,10 @@ class PostgresStore(sql.PgSettings):
         finally:
             conn.close()
         self._pool.open(wait=False)
+        if self.cache is not None:
+            self._listener = Listener(
+                self.target.conninfo, self._sql.channel, self.cache, name="lifecycle-listen"
+            )
 
     # -- plumbing -----------------------------------------------------------------------
     @contextlib.contextmanager
@@ -426,6 +446,20 @@ class PostgresStore(sql.PgSettings):
 
     # -- the protocol -------------------------------------------------------------------
     def load(self, machine: Machine[Any], ref: ObjectRef) -> Record | None:
+        cache = self.cache
+        if cache is None:
+            return self._load(machine, ref)
+        record = cache.get(machine, ref)
+        if record is not None:
+            return record
+        generation = cache.begin(ref.uid)
+        try:
+            record = self._load(machine, ref)
+        finally:
+            cache.end(ref.uid, generation, record)
+        return record
+
+    def _load(self, machine: Machine[Any], ref: ObjectRef) -> Record | None:
         with self._conn(f"load of {ref.uid}") as conn:
             cur = conn.execute(self._sql.load, (ref.uid,))
             row = cur.fetchone()
@@ -467,10 +501,18 @@ class PostgresStore(sql.PgSettings):
         if not stamped:  # no events: still written only on a session of this handle's epoch
             params["epoch"] = self.epoch  # (ADR 0127: else a lost write can go unreported)
         marks = self._marks.take()
+        cache = self.cache
+        generation = 0 if cache is None else cache.begin(ref.uid)
+        record = None
         try:
-            return self._commit(machine, ref, expected, params, what, marks, stamped)
+            version = self._commit(machine, ref, expected, params, what, marks, stamped)
+            if cache is not None:
+                record = Record(ref, machine.name, status, version)
+            return version
         finally:
             self._marks.restore(marks)  # the commit did not carry them (harmless if it did)
+            if cache is not None:
+                cache.end(ref.uid, generation, record)
 
     def _commit(
         self,
@@ -652,14 +694,57 @@ class PostgresStore(sql.PgSettings):
             row = cur.fetchone()
         return OutboxSummary(0, None) if row is None else OutboxSummary(int(row[0]), row[1])
 
+    def settle_cache(self, timeout: float = 5.0) -> bool:
+        """Wait until every commit made before this call (by any writer) has reached the
+        status cache: True when it has (or there is no cache), False when the listener is not
+        listening or ``timeout`` seconds passed. A barrier: tests and hand-overs use it."""
+        listener = self._listener
+        if self.cache is None:
+            return True
+        deadline = time.monotonic() + timeout
+        while listener is None or not listener.listening.is_set():
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.01)
+            listener = self._listener
+        token, arrived = listener.barrier()
+        with self._conn("cache barrier") as conn:
+            conn.execute(self._sql.notify, (self._sql.channel, "sync " + token))
+        while not arrived.is_set():
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.002)
+        return listener.listening.is_set()
+
     def close(self) -> None:
         self._marks.close()
         self._send_held()
         self._watchdog.close()
+        if self._listener is not None:
+            self._listener.close()
         self._pool.close()
 
     # -- batches (BatchStore) -----------------------------------------------------------
     def load_many(self, items: Sequence[tuple[Machine[Any], ObjectRef]]) -> list[Record | None]:
+        cache = self.cache
+        if cache is None:
+            return self._load_many(items)
+        found, flights = cache.lookup(items)
+        if not flights:
+            return found
+        read: dict[str, Record | None] = {}
+        try:
+            missing = [item for item, record in zip(items, found, strict=True) if record is None]
+            for (_, ref), record in zip(missing, self._load_many(missing), strict=True):
+                read[ref.uid] = record
+        finally:
+            cache.settle(flights, read)
+        return [
+            record if record is not None else read[ref.uid]
+            for (_, ref), record in zip(items, found, strict=True)
+        ]
+
+    def _load_many(self, items: Sequence[tuple[Machine[Any], ObjectRef]]) -> list[Record | None]:
         uids = list(dict.fromkeys(ref.uid for _, ref in items))
         with self._conn(f"load of {len(uids)} objects") as conn:
             cur = conn.execute(self._sql.load_many, (uids,))
@@ -700,6 +785,18 @@ class PostgresStore(sql.PgSettings):
         that certainly did not commit raises :class:`StoreError` (nothing written), and one
         whose outcome cannot be found out within ``resolve_timeout`` raises
         :class:`CommitUnknown`."""
+        cache = self.cache
+        if cache is None:
+            return self._commit_many(items)
+        flights = [cache.begin(item.ref.uid) for item in items]
+        out: list[int | StoreError] = []
+        try:
+            out = self._commit_many(items)
+        finally:
+            cache.settle_commits(items, flights, out)
+        return out
+
+    def _commit_many(self, items: Sequence[CommitItem]) -> list[int | StoreError]:
         out: list[int | StoreError | None] = [None] * len(items)
         ready: list[tuple[int, dict[str, Any]]] = []
         for index, item in enumerate(items):

@@ -35,7 +35,9 @@ from .._core.schema import SchemaCount, merge_counts
 from .._core.transition import Transition
 from .._log import get_logger
 from . import _pgsql as sql
+from ._cache import StatusCache
 from ._pgio import MARK_DELAY, HistoryReport, LoopMarks, LoopWatch, Lost, RecordList, snapshot_rows
+from ._pglisten import Listener
 from ._pgsql import (
     AsyncConnectionPool,
     Landed,
@@ -212,6 +214,13 @@ class AsyncPostgresStore(sql.PgSettings):
     15 s): landed, not written, or :class:`~lifecycle.CommitUnknown`. Event ids carry the
     store's :attr:`epoch` once the database's history changed (a failover): an id never names
     two different events.
+
+    ``cache=N`` keeps the last committed record of up to ``N`` objects in this handle
+    (ADR 0134), so an observation that changes nothing makes no round trip and a change makes
+    one. It is kept coherent by ``NOTIFY``: with ``notify=True`` (the default when ``cache``
+    is set) each commit's transaction names the object and version it wrote, and a listener
+    thread drops what another writer changed; every writer of the schema must notify. Off by
+    default: notifying commits queue on one lock in the database, see the ADR.
     """
 
     def __init__(
@@ -227,11 +236,18 @@ class AsyncPostgresStore(sql.PgSettings):
         migrate: bool = True,
         synchronous_commit: SynchronousCommit | None = None,
         owner: str | None = None,
+        cache: int = 0,
+        notify: bool | None = None,
     ) -> None:
+        if cache and notify is False:
+            raise ValueError("a status cache needs notify: it is kept coherent by NOTIFY")
         settings = self._settle(
             url, schema, pool_size, timeout, connect_timeout, lease_seconds, journal,
-            synchronous_commit, owner,
+            synchronous_commit, owner, bool(cache) if notify is None else notify,
         )  # fmt: skip
+        #: the coherent status cache (``cache=N``), suspended until its listener listens
+        self.cache = StatusCache(cache, usable=False) if cache else None
+        self._listener: Listener | None = None
         self._migrate_first = migrate
         self._watchdog = LoopWatch(self._call_timeout)
         #: delivered-marks held back for the next commit to carry (ADR 0127)
@@ -282,6 +298,10 @@ class AsyncPostgresStore(sql.PgSettings):
         finally:
             await conn.close()
         await self._pool.open(wait=False)
+        if self.cache is not None:
+            self._listener = Listener(
+                self.target.conninfo, self._sql.channel, self.cache, name="lifecycle-listen"
+            )
 
     # -- plumbing -----------------------------------------------------------------------
     @contextlib.asynccontextmanager
@@ -429,6 +449,20 @@ class AsyncPostgresStore(sql.PgSettings):
 
     # -- the protocol -------------------------------------------------------------------
     async def load(self, machine: Machine[Any], ref: ObjectRef) -> Record | None:
+        cache = self.cache
+        if cache is None:
+            return await self._load(machine, ref)
+        record = cache.get(machine, ref)
+        if record is not None:
+            return record
+        generation = cache.begin(ref.uid)
+        try:
+            record = await self._load(machine, ref)
+        finally:
+            cache.end(ref.uid, generation, record)
+        return record
+
+    async def _load(self, machine: Machine[Any], ref: ObjectRef) -> Record | None:
         async with self._conn(f"load of {ref.uid}") as conn:
             cur = await conn.execute(self._sql.load, (ref.uid,))
             row = await cur.fetchone()
@@ -470,10 +504,18 @@ class AsyncPostgresStore(sql.PgSettings):
         if not stamped:  # no events: still written only on a session of this handle's epoch
             params["epoch"] = self.epoch  # (ADR 0127: else a lost write can go unreported)
         marks = self._marks.take()
+        cache = self.cache
+        generation = 0 if cache is None else cache.begin(ref.uid)
+        record = None
         try:
-            return await self._commit(machine, ref, expected, params, what, marks, stamped)
+            version = await self._commit(machine, ref, expected, params, what, marks, stamped)
+            if cache is not None:
+                record = Record(ref, machine.name, status, version)
+            return version
         finally:
             self._marks.restore(marks)  # the commit did not carry them (harmless if it did)
+            if cache is not None:
+                cache.end(ref.uid, generation, record)
 
     async def _commit(
         self,
@@ -658,14 +700,59 @@ class AsyncPostgresStore(sql.PgSettings):
             row = await cur.fetchone()
         return OutboxSummary(0, None) if row is None else OutboxSummary(int(row[0]), row[1])
 
+    async def settle_cache(self, timeout: float = 5.0) -> bool:
+        """Wait until every commit made before this call (by any writer) has reached the
+        status cache: True when it has (or there is no cache), False when the listener is not
+        listening or ``timeout`` seconds passed. A barrier: tests and hand-overs use it."""
+        listener = self._listener
+        if self.cache is None:
+            return True
+        deadline = time.monotonic() + timeout
+        while listener is None or not listener.listening.is_set():
+            if time.monotonic() >= deadline:
+                return False
+            await asyncio.sleep(0.01)
+            listener = self._listener
+        token, arrived = listener.barrier()
+        async with self._conn("cache barrier") as conn:
+            await conn.execute(self._sql.notify, (self._sql.channel, "sync " + token))
+        while not arrived.is_set():
+            if time.monotonic() >= deadline:
+                return False
+            await asyncio.sleep(0.002)
+        return listener.listening.is_set()
+
     async def close(self) -> None:
         self._marks.close()
         await self._send_held()
         self._watchdog.close()
+        if self._listener is not None:
+            self._listener.close()
         await self._pool.close()
 
     # -- batches (BatchStore) -----------------------------------------------------------
     async def load_many(
+        self, items: Sequence[tuple[Machine[Any], ObjectRef]]
+    ) -> list[Record | None]:
+        cache = self.cache
+        if cache is None:
+            return await self._load_many(items)
+        found, flights = cache.lookup(items)
+        if not flights:
+            return found
+        read: dict[str, Record | None] = {}
+        try:
+            missing = [item for item, record in zip(items, found, strict=True) if record is None]
+            for (_, ref), record in zip(missing, await self._load_many(missing), strict=True):
+                read[ref.uid] = record
+        finally:
+            cache.settle(flights, read)
+        return [
+            record if record is not None else read[ref.uid]
+            for (_, ref), record in zip(items, found, strict=True)
+        ]
+
+    async def _load_many(
         self, items: Sequence[tuple[Machine[Any], ObjectRef]]
     ) -> list[Record | None]:
         uids = list(dict.fromkeys(ref.uid for _, ref in items))
@@ -708,6 +795,18 @@ class AsyncPostgresStore(sql.PgSettings):
         that certainly did not commit raises :class:`StoreError` (nothing written), and one
         whose outcome cannot be found out within ``resolve_timeout`` raises
         :class:`CommitUnknown`."""
+        cache = self.cache
+        if cache is None:
+            return await self._commit_many(items)
+        flights = [cache.begin(item.ref.uid) for item in items]
+        out: list[int | StoreError] = []
+        try:
+            out = await self._commit_many(items)
+        finally:
+            cache.settle_commits(items, flights, out)
+        return out
+
+    async def _commit_many(self, items: Sequence[CommitItem]) -> list[int | StoreError]:
         out: list[int | StoreError | None] = [None] * len(items)
         ready: list[tuple[int, dict[str, Any]]] = []
         for index, item in enumerate(items):

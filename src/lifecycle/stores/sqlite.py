@@ -44,6 +44,7 @@ from .._core.schema import (
 from .._core.transition import Transition
 from .._log import get_logger
 from . import _sqlite_history as history
+from ._cache import StatusCache
 from ._sqlite_history import HistoryRewind, SQLiteHistory
 from .base import (
     CommitItem,
@@ -187,6 +188,12 @@ class SQLiteStore:
     failed ``COMMIT`` fails every caller of that group with a :class:`StoreError`. Reads then
     go through a second connection, so they do not wait for a flush in progress. A lone
     caller commits as without it.
+
+    ``cache=N`` keeps the last committed record of up to ``N`` objects in this handle
+    (ADR 0134), so an observation that changes nothing is decided without a read. Before each
+    use the cache asks SQLite whether another connection committed (``PRAGMA data_version``)
+    and is dropped whole if one did; a change decided from it is still compared-and-set.
+    Off (``0``) by default.
     """
 
     def __init__(
@@ -200,6 +207,7 @@ class SQLiteStore:
         clock: Callable[[], float] = time.time,
         owner: str | None = None,
         group_commit: bool = False,
+        cache: int = 0,
     ) -> None:
         if synchronous not in ("OFF", "NORMAL", "FULL", "EXTRA"):
             raise ValueError(f"synchronous must be OFF, NORMAL, FULL or EXTRA, not {synchronous!r}")
@@ -212,6 +220,8 @@ class SQLiteStore:
         self._busy_timeout = busy_timeout
         self._clock = clock
         self._keep_journal = journal
+        #: the coherent status cache (``cache=N``, ADR 0134), or ``None``
+        self.cache: StatusCache | None = StatusCache(cache) if cache else None
         self._lock = threading.RLock()
         #: Commits waiting for, or in, a shared flush (``group_commit=True``), and the
         #: connection reads take meanwhile.
@@ -378,9 +388,38 @@ class SQLiteStore:
             raise StoreError(f"SQLite store {self.path}: cannot read the {what}: {e!r}") from e
 
     # -- the protocol -------------------------------------------------------------------
+    def _cache_coherent(self, cache: StatusCache) -> bool:
+        """Drop ``cache`` if another connection committed since it was last asked; False
+        when that cannot be asked now (a group flush holds the connection): do not use it."""
+        lock = self._lock
+        if not lock.acquire(blocking=self._group is None):
+            return False
+        try:
+            token = self._db.execute("PRAGMA data_version").fetchone()[0]
+        except sqlite3.Error:
+            return False
+        finally:
+            lock.release()
+        cache.observe_token(token)
+        return True
+
     def load(self, machine: Machine[Any], ref: ObjectRef) -> Record | None:
         """The stored record, or ``None``; :class:`~lifecycle.IdentityMismatch` when the
         uid is stored for another object (its identity is read in the same ``SELECT``)."""
+        cache = self.cache
+        if cache is None or not self._cache_coherent(cache):
+            return self._load(machine, ref)
+        record = cache.get(machine, ref)
+        if record is not None:
+            return record
+        generation = cache.begin(ref.uid)
+        try:
+            record = self._load(machine, ref)
+        finally:
+            cache.end(ref.uid, generation, record)
+        return record
+
+    def _load(self, machine: Machine[Any], ref: ObjectRef) -> Record | None:
         db, lock = self._reading()
         with lock:
             try:
@@ -405,6 +444,20 @@ class SQLiteStore:
         transitions: Sequence[Transition],
     ) -> int:
         row = self._encode(machine, ref, expected, status, observation, transitions)
+        cache = self.cache
+        if cache is None:
+            return self._commit_row(row)
+        generation = cache.begin(ref.uid)
+        record = None
+        try:
+            version = self._commit_row(row)
+            record = Record(ref, machine.name, status, version)
+        finally:
+            cache.end(ref.uid, generation, record)
+        return version
+
+    def _commit_row(self, row: _Row) -> int:
+        ref, expected = row.ref, row.expected
         if self._group is not None:
             return self._commit_grouped(self._group, row)
         lease_until = self._clock() + self._lease
@@ -741,6 +794,25 @@ class SQLiteStore:
         """Each object's record (or ``None``), read in one consistent snapshot. An item whose
         uid is stored for another object refuses the whole read with
         :class:`~lifecycle.IdentityMismatch` (see :class:`~lifecycle.stores.BatchStore`)."""
+        cache = self.cache
+        if cache is None or not self._cache_coherent(cache):
+            return self._load_many(items)
+        found, flights = cache.lookup(items)
+        if not flights:
+            return found
+        read: dict[str, Record | None] = {}
+        try:
+            missing = [item for item, record in zip(items, found, strict=True) if record is None]
+            for (_, ref), record in zip(missing, self._load_many(missing), strict=True):
+                read[ref.uid] = record
+        finally:
+            cache.settle(flights, read)
+        return [
+            record if record is not None else read[ref.uid]
+            for (_, ref), record in zip(items, found, strict=True)
+        ]
+
+    def _load_many(self, items: Sequence[tuple[Machine[Any], ObjectRef]]) -> list[Record | None]:
         uids = list(dict.fromkeys(ref.uid for _, ref in items))
         found: dict[str, tuple[Any, ...]] = {}
         db, lock = self._reading()
@@ -781,6 +853,18 @@ class SQLiteStore:
         refused. An item whose uid is stored for another object refuses the whole batch with
         :class:`~lifecycle.IdentityMismatch`: the transaction is rolled back, nothing written.
         """
+        cache = self.cache
+        if cache is None:
+            return self._commit_many(items)
+        flights = [cache.begin(item.ref.uid) for item in items]
+        out: list[int | StoreError] = []
+        try:
+            out = self._commit_many(items)
+        finally:
+            cache.settle_commits(items, flights, out)
+        return out
+
+    def _commit_many(self, items: Sequence[CommitItem]) -> list[int | StoreError]:
         rows: list[_Row | StoreError] = []
         for item in items:
             try:

@@ -1,0 +1,121 @@
+"""The listener that keeps a PostgreSQL store's status cache coherent (ADR 0134).
+
+One thread per store handle holds its own connection, ``LISTEN``s on the schema's channel and
+hands every ``"VERSION UID"`` a committing transaction sent to the cache. While it is not
+listening -- before its first ``LISTEN``, after its connection broke, during a failover -- the
+cache is suspended (dropped, and passing every read to the store), and it starts empty again
+once the listener is back. It serves the synchronous and the asyncio store alike: the cache is
+plain memory behind a lock.
+
+A barrier (:meth:`Listener.barrier`) is a notification the handle sends itself: PostgreSQL
+delivers notifications in commit order, so once it arrives, every commit made before it was
+sent has been handed to the cache.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from typing import Any
+
+import psycopg
+
+from .._log import get_logger
+from ._cache import StatusCache
+
+__all__ = ["Listener"]
+
+_log = get_logger("lifecycle.stores.postgres")
+
+#: how often a listening connection is asked to answer (a half-open one is found within this
+#: and the connection's TCP timeouts)
+_PING = 2.0
+#: how long a wait for notifications lasts before the stop flag is looked at again
+_TICK = 0.05
+_BACKOFF = (0.05, 2.0)
+
+
+class Listener:
+    """Hands ``channel``'s notifications to ``cache``; :meth:`close` stops it."""
+
+    def __init__(self, conninfo: str, channel: str, cache: StatusCache, *, name: str) -> None:
+        self._conninfo = conninfo
+        self.channel = channel
+        self._cache = cache
+        self._stop = threading.Event()
+        #: set while a LISTEN is in force
+        self.listening = threading.Event()
+        self._barriers: dict[str, threading.Event] = {}
+        self._lock = threading.Lock()
+        self._conn: psycopg.Connection[Any] | None = None
+        #: how many times the connection was (re)established
+        self.connects = 0
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        delay = _BACKOFF[0]
+        while not self._stop.is_set():
+            try:
+                conn = psycopg.Connection.connect(self._conninfo, autocommit=True)
+            except psycopg.Error as e:
+                _log.warning("status cache listener cannot connect; cache unused", error=str(e))
+                self._stop.wait(delay)
+                delay = min(_BACKOFF[1], delay * 2)
+                continue
+            delay = _BACKOFF[0]
+            try:
+                self._listen(conn)
+            except psycopg.Error as e:
+                if not self._stop.is_set():
+                    _log.warning("status cache listener lost its connection", error=str(e))
+            finally:
+                self.listening.clear()
+                self._cache.suspend("the listener's connection was lost")
+                with self._lock:
+                    self._conn = None
+                conn.close()
+
+    def _listen(self, conn: psycopg.Connection[Any]) -> None:
+        conn.execute(f'LISTEN "{self.channel}"')
+        with self._lock:
+            self._conn = conn
+        self.connects += 1
+        self._cache.resume()
+        self.listening.set()
+        cache = self._cache
+        pinged = time.monotonic()
+        while not self._stop.is_set():
+            for note in conn.notifies(timeout=_TICK):
+                version, _, uid = note.payload.partition(" ")
+                if version == "sync":
+                    self._reached(uid)
+                    continue
+                try:
+                    cache.signalled(uid, int(version))
+                except ValueError:  # not ours: the whole cache, to be safe
+                    cache.drop("an unreadable notification")
+                if self._stop.is_set():
+                    return
+            if time.monotonic() - pinged >= _PING:
+                conn.execute("SELECT 1")  # a connection that no longer answers raises here
+                pinged = time.monotonic()
+
+    def _reached(self, token: str) -> None:
+        with self._lock:
+            event = self._barriers.pop(token, None)
+        if event is not None:
+            event.set()
+
+    def barrier(self) -> tuple[str, threading.Event]:
+        """A token to notify ``"sync TOKEN"`` with, and the event set when it arrives."""
+        token = uuid.uuid4().hex
+        event = threading.Event()
+        with self._lock:
+            self._barriers[token] = event
+        return token, event
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=_TICK + 5.0)

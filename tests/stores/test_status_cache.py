@@ -1,0 +1,337 @@
+"""The coherent status cache (ADR 0134), differentially: several runners, each on its own
+store handle (threads or processes; SQLite or PostgreSQL), interleave polls and changes on
+shared objects, with their caches on and off, and must decide alike.
+
+- **Sequential interleavings** (Hypothesis picks who observes what, in which order): with the
+  cache on, every step's result and events equal the uncached run's. SQLite's check is
+  synchronous (``PRAGMA data_version``); PostgreSQL's signal is asynchronous, so there each
+  step is preceded by the handle's barrier (``settle_cache``) -- the property is then that
+  nothing the cache held or kept was stale once the signals were in.
+- **Without barriers** (PostgreSQL) every step may decide from a stale entry: the run may
+  differ, but no write is lost (each object's journal is 1..n, folds to its status) and, after
+  the barrier and one more poll each of its last observation, every object ends where the
+  uncached run ends.
+- **Concurrent runners** (threads and processes, as fast as they go): no write lost, and once
+  the signals are in, every read through a cache equals a fresh read.
+"""
+
+from __future__ import annotations
+
+import itertools
+import multiprocessing
+import os
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from lifecycle import SQLiteStore
+from lifecycle.machines import POD
+from lifecycle.stores._cache import StatusCache
+from lifecycle.testing import assert_journal_folds
+
+from . import _cache_workers as workers
+from .pg import PgServer
+
+UIDS = ["a", "b", "c", "d"]
+RUNNERS = 3
+#: small enough that the interleavings evict
+CACHE = 2
+_names = itertools.count()
+
+Step = tuple[int, int, int]  # runner, object, observation kind
+steps = st.lists(
+    st.tuples(
+        st.integers(0, RUNNERS - 1),
+        st.integers(0, len(UIDS) - 1),
+        st.integers(0, workers.KINDS - 1),
+    ),
+    min_size=1,
+    max_size=30,
+)
+
+
+class Peer:
+    """One runner on its own handle, behind a pipe, in a thread or a process."""
+
+    def __init__(self, how: str) -> None:
+        self.conn, theirs = multiprocessing.Pipe()
+        if how == "thread":
+            self.worker: Any = threading.Thread(target=workers.serve, args=(theirs,), daemon=True)
+        else:
+            ctx = multiprocessing.get_context("spawn")
+            self.worker = ctx.Process(target=workers.serve, args=(theirs,), daemon=True)
+        self.worker.start()
+
+    def ask(self, *message: Any) -> Any:
+        self.conn.send(message)
+        if not self.conn.poll(60):
+            raise AssertionError(f"no answer to {message[0]} within 60 s")
+        answer = self.conn.recv()
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    def stop(self) -> None:
+        self.ask("stop")
+        self.worker.join(10)
+
+
+@pytest.fixture(scope="module", params=["thread", "process"])
+def peers(request: pytest.FixtureRequest) -> Iterator[list[Peer]]:
+    group = [Peer(str(request.param)) for _ in range(RUNNERS)]
+    yield group
+    for p in group:
+        p.stop()
+
+
+def targets(kind: str, tmp_path: Path, server: PgServer | None) -> str:
+    if kind == "sqlite":
+        return str(tmp_path / f"shared{next(_names)}.db")
+    assert server is not None
+    return server.url(schema=f"cache{next(_names)}")
+
+
+def run_schedule(
+    peers: list[Peer], kind: str, target: str, cache: int, schedule: list[Step], *, settle: bool
+) -> list[Any]:
+    for p in peers:
+        p.ask("open", kind, target, cache)
+    try:
+        out = []
+        for n, (who, obj, index) in enumerate(schedule):
+            if settle:
+                assert peers[who].ask("settle") is True
+            out.append(peers[who].ask("observe", UIDS[obj], index, n))
+        return out
+    finally:
+        for p in peers:
+            p.ask("close")
+
+
+def repoll(peers: list[Peer], schedule: list[Step]) -> list[Any]:
+    """One more poll of each object: its last observation again, by the runner that made it,
+    after that runner's barrier."""
+    last: dict[int, tuple[int, int, int]] = {}
+    for n, (who, obj, index) in enumerate(schedule):
+        last[obj] = (who, index, n)
+    out = []
+    for obj, (who, index, n) in sorted(last.items()):
+        assert peers[who].ask("settle") is True
+        out.append(peers[who].ask("observe", UIDS[obj], index, n))
+    return out
+
+
+def final_records(kind: str, target: str) -> dict[str, Any]:
+    """Every object as an uncached handle reads it, journal folds checked."""
+    store = workers.open_store(kind, target, 0)
+    try:
+        out = {}
+        for uid in UIDS:
+            record = store.load(POD, workers.ref(uid))
+            if record is not None:
+                assert_journal_folds(POD, store, workers.ref(uid))
+                assert [e.version for e in store.journal(POD, workers.ref(uid))] == list(
+                    range(1, record.version + 1)
+                )
+            out[uid] = workers.record_summary(record)
+        return out
+    finally:
+        store.close()
+
+
+#: ``make test`` runs the short form; ``LIFECYCLE_SOAK=1`` explores ten times as long
+LONG = 10 if os.environ.get("LIFECYCLE_SOAK") == "1" else 1
+SLOW = settings(
+    max_examples=25 * LONG,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+#: a PostgreSQL example opens six handles (each a pool and a listener)
+PG_SLOW = settings(SLOW, max_examples=6 * LONG)
+
+
+@SLOW
+@given(schedule=steps)
+def test_sqlite_cached_runners_decide_every_step_as_uncached_ones(
+    peers: list[Peer], tmp_path: Path, schedule: list[Step]
+) -> None:
+    cached_target = targets("sqlite", tmp_path, None)
+    plain_target = targets("sqlite", tmp_path, None)
+    cached = run_schedule(peers, "sqlite", cached_target, CACHE, schedule, settle=False)
+    plain = run_schedule(peers, "sqlite", plain_target, 0, schedule, settle=False)
+    assert cached == plain
+    assert final_records("sqlite", cached_target) == final_records("sqlite", plain_target)
+
+
+@pytest.mark.postgres
+@PG_SLOW
+@given(schedule=steps)
+def test_postgres_cached_runners_after_a_barrier_decide_as_uncached_ones(
+    peers: list[Peer], pg_server: PgServer, schedule: list[Step]
+) -> None:
+    cached_target = targets("postgres", Path(), pg_server)
+    plain_target = targets("postgres", Path(), pg_server)
+    cached = run_schedule(peers, "postgres", cached_target, CACHE, schedule, settle=True)
+    plain = run_schedule(peers, "postgres", plain_target, 0, schedule, settle=False)
+    assert cached == plain
+    assert final_records("postgres", cached_target) == final_records("postgres", plain_target)
+
+
+@pytest.mark.postgres
+@PG_SLOW
+@given(schedule=steps)
+def test_postgres_cached_runners_without_barriers_lose_nothing_and_converge(
+    peers: list[Peer], pg_server: PgServer, schedule: list[Step]
+) -> None:
+    cached_target = targets("postgres", Path(), pg_server)
+    plain_target = targets("postgres", Path(), pg_server)
+    for target, cache in ((cached_target, CACHE), (plain_target, 0)):
+        for p in peers:
+            p.ask("open", "postgres", target, cache)
+        try:
+            for n, (who, obj, index) in enumerate(schedule):
+                peers[who].ask("observe", UIDS[obj], index, n)
+            repoll(peers, schedule)
+        finally:
+            for p in peers:
+                p.ask("close")
+    cached, plain = (
+        final_records("postgres", cached_target),
+        final_records("postgres", plain_target),
+    )
+    assert {u: c and c[1] for u, c in cached.items()} == {u: c and c[1] for u, c in plain.items()}
+
+
+@pytest.mark.parametrize("kind", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def test_concurrent_cached_runners_lose_nothing_and_read_coherently(
+    peers: list[Peer], kind: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    server = request.getfixturevalue("pg_server") if kind == "postgres" else None
+    target = targets(kind, tmp_path, server)
+    for p in peers:
+        p.ask("open", kind, target, CACHE)
+    try:
+        for seed, p in enumerate(peers):
+            p.conn.send(("run", UIDS, 150, seed))
+        answers = []
+        for p in peers:
+            assert p.conn.poll(120)
+            answers.append(p.conn.recv())
+        for got in answers:
+            assert not isinstance(got, Exception), got
+        committed = sum(1 for got in answers for s in got if s[0] == "committed")
+        fresh = final_records(kind, target)
+        assert sum(r[0] for r in fresh.values() if r is not None) == committed
+        for p in peers:
+            assert p.ask("settle") is True
+            assert p.ask("load", UIDS) == fresh
+    finally:
+        for p in peers:
+            p.ask("close")
+
+
+# -- the cache's own rules ------------------------------------------------------------------
+def record(uid: str, version: int) -> Any:
+    from lifecycle.stores.base import Record
+
+    return Record(workers.ref(uid), POD.name, POD.initial(workers.ref(uid)), version)
+
+
+def test_an_entry_is_replaced_only_by_a_higher_version() -> None:
+    cache = StatusCache(4)
+    cache.end("a", cache.begin("a"), record("a", 3))
+    cache.end("a", cache.begin("a"), record("a", 2))
+    got = cache.get(POD, workers.ref("a"))
+    assert got is not None
+    assert got.version == 3
+
+
+def test_a_read_that_raced_a_drop_or_a_signal_is_not_kept() -> None:
+    cache = StatusCache(4)
+    generation = cache.begin("a")
+    cache.drop("test")
+    cache.end("a", generation, record("a", 1))
+    assert cache.get(POD, workers.ref("a")) is None
+    generation = cache.begin("b")
+    cache.signalled("b", 5)  # another writer committed v5 while v4 was being read
+    cache.end("b", generation, record("b", 4))
+    assert cache.get(POD, workers.ref("b")) is None
+    generation = cache.begin("c")
+    cache.signalled("c", 5)  # its own commit's notice, or an older one: kept
+    cache.end("c", generation, record("c", 5))
+    assert cache.get(POD, workers.ref("c")) is not None
+
+
+def test_a_signal_drops_only_older_entries_and_a_suspended_cache_keeps_nothing() -> None:
+    cache = StatusCache(4)
+    for uid in "ab":
+        cache.end(uid, cache.begin(uid), record(uid, 2))
+    cache.signalled("a", 2)
+    cache.signalled("b", 3)
+    assert cache.get(POD, workers.ref("a")) is not None
+    assert cache.get(POD, workers.ref("b")) is None
+    cache.suspend("lost")
+    assert cache.get(POD, workers.ref("a")) is None
+    cache.end("a", cache.begin("a"), record("a", 9))
+    assert len(cache) == 0
+    cache.resume()
+    cache.end("a", cache.begin("a"), record("a", 9))
+    assert len(cache) == 1
+
+
+def test_the_cache_is_bounded_and_evicts_the_least_recently_used() -> None:
+    cache = StatusCache(2)
+    for uid in "abc":
+        cache.end(uid, cache.begin(uid), record(uid, 1))
+        if uid == "b":
+            cache.get(POD, workers.ref("a"))
+    assert len(cache) == 2
+    assert cache.get(POD, workers.ref("b")) is None
+    with pytest.raises(ValueError, match="at least 1"):
+        StatusCache(0)
+
+
+def test_an_impostor_is_refused_from_the_cache_as_from_the_store(tmp_path: Path) -> None:
+    from lifecycle import IdentityMismatch, ObjectRef
+
+    store = SQLiteStore(tmp_path / "s.db", cache=8)
+    try:
+        from lifecycle.machines import pod
+
+        from .helpers import step
+        from .helpers import t as at
+
+        step(store, pod.CreateRequested(at=at(0)), workers.ref("a"))
+        assert store.load(POD, workers.ref("a")) is not None  # now cached
+        with pytest.raises(IdentityMismatch):
+            store.load(POD, ObjectRef("Pod", "ml", "someone-else", "a"))
+    finally:
+        store.close()
+
+
+def test_another_connection_s_commit_drops_the_sqlite_cache(tmp_path: Path) -> None:
+    from lifecycle.machines import pod
+
+    from .helpers import step
+    from .helpers import t as at
+
+    path = tmp_path / "s.db"
+    mine, other = SQLiteStore(path, cache=8), SQLiteStore(path)
+    try:
+        step(mine, pod.CreateRequested(at=at(0)), workers.ref("a"))
+        assert mine.load(POD, workers.ref("a")).version == 1  # type: ignore[union-attr]
+        assert mine.cache is not None
+        drops = mine.cache.stats.drops
+        step(other, pod.ConfigInvalid(at=at(1), error="x"), workers.ref("a"))
+        assert mine.load(POD, workers.ref("a")).version == 2  # type: ignore[union-attr]
+        assert mine.cache.stats.drops == drops + 1
+        assert mine.load(POD, workers.ref("a")).version == 2  # type: ignore[union-attr]
+        assert mine.cache.stats.hits >= 1
+    finally:
+        mine.close()
+        other.close()
