@@ -25,7 +25,6 @@ from lifecycle.testing import assert_journal_folds
 
 from .conftest import CACHED, KINDS
 from .conftest import SHARED as PLAIN
-
 from .helpers import check_invariants, pod_ref, raw, state_of, step, t
 
 #: every store, and the shared ones again with their status cache on (ADR 0134)
