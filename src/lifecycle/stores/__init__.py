@@ -18,6 +18,7 @@ from urllib.parse import SplitResult, parse_qsl, unquote, urlsplit
 
 from .._core.errors import StoreError, preview
 from .._core.redact import redact
+from ._cache import CacheStats, StatusCache
 from .base import (
     BatchStore,
     CommitItem,
@@ -40,6 +41,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "BatchStore",
+    "CacheStats",
     "CommitItem",
     "CommitStore",
     "InvalidStoreURL",
@@ -53,6 +55,7 @@ __all__ = [
     "SQLiteURL",
     "SchemaStore",
     "Snapshot",
+    "StatusCache",
     "Store",
     "UpgradeReport",
     "open_store",

@@ -53,7 +53,9 @@ class CacheStats:
 
 
 class StatusCache:
-    """Up to ``size`` records by uid, least recently used evicted first; thread-safe."""
+    """Up to ``size`` records by uid, least recently used evicted first; thread-safe. A
+    store made with ``cache=N`` holds one as ``store.cache``; ``store.cache.stats`` is its
+    :class:`CacheStats`."""
 
     def __init__(self, size: int, *, usable: bool = True) -> None:
         if isinstance(size, bool) or not isinstance(size, int) or size < 1:
