@@ -35,6 +35,7 @@ SHARED = PLAIN + CACHED
 def store_kind(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 
+
 REF = pod_ref()
 Open = Callable[..., Store]
 
