@@ -181,34 +181,89 @@ class StatusCache:
         stats.drops += 1
         stats.reasons[why] = stats.reasons.get(why, 0) + 1
 
-    # -- batches ------------------------------------------------------------------------
-    def lookup(
-        self, items: list[tuple[Machine[Any], ObjectRef]] | Any
-    ) -> tuple[list[Record | None], dict[str, int]]:
-        """Each item's cached record or ``None``, and for the uids to read from the store
-        their generations (hand both to :meth:`settle` with what the store read)."""
-        found = [self.get(machine, ref) for machine, ref in items]
-        flights: dict[str, int] = {}
-        for (_, ref), record in zip(items, found, strict=True):
-            if record is None and ref.uid not in flights:
-                flights[ref.uid] = self.begin(ref.uid)
-        return found, flights
+    # -- what the stores wrap their reads and commits in ------------------------------------
+    def flight(self, ref: ObjectRef) -> Flight:
+        """One read or commit of ``ref``: set ``.record`` to what was read or committed; it
+        is kept on leaving (if nothing overtook it), and ``None`` forgets the object."""
+        return Flight(self, ref.uid, self.begin(ref.uid))
 
-    def settle(self, flights: dict[str, int], read: dict[str, Record | None]) -> None:
-        """End the reads :meth:`lookup` began with what they found (a uid missing from
-        ``read``: the read failed, nothing is kept)."""
-        for uid, generation in flights.items():
-            self.end(uid, generation, read.get(uid))
+    def reads(self, items: Sequence[tuple[Machine[Any], ObjectRef]]) -> Reads:
+        """A batch read: the cached records now, ``.missing`` to read from the store and hand
+        to ``.read``; ``.records`` is every item's, in order."""
+        return Reads(self, items)
 
-    def settle_commits(
-        self, items: Sequence[CommitItem], flights: list[int], results: list[int | StoreError]
-    ) -> None:
-        """End the commits of a ``commit_many`` begun with ``flights`` (one :meth:`begin` per
-        item): each written item is kept at its version, a refused one forgotten; ``results``
-        shorter than ``items`` (the batch raised) forgets the rest."""
-        for index, (item, generation) in enumerate(zip(items, flights, strict=True)):
+    def commits(self, items: Sequence[CommitItem]) -> Commits:
+        """A ``commit_many``: set ``.results``; written items are kept on leaving."""
+        return Commits(self, items)
+
+
+class Flight:
+    __slots__ = ("cache", "generation", "record", "uid")
+
+    def __init__(self, cache: StatusCache, uid: str, generation: int) -> None:
+        self.cache, self.uid, self.generation = cache, uid, generation
+        self.record: Record | None = None
+
+    def __enter__(self) -> Flight:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.cache.end(self.uid, self.generation, self.record)
+
+
+class Reads:
+    """See :meth:`StatusCache.reads`."""
+
+    def __init__(self, cache: StatusCache, items: Sequence[tuple[Machine[Any], ObjectRef]]) -> None:
+        self.cache, self.items = cache, items
+        self.found = [cache.get(machine, ref) for machine, ref in items]
+        self.flights: dict[str, int] = {}
+        self.missing: list[tuple[Machine[Any], ObjectRef]] = []
+        for item, record in zip(items, self.found, strict=True):
+            if record is None:
+                self.missing.append(item)
+                if item[1].uid not in self.flights:
+                    self.flights[item[1].uid] = cache.begin(item[1].uid)
+        self._read: dict[str, Record | None] = {}
+
+    def read(self, records: Sequence[Record | None]) -> None:
+        for (_, ref), record in zip(self.missing, records, strict=True):
+            self._read[ref.uid] = record
+
+    @property
+    def records(self) -> list[Record | None]:
+        return [
+            record if record is not None else self._read.get(ref.uid)
+            for (_, ref), record in zip(self.items, self.found, strict=True)
+        ]
+
+    def __enter__(self) -> Reads:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        """End the reads: a uid not read (the read failed) keeps nothing."""
+        for uid, generation in self.flights.items():
+            self.cache.end(uid, generation, self._read.get(uid))
+
+
+class Commits:
+    """See :meth:`StatusCache.commits`."""
+
+    def __init__(self, cache: StatusCache, items: Sequence[CommitItem]) -> None:
+        self.cache, self.items = cache, items
+        self.flights = [cache.begin(item.ref.uid) for item in items]
+        self.results: list[int | StoreError] = []
+
+    def __enter__(self) -> Commits:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        """Each written item kept at its version, a refused one forgotten (all of them when
+        the batch raised)."""
+        results = self.results
+        for index, (item, generation) in enumerate(zip(self.items, self.flights, strict=True)):
             done = results[index] if index < len(results) else None
-            self.end(
+            self.cache.end(
                 item.ref.uid,
                 generation,
                 Record(item.ref, item.machine.name, item.status, done)

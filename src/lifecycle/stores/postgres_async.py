@@ -453,13 +453,9 @@ class AsyncPostgresStore(sql.PgSettings):
         if cache is None:
             return await self._load(machine, ref)
         record = cache.get(machine, ref)
-        if record is not None:
-            return record
-        generation = cache.begin(ref.uid)
-        try:
-            record = await self._load(machine, ref)
-        finally:
-            cache.end(ref.uid, generation, record)
+        if record is None:
+            with cache.flight(ref) as flight:
+                record = flight.record = await self._load(machine, ref)
         return record
 
     async def _load(self, machine: Machine[Any], ref: ObjectRef) -> Record | None:
@@ -504,18 +500,15 @@ class AsyncPostgresStore(sql.PgSettings):
         if not stamped:  # no events: still written only on a session of this handle's epoch
             params["epoch"] = self.epoch  # (ADR 0127: else a lost write can go unreported)
         marks = self._marks.take()
-        cache = self.cache
-        generation = 0 if cache is None else cache.begin(ref.uid)
-        record = None
         try:
-            version = await self._commit(machine, ref, expected, params, what, marks, stamped)
-            if cache is not None:
-                record = Record(ref, machine.name, status, version)
+            if self.cache is None:
+                return await self._commit(machine, ref, expected, params, what, marks, stamped)
+            with self.cache.flight(ref) as flight:
+                version = await self._commit(machine, ref, expected, params, what, marks, stamped)
+                flight.record = Record(ref, machine.name, status, version)
             return version
         finally:
             self._marks.restore(marks)  # the commit did not carry them (harmless if it did)
-            if cache is not None:
-                cache.end(ref.uid, generation, record)
 
     async def _commit(
         self,
@@ -737,20 +730,10 @@ class AsyncPostgresStore(sql.PgSettings):
         cache = self.cache
         if cache is None:
             return await self._load_many(items)
-        found, flights = cache.lookup(items)
-        if not flights:
-            return found
-        read: dict[str, Record | None] = {}
-        try:
-            missing = [item for item, record in zip(items, found, strict=True) if record is None]
-            for (_, ref), record in zip(missing, await self._load_many(missing), strict=True):
-                read[ref.uid] = record
-        finally:
-            cache.settle(flights, read)
-        return [
-            record if record is not None else read[ref.uid]
-            for (_, ref), record in zip(items, found, strict=True)
-        ]
+        with cache.reads(items) as batch:
+            if batch.missing:
+                batch.read(await self._load_many(batch.missing))
+        return batch.records
 
     async def _load_many(
         self, items: Sequence[tuple[Machine[Any], ObjectRef]]
@@ -795,16 +778,11 @@ class AsyncPostgresStore(sql.PgSettings):
         that certainly did not commit raises :class:`StoreError` (nothing written), and one
         whose outcome cannot be found out within ``resolve_timeout`` raises
         :class:`CommitUnknown`."""
-        cache = self.cache
-        if cache is None:
+        if self.cache is None:
             return await self._commit_many(items)
-        flights = [cache.begin(item.ref.uid) for item in items]
-        out: list[int | StoreError] = []
-        try:
-            out = await self._commit_many(items)
-        finally:
-            cache.settle_commits(items, flights, out)
-        return out
+        with self.cache.commits(items) as batch:
+            batch.results = await self._commit_many(items)
+        return batch.results
 
     async def _commit_many(self, items: Sequence[CommitItem]) -> list[int | StoreError]:
         out: list[int | StoreError | None] = [None] * len(items)

@@ -410,13 +410,9 @@ class SQLiteStore:
         if cache is None or not self._cache_coherent(cache):
             return self._load(machine, ref)
         record = cache.get(machine, ref)
-        if record is not None:
-            return record
-        generation = cache.begin(ref.uid)
-        try:
-            record = self._load(machine, ref)
-        finally:
-            cache.end(ref.uid, generation, record)
+        if record is None:
+            with cache.flight(ref) as flight:
+                record = flight.record = self._load(machine, ref)
         return record
 
     def _load(self, machine: Machine[Any], ref: ObjectRef) -> Record | None:
@@ -444,16 +440,11 @@ class SQLiteStore:
         transitions: Sequence[Transition],
     ) -> int:
         row = self._encode(machine, ref, expected, status, observation, transitions)
-        cache = self.cache
-        if cache is None:
+        if self.cache is None:
             return self._commit_row(row)
-        generation = cache.begin(ref.uid)
-        record = None
-        try:
+        with self.cache.flight(ref) as flight:
             version = self._commit_row(row)
-            record = Record(ref, machine.name, status, version)
-        finally:
-            cache.end(ref.uid, generation, record)
+            flight.record = Record(ref, machine.name, status, version)
         return version
 
     def _commit_row(self, row: _Row) -> int:
@@ -797,20 +788,10 @@ class SQLiteStore:
         cache = self.cache
         if cache is None or not self._cache_coherent(cache):
             return self._load_many(items)
-        found, flights = cache.lookup(items)
-        if not flights:
-            return found
-        read: dict[str, Record | None] = {}
-        try:
-            missing = [item for item, record in zip(items, found, strict=True) if record is None]
-            for (_, ref), record in zip(missing, self._load_many(missing), strict=True):
-                read[ref.uid] = record
-        finally:
-            cache.settle(flights, read)
-        return [
-            record if record is not None else read[ref.uid]
-            for (_, ref), record in zip(items, found, strict=True)
-        ]
+        with cache.reads(items) as batch:
+            if batch.missing:
+                batch.read(self._load_many(batch.missing))
+        return batch.records
 
     def _load_many(self, items: Sequence[tuple[Machine[Any], ObjectRef]]) -> list[Record | None]:
         uids = list(dict.fromkeys(ref.uid for _, ref in items))
@@ -853,16 +834,11 @@ class SQLiteStore:
         refused. An item whose uid is stored for another object refuses the whole batch with
         :class:`~lifecycle.IdentityMismatch`: the transaction is rolled back, nothing written.
         """
-        cache = self.cache
-        if cache is None:
+        if self.cache is None:
             return self._commit_many(items)
-        flights = [cache.begin(item.ref.uid) for item in items]
-        out: list[int | StoreError] = []
-        try:
-            out = self._commit_many(items)
-        finally:
-            cache.settle_commits(items, flights, out)
-        return out
+        with self.cache.commits(items) as batch:
+            batch.results = self._commit_many(items)
+        return batch.results
 
     def _commit_many(self, items: Sequence[CommitItem]) -> list[int | StoreError]:
         rows: list[_Row | StoreError] = []
