@@ -340,14 +340,18 @@ class AsyncRunner:
     async def redeliver(self, limit: int = 1000) -> int:
         """Send committed but undelivered events again, under their ids, and apply the
         link intents found in the outbox (see :meth:`Runner.redeliver`)."""
+        return (await self._redeliver(limit))[0]
+
+    async def _redeliver(self, limit: int) -> tuple[int, list[Result]]:
+        """:meth:`redeliver`, with the results of the link intents it applied."""
         claim = getattr(self.store, "claim_undelivered", None)
         claimed: list[Transition] = [] if claim is None else await claim(limit)
         if not claimed and not self.protocol.backlog:
-            return 0
+            return 0, []
         delivered: tuple[int, list[Result]] = await self._drive(
             _batch.redeliver(self.protocol, claimed)
         )
-        return delivered[0]
+        return delivered
 
     async def flush(self, timeout: float | None = 5.0) -> int:
         """:meth:`Runner.flush`, awaited: wait up to ``timeout`` seconds (off the event loop)

@@ -255,9 +255,13 @@ class Runner:
         intents found in the outbox are applied too (ADR 0090). A store without an outbox has
         nothing to redeliver.
         """
+        return self._redeliver(limit)[0]
+
+    def _redeliver(self, limit: int) -> tuple[int, list[Result]]:
+        """:meth:`redeliver`, with the results of the link intents it applied (what
+        telemetry reports of it)."""
         claim = getattr(self._store, "claim_undelivered", None)
-        delivered, _ = self.redeliver_claimed([] if claim is None else claim(limit))
-        return delivered
+        return self.redeliver_claimed([] if claim is None else claim(limit))
 
     def redeliver_claimed(
         self, claimed: Sequence[Transition], delivery: Delivery | None = None

@@ -233,6 +233,8 @@ def _reported(
 
     def observed(found: Any) -> list[Observed]:
         results: list[Any]
+        if operation == "redeliver":  # (delivered, the results of the link intents it applied)
+            found = found[1]
         if isinstance(found, list):
             results = flattened(found)
         elif hasattr(found, "outcome"):  # one Result
@@ -339,8 +341,14 @@ def instrument(runner: Any, telemetry: Guarded, *, nested: bool) -> None:
     """Install the reporting wrappers on ``runner`` (a ``Runner`` or an ``AsyncRunner``):
     its entry points, as instance attributes over the class's methods."""
     machine_of = _machine_names(runner.machines)
-    for operation in ("observe", "observe_many", "redeliver"):
-        call = getattr(runner, operation)
-        runner.__dict__[operation] = _reported(
+    # ``redeliver`` is reported around ``_redeliver``, which also returns what its link
+    # intents did: their writes are observations like any other
+    for operation, name in (
+        ("observe", "observe"),
+        ("observe_many", "observe_many"),
+        ("redeliver", "_redeliver"),
+    ):
+        call = getattr(runner, name)
+        runner.__dict__[name] = _reported(
             telemetry, operation, call, machine_of, nested=nested and operation == "observe"
         )
