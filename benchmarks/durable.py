@@ -143,6 +143,45 @@ class SchemaByHand:
 
         return run
 
+    def flips(self, count: int, chunk: int) -> Callable[[], int]:
+        """A change of a stored object, by hand: its compare-and-set ``UPDATE`` (the status
+        read from memory, as a cache holds it), the journal entry and one outbox row, in one
+        transaction."""
+        refs = self.names.take(count)
+        self.write(refs)
+        versions = {r.uid: 1 for r in refs}
+        state = {"k": 0}
+        db = self.db
+
+        def run() -> int:
+            for _ in range(chunk):
+                ref = refs[state["k"] % count]
+                state["k"] += 1
+                uid, version = ref.uid, versions[ref.uid]
+                event = self.rows(ref)[2][4]
+                db.execute("BEGIN IMMEDIATE")
+                cur = db.execute(
+                    "UPDATE objects SET state = ?, version = ?, status = ? "
+                    "WHERE uid = ? AND version = ?",
+                    ("Degraded", version + 1, STATUS, uid, version),
+                )
+                assert cur.rowcount == 1
+                db.execute(
+                    "INSERT INTO journal (uid, version, at, observation, fields, transitions, "
+                    "schema_version, schema_fingerprint) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                    (uid, version + 1, "2026-11-30T00:00:00+00:00", "Degrade", "{}",
+                     "[" + event + "]", 1, ""),
+                )  # fmt: skip
+                db.execute(
+                    "INSERT INTO outbox VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    (f"{uid}/{version + 1}/0", uid, version + 1, 0, event, "owner", 0.0),
+                )
+                db.execute("COMMIT")
+                versions[uid] = version + 1
+            return chunk
+
+        return run
+
 
 # -- ours ------------------------------------------------------------------------------------
 def observe_new(store: SQLiteStore, chunk: int, prefix: str = "o") -> Callable[[], int]:
@@ -151,6 +190,25 @@ def observe_new(store: SQLiteStore, chunk: int, prefix: str = "o") -> Callable[[
     def run() -> int:
         for ref in names.take(chunk):
             runner.observe(ref, create)
+        return chunk
+
+    return run
+
+
+def observe_flips(store: SQLiteStore, count: int, chunk: int) -> Callable[[], int]:
+    """``Runner.observe`` changing stored objects (Running <-> Degraded), one at a time."""
+    runner = runner_on(store)
+    refs = Names("f").take(count)
+    for o in (OBS["create"], OBS["provisioned"], OBS["ready"]):
+        runner.observe_many([(r, o) for r in refs])
+    flip = [OBS["degrade"], OBS["recover"]]
+    state = {"k": 0}
+
+    def run() -> int:
+        for _ in range(chunk):
+            k = state["k"]
+            state["k"] += 1
+            runner.observe(refs[k % count], flip[(k // count) % 2])
         return chunk
 
     return run
@@ -175,6 +233,9 @@ def single_suite(quick: bool) -> dict[str, Metric]:
         hand_normal = SchemaByHand(tmp / "hand-normal.db", "NORMAL")
         hand_full = SchemaByHand(tmp / "hand-full.db", "FULL")
         many = SQLiteStore(tmp / "many.db", synchronous="FULL")
+        changing = SQLiteStore(tmp / "changing.db", synchronous="NORMAL")
+        cached = SQLiteStore(tmp / "cached.db", synchronous="NORMAL", cache=1000)
+        hand_changing = SchemaByHand(tmp / "hand-changing.db", "NORMAL")
         t = interleave({
             "ours_full": observe_new(full, chunk),
             "raw_full": raw_insert(tmp / "raw-full.db", "FULL", chunk),
@@ -186,10 +247,15 @@ def single_suite(quick: bool) -> dict[str, Metric]:
             "hand_normal": hand_normal.single(chunk * 5),
             "raw_normal": raw_insert(tmp / "raw-normal.db", "NORMAL", chunk * 5),
         }, rounds, CPU))  # fmt: skip
+        t.update(interleave({
+            "ours_change": observe_flips(changing, 200, chunk * 5),
+            "ours_change_cached": observe_flips(cached, 200, chunk * 5),
+            "hand_change": hand_changing.flips(200, chunk * 5),
+        }, rounds, CPU))  # fmt: skip
         g = interleave(
             {"ours": observe_many_new(many, size), "hand": hand_full.grouped(size)}, grounds, WALL
         )
-        for s in (full, normal, many):
+        for s in (full, normal, many, changing, cached):
             s.close()
     return {
         "sqlite_observe_full_vs_insert_floor": metric(
@@ -203,6 +269,17 @@ def single_suite(quick: bool) -> dict[str, Metric]:
             base=t["hand_normal"], unit="us/obs",
             what="Runner.observe (new object) at NORMAL ÷ our schema written by hand in one "
             "transaction at NORMAL; CPU time of the thread (no flush is waited for)",
+        ),
+        "sqlite_change_normal_vs_schema_by_hand": metric(
+            ratios(t["ours_change"], t["hand_change"]), "info", ours=t["ours_change"],
+            base=t["hand_change"], unit="us/obs",
+            what="Runner.observe changing a stored object at NORMAL ÷ its UPDATE, journal entry "
+            "and outbox row by hand in one transaction; CPU time",
+        ),
+        "sqlite_change_normal_cached_vs_schema_by_hand": metric(
+            ratios(t["ours_change_cached"], t["hand_change"]), "<= 1.3",
+            ours=t["ours_change_cached"], base=t["hand_change"], unit="us/obs",
+            what="the same with the status cache (cache=1000): no read before the write",
         ),
         "sqlite_observe_normal_vs_insert_floor": metric(
             ratios(t["ours_normal"], t["raw_normal"]), "info", ours=t["ours_normal"],
