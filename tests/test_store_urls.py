@@ -41,7 +41,12 @@ def files(where: Path) -> set[str]:
     ("url", "problem"),
     [
         ("sqlite:///q.db?mode=ro", "unknown query parameter 'mode'"),
-        ("sqlite:///q.db?cache=shared&synchronous=FULL", "unknown query parameter 'cache'"),
+        ("sqlite:///q.db?cache=shared&synchronous=FULL", "cache='shared' must be a whole number"),
+        ("sqlite:///q.db?cache=-1", "must be a whole number of objects"),
+        ("sqlite:///q.db?cache=1e6", "must be a whole number of objects"),
+        ("sqlite:///q.db?cache=10000001", "from 0 to 10000000"),
+        ("sqlite:///q.db?cache=99999999999999999999", "from 0 to 10000000"),
+        ("sqlite:///q.db?cache=%D9%A1%D9%A2", "must be a whole number of objects"),
         ("sqlite:///q.db?owner=a&owner=b", "'owner' given twice"),
         ("sqlite:///q.db?synchronous=sometimes", "must be OFF, NORMAL, FULL or EXTRA"),
         ("sqlite:///q.db?lease_seconds=0", "more than 0 seconds"),
@@ -91,11 +96,28 @@ def test_the_sqlite_parameters_reach_the_store(tmp_path: Path) -> None:
     store = open_store(url)
     assert isinstance(store, SQLiteStore)
     try:
+        assert store.cache is None  # off unless asked for
         assert (store.path, store.owner) == ("q.db", "pod-7")
         assert store._db.execute("PRAGMA synchronous").fetchone() == (1,)  # NORMAL
     finally:
         store.close()
     assert files(tmp_path) >= {"q.db"}
+
+
+def test_a_status_cache_by_url(tmp_path: Path) -> None:
+    store = open_store("sqlite:///c.db?cache=500")
+    try:
+        assert isinstance(store, SQLiteStore)
+        assert store.cache is not None
+        assert store.cache.size == 500
+    finally:
+        store.close()
+    plain = open_store("sqlite:///d.db?cache=0")
+    try:
+        assert isinstance(plain, SQLiteStore)
+        assert plain.cache is None
+    finally:
+        plain.close()
 
 
 def test_a_parameter_given_by_url_and_caller_is_refused() -> None:

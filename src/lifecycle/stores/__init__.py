@@ -139,6 +139,17 @@ def _positive_seconds(value: str) -> float:
     return seconds
 
 
+#: The most objects a status cache set by URL may hold (a number in a URL is input: it must
+#: not size an allocation without a bound).
+MAX_CACHE = 10_000_000
+
+
+def _cache_size(value: str) -> int:
+    if not value.isascii() or not value.isdigit() or len(value) > 8 or int(value) > MAX_CACHE:
+        raise ValueError(f"must be a whole number of objects from 0 to {MAX_CACHE}")
+    return int(value)
+
+
 #: The query parameters of an SQLite store URL, each a :class:`SQLiteStore` option.
 SQLITE_PARAMETERS: dict[str, Callable[[str], Any]] = {
     "synchronous": _synchronous,
@@ -146,6 +157,7 @@ SQLITE_PARAMETERS: dict[str, Callable[[str], Any]] = {
     "lease_seconds": _positive_seconds,
     "busy_timeout": _seconds,
     "group_commit": _flag,
+    "cache": _cache_size,
 }
 
 
