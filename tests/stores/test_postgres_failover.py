@@ -73,11 +73,18 @@ class Writer:
     slowest: float = 0.0
     escaped: list[BaseException] = field(default_factory=list)
     rewinds: list[Any] = field(default_factory=list)
+    #: the status cache's size (ADR 0134); 0: off
+    cache: int = 0
 
     def run(self) -> None:
         try:
             store = PostgresStore(
-                self.url, synchronous_commit="on", lease_seconds=1.0, pool_size=2, timeout=POOL
+                self.url,
+                synchronous_commit="on",
+                lease_seconds=1.0,
+                pool_size=2,
+                timeout=POOL,
+                cache=self.cache,
             )
         except BaseException as e:
             self.escaped.append(e)
@@ -165,7 +172,7 @@ def drain(url: str, sink: Sink) -> None:
     store.close()
 
 
-def run(pair: Pair, *, synchronous: bool, hang: bool = False) -> dict[str, Any]:
+def run(pair: Pair, *, synchronous: bool, hang: bool = False, cache: int = 0) -> dict[str, Any]:
     schema = "failover"
     url = pair.url(schema)
     PostgresStore(url).close()  # migrated on the primary, streamed to the standby
@@ -174,7 +181,7 @@ def run(pair: Pair, *, synchronous: bool, hang: bool = False) -> dict[str, Any]:
         sql(pair.primary, "SELECT pg_reload_conf()")
         time.sleep(1.0)
     sink, stop = Sink(), threading.Event()
-    writers = [Writer(n, url, sink, stop) for n in range(WRITERS)]
+    writers = [Writer(n, url, sink, stop, cache=cache) for n in range(WRITERS)]
     threads = [threading.Thread(target=w.run) for w in writers]
     for th in threads:
         th.start()
@@ -249,8 +256,13 @@ def summary(found: dict[str, Any]) -> str:
     )
 
 
-def test_a_synchronous_standby_loses_nothing_and_reuses_no_id(pair: Pair) -> None:
-    found = run(pair, synchronous=True)
+#: every writer without the status cache, and every writer with it (a failover drops it)
+CACHES = [0, pytest.param(64, id="cached")]
+
+
+@pytest.mark.parametrize("cache", CACHES)
+def test_a_synchronous_standby_loses_nothing_and_reuses_no_id(pair: Pair, cache: int) -> None:
+    found = run(pair, synchronous=True, cache=cache)
     print(summary(found))
     assert found["escaped"] == []
     assert found["acked"] > 50
@@ -265,8 +277,11 @@ def test_a_synchronous_standby_loses_nothing_and_reuses_no_id(pair: Pair) -> Non
     assert PASSWORD not in text
 
 
-def test_an_asynchronous_standby_reports_every_lost_write_and_reuses_no_id(pair: Pair) -> None:
-    found = run(pair, synchronous=False)
+@pytest.mark.parametrize("cache", CACHES)
+def test_an_asynchronous_standby_reports_every_lost_write_and_reuses_no_id(
+    pair: Pair, cache: int
+) -> None:
+    found = run(pair, synchronous=False, cache=cache)
     print(summary(found))
     assert found["escaped"] == []
     assert found["acked"] > 50
