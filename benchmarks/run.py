@@ -67,6 +67,12 @@ def _postgres(quick: bool) -> dict[str, Metric]:
     return out
 
 
+def _pg_replicas(quick: bool) -> dict[str, Metric]:
+    from . import pg_replicas  # a throwaway server and writer processes
+
+    return pg_replicas.suite(quick)
+
+
 SUITES: dict[str, Callable[[bool], dict[str, Metric]]] = {
     "apply": pure.apply_suite,
     "observe": pure.observe_suite,
@@ -86,9 +92,10 @@ SUITES: dict[str, Callable[[bool], dict[str, Metric]]] = {
     "startup": import_time.suite,  # fresh interpreters: import lifecycle, the CLI
     # issue 26: an unchanged poll with the status cache; PostgreSQL too unless --quick
     "cached_poll": lambda quick: cached_poll.suite(quick, postgres=not quick),
+    "pg_replicas": lambda quick: _pg_replicas(quick),  # 1 and 4 writer processes
 }
 #: what --quick leaves out (a PostgreSQL server takes seconds to start)
-NOT_QUICK = {"postgres"}
+NOT_QUICK = {"postgres", "pg_replicas"}
 
 
 def environment() -> dict[str, Any]:

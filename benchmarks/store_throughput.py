@@ -58,14 +58,32 @@ def _observation(k: int) -> Any:
     return pod.InstanceRunning(at=at) if k % 2 == 0 else pod.InstancePending(at=at)
 
 
-def _open(backend: str, target: str) -> Any:
+def _open(backend: str, target: str, cache: int = 0) -> Any:
     if backend == "postgres":
         from lifecycle.stores.postgres import PostgresStore
 
-        return PostgresStore(target, pool_size=2)
+        return PostgresStore(target, pool_size=2, cache=cache)
     from lifecycle import SQLiteStore
 
-    return SQLiteStore(target, synchronous="FULL")
+    return SQLiteStore(target, synchronous="FULL", cache=cache)
+
+
+def _floor_writer(target: str) -> Callable[[], int]:
+    """PostgreSQL's floor for one write: a one-row ``INSERT`` of a status-sized JSON document
+    in autocommit on a plain connection (one round trip, one flush)."""
+    import psycopg
+
+    from lifecycle.stores._pgsql import parse_url
+
+    conn = psycopg.connect(parse_url(target).conninfo, autocommit=True)
+    conn.execute("CREATE TABLE IF NOT EXISTS floor_rows (id bigserial PRIMARY KEY, doc json)")
+    doc = json.dumps({"state": "Running", "conditions": [{"type": "Ready", "status": "True"}]})
+
+    def write() -> int:
+        conn.execute("INSERT INTO floor_rows (doc) VALUES (%s::json)", (doc,))
+        return 1
+
+    return write
 
 
 def _lifecycle_writer(mode: str, backend: str, target: str, worker: int) -> Callable[[], int]:
@@ -74,7 +92,7 @@ def _lifecycle_writer(mode: str, backend: str, target: str, worker: int) -> Call
     from lifecycle._core.transition import stamp
     from lifecycle.machines import POD, pod
 
-    store = _open(backend, target)
+    store = _open(backend, target, 4096 if mode == "observe_cached" else 0)
     runner = Runner(store, [], machines=MachineRegistry([POD]), links=())
     refs = _pods(worker, OBJECTS)
     runner.observe_many([(r, pod.CreateRequested(at=AT)) for r in refs])
@@ -83,7 +101,7 @@ def _lifecycle_writer(mode: str, backend: str, target: str, worker: int) -> Call
     )
     state = {"k": 0}
 
-    if mode == "observe":
+    if mode in ("observe", "observe_cached"):
 
         def write() -> int:
             k = state["k"]
@@ -180,6 +198,8 @@ def _writer(row: str, target: str, worker: int, seconds: float, barrier: Any, ou
     try:
         if implementation == "eventsourcing":
             write = _eventsourcing_writer(backend, target, worker)
+        elif implementation == "floor":
+            write = _floor_writer(target)
         else:
             write = _lifecycle_writer(implementation, backend, target, worker)
         barrier.wait()

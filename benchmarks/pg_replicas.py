@@ -1,0 +1,91 @@
+"""Replicas on one PostgreSQL server (issue 26): how committed observations per second grow
+from 1 to 4 writer processes, against how the server's own floor grows on the same server in
+the same run.
+
+    python -m benchmarks.pg_replicas [--quick]
+
+Contenders, each a cell of ``benchmarks.store_throughput`` (writer processes started together
+behind a barrier, each on its own objects, the sum of their commits in the timed window):
+
+- **floor**: a one-row ``INSERT`` in autocommit per write (one round trip, one flush);
+- **observe**: ``Runner.observe`` flipping a stored Pod, no status cache;
+- **observe, cached**: the same with ``cache=4096``, so each commit also ``NOTIFY``s
+  (ADR 0134) and a change is one round trip.
+
+Cells run in rounds, the order rotating. Rows: ours' scaling (4 writers ÷ 1) ÷ the floor's
+scaling, per round (target >= 0.8); the cached store's 4-writer rate ÷ the uncached one's
+(what NOTIFY's database-wide commit lock costs with 4 writers, and what the saved read gains).
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing
+import statistics
+import uuid
+
+from tests.stores.pg import PgServer
+
+from .fair import Metric, metric
+from .store_throughput import cell
+
+CONTENDERS = ("floor", "observe", "observe_cached")
+
+
+def suite(quick: bool) -> dict[str, Metric]:
+    seconds, rounds = (1.5, 2) if quick else (3.0, 3)
+    ctx = multiprocessing.get_context("spawn")
+    server = PgServer(durable=True)
+    server.start()
+    rates: dict[tuple[str, int], list[float]] = {(c, n): [] for c in CONTENDERS for n in (1, 4)}
+    try:
+        cells = list(rates)
+        for r in range(rounds):
+            shift = r % len(cells)
+            for implementation, writers in cells[shift:] + cells[:shift]:
+                target = server.url(schema=f"r_{implementation}_{writers}_{uuid.uuid4().hex[:6]}")
+                rate, _ = cell(ctx, implementation, "postgres", writers, seconds, target)
+                rates[(implementation, writers)].append(rate)
+    finally:
+        server.destroy()
+
+    def scaling(c: str) -> list[float]:
+        return [a / b for a, b in zip(rates[(c, 4)], rates[(c, 1)], strict=True)]
+
+    floor = scaling("floor")
+    out: dict[str, Metric] = {}
+    for c, label in (("observe", "uncached"), ("observe_cached", "cached")):
+        ours = scaling(c)
+        out[f"pg_replicas_4_{label}_scaling_vs_floor"] = metric(
+            [o / f for o, f in zip(ours, floor, strict=True)],
+            ">= 0.8",
+            what=f"Runner.observe ({label}) obs/s at 4 writer processes ÷ at 1, over the same "
+            "for one-row INSERTs on the same server; wall time, each writer its own objects",
+            note=f"scaling: ours {statistics.median(ours):.2f}, "
+            f"floor {statistics.median(floor):.2f}",
+        )
+    out["pg_replicas_4_cached_vs_uncached"] = metric(
+        [a / b for a, b in zip(rates[("observe_cached", 4)], rates[("observe", 4)], strict=True)],
+        "info",
+        what="4 writers: obs/s with the status cache (NOTIFY on each commit, no read before it) "
+        "÷ without",
+        note=f"obs/s: cached {statistics.median(rates[('observe_cached', 4)]):.0f}, uncached "
+        f"{statistics.median(rates[('observe', 4)]):.0f}, floor "
+        f"{statistics.median(rates[('floor', 4)]):.0f}",
+    )
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--quick", action="store_true")
+    args = parser.parse_args(argv)
+    for name, m in suite(args.quick).items():
+        lo, hi = m["range"]
+        note = m.get("note", "")
+        print(f"{name:44} {m['ratio']:6.2f} [{lo:.2f}-{hi:.2f}] target {m['target']}  {note}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
