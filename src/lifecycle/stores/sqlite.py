@@ -222,6 +222,7 @@ class SQLiteStore:
         self._keep_journal = journal
         #: the coherent status cache (``cache=N``, ADR 0134), or ``None``
         self.cache: StatusCache | None = StatusCache(cache) if cache else None
+        self._version_cursor: sqlite3.Cursor | None = None
         self._lock = threading.RLock()
         #: Commits waiting for, or in, a shared flush (``group_commit=True``), and the
         #: connection reads take meanwhile.
@@ -395,7 +396,11 @@ class SQLiteStore:
         if not lock.acquire(blocking=self._group is None):
             return False
         try:
-            token = self._db.execute("PRAGMA data_version").fetchone()[0]
+            if self._version_cursor is None:  # one cursor, reused: a fifth of the check's cost
+                self._version_cursor = self._db.cursor()
+            cursor = self._version_cursor
+            cursor.execute("PRAGMA data_version")
+            token = cursor.fetchone()[0]
         except sqlite3.Error:
             return False
         finally:
