@@ -330,3 +330,84 @@ def test_another_connection_s_commit_drops_the_sqlite_cache(tmp_path: Path) -> N
     finally:
         mine.close()
         other.close()
+
+
+# -- PostgreSQL's listener -------------------------------------------------------------------
+@pytest.mark.postgres
+def test_a_lost_listener_suspends_the_cache_and_it_starts_empty_when_back(
+    pg_server: PgServer,
+) -> None:
+    import time
+
+    import psycopg
+
+    from lifecycle.machines import pod
+    from lifecycle.stores.postgres import PostgresStore
+
+    from .helpers import step
+    from .helpers import t as at
+
+    url = pg_server.url(schema=f"listen{next(_names)}")
+    mine = PostgresStore(url, cache=8)
+    other = PostgresStore(url)  # not notifying: what it writes, only a reconnect can reveal
+    try:
+        assert mine.settle_cache()
+        assert mine.cache is not None
+        step(mine, pod.CreateRequested(at=at(0)), workers.ref("a"))
+        assert mine.load(POD, workers.ref("a")).version == 1  # type: ignore[union-attr]
+        assert len(mine.cache) == 1
+        with psycopg.connect(pg_server.url(), autocommit=True) as admin:
+            ended = admin.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                "WHERE application_name = 'lifecycle-listen'"
+            ).fetchall()
+        assert ended == [(True,)]
+        deadline = time.monotonic() + 10
+        while mine.cache.usable and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert not mine.cache.usable  # suspended: every read goes to the store
+        step(other, pod.ConfigInvalid(at=at(1), error="x"), workers.ref("a"))
+        assert mine.load(POD, workers.ref("a")).version == 2  # type: ignore[union-attr]
+        assert mine.settle_cache()  # listening again, and empty
+        assert mine.cache.stats.reasons.get("listening again", 0) >= 2
+        assert mine.load(POD, workers.ref("a")).version == 2  # type: ignore[union-attr]
+        assert mine.cache.usable
+    finally:
+        mine.close()
+        other.close()
+
+
+@pytest.mark.postgres
+def test_the_asyncio_store_keeps_the_same_cache(pg_server: PgServer) -> None:
+    import asyncio
+
+    from lifecycle import AsyncRunner, Runner
+    from lifecycle.machines import pod
+    from lifecycle.stores.postgres import PostgresStore
+    from lifecycle.stores.postgres_async import AsyncPostgresStore
+
+    url = pg_server.url(schema=f"aio{next(_names)}")
+
+    async def main() -> None:
+        store = await AsyncPostgresStore.open(url, cache=8)
+        other = PostgresStore(url, cache=8)  # notifying
+        try:
+            assert await store.settle_cache()
+            runner = AsyncRunner(store, [], links=())
+            ref = workers.ref("a")
+            first = await runner.observe(ref, workers.observation(0, 0))
+            assert first.committed
+            again = await runner.observe(ref, workers.observation(0, 0))
+            assert again.outcome.value == "unchanged"
+            assert store.cache is not None
+            assert store.cache.stats.hits >= 1
+            Runner(other, [], links=()).observe(ref, pod.ConfigInvalid(at=workers.EPOCH, error="x"))
+            assert await store.settle_cache()
+            record = await store.load(POD, ref)
+            assert record is not None
+            assert record.version == 2
+        finally:
+            await store.close()
+            other.close()
+
+    asyncio.run(main())

@@ -34,6 +34,8 @@ _PING = 2.0
 #: how long a wait for notifications lasts before the stop flag is looked at again
 _TICK = 0.05
 _BACKOFF = (0.05, 2.0)
+#: the listener's ``application_name``: how an operator finds it in ``pg_stat_activity``
+APPLICATION = "lifecycle-listen"
 
 
 class Listener:
@@ -58,7 +60,9 @@ class Listener:
         delay = _BACKOFF[0]
         while not self._stop.is_set():
             try:
-                conn = psycopg.Connection.connect(self._conninfo, autocommit=True)
+                conn = psycopg.Connection.connect(
+                    self._conninfo, autocommit=True, application_name=APPLICATION
+                )
             except psycopg.Error as e:
                 _log.warning("status cache listener cannot connect; cache unused", error=str(e))
                 self._stop.wait(delay)
