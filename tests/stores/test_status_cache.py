@@ -309,6 +309,37 @@ def test_an_impostor_is_refused_from_the_cache_as_from_the_store(tmp_path: Path)
         store.close()
 
 
+def test_a_foreign_commit_before_the_first_read_is_seen(tmp_path: Path) -> None:
+    """The handle's first use of the cache comes after its own commit and another
+    connection's: the cached v1 must not answer (the coherence token is read at open)."""
+    from lifecycle.machines import pod
+
+    from .helpers import step
+    from .helpers import t as at
+
+    path = tmp_path / "s.db"
+    mine, other = SQLiteStore(path, cache=8), SQLiteStore(path)
+    try:
+        step(other, pod.CreateRequested(at=at(0)), workers.ref("b"))  # before any commit of mine
+        mine.commit(  # kept at v1 without a read
+            POD,
+            workers.ref("a"),
+            0,
+            POD.initial(workers.ref("a")),
+            pod.CreateRequested(at=at(0)),
+            (),
+        )
+        other_record = other.load(POD, workers.ref("a"))
+        assert other_record is not None
+        other.commit(
+            POD, workers.ref("a"), 1, other_record.status, pod.CreateRequested(at=at(1)), ()
+        )
+        assert mine.load(POD, workers.ref("a")).version == 2  # type: ignore[union-attr]
+    finally:
+        mine.close()
+        other.close()
+
+
 def test_another_connection_s_commit_drops_the_sqlite_cache(tmp_path: Path) -> None:
     from lifecycle.machines import pod
 

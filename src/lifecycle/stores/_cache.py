@@ -146,12 +146,14 @@ class StatusCache:
             self._records.pop(uid, None)
 
     def observe_token(self, token: object) -> None:
-        """The store's coherence token now: a different one than last seen drops the cache."""
+        """The store's coherence token now: a different one than last seen drops the cache
+        (the first one seen too, unless the cache is still empty: a store reads it once at
+        open, before anything is kept)."""
         if token == self._token:
             return
         with self._lock:
             if token != self._token:
-                if self._token is not None:
+                if self._token is not None or self._records:
                     self._drop("another connection wrote")
                 self._token = token
 

@@ -273,6 +273,8 @@ class SQLiteStore:
                 self._reader = sqlite3.connect(
                     self.path, timeout=busy_timeout, isolation_level=None, check_same_thread=False
                 )
+            if self.cache is not None:  # from now on, another connection's commit is seen
+                self._cache_coherent(self.cache)
         except sqlite3.Error as e:
             hint = ""
             if not Path(self.path).parent.exists():
