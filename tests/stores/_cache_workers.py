@@ -60,14 +60,14 @@ def record_summary(record: Record | None) -> tuple[Any, ...] | None:
     return None if record is None else (record.version, repr(record.status))
 
 
-def open_store(kind: str, target: str, cache: int) -> Any:
+def open_store(kind: str, target: str, cache: int, *, notify: bool | None = None) -> Any:
     if kind == "sqlite":
         from lifecycle import SQLiteStore
 
         return SQLiteStore(target, synchronous="OFF", cache=cache)
     from lifecycle.stores.postgres import PostgresStore
 
-    return PostgresStore(target, cache=cache, pool_size=2)
+    return PostgresStore(target, cache=cache, pool_size=2, notify=notify)
 
 
 def serve(conn: Any) -> None:

@@ -17,6 +17,7 @@ shared objects, with their caches on and off, and must decide alike.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import multiprocessing
 import os
@@ -442,3 +443,72 @@ def test_the_asyncio_store_keeps_the_same_cache(pg_server: PgServer) -> None:
             other.close()
 
     asyncio.run(main())
+
+
+# -- the rule, at the store: a read through the cache equals a fresh read ----------------------
+store_ops = st.lists(
+    st.tuples(
+        st.sampled_from(["load", "commit", "stale-commit", "many"]),
+        st.integers(0, 2),  # which handle: 0 and 1 cached, 2 not (on PostgreSQL, notifying)
+        st.integers(0, len(UIDS) - 1),
+    ),
+    min_size=1,
+    max_size=40,
+)
+
+
+def _commit_next(store: Any, uid: str, expected: int, seconds: int) -> None:
+    """A commit of ``uid`` expecting ``expected`` (a stale one is refused: nothing kept)."""
+    from lifecycle import Conflict
+    from lifecycle.machines import pod
+
+    ref = workers.ref(uid)
+    status = POD.apply(POD.initial(ref), pod.CreateRequested(at=workers.EPOCH))
+    observation = pod.ConfigInvalid(at=workers.EPOCH, error=f"{seconds}")
+    with contextlib.suppress(Conflict):
+        store.commit(POD, ref, expected, status, observation, ())
+
+
+@pytest.mark.parametrize("kind", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def test_every_read_through_a_cache_equals_a_fresh_read(
+    kind: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """Two cached handles and one plain one on the same objects, in any interleaving of
+    loads, commits (right and stale), and batch loads: each read through a cache equals what a
+    fresh uncached read finds at that moment (PostgreSQL: after the handle's barrier)."""
+    server = request.getfixturevalue("pg_server") if kind == "postgres" else None
+
+    @(settings(SLOW, max_examples=20 * LONG) if server is not None else SLOW)
+    @given(ops=store_ops)
+    def check(ops: list[tuple[str, int, int]]) -> None:
+        target = targets(kind, tmp_path, server)
+        handles = [workers.open_store(kind, target, CACHE) for _ in range(2)]
+        handles.append(workers.open_store(kind, target, 0, notify=True))
+        fresh = workers.open_store(kind, target, 0)
+        try:
+            for n, (what, who, obj) in enumerate(ops):
+                store, uid = handles[who], UIDS[obj]
+                truth = fresh.load(POD, workers.ref(uid))
+                version = 0 if truth is None else truth.version
+                if what == "commit":
+                    _commit_next(store, uid, version, n)
+                elif what == "stale-commit":
+                    _commit_next(store, uid, max(0, version - 1), n)
+                else:
+                    if hasattr(store, "settle_cache"):
+                        assert store.settle_cache()
+                    if what == "load":
+                        got = [store.load(POD, workers.ref(uid))]
+                    else:
+                        got = store.load_many([(POD, workers.ref(u)) for u in UIDS[: obj + 1]])
+                    want = fresh.load_many([(POD, workers.ref(u)) for u in UIDS[: len(got)]])
+                    if what == "load":
+                        want = [fresh.load(POD, workers.ref(uid))]
+                    assert [workers.record_summary(r) for r in got] == [
+                        workers.record_summary(r) for r in want
+                    ]
+        finally:
+            for s in (*handles, fresh):
+                s.close()
+
+    check()
