@@ -86,6 +86,57 @@ def _floor_writer(target: str) -> Callable[[], int]:
     return write
 
 
+class _Discard:
+    """An emitter that takes every event and does nothing with it."""
+
+    def emit(self, transition: Any) -> None:
+        pass
+
+
+def fill_outbox(target: str, objects: int, versions: int) -> int:
+    """Commit ``versions`` flips of each of ``objects`` new Pods straight through the store,
+    leaving one undelivered event per commit (nothing delivers them): what dispatchers drain.
+    Leased for a millisecond, so any replica may claim them at once."""
+    from lifecycle._core.transition import stamp
+    from lifecycle.machines import POD, pod
+    from lifecycle.stores.base import CommitItem
+    from lifecycle.stores.postgres import PostgresStore
+
+    store = PostgresStore(target, lease_seconds=0.001)
+    try:
+        refs = _pods(10_000, objects)
+        statuses = {r.uid: POD.initial(r) for r in refs}
+        events = 0
+        for v in range(versions):
+            obs = pod.CreateRequested(at=AT) if v == 0 else _observation(v)
+            items = []
+            for r in refs:
+                before = statuses[r.uid]
+                after = POD.apply(before, obs)
+                flips = stamp(POD.flips(before, after), r, POD.name, v + 1, obs.at)
+                items.append(CommitItem(POD, r, v, after, obs, flips))
+                statuses[r.uid] = after
+                events += len(flips)
+            for start in range(0, len(items), 500):
+                assert all(
+                    isinstance(x, int) for x in store.commit_many(items[start : start + 500])
+                )
+        return events
+    finally:
+        store.close()
+
+
+def _dispatch_writer(target: str, worker: int) -> Callable[[], int]:
+    """A replica's dispatcher on its own store handle: one round per call (claim up to 500,
+    deliver to an emitter that discards, mark)."""
+    from lifecycle import Dispatcher
+    from lifecycle.stores.postgres import PostgresStore
+
+    store = PostgresStore(target, pool_size=2, owner=f"dispatcher-{worker}")
+    dispatcher = Dispatcher(store, [_Discard()])
+    return dispatcher.dispatch_once
+
+
 def _lifecycle_writer(mode: str, backend: str, target: str, worker: int) -> Callable[[], int]:
     """Boot this writer's pods, return ``write()``: one timed step, returning writes done."""
     from lifecycle import MachineRegistry, Runner
@@ -200,6 +251,8 @@ def _writer(row: str, target: str, worker: int, seconds: float, barrier: Any, ou
             write = _eventsourcing_writer(backend, target, worker)
         elif implementation == "floor":
             write = _floor_writer(target)
+        elif implementation == "dispatch":
+            write = _dispatch_writer(target, worker)
         else:
             write = _lifecycle_writer(implementation, backend, target, worker)
         barrier.wait()
