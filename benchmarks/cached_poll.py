@@ -109,6 +109,10 @@ def suite(quick: bool, postgres: bool = True) -> dict[str, Metric]:
                     unit="us/poll",
                     what=f"Runner.observe of an unchanged poll, {name.replace('_', ' ')} store "
                     f"÷ dict.get of the record ({'wall' if postgres else 'CPU'} time)",
+                    note="the runner's own decision (admit, apply, compare) is most of a poll: "
+                    "see poll_unchanged_memory_vs_dict_floor, the least a runner's poll costs"
+                    if cached
+                    else "",
                 )
                 if cached:  # the least a poll through a runner costs: the memory store's
                     out[f"poll_unchanged_{name}_vs_memory_store"] = metric(
