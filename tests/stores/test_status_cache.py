@@ -240,8 +240,8 @@ def record(uid: str, version: int) -> Any:
 
 def test_an_entry_is_replaced_only_by_a_higher_version() -> None:
     cache = StatusCache(4)
-    cache.end("a", cache.begin("a"), record("a", 3))
-    cache.end("a", cache.begin("a"), record("a", 2))
+    cache.end("a", cache.begin("a"), record("a", 3), POD.schema)
+    cache.end("a", cache.begin("a"), record("a", 2), POD.schema)
     got = cache.get(POD, workers.ref("a"))
     assert got is not None
     assert got.version == 3
@@ -251,39 +251,78 @@ def test_a_read_that_raced_a_drop_or_a_signal_is_not_kept() -> None:
     cache = StatusCache(4)
     generation = cache.begin("a")
     cache.drop("test")
-    cache.end("a", generation, record("a", 1))
+    cache.end("a", generation, record("a", 1), POD.schema)
     assert cache.get(POD, workers.ref("a")) is None
     generation = cache.begin("b")
     cache.signalled("b", 5)  # another writer committed v5 while v4 was being read
-    cache.end("b", generation, record("b", 4))
+    cache.end("b", generation, record("b", 4), POD.schema)
     assert cache.get(POD, workers.ref("b")) is None
     generation = cache.begin("c")
     cache.signalled("c", 5)  # its own commit's notice, or an older one: kept
-    cache.end("c", generation, record("c", 5))
+    cache.end("c", generation, record("c", 5), POD.schema)
     assert cache.get(POD, workers.ref("c")) is not None
+
+
+def test_a_commit_overtaken_by_a_drop_removes_the_older_entry_a_read_left() -> None:
+    """One handle, two threads: a commit begins; the cache is dropped (another connection
+    wrote); a read begun after the drop keeps v1; the commit lands v2 -- not kept (begun
+    before the drop), and it must not leave v1 behind: nothing else would ever say it is
+    stale (found on review)."""
+    cache = StatusCache(4)
+    committing = cache.begin("a")
+    cache.drop("another connection wrote")
+    cache.end("a", cache.begin("a"), record("a", 1), POD.schema)
+    cache.end("a", committing, record("a", 2), POD.schema)
+    assert cache.get(POD, workers.ref("a")) is None
+
+
+def test_a_read_begun_before_this_handle_s_own_commit_and_ended_after_it_is_not_kept() -> None:
+    cache = StatusCache(4)
+    reading = cache.begin("a")
+    committing = cache.begin("a")
+    cache.end("a", committing, record("a", 2), POD.schema)
+    cache.forget("a")  # (evicted meanwhile)
+    cache.end("a", reading, record("a", 1), POD.schema)  # read before the commit landed
+    assert cache.get(POD, workers.ref("a")) is None
+
+
+def test_a_reader_of_another_schema_misses() -> None:
+    cache = StatusCache(4)
+    cache.end("a", cache.begin("a"), record("a", 1), POD.schema)
+    assert cache.get(POD, workers.ref("a")) is not None
+    assert cache.get(_AsSchema(object()), workers.ref("a")) is None  # type: ignore[arg-type]
+
+
+class _AsSchema:
+    """The pod machine under another schema (an upgraded release of it)."""
+
+    name = POD.name
+
+    def __init__(self, schema: object) -> None:
+        self.schema = schema
 
 
 def test_a_signal_drops_only_older_entries_and_a_suspended_cache_keeps_nothing() -> None:
     cache = StatusCache(4)
     for uid in "ab":
-        cache.end(uid, cache.begin(uid), record(uid, 2))
+        cache.end(uid, cache.begin(uid), record(uid, 2), POD.schema)
     cache.signalled("a", 2)
     cache.signalled("b", 3)
     assert cache.get(POD, workers.ref("a")) is not None
     assert cache.get(POD, workers.ref("b")) is None
     cache.suspend("lost")
     assert cache.get(POD, workers.ref("a")) is None
-    cache.end("a", cache.begin("a"), record("a", 9))
+    cache.end("a", cache.begin("a"), record("a", 9), POD.schema)
     assert len(cache) == 0
     cache.resume()
-    cache.end("a", cache.begin("a"), record("a", 9))
+    cache.end("a", cache.begin("a"), record("a", 9), POD.schema)
     assert len(cache) == 1
 
 
 def test_the_cache_is_bounded_and_evicts_the_least_recently_used() -> None:
     cache = StatusCache(2)
     for uid in "abc":
-        cache.end(uid, cache.begin(uid), record(uid, 1))
+        cache.end(uid, cache.begin(uid), record(uid, 1), POD.schema)
         if uid == "b":
             cache.get(POD, workers.ref("a"))
     assert len(cache) == 2

@@ -61,13 +61,17 @@ class StatusCache:
         if isinstance(size, bool) or not isinstance(size, int) or size < 1:
             raise ValueError(f"the status cache holds at least 1 object, not {size!r}")
         self.size = size
-        self._records: OrderedDict[str, Record] = OrderedDict()
+        #: uid -> (record, the schema its status is in: a machine's ``schema``); a reader of
+        #: another schema (a machine upgraded in place) misses and reads the store, which
+        #: upcasts
+        self._records: OrderedDict[str, tuple[Record, object]] = OrderedDict()
         self._lock = threading.Lock()
         #: bumped by every drop: a read or commit begun before it is not kept
         self.generation = 0
         #: the store's coherence token last seen (SQLite: ``PRAGMA data_version``)
         self._token: object = None
-        #: uid -> [reads and commits in flight, highest version signalled meanwhile]
+        #: uid -> [reads and commits in flight, highest version signalled, read or committed
+        #: meanwhile]
         self._flights: dict[str, list[int]] = {}
         #: whether the store's signal is known to be received (a listener that is not
         #: listening makes the cache pass every read through and keep nothing)
@@ -86,12 +90,13 @@ class StatusCache:
         """The cached record of ``ref`` (checked as a store checks a stored identity), or
         ``None``: read the store between :meth:`begin` and :meth:`end`."""
         with self._lock:
-            record = self._records.get(ref.uid) if self._usable else None
-            if record is None:
+            entry = self._records.get(ref.uid) if self._usable else None
+            if entry is None or entry[1] is not machine.schema:
                 self.stats.misses += 1
                 return None
             self._records.move_to_end(ref.uid)
             self.stats.hits += 1
+        record = entry[0]
         if record.ref is not ref or record.machine != machine.name:
             check_record(record, machine.name, ref)  # IdentityMismatch, as the store raises
         return record
@@ -106,26 +111,38 @@ class StatusCache:
                 flight[0] += 1
             return self.generation
 
-    def end(self, uid: str, generation: int, record: Record | None) -> None:
-        """After it: keep ``record`` (what was read, or what was committed) if nothing
-        overtook it; ``None`` (the read found nothing, the commit failed) forgets ``uid``."""
+    def end(self, uid: str, generation: int, record: Record | None, schema: object = None) -> None:
+        """After it: keep ``record`` (what was read, or what was committed, its status in
+        ``schema``) if nothing overtook it; ``None`` (the read found nothing, the commit
+        failed) forgets ``uid``.
+
+        Overtaken: the cache was dropped since :meth:`begin`, or a signal, a read or a commit
+        ended meanwhile with a higher version (the flights of one uid share that highest
+        version: a read that began before this handle's own commit and ends after it is not
+        kept, since nothing else would ever say it is stale). A record not kept still removes
+        an older entry."""
         with self._lock:
             flight = self._flights.get(uid)
-            signalled = 0
+            seen = 0
             if flight is not None:
-                signalled = flight[1]
+                seen = flight[1]
+                if record is not None and record.version > seen:
+                    flight[1] = record.version  # for the flights still open
                 flight[0] -= 1
                 if flight[0] <= 0:
                     del self._flights[uid]
-            if record is None:
-                self._records.pop(uid, None)
-                return
-            if generation != self.generation or not self._usable or record.version < signalled:
-                return
             held = self._records.get(uid)
-            if held is not None and held.version >= record.version:
+            if record is None:
+                if held is not None:
+                    del self._records[uid]
                 return
-            self._records[uid] = record
+            if held is not None and held[0].version >= record.version:
+                return
+            if generation != self.generation or not self._usable or record.version < seen:
+                if held is not None:
+                    del self._records[uid]
+                return
+            self._records[uid] = (record, schema)
             self._records.move_to_end(uid)
             while len(self._records) > self.size:
                 self._records.popitem(last=False)
@@ -138,7 +155,7 @@ class StatusCache:
             if flight is not None and version > flight[1]:
                 flight[1] = version
             held = self._records.get(uid)
-            if held is not None and held.version < version:
+            if held is not None and held[0].version < version:
                 del self._records[uid]
 
     def forget(self, uid: str) -> None:
@@ -184,10 +201,11 @@ class StatusCache:
         stats.reasons[why] = stats.reasons.get(why, 0) + 1
 
     # -- what the stores wrap their reads and commits in ------------------------------------
-    def flight(self, ref: ObjectRef) -> Flight:
-        """One read or commit of ``ref``: set ``.record`` to what was read or committed; it
-        is kept on leaving (if nothing overtook it), and ``None`` forgets the object."""
-        return Flight(self, ref.uid, self.begin(ref.uid))
+    def flight(self, machine: Machine[Any], ref: ObjectRef) -> Flight:
+        """One read or commit of ``ref`` by ``machine``: set ``.record`` to what was read or
+        committed; it is kept on leaving (if nothing overtook it), and ``None`` forgets the
+        object."""
+        return Flight(self, ref.uid, self.begin(ref.uid), machine.schema)
 
     def reads(self, items: Sequence[tuple[Machine[Any], ObjectRef]]) -> Reads:
         """A batch read: the cached records now, ``.missing`` to read from the store and hand
@@ -200,17 +218,17 @@ class StatusCache:
 
 
 class Flight:
-    __slots__ = ("cache", "generation", "record", "uid")
+    __slots__ = ("cache", "generation", "record", "schema", "uid")
 
-    def __init__(self, cache: StatusCache, uid: str, generation: int) -> None:
-        self.cache, self.uid, self.generation = cache, uid, generation
+    def __init__(self, cache: StatusCache, uid: str, generation: int, schema: object) -> None:
+        self.cache, self.uid, self.generation, self.schema = cache, uid, generation, schema
         self.record: Record | None = None
 
     def __enter__(self) -> Flight:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.cache.end(self.uid, self.generation, self.record)
+        self.cache.end(self.uid, self.generation, self.record, self.schema)
 
 
 class Reads:
@@ -219,13 +237,13 @@ class Reads:
     def __init__(self, cache: StatusCache, items: Sequence[tuple[Machine[Any], ObjectRef]]) -> None:
         self.cache, self.items = cache, items
         self.found = [cache.get(machine, ref) for machine, ref in items]
-        self.flights: dict[str, int] = {}
+        self.flights: dict[str, tuple[int, object]] = {}
         self.missing: list[tuple[Machine[Any], ObjectRef]] = []
         for item, record in zip(items, self.found, strict=True):
             if record is None:
                 self.missing.append(item)
                 if item[1].uid not in self.flights:
-                    self.flights[item[1].uid] = cache.begin(item[1].uid)
+                    self.flights[item[1].uid] = (cache.begin(item[1].uid), item[0].schema)
         self._read: dict[str, Record | None] = {}
 
     def read(self, records: Sequence[Record | None]) -> None:
@@ -244,8 +262,8 @@ class Reads:
 
     def __exit__(self, *exc: object) -> None:
         """End the reads: a uid not read (the read failed) keeps nothing."""
-        for uid, generation in self.flights.items():
-            self.cache.end(uid, generation, self._read.get(uid))
+        for uid, (generation, schema) in self.flights.items():
+            self.cache.end(uid, generation, self._read.get(uid), schema)
 
 
 class Commits:
@@ -271,4 +289,5 @@ class Commits:
                 Record(item.ref, item.machine.name, item.status, done)
                 if isinstance(done, int)
                 else None,
+                item.machine.schema,
             )

@@ -451,7 +451,7 @@ class PostgresStore(sql.PgSettings):
             return self._load(machine, ref)
         record = cache.get(machine, ref)
         if record is None:
-            with cache.flight(ref) as flight:
+            with cache.flight(machine, ref) as flight:
                 record = flight.record = self._load(machine, ref)
         return record
 
@@ -500,7 +500,7 @@ class PostgresStore(sql.PgSettings):
         try:
             if self.cache is None:
                 return self._commit(machine, ref, expected, params, what, marks, stamped)
-            with self.cache.flight(ref) as flight:
+            with self.cache.flight(machine, ref) as flight:
                 version = self._commit(machine, ref, expected, params, what, marks, stamped)
                 flight.record = Record(ref, machine.name, status, version)
             return version

@@ -454,7 +454,7 @@ class AsyncPostgresStore(sql.PgSettings):
             return await self._load(machine, ref)
         record = cache.get(machine, ref)
         if record is None:
-            with cache.flight(ref) as flight:
+            with cache.flight(machine, ref) as flight:
                 record = flight.record = await self._load(machine, ref)
         return record
 
@@ -503,7 +503,7 @@ class AsyncPostgresStore(sql.PgSettings):
         try:
             if self.cache is None:
                 return await self._commit(machine, ref, expected, params, what, marks, stamped)
-            with self.cache.flight(ref) as flight:
+            with self.cache.flight(machine, ref) as flight:
                 version = await self._commit(machine, ref, expected, params, what, marks, stamped)
                 flight.record = Record(ref, machine.name, status, version)
             return version

@@ -418,7 +418,7 @@ class SQLiteStore:
             return self._load(machine, ref)
         record = cache.get(machine, ref)
         if record is None:
-            with cache.flight(ref) as flight:
+            with cache.flight(machine, ref) as flight:
                 record = flight.record = self._load(machine, ref)
         return record
 
@@ -449,7 +449,7 @@ class SQLiteStore:
         row = self._encode(machine, ref, expected, status, observation, transitions)
         if self.cache is None:
             return self._commit_row(row)
-        with self.cache.flight(ref) as flight:
+        with self.cache.flight(machine, ref) as flight:
             version = self._commit_row(row)
             flight.record = Record(ref, machine.name, status, version)
         return version
