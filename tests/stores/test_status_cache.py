@@ -551,3 +551,62 @@ def test_every_read_through_a_cache_equals_a_fresh_read(
                 s.close()
 
     check()
+
+
+@pytest.mark.postgres
+def test_a_schema_of_the_longest_name_still_notifies(pg_server: PgServer) -> None:
+    """A schema name may be 63 letters; ``lifecycle:`` and it would be too long a channel
+    name, and every notifying commit would fail (found on review)."""
+    from lifecycle.machines import pod
+    from lifecycle.stores._pgsql import channel_of
+    from lifecycle.stores.postgres import PostgresStore
+
+    from .helpers import step
+    from .helpers import t as at
+
+    schema = ("s" + f"{next(_names)}_" + "x" * 63)[:63]
+    assert len(channel_of(schema)) <= 63
+    assert channel_of(schema) != channel_of(schema[:-1] + "y")
+    mine, other = (PostgresStore(pg_server.url(schema=schema), cache=8) for _ in range(2))
+    try:
+        assert mine.settle_cache()
+        step(mine, pod.CreateRequested(at=at(0)), workers.ref("a"))
+        assert mine.load(POD, workers.ref("a")).version == 1  # type: ignore[union-attr]
+        step(other, pod.ConfigInvalid(at=at(1), error="x"), workers.ref("a"))
+        assert mine.settle_cache()
+        assert mine.load(POD, workers.ref("a")).version == 2  # type: ignore[union-attr]
+    finally:
+        mine.close()
+        other.close()
+        from .conftest import drop_schema
+
+        drop_schema(pg_server, schema)
+
+
+@pytest.mark.postgres
+def test_a_silent_listener_suspends_the_cache_until_it_comes_round(pg_server: PgServer) -> None:
+    """A listener thread stuck in a call (or starved) cannot hand notices over: a read
+    through the cache then finds it silent, suspends the cache, and the loop's next round
+    resumes it, empty (found on review)."""
+    from lifecycle.machines import pod
+    from lifecycle.stores.postgres import PostgresStore
+
+    from .helpers import step
+    from .helpers import t as at
+
+    store = PostgresStore(pg_server.url(schema=f"silent{next(_names)}"), cache=8)
+    try:
+        assert store.settle_cache()
+        step(store, pod.CreateRequested(at=at(0)), workers.ref("a"))
+        assert store.cache is not None
+        assert len(store.cache) == 1
+        listener = store._listener
+        assert listener is not None
+        listener.alive_at -= 100  # as if its loop had not come round for 100 s
+        assert store.load(POD, workers.ref("a")) is not None  # read from the store
+        assert store.cache.stats.reasons.get("the listener was silent") == 1
+        assert store.settle_cache()  # the loop came round: listening, and resumed
+        assert store.cache.usable
+        assert len(store.cache) == 0 or store.cache.stats.reasons["listening again"] >= 2
+    finally:
+        store.close()

@@ -506,9 +506,13 @@ def _replay(
 REPLAY_CACHE = 16_384
 
 
-def _cached(url: str) -> dict[str, int]:
-    """The options a replay adds to its store URL: a status cache for an SQLite file."""
-    if not url.startswith("sqlite:") or "cache" in parse_sqlite_url(url).options:
+def _cached(url: str) -> dict[str, Any]:
+    """The options a replay adds to its store URL: a status cache for an SQLite file; on
+    PostgreSQL, ``notify`` -- a replica's cache must see what the replay writes."""
+    scheme = url.partition(":")[0].lower()
+    if scheme in ("postgresql", "postgres"):
+        return {"notify": True}
+    if scheme != "sqlite" or "cache" in parse_sqlite_url(url).options:
         return {}
     return {"cache": REPLAY_CACHE}
 

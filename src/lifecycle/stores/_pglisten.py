@@ -33,6 +33,9 @@ _log = get_logger("lifecycle.stores.postgres")
 _PING = 2.0
 #: how long a wait for notifications lasts before the stop flag is looked at again
 _TICK = 0.05
+#: a listener that has not come round its loop for this long is taken for deaf: the cache
+#: is suspended until it does (a thread stuck in a call, or starved)
+_SILENT = 3 * _PING
 _BACKOFF = (0.05, 2.0)
 #: the listener's ``application_name``: how an operator finds it in ``pg_stat_activity``
 APPLICATION = "lifecycle-listen"
@@ -53,17 +56,22 @@ class Listener:
         self._conn: psycopg.Connection[Any] | None = None
         #: how many times the connection was (re)established
         self.connects = 0
+        #: when the loop last came round (``time.monotonic``), and whether :meth:`check`
+        #: found it silent since
+        self.alive_at = time.monotonic()
+        self._silenced = False
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
 
     def _run(self) -> None:
         delay = _BACKOFF[0]
         while not self._stop.is_set():
+            self.alive_at = time.monotonic()
             try:
                 conn = psycopg.Connection.connect(
                     self._conninfo, autocommit=True, application_name=APPLICATION
                 )
-            except psycopg.Error as e:
+            except Exception as e:  # psycopg's, or anything else: never a dead thread
                 _log.warning("status cache listener cannot connect; cache unused", error=str(e))
                 self._stop.wait(delay)
                 delay = min(_BACKOFF[1], delay * 2)
@@ -71,9 +79,10 @@ class Listener:
             delay = _BACKOFF[0]
             try:
                 self._listen(conn)
-            except psycopg.Error as e:
+            except Exception as e:
                 if not self._stop.is_set():
-                    _log.warning("status cache listener lost its connection", error=str(e))
+                    _log.warning("status cache listener lost its connection", error=repr(e))
+                    self._stop.wait(delay)
             finally:
                 self.listening.clear()
                 self._cache.suspend("the listener's connection was lost")
@@ -91,7 +100,9 @@ class Listener:
         cache = self._cache
         pinged = time.monotonic()
         while not self._stop.is_set():
+            self._came_round()
             for note in conn.notifies(timeout=_TICK):
+                self._came_round()
                 version, _, uid = note.payload.partition(" ")
                 if version == "sync":
                     self._reached(uid)
@@ -106,6 +117,12 @@ class Listener:
                 conn.execute("SELECT 1")  # a connection that no longer answers raises here
                 pinged = time.monotonic()
 
+    def _came_round(self) -> None:
+        self.alive_at = time.monotonic()
+        if self._silenced:  # check() suspended the cache meanwhile: start empty
+            self._silenced = False
+            self._cache.resume()
+
     def _reached(self, token: str) -> None:
         with self._lock:
             event = self._barriers.pop(token, None)
@@ -119,6 +136,22 @@ class Listener:
         with self._lock:
             self._barriers[token] = event
         return token, event
+
+    def forget(self, token: str) -> None:
+        """A barrier that timed out: its token is not waited for any more."""
+        with self._lock:
+            self._barriers.pop(token, None)
+
+    def check(self) -> None:
+        """Before a read through the cache: suspend it if the loop has been silent for
+        :data:`_SILENT` (it resumes, empty, when the loop comes round again)."""
+        if time.monotonic() - self.alive_at > _SILENT and not self._silenced:
+            self._cache.suspend("the listener was silent")
+            self._silenced = True  # after the suspension: the loop's resume follows it
+
+    def stop(self) -> None:
+        """Stop without waiting: the thread ends within a tick (the asyncio store's close)."""
+        self._stop.set()
 
     def close(self) -> None:
         self._stop.set()

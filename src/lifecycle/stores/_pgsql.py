@@ -4,6 +4,7 @@ migrations, the SQL, row (de)coding and error translation. No I/O happens here."
 from __future__ import annotations
 
 import enum
+import hashlib
 import itertools
 import json
 import re
@@ -933,8 +934,14 @@ def _upgraded(fn: Any, machine: Machine[Any], uid: str, version: int, *args: Any
 
 
 def channel_of(schema: str) -> str:
-    """The ``LISTEN``/``NOTIFY`` channel of a (validated) schema's commits (ADR 0134)."""
-    return f"lifecycle:{schema}"
+    """The ``LISTEN``/``NOTIFY`` channel of a (validated) schema's commits (ADR 0134):
+    ``lifecycle:SCHEMA``, or for a schema too long for a channel name (63 bytes) its first
+    letters and a digest of the whole."""
+    channel = f"lifecycle:{schema}"
+    if len(channel) <= 63:
+        return channel
+    digest = hashlib.sha256(schema.encode()).hexdigest()[:16]
+    return f"lifecycle:{schema[:36]}:{digest}"
 
 
 def check_row_identity(machine: Machine[Any], ref: ObjectRef, row: Sequence[Any]) -> None:

@@ -204,6 +204,10 @@ class BatchStore(Protocol):
     nothing of the batch. (The runners then find the item one object at a time, and only it
     fails.) Per-item results stay ``int | StoreError``: a caller that does not know the rule
     gets an exception, never an impostor counted as written.
+
+    A store with a status cache (``cache=N``, ADR 0134) answers ``load_many``'s cached items
+    from the cache and reads the rest: the records are then not one snapshot, each is as
+    fresh as a ``load`` of it (the compare-and-set of a later commit still decides).
     """
 
     def load_many(self, items: Sequence[tuple[Machine[Any], ObjectRef]]) -> list[Record | None]: ...

@@ -449,6 +449,8 @@ class PostgresStore(sql.PgSettings):
         cache = self.cache
         if cache is None:
             return self._load(machine, ref)
+        if self._listener is not None:
+            self._listener.check()
         record = cache.get(machine, ref)
         if record is None:
             with cache.flight(machine, ref) as flight:
@@ -701,12 +703,15 @@ class PostgresStore(sql.PgSettings):
             time.sleep(0.01)
             listener = self._listener
         token, arrived = listener.barrier()
-        with self._conn("cache barrier") as conn:
-            conn.execute(self._sql.notify, (self._sql.channel, "sync " + token))
-        while not arrived.is_set():
-            if time.monotonic() >= deadline:
-                return False
-            time.sleep(0.002)
+        try:
+            with self._conn("cache barrier") as conn:
+                conn.execute(self._sql.notify, (self._sql.channel, "sync " + token))
+            while not arrived.is_set():
+                if time.monotonic() >= deadline:
+                    return False
+                time.sleep(0.002)
+        finally:
+            listener.forget(token)
         return listener.listening.is_set()
 
     def close(self) -> None:
@@ -722,6 +727,8 @@ class PostgresStore(sql.PgSettings):
         cache = self.cache
         if cache is None:
             return self._load_many(items)
+        if self._listener is not None:
+            self._listener.check()
         with cache.reads(items) as batch:
             if batch.missing:
                 batch.read(self._load_many(batch.missing))

@@ -452,6 +452,8 @@ class AsyncPostgresStore(sql.PgSettings):
         cache = self.cache
         if cache is None:
             return await self._load(machine, ref)
+        if self._listener is not None:
+            self._listener.check()
         record = cache.get(machine, ref)
         if record is None:
             with cache.flight(machine, ref) as flight:
@@ -707,12 +709,15 @@ class AsyncPostgresStore(sql.PgSettings):
             await asyncio.sleep(0.01)
             listener = self._listener
         token, arrived = listener.barrier()
-        async with self._conn("cache barrier") as conn:
-            await conn.execute(self._sql.notify, (self._sql.channel, "sync " + token))
-        while not arrived.is_set():
-            if time.monotonic() >= deadline:
-                return False
-            await asyncio.sleep(0.002)
+        try:
+            async with self._conn("cache barrier") as conn:
+                await conn.execute(self._sql.notify, (self._sql.channel, "sync " + token))
+            while not arrived.is_set():
+                if time.monotonic() >= deadline:
+                    return False
+                await asyncio.sleep(0.002)
+        finally:
+            listener.forget(token)
         return listener.listening.is_set()
 
     async def close(self) -> None:
@@ -720,7 +725,10 @@ class AsyncPostgresStore(sql.PgSettings):
         await self._send_held()
         self._watchdog.close()
         if self._listener is not None:
-            self._listener.close()
+            if ASYNC:  # the thread ends within a tick; the event loop does not wait for it
+                self._listener.stop()
+            else:
+                self._listener.close()
         await self._pool.close()
 
     # -- batches (BatchStore) -----------------------------------------------------------
@@ -730,6 +738,8 @@ class AsyncPostgresStore(sql.PgSettings):
         cache = self.cache
         if cache is None:
             return await self._load_many(items)
+        if self._listener is not None:
+            self._listener.check()
         with cache.reads(items) as batch:
             if batch.missing:
                 batch.read(await self._load_many(batch.missing))

@@ -789,7 +789,8 @@ class SQLiteStore:
 
     # -- batches (BatchStore) -----------------------------------------------------------
     def load_many(self, items: Sequence[tuple[Machine[Any], ObjectRef]]) -> list[Record | None]:
-        """Each object's record (or ``None``), read in one consistent snapshot. An item whose
+        """Each object's record (or ``None``), read in one consistent snapshot (with a status
+        cache: the cached ones as a ``load`` would answer, the rest read together). An item whose
         uid is stored for another object refuses the whole read with
         :class:`~lifecycle.IdentityMismatch` (see :class:`~lifecycle.stores.BatchStore`)."""
         cache = self.cache
