@@ -115,6 +115,8 @@ SUITES: dict[str, Callable[[bool], dict[str, Metric]]] = {
     # issue 26: an unchanged poll with the status cache; PostgreSQL too unless --quick
     "cached_poll": lambda quick: cached_poll.suite(quick, postgres=not quick),
     "pg_replicas": lambda quick: _pg_replicas(quick),  # 1 and 4 writer processes
+    # issue 26: peak RSS at 1 M lines on 100 k objects in flight
+    "replay_wide_rss": replay.wide_rss_suite,
 }
 #: what --quick leaves out (a PostgreSQL server takes seconds to start)
 NOT_QUICK = {"postgres", "pg_replicas"}
