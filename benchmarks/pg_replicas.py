@@ -71,7 +71,10 @@ def suite(quick: bool) -> dict[str, Metric]:
             what=f"Runner.observe ({label}) obs/s at 4 writer processes ÷ at 1, over the same "
             "for one-row INSERTs on the same server; wall time, each writer its own objects",
             note=f"scaling: ours {statistics.median(ours):.2f}, "
-            f"floor {statistics.median(floor):.2f}",
+            f"floor {statistics.median(floor):.2f}; the floor's INSERTs share flushes, ours "
+            f"are CPU work too (the client's protocol, the server's larger statement) on "
+            f"{os.cpu_count()} CPUs"
+            + ("; NOTIFY serialises the flushes" if c != "observe" else ""),
         )
     dispatch = scaling("dispatch")
     drained = max(rates[("dispatch", 4)]) * seconds >= min(filled[("dispatch", 4)])
