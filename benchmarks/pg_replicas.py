@@ -34,7 +34,8 @@ from .fair import Metric, metric
 from .store_throughput import cell, fill_outbox
 
 CONTENDERS = ("floor", "observe", "observe_cached", "dispatch")
-#: what each dispatch cell drains: one undelivered event per (object, version)
+#: what each dispatch cell drains: one undelivered event per (object, version); the cell's
+#: window ends at the last delivery, so a drained outbox does not cap the rate
 OUTBOX = (400, 40)
 
 
@@ -44,7 +45,6 @@ def suite(quick: bool) -> dict[str, Metric]:
     server = PgServer(durable=True)
     server.start()
     rates: dict[tuple[str, int], list[float]] = {(c, n): [] for c in CONTENDERS for n in (1, 4)}
-    filled: dict[tuple[str, int], list[int]] = {k: [] for k in rates}
     try:
         cells = list(rates)
         for r in range(rounds):
@@ -52,7 +52,7 @@ def suite(quick: bool) -> dict[str, Metric]:
             for implementation, writers in cells[shift:] + cells[:shift]:
                 target = server.url(schema=f"r_{implementation}_{writers}_{uuid.uuid4().hex[:6]}")
                 if implementation == "dispatch":
-                    filled[(implementation, writers)].append(fill_outbox(target, *OUTBOX))
+                    fill_outbox(target, *OUTBOX)
                 rate, _ = cell(ctx, implementation, "postgres", writers, seconds, target)
                 rates[(implementation, writers)].append(rate)
     finally:
@@ -77,7 +77,7 @@ def suite(quick: bool) -> dict[str, Metric]:
             + ("; NOTIFY serialises the flushes" if c != "observe" else ""),
         )
     dispatch = scaling("dispatch")
-    drained = max(rates[("dispatch", 4)]) * seconds >= min(filled[("dispatch", 4)])
+
     out["pg_dispatch_4_vs_1"] = metric(
         dispatch,
         ">= 3",
@@ -85,7 +85,7 @@ def suite(quick: bool) -> dict[str, Metric]:
         "owner) ÷ with 1, draining one outbox on one server; wall time",
         note=f"events/s: 1 replica {statistics.median(rates[('dispatch', 1)]):.0f}, "
         f"4 replicas {statistics.median(rates[('dispatch', 4)]):.0f}"
-        + (" (the outbox ran dry within the window: a floor on the rate)" if drained else "")
+        + f" (each drains {OUTBOX[0] * OUTBOX[1]} events; its clock stops at the last)"
         + f"; {os.cpu_count()} CPUs: a drain is CPU work (the claim's scan, delivery, the "
         "mark), so it cannot scale past the cores, where the INSERT floor scales by sharing "
         "flushes",
