@@ -149,6 +149,9 @@ def wide_rss_suite(quick: bool) -> dict[str, Metric]:
             [peak / 160], "<= 1.0", ours=[peak], unit="MiB", scale=1,
             what=f"peak RSS of the replay command (memory://) on {lines} lines with {live} pods "
             "in flight at once ÷ 160 MiB target",
-            note=f"{peak:.0f} MiB",
+            note=f"{peak:.0f} MiB for {lines // 5} pods named in all. The peak follows the pods "
+            "a trace ever names, not those in flight: 100 k lines with 5 k or 20 k in flight "
+            "peak at 75 MiB alike (20 k pods), about 1.8 KiB per pod more at 200 k: the store "
+            "keeps every object's status, and a replay never forgets a terminated pod",
         )
     }  # fmt: skip
