@@ -362,10 +362,17 @@ def test_a_stray_library_error_is_one_line_exit_2(monkeypatch: pytest.MonkeyPatc
 
 
 def test_the_replay_header_never_shows_a_password(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(cli_replay, "open_store", lambda url: MemoryStore())
+    opened: list[dict[str, object]] = []
+
+    def open_store(url: str, **options: object) -> MemoryStore:
+        opened.append(options)
+        return MemoryStore()
+
+    monkeypatch.setattr(cli_replay, "open_store", open_store)
     url = "postgresql://admin:hunter2@db:5432/x?password=hunter2&sslpassword=hunter2"
     code, out, _ = replay(TRACES / "demo.jsonl", "--store", url)
     assert code == 0
+    assert opened == [{"notify": True}]  # replicas' status caches see what a replay writes
     header = out.splitlines()[0]
     assert header.startswith("replaying ")
     assert "@db:5432/x" in header
