@@ -12,6 +12,11 @@ Link intents in the outbox (ADR 0090) are applied to their targets through a
 :class:`~lifecycle.Runner` on the same store (``Runner.redeliver_claimed``), each (source,
 target) lane in commit order, and marked done once the target confirms them; a failed target
 write stops its lane for the round.
+
+Given a :class:`~lifecycle.telemetry.Telemetry`, a dispatcher reports what a runner's
+``redeliver`` reports: each round as a ``"redeliver"`` operation whose ``end`` holds the writes
+its link intents made, its claims and marks as store calls (the rows claimed as
+``redelivered``), and each hand-off to an emitter.
 """
 
 from __future__ import annotations
@@ -26,8 +31,11 @@ from ._delivery import Delivery, marker
 from ._log import get_logger
 from .emitters.base import Emitter
 from .stores.base import Store
+from .telemetry._instrument import InstrumentedEmitter, InstrumentedStore, instrument_round
+from .telemetry._port import Guarded, Telemetry
 
 if TYPE_CHECKING:
+    from ._protocol import Result
     from .runner import Runner
 
 _log = get_logger("lifecycle.dispatch")
@@ -51,15 +59,28 @@ class Dispatcher:
         batch: int = 500,
         logger: Any = None,
         runner: Runner | None = None,
+        telemetry: Telemetry | None = None,
     ) -> None:
         if batch < 1:
             raise ValueError(f"batch must be at least 1, got {batch}")
+        #: The host's telemetry behind its guard, or ``None`` (then nothing is wrapped).
+        self.telemetry = Guarded(telemetry) if telemetry is not None else None
+        self._telemetry = telemetry
+        self._plain_store = store
+        if self.telemetry is not None:
+            store = InstrumentedStore(store, self.telemetry)
+            emitters = [
+                e if isinstance(e, InstrumentedEmitter) else InstrumentedEmitter(e, self.telemetry)
+                for e in emitters
+            ]
         self.store = store
         self.batch = batch
         self._log = logger if logger is not None else _log
         #: How this dispatcher hands events to ``emitters`` (the one order of every runner).
         self.delivery = Delivery(emitters, self._log)
         self._runner = runner
+        if self.telemetry is not None:
+            instrument_round(self, self.telemetry)
 
     @property
     def emitters(self) -> tuple[Emitter, ...]:
@@ -71,22 +92,30 @@ class Dispatcher:
         if self._runner is None:
             from .runner import Runner
 
-            self._runner = Runner(self.store, self.emitters, logger=self._log)
+            self._runner = Runner(
+                self._plain_store, self.emitters, logger=self._log, telemetry=self._telemetry
+            )
         return self._runner
 
     def dispatch_once(self) -> int:
         """One round: claim, deliver per object in order, mark; apply link intents. Returns
         the events delivered plus the intents confirmed.
         Raises :class:`~lifecycle.StoreError` if the store cannot be reached."""
+        delivered, results = self._round()
+        return delivered + sum(1 for r in results if _link_intents.confirmed(r.error))
+
+    def _round(self) -> tuple[int, list[Result]]:
+        """:meth:`dispatch_once`: the events delivered and the results of the link intents it
+        applied (what telemetry reports of a round)."""
         claimed = self.store.claim_undelivered(self.batch)
         if not claimed:
-            return 0
+            return 0, []
         runner = self.runner
         intents = [t.id for t in claimed if t.intent is not None]
         delivered, results = runner.redeliver_claimed(claimed, self.delivery)
         if intents:  # what failed stays in the outbox for the next round, not in the runner
             runner.pending.drop(intents)
-        return delivered + sum(1 for r in results if _link_intents.confirmed(r.error))
+        return delivered, results
 
     def flush(self, timeout: float | None = 5.0) -> int:
         """Wait up to ``timeout`` seconds for what acknowledging emitters hold and mark every

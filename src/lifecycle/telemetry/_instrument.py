@@ -16,7 +16,14 @@ from typing import Any
 from .._core.transition import Transition
 from ._port import Guarded, Observed, flattened
 
-__all__ = ["InstrumentedEmitter", "InstrumentedStore", "checked", "instrument", "store_name"]
+__all__ = [
+    "InstrumentedEmitter",
+    "InstrumentedStore",
+    "checked",
+    "instrument",
+    "instrument_round",
+    "store_name",
+]
 
 #: The store calls that are timed; any other attribute is the wrapped store's own.
 _TIMED = ("load", "commit", "load_many", "commit_many", "claim_undelivered", "mark_delivered")
@@ -352,3 +359,19 @@ def instrument(runner: Any, telemetry: Guarded, *, nested: bool) -> None:
         runner.__dict__[name] = _reported(
             telemetry, operation, call, machine_of, nested=nested and operation == "observe"
         )
+
+
+def instrument_round(dispatcher: Any, telemetry: Guarded) -> None:
+    """Report each round of a :class:`~lifecycle.Dispatcher` as a ``"redeliver"``: its
+    ``_round`` returns what a runner's ``_redeliver`` does. The machine names come from the
+    runner that applies its link intents, looked up when a round first reports."""
+    names: list[Callable[[str], str]] = []
+
+    def machine_of(kind: str) -> str:
+        if not names:
+            names.append(_machine_names(dispatcher.runner.machines))
+        return names[0](kind)
+
+    dispatcher.__dict__["_round"] = _reported(
+        telemetry, "redeliver", dispatcher._round, machine_of, nested=False
+    )

@@ -287,8 +287,9 @@ class PrometheusTelemetry(Collector):
     # -- what is read at the scrape ---------------------------------------------------------
     def watch(self, *sources: Any) -> None:
         """Read these at every scrape: a runner (its pending link intents, its store and its
-        emitters), a store (outbox depth and oldest row where it can tell, epochs, rewinds) or
-        an emitter (its ``stats``: drops and Kubernetes API writes)."""
+        emitters), a :class:`~lifecycle.Dispatcher` (its store, its emitters and the runner
+        applying its link intents), a store (outbox depth and oldest row where it can tell,
+        epochs, rewinds) or an emitter (its ``stats``: drops and Kubernetes API writes)."""
         with self._lock:
             for source in sources:
                 self._watched.append(source)
@@ -298,7 +299,13 @@ class PrometheusTelemetry(Collector):
         stores: list[Any] = []
         emitters: list[Any] = []
         for source in self._watched:
-            if hasattr(source, "protocol"):
+            if hasattr(source, "dispatch_once"):  # a Dispatcher: its store, emitters, runner
+                stores.append(source.store)
+                emitters.extend(source.emitters)
+                runners.append(source)  # its telemetry's failures (it has no intents of its own)
+                if source._runner is not None:
+                    runners.append(source._runner)
+            elif hasattr(source, "protocol"):
                 runners.append(source)
                 stores.append(getattr(source, "store", None))
                 emitters.extend(getattr(source, "emitters", ()))
@@ -308,7 +315,7 @@ class PrometheusTelemetry(Collector):
                 stores.append(source)
         unwrap = [s.wrapped if isinstance(s, InstrumentedStore) else s for s in stores if s]
         flat = [e.wrapped if isinstance(e, InstrumentedEmitter) else e for e in emitters]
-        return runners, _unique(unwrap), _unique(flat)
+        return _unique(runners), _unique(unwrap), _unique(flat)
 
     def describe(self) -> Iterable[Metric]:
         return []  # unchecked collector: its families are built at each scrape
