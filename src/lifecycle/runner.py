@@ -103,11 +103,14 @@ class Runner:
 
     @store.setter
     def store(self, store: CommitStore) -> None:
+        # events are stamped with the epoch of the store itself, not looked up through the
+        # telemetry's wrapper on every commit
+        plain = store.wrapped if isinstance(store, InstrumentedStore) else store
         if self.telemetry is not None and not isinstance(store, InstrumentedStore):
             store = InstrumentedStore(store, self.telemetry)
         self._store = store
         self._mark: Mark | None = marker(store)
-        self.protocol.epoch_source = store
+        self.protocol.epoch_source = plain
         # acknowledgements that arrive while this runner is idle are marked all the same
         self.protocol.delivery.mark_when_idle(self._mark)
 

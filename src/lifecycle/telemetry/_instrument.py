@@ -48,12 +48,6 @@ def store_name(store: object) -> str:
     return name.removeprefix("async")
 
 
-def _machine_of(operation: str, args: tuple[Any, ...]) -> str:
-    if operation in ("load", "commit") and args:
-        return str(getattr(args[0], "name", ""))
-    return ""
-
-
 def _traced(transitions: Sequence[Transition], context: str) -> tuple[Transition, ...]:
     return tuple(t._replace(trace=context) for t in transitions)
 
@@ -93,11 +87,11 @@ class InstrumentedStore:
 
     def _prepare(self, operation: str, args: tuple[Any, ...]) -> tuple[Any, ...]:
         """A commit's events with the trace context (tracing telemetry only)."""
-        if operation == "commit" and len(args) >= 6 and args[5] and self._telemetry.traces:
+        if operation == "commit" and len(args) >= 6 and args[5]:
             context = self._telemetry.trace_context()
             if context:
                 args = (*args[:5], _traced(args[5], context), *args[6:])
-        elif operation == "commit_many" and args and self._telemetry.traces:
+        elif operation == "commit_many" and args:
             context = self._telemetry.trace_context()
             if context:
                 args = (
@@ -117,43 +111,62 @@ class InstrumentedStore:
         return args
 
     def _timed(self, operation: str, call: Callable[..., Any]) -> Callable[..., Any]:
-        telemetry, name = self._telemetry, self._name
+        guarded, name = self._telemetry, self._name
+        tell, failed = guarded.inner.store_call, guarded._failed
         claims = operation == "claim_undelivered"
+        by_machine = operation in ("load", "commit")  # their first argument is the machine
+        traced = guarded.traces and operation in ("commit", "commit_many")
+        prepare = self._prepare
 
-        def report(args: tuple[Any, ...], start: float, error: Any, found: Any) -> None:
-            """The call's fact (and, for a claim, the rows it handed out for redelivery)."""
-            seconds = perf_counter() - start
-            telemetry.store_call(name, operation, _machine_of(operation, args), seconds, error)
+        def report(args: tuple[Any, ...], seconds: float, error: Any, found: Any) -> None:
+            """The call's fact (and, for a claim, the rows it handed out for redelivery),
+            guarded as :class:`Guarded` guards every call."""
+            machine = str(getattr(args[0], "name", "")) if by_machine and args else ""
+            try:
+                tell(name, operation, machine, seconds, error)
+            except Exception as e:
+                failed("store_call", e)
             if claims and found:
-                telemetry.redelivered(found)
+                guarded.redelivered(found)
 
         if inspect.iscoroutinefunction(call):
             acall: Callable[..., Awaitable[Any]] = call
 
             @functools.wraps(call)
             async def timed_async(*args: Any, **kwargs: Any) -> Any:
-                args = self._prepare(operation, args)
+                if traced:
+                    args = prepare(operation, args)
                 start = perf_counter()
                 try:
                     found = await acall(*args, **kwargs)
                 except BaseException as e:
-                    report(args, start, e, None)
+                    report(args, perf_counter() - start, e, None)
                     raise
-                report(args, start, None, found)
+                report(args, perf_counter() - start, None, found)
                 return found
 
             return timed_async
 
         @functools.wraps(call)
         def timed(*args: Any, **kwargs: Any) -> Any:
-            args = self._prepare(operation, args)
+            if traced:
+                args = prepare(operation, args)
             start = perf_counter()
             try:
                 found = call(*args, **kwargs)
             except BaseException as e:
-                report(args, start, e, None)
+                report(args, perf_counter() - start, e, None)
                 raise
-            report(args, start, None, found)
+            if claims:
+                report(args, perf_counter() - start, None, found)
+                return found
+            # the hot path (a load, a commit, a mark): report's work, without its call
+            seconds = perf_counter() - start
+            machine = str(getattr(args[0], "name", "")) if by_machine and args else ""
+            try:
+                tell(name, operation, machine, seconds, None)
+            except Exception as e:
+                failed("store_call", e)
             return found
 
         return timed
@@ -311,22 +324,26 @@ def _reported(
     return reported
 
 
-def _machine_names(machines: Any) -> Callable[[str], str]:
-    """``kind -> machine name`` through a runner's registry, remembered ("" if unknown)."""
-    known: dict[str, str] = {}
+class _MachineNames(dict[str, str]):
+    """``kind -> machine name`` through a runner's registry, remembered ("" if unknown; at
+    most 1024 kinds kept). Called as its ``__getitem__``: a hit is one C-level lookup."""
 
-    def machine_of(kind: str) -> str:
-        name = known.get(kind)
-        if name is None:
-            try:
-                name = str(machines.for_kind(kind).name)
-            except Exception:
-                name = ""
-            if len(known) < 1024:
-                known[kind] = name
+    def __init__(self, machines: Any) -> None:
+        super().__init__()
+        self._machines = machines
+
+    def __missing__(self, kind: str) -> str:
+        try:
+            name = str(self._machines.for_kind(kind).name)
+        except Exception:
+            name = ""
+        if len(self) < 1024:
+            self[kind] = name
         return name
 
-    return machine_of
+
+def _machine_names(machines: Any) -> Callable[[str], str]:
+    return _MachineNames(machines).__getitem__
 
 
 def checked(telemetry: Guarded | None, check: Callable[..., Any], *args: Any) -> None:

@@ -32,7 +32,7 @@ from typing import Any
 from .._core.errors import Conflict, LifecycleError, SchemaRefused
 from .._core.transition import Transition
 from ._instrument import InstrumentedEmitter, InstrumentedStore, store_name
-from ._port import Observed, outcome_of
+from ._port import _COMMITTED, _UNCHANGED, Observed, outcome_of
 
 try:
     from prometheus_client import REGISTRY, CollectorRegistry
@@ -118,6 +118,9 @@ _K8S = ("created", "patched", "recreated")
 
 
 class _Histogram:
+    """Counts by bucket and a sum; the two callers on the hot path (``end``, ``store_call``)
+    add to it inline -- ``counts[bisect_left(bounds, v)] += 1; total += v`` -- not by a call."""
+
     __slots__ = ("bounds", "counts", "total")
 
     def __init__(self, bounds: Sequence[float]) -> None:
@@ -129,10 +132,6 @@ class _Histogram:
         other = _Histogram(self.bounds)
         other.counts, other.total = list(self.counts), self.total
         return other
-
-    def add(self, value: float) -> None:
-        self.counts[bisect_left(self.bounds, value)] += 1
-        self.total += value
 
     def buckets(self) -> list[tuple[str, float]]:
         out: list[tuple[str, float]] = []
@@ -194,29 +193,6 @@ class PrometheusTelemetry(Collector):
     def begin(self, operation: str, machine: str) -> object:
         return (operation, machine, time.perf_counter())
 
-    def _end(
-        self, token: object, observed: Sequence[Observed], error: BaseException | None
-    ) -> None:
-        counts, flips = self._observations, self._transitions
-        for machine, result in observed:
-            key = (machine, outcome_of(result))
-            counts[key] = counts.get(key, 0) + 1
-            attempts = result[7]
-            if attempts > 1 or result[6] is not None:
-                self._retried(machine, attempts, result[6])
-            for t in result[4]:  # the transitions: the one loop most observations skip
-                tk = (machine, t[2], t[3], t[5]._value_)
-                flips[tk] = flips.get(tk, 0) + 1
-            if result[5]:
-                for t in result[5]:
-                    fk = (machine, t.reason)
-                    self._fallbacks[fk] = self._fallbacks.get(fk, 0) + 1
-        if token.__class__ is tuple:
-            operation, begun, start = token
-            self._duration(operation).add(time.perf_counter() - start)
-            if error is not None:
-                self._raised(operation, begun, error)
-
     def _retried(self, machine: str, attempts: int, error: object) -> None:
         """A write that took more than one attempt (each retry follows a lost
         compare-and-set), or that failed on a conflict."""
@@ -233,49 +209,64 @@ class PrometheusTelemetry(Collector):
             key = (machine, "refused")
             self._observations[key] = self._observations.get(key, 0) + 1
 
-    def _duration(self, operation: str) -> _Histogram:
-        h = self._durations.get(operation)
-        if h is None:
-            h = self._durations[operation] = _Histogram(self._bounds)
-        return h
-
-    def _store_call(
-        self, store: str, operation: str, machine: str, seconds: float, error: BaseException | None
-    ) -> None:
-        key = (store, operation)
-        h = self._store_latency.get(key)
-        if h is None:
-            h = self._store_latency[key] = _Histogram(self._bounds)
-        h.add(seconds)
-        if error is not None and not isinstance(error, Conflict):  # conflicts: by machine
-            ek = (store, operation, type(error).__name__)
-            self._store_errors[ek] = self._store_errors.get(ek, 0) + 1
-
-    def _emitted(
-        self, emitter: str, transition: Transition, seconds: float, error: BaseException | None
-    ) -> None:
-        self._sends[emitter] = self._sends.get(emitter, 0) + 1
-        if error is not None:
-            self._failures[emitter] = self._failures.get(emitter, 0) + 1
-
     # The facts arrive from several threads (a threaded runner, group commit's callers, an
     # acknowledging emitter's worker): each is folded under one lock, held for a few dict
     # updates; a scrape copies under it and builds the families outside it.
     def end(self, token: object, observed: Sequence[Observed], error: BaseException | None) -> None:
+        stop = time.perf_counter()
+        counts, flips = self._observations, self._transitions
         with self._facts:
-            self._end(token, observed, error)
+            for machine, result in observed:
+                outcome, attempts = result[0], result[7]
+                if outcome is _COMMITTED and attempts == 1:
+                    label = "committed"
+                elif outcome is _UNCHANGED:
+                    label = "unchanged"
+                else:
+                    label = outcome_of(result)
+                key = (machine, label)
+                counts[key] = counts.get(key, 0) + 1
+                if attempts > 1 or result[6] is not None:
+                    self._retried(machine, attempts, result[6])
+                for t in result[4]:  # the transitions: the one loop most observations skip
+                    tk = (machine, t[2], t[3], t[5]._value_)
+                    flips[tk] = flips.get(tk, 0) + 1
+                if result[5]:
+                    for t in result[5]:
+                        fk = (machine, t.reason)
+                        self._fallbacks[fk] = self._fallbacks.get(fk, 0) + 1
+            if token.__class__ is tuple:
+                operation, begun, start = token
+                h = self._durations.get(operation)
+                if h is None:
+                    h = self._durations[operation] = _Histogram(self._bounds)
+                took = stop - start
+                h.counts[bisect_left(h.bounds, took)] += 1
+                h.total += took
+                if error is not None:
+                    self._raised(operation, begun, error)
 
     def store_call(
         self, store: str, operation: str, machine: str, seconds: float, error: BaseException | None
     ) -> None:
+        key = (store, operation)
         with self._facts:
-            self._store_call(store, operation, machine, seconds, error)
+            h = self._store_latency.get(key)
+            if h is None:
+                h = self._store_latency[key] = _Histogram(self._bounds)
+            h.counts[bisect_left(h.bounds, seconds)] += 1
+            h.total += seconds
+            if error is not None and not isinstance(error, Conflict):  # conflicts: by machine
+                ek = (store, operation, type(error).__name__)
+                self._store_errors[ek] = self._store_errors.get(ek, 0) + 1
 
     def emitted(
         self, emitter: str, transition: Transition, seconds: float, error: BaseException | None
     ) -> None:
         with self._facts:
-            self._emitted(emitter, transition, seconds, error)
+            self._sends[emitter] = self._sends.get(emitter, 0) + 1
+            if error is not None:
+                self._failures[emitter] = self._failures.get(emitter, 0) + 1
 
     def redelivered(self, transitions: Sequence[Transition]) -> None:
         with self._facts:
