@@ -14,9 +14,11 @@ target) lane in commit order, and marked done once the target confirms them; a f
 write stops its lane for the round.
 
 Given a :class:`~lifecycle.telemetry.Telemetry`, a dispatcher reports what a runner's
-``redeliver`` reports: each round as a ``"redeliver"`` operation whose ``end`` holds the writes
-its link intents made, its claims and marks as store calls (the rows claimed as
-``redelivered``), and each hand-off to an emitter.
+``redeliver`` reports: each round that claimed something as a ``"redeliver"`` operation whose
+``end`` holds the writes its link intents made (an idle poll is only its claim), its claims as
+store calls (the rows claimed as ``redelivered``), and each hand-off to an emitter. The marks
+and the intents' writes go through the runner that applies the intents: the default one reports
+them to the same telemetry; a runner passed in reports them to its own, if it has one.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from .telemetry._instrument import InstrumentedEmitter, InstrumentedStore, instr
 from .telemetry._port import Guarded, Telemetry
 
 if TYPE_CHECKING:
+    from ._core.transition import Transition
     from ._protocol import Result
     from .runner import Runner
 
@@ -66,8 +69,8 @@ class Dispatcher:
         #: The host's telemetry behind its guard, or ``None`` (then nothing is wrapped).
         self.telemetry = Guarded(telemetry) if telemetry is not None else None
         self._telemetry = telemetry
-        self._plain_store = store
-        if self.telemetry is not None:
+        self._plain_store = store.wrapped if isinstance(store, InstrumentedStore) else store
+        if self.telemetry is not None and not isinstance(store, InstrumentedStore):
             store = InstrumentedStore(store, self.telemetry)
             emitters = [
                 e if isinstance(e, InstrumentedEmitter) else InstrumentedEmitter(e, self.telemetry)
@@ -106,10 +109,14 @@ class Dispatcher:
 
     def _round(self) -> tuple[int, list[Result]]:
         """:meth:`dispatch_once`: the events delivered and the results of the link intents it
-        applied (what telemetry reports of a round)."""
+        applied."""
         claimed = self.store.claim_undelivered(self.batch)
         if not claimed:
             return 0, []
+        return self._dispatch(claimed)
+
+    def _dispatch(self, claimed: Sequence[Transition]) -> tuple[int, list[Result]]:
+        """Deliver and apply what a round claimed (what telemetry reports of a round)."""
         runner = self.runner
         intents = [t.id for t in claimed if t.intent is not None]
         delivered, results = runner.redeliver_claimed(claimed, self.delivery)

@@ -71,7 +71,7 @@ def test_without_telemetry_nothing_is_wrapped(tmp_path: Path) -> None:
     dispatcher = Dispatcher(store, [MemoryEmitter()])
     assert dispatcher.store is store
     assert dispatcher.telemetry is None
-    assert "_round" not in vars(dispatcher)
+    assert "_dispatch" not in vars(dispatcher)
 
 
 def test_a_raising_telemetry_loses_no_delivery(tmp_path: Path) -> None:
@@ -116,10 +116,53 @@ def test_prometheus_watching_a_dispatcher_sees_its_outbox_drain(tmp_path: Path) 
     dispatcher = Dispatcher(
         SQLiteStore(tmp_path / "s.db", owner="d"), [MemoryEmitter()], telemetry=metrics
     )
-    metrics.watch(dispatcher)
+    # a runner on the same database, watched too: its outbox is the dispatcher's, counted once
+    beside = Runner(SQLiteStore(tmp_path / "s.db", owner="r"), [], telemetry=metrics)
+    metrics.watch(beside, dispatcher)
+    summary = SQLiteStore(tmp_path / "s.db").outbox_summary()
+    assert gauge(registry, "lifecycle_outbox_undelivered") == summary.undelivered
     assert gauge(registry, "lifecycle_outbox_undelivered") >= left + 1
     dispatcher.drain()
     assert gauge(registry, "lifecycle_outbox_undelivered") == 0
     assert gauge(registry, "lifecycle_redelivered_total") >= left + 1
     assert gauge(registry, "lifecycle_observations_total") >= 1  # the intent's write
     assert gauge(registry, "lifecycle_emitter_sends_total") >= left
+
+
+def test_an_idle_poll_is_only_its_claim(tmp_path: Path) -> None:
+    """Dispatcher.run polls an empty outbox every second: that is a claim, not a round (no
+    span a second per replica, no duration histogram of empty rounds)."""
+    recording = RecordingTelemetry()
+    dispatcher = Dispatcher(SQLiteStore(tmp_path / "s.db"), [MemoryEmitter()], telemetry=recording)
+    assert dispatcher.dispatch_once() == 0
+    assert not recording.of("begin")
+    assert [op for _, op, *_ in recording.of("store_call")] == ["claim_undelivered"]
+
+
+def test_a_store_already_reporting_is_not_wrapped_again(tmp_path: Path) -> None:
+    left = crashed_with_work_left(tmp_path / "s.db")
+    recording = RecordingTelemetry()
+    runner = Runner(SQLiteStore(tmp_path / "s.db", owner="d"), [], telemetry=recording)
+    dispatcher = Dispatcher(runner.store, [MemoryEmitter()], runner=runner, telemetry=recording)
+    assert dispatcher.store is runner.store
+    dispatcher.drain()
+    claims = [f for f in recording.of("store_call") if f[1] == "claim_undelivered"]
+    rows = [len(rows) for (rows,) in recording.of("redelivered")]
+    assert sum(rows) == left + 1, "each claimed row once: the events and the intent"
+    assert {f[0] for f in claims} == {"sqlite"}, "labelled by the store, not the wrapper"
+
+
+def test_a_refused_schema_is_counted_once() -> None:
+    """A dispatcher's first round builds its runner, whose schema check refuses: the check is
+    the one refusal, not also the round that raised it."""
+    pytest.importorskip("prometheus_client")
+    from lifecycle import SchemaRefused
+    from lifecycle.telemetry.prometheus import PrometheusTelemetry
+
+    metrics = PrometheusTelemetry(None)
+    refused = SchemaRefused(("pod v9: 1 record",))
+    round_ = metrics.begin("redeliver", "")
+    metrics.end(metrics.begin("check_schema", ""), (), refused)
+    metrics.end(round_, (), refused)
+    found = {s.name: s.value for family in metrics.collect() for s in family.samples}
+    assert found["lifecycle_schema_refusals_total"] == 1

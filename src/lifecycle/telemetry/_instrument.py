@@ -20,6 +20,7 @@ __all__ = [
     "InstrumentedEmitter",
     "InstrumentedStore",
     "checked",
+    "innermost",
     "instrument",
     "instrument_round",
     "store_name",
@@ -29,18 +30,26 @@ __all__ = [
 _TIMED = ("load", "commit", "load_many", "commit_many", "claim_undelivered", "mark_delivered")
 
 
-def store_name(store: object) -> str:
-    """The ``store`` label of a store: ``memory``, ``sqlite``, ``postgres`` or a host's class
-    name, lower case (a wrapper -- ``ThreadedStore``, a store injecting faults, anything
-    holding the real one as ``inner`` -- is looked through)."""
-    for _ in range(8):  # wrappers (a thread in front, injected faults) are looked through
-        inner = getattr(store, "inner", None)
-        if inner is None and type(store).__name__ == "ThreadedStore":
-            inner = getattr(store, "store", None)
+def innermost(store: Any) -> Any:
+    """The store under its wrappers: a ``ThreadedStore``'s, a telemetry's, or anything holding
+    the real one as ``inner`` (a store injecting faults)."""
+    for _ in range(8):
+        if isinstance(store, InstrumentedStore):
+            inner = store.wrapped
+        else:
+            inner = getattr(store, "inner", None)
+            if inner is None and type(store).__name__ == "ThreadedStore":
+                inner = getattr(store, "store", None)
         if inner is None or not hasattr(inner, "commit"):
             break
         store = inner
-    name = type(store).__name__.lower()
+    return store
+
+
+def store_name(store: object) -> str:
+    """The ``store`` label of a store: ``memory``, ``sqlite``, ``postgres`` or a host's class
+    name, lower case (its wrappers are looked through: :func:`innermost`)."""
+    name = type(innermost(store)).__name__.lower()
     for suffix in ("asyncstore", "store"):
         if name.endswith(suffix) and len(name) > len(suffix):
             name = name[: -len(suffix)]
@@ -112,7 +121,9 @@ class InstrumentedStore:
 
     def _timed(self, operation: str, call: Callable[..., Any]) -> Callable[..., Any]:
         guarded, name = self._telemetry, self._name
-        tell, failed = guarded.inner.store_call, guarded._failed
+        # the host's method, looked up once (a telemetry without one is counted failing)
+        tell = getattr(guarded.inner, "store_call", None) or guarded.store_call
+        failed = guarded._failed
         claims = operation == "claim_undelivered"
         by_machine = operation in ("load", "commit")  # their first argument is the machine
         traced = guarded.traces and operation in ("commit", "commit_many")
@@ -379,9 +390,10 @@ def instrument(runner: Any, telemetry: Guarded, *, nested: bool) -> None:
 
 
 def instrument_round(dispatcher: Any, telemetry: Guarded) -> None:
-    """Report each round of a :class:`~lifecycle.Dispatcher` as a ``"redeliver"``: its
-    ``_round`` returns what a runner's ``_redeliver`` does. The machine names come from the
-    runner that applies its link intents, looked up when a round first reports."""
+    """Report each round of a :class:`~lifecycle.Dispatcher` that claimed something as a
+    ``"redeliver"``: its ``_dispatch`` returns what a runner's ``_redeliver`` does. The machine
+    names come from the runner that applies its link intents, looked up when a round first
+    reports."""
     names: list[Callable[[str], str]] = []
 
     def machine_of(kind: str) -> str:
@@ -389,6 +401,6 @@ def instrument_round(dispatcher: Any, telemetry: Guarded) -> None:
             names.append(_machine_names(dispatcher.runner.machines))
         return names[0](kind)
 
-    dispatcher.__dict__["_round"] = _reported(
-        telemetry, "redeliver", dispatcher._round, machine_of, nested=False
+    dispatcher.__dict__["_dispatch"] = _reported(
+        telemetry, "redeliver", dispatcher._dispatch, machine_of, nested=False
     )

@@ -23,6 +23,7 @@ dashboard and alert rules under ``docs/operating/`` use only these).
 from __future__ import annotations
 
 import inspect
+import os
 import threading
 import time
 from bisect import bisect_left
@@ -31,7 +32,7 @@ from typing import Any
 
 from .._core.errors import Conflict, LifecycleError, SchemaRefused
 from .._core.transition import Transition
-from ._instrument import InstrumentedEmitter, InstrumentedStore, store_name
+from ._instrument import InstrumentedEmitter, InstrumentedStore, innermost, store_name
 from ._port import _COMMITTED, _UNCHANGED, Observed, outcome_of
 
 try:
@@ -204,7 +205,10 @@ class PrometheusTelemetry(Collector):
 
     def _raised(self, operation: str, machine: str, error: BaseException) -> None:
         if isinstance(error, SchemaRefused):
-            self._schema_refusals += 1
+            # counted where the check ran: the operation that started it (a dispatcher's first
+            # round builds its runner) ends in the same refusal
+            if operation == "check_schema":
+                self._schema_refusals += 1
         elif isinstance(error, LifecycleError) and operation == "observe":
             key = (machine, "refused")
             self._observations[key] = self._observations.get(key, 0) + 1
@@ -357,17 +361,22 @@ class PrometheusTelemetry(Collector):
         epochs: dict[tuple[str], float] = {}
         rewinds: dict[tuple[str], int] = {}
         now = time.time()
+        databases: set[tuple[object, ...]] = set()
         for store in stores:
             label = (store_name(store),)
+            found = getattr(store, "rewinds", None)  # what this handle found lost: its own
+            if isinstance(found, list):
+                rewinds[label] = rewinds.get(label, 0) + len(found)
+            where = _database(store)
+            if where in databases:  # the outbox and epochs of a database are counted once
+                continue
+            databases.add(where)
             backlog = _backlog(store)
             if backlog is not None:
                 count, first = backlog
                 depth[label] = depth.get(label, 0) + count
                 age = max(0.0, now - first) if first is not None else 0.0
                 oldest[label] = max(oldest.get(label, 0.0), age)
-            found = getattr(store, "rewinds", None)
-            if isinstance(found, list):
-                rewinds[label] = rewinds.get(label, 0) + len(found)
             epoch = getattr(store, "epoch", None)
             if isinstance(epoch, str):
                 epochs[label] = epochs.get(label, 0) + (1 if epoch else 0)
@@ -391,6 +400,22 @@ def _unique(items: list[Any]) -> list[Any]:
             seen.add(id(item))
             out.append(item)
     return out
+
+
+def _database(store: Any) -> tuple[object, ...]:
+    """Which database ``store`` is a handle on, so that two handles on one (a runner's store
+    and a dispatcher's, each with its own owner) count its outbox once: an SQLite file, a
+    PostgreSQL server's database and schema, or -- for any other store -- the handle itself.
+    Wrappers are looked through."""
+    store = innermost(store)
+    path = getattr(store, "path", None)
+    if isinstance(path, str) and path and path != ":memory:":
+        return ("sqlite", os.path.realpath(path))
+    target = getattr(store, "target", None)
+    parts = tuple(getattr(target, name, None) for name in ("host", "port", "dbname", "schema"))
+    if target is not None and all(isinstance(part, str) for part in parts):
+        return ("postgres", *parts)
+    return ("handle", id(store))
 
 
 def _backlog(store: Any) -> tuple[int, float | None] | None:
