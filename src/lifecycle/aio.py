@@ -40,7 +40,12 @@ from .emitters.base import Emitter
 from .machines import MachineRegistry
 from .stores.base import CommitItem, CommitStore, JournalEntry, Record
 from .stores.memory import MemoryStore
-from .telemetry._instrument import InstrumentedEmitter, InstrumentedStore, checked, instrument
+from .telemetry._instrument import (
+    checked,
+    instrument,
+    reporting_emitters,
+    reporting_store,
+)
 from .telemetry._port import Guarded, Telemetry
 
 __all__ = ["AsyncCommitStore", "AsyncRunner", "AsyncStore", "ThreadedStore", "open_async_store"]
@@ -289,9 +294,9 @@ class AsyncRunner:
             checked(self.telemetry, check_store, self.store.store, self.machines)
             self._schema_checked = True
         if self.telemetry is not None:
-            self.store = InstrumentedStore(self.store, self.telemetry)
+            self.store = reporting_store(self.store, self.telemetry)
             self.protocol.delivery.emitters = tuple(
-                InstrumentedEmitter(e, self.telemetry) for e in self.protocol.delivery.emitters
+                reporting_emitters(self.protocol.delivery.emitters, self.telemetry)
             )
             instrument(self, self.telemetry, nested=False)
 

@@ -33,7 +33,12 @@ from ._delivery import Delivery, marker
 from ._log import get_logger
 from .emitters.base import Emitter
 from .stores.base import Store
-from .telemetry._instrument import InstrumentedEmitter, InstrumentedStore, instrument_round
+from .telemetry._instrument import (
+    instrument_round,
+    reporting_emitters,
+    reporting_store,
+    unreported,
+)
 from .telemetry._port import Guarded, Telemetry
 
 if TYPE_CHECKING:
@@ -68,14 +73,10 @@ class Dispatcher:
             raise ValueError(f"batch must be at least 1, got {batch}")
         #: The host's telemetry behind its guard, or ``None`` (then nothing is wrapped).
         self.telemetry = Guarded(telemetry) if telemetry is not None else None
-        self._telemetry = telemetry
-        self._plain_store = store.wrapped if isinstance(store, InstrumentedStore) else store
-        if self.telemetry is not None and not isinstance(store, InstrumentedStore):
-            store = InstrumentedStore(store, self.telemetry)
-            emitters = [
-                e if isinstance(e, InstrumentedEmitter) else InstrumentedEmitter(e, self.telemetry)
-                for e in emitters
-            ]
+        self._plain_store = unreported(store)
+        if self.telemetry is not None:
+            store = reporting_store(store, self.telemetry)
+            emitters = reporting_emitters(emitters, self.telemetry)
         self.store = store
         self.batch = batch
         self._log = logger if logger is not None else _log
@@ -96,7 +97,10 @@ class Dispatcher:
             from .runner import Runner
 
             self._runner = Runner(
-                self._plain_store, self.emitters, logger=self._log, telemetry=self._telemetry
+                self._plain_store,
+                self.emitters,
+                logger=self._log,
+                telemetry=self.telemetry.inner if self.telemetry is not None else None,
             )
         return self._runner
 

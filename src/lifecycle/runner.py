@@ -30,7 +30,13 @@ from .emitters.base import Emitter
 from .machines import MachineRegistry
 from .stores.base import CommitStore, Store
 from .stores.memory import MemoryStore
-from .telemetry._instrument import InstrumentedEmitter, InstrumentedStore, checked, instrument
+from .telemetry._instrument import (
+    checked,
+    instrument,
+    reporting_emitters,
+    reporting_store,
+    unreported,
+)
 from .telemetry._port import Guarded, Telemetry
 
 __all__ = ["Outcome", "Result", "RetryPolicy", "Runner"]
@@ -105,9 +111,9 @@ class Runner:
     def store(self, store: CommitStore) -> None:
         # events are stamped with the epoch of the store itself, not looked up through the
         # telemetry's wrapper on every commit
-        plain = store.wrapped if isinstance(store, InstrumentedStore) else store
-        if self.telemetry is not None and not isinstance(store, InstrumentedStore):
-            store = InstrumentedStore(store, self.telemetry)
+        plain = unreported(store)
+        if self.telemetry is not None:
+            store = reporting_store(store, self.telemetry)
         self._store = store
         self._mark: Mark | None = marker(store)
         self.protocol.epoch_source = plain
@@ -120,12 +126,8 @@ class Runner:
 
     @emitters.setter
     def emitters(self, emitters: Sequence[Emitter]) -> None:
-        telemetry = self.telemetry
-        if telemetry is not None:
-            emitters = [
-                e if isinstance(e, InstrumentedEmitter) else InstrumentedEmitter(e, telemetry)
-                for e in emitters
-            ]
+        if self.telemetry is not None:
+            emitters = reporting_emitters(emitters, self.telemetry)
         self.protocol.delivery.emitters = tuple(emitters)
 
     @property

@@ -143,9 +143,13 @@ def test_a_store_already_reporting_is_not_wrapped_again(tmp_path: Path) -> None:
     left = crashed_with_work_left(tmp_path / "s.db")
     recording = RecordingTelemetry()
     runner = Runner(SQLiteStore(tmp_path / "s.db", owner="d"), [], telemetry=recording)
-    dispatcher = Dispatcher(runner.store, [MemoryEmitter()], runner=runner, telemetry=recording)
+    events = MemoryEmitter()
+    dispatcher = Dispatcher(runner.store, [events], runner=runner, telemetry=recording)
     assert dispatcher.store is runner.store
     dispatcher.drain()
+    assert events.events, "the claimed events were delivered"
+    sent = {t.id for _, t, _, error in recording.of("emitted") if error is None}
+    assert {t.id for t in events.events} <= sent, "its hand-offs are reported all the same"
     claims = [f for f in recording.of("store_call") if f[1] == "claim_undelivered"]
     rows = [len(rows) for (rows,) in recording.of("redelivered")]
     assert sum(rows) == left + 1, "each claimed row once: the events and the intent"

@@ -23,7 +23,10 @@ __all__ = [
     "innermost",
     "instrument",
     "instrument_round",
+    "reporting_emitters",
+    "reporting_store",
     "store_name",
+    "unreported",
 ]
 
 #: The store calls that are timed; any other attribute is the wrapped store's own.
@@ -181,6 +184,24 @@ class InstrumentedStore:
             return found
 
         return timed
+
+
+def reporting_store(store: Any, telemetry: Guarded) -> Any:
+    """``store`` reporting to ``telemetry`` (a store that already reports is kept as it is)."""
+    return store if isinstance(store, InstrumentedStore) else InstrumentedStore(store, telemetry)
+
+
+def unreported(store: Any) -> Any:
+    """``store`` without the telemetry's wrapper (any other wrapper is kept)."""
+    return store.wrapped if isinstance(store, InstrumentedStore) else store
+
+
+def reporting_emitters(emitters: Sequence[Any], telemetry: Guarded) -> list[Any]:
+    """``emitters``, each reporting to ``telemetry`` (one that already reports is kept)."""
+    return [
+        e if isinstance(e, InstrumentedEmitter) else InstrumentedEmitter(e, telemetry)
+        for e in emitters
+    ]
 
 
 class NotDelivered(Exception):
