@@ -11,6 +11,11 @@ interleaved in chunks (``benchmarks.fair``):
   taking turns call by call rather than chunk by chunk. Target <= 1.02.
 - ``telemetry_otel_memory_on_vs_off``: with :class:`OpenTelemetryTelemetry` on an SDK tracer
   provider with no exporter (spans made and dropped); informational.
+- ``telemetry_counting_floor_memory``: an inline wrapper doing the least a per-observe
+  metric can (time it, count it by machine and outcome under a lock) ÷ off; informational,
+  the floor the 1.10 target is measured against in the same run.
+- ``telemetry_sqlite_full_control``: no telemetry ÷ no telemetry on the SQLite row's
+  harness (its resolution); informational.
 - ``telemetry_off_vs_plain``: a runner built with ``telemetry=None`` ÷ the runner's class
   method called directly -- the no-telemetry path installs nothing, so this is the same code;
   target <= 1.01.
@@ -22,8 +27,11 @@ from __future__ import annotations
 
 import argparse
 import gc
+import itertools
 import json
+import threading
 from collections.abc import Callable
+from time import perf_counter
 from typing import Any
 
 from prometheus_client import CollectorRegistry
@@ -44,6 +52,32 @@ def _runner(store: Any, telemetry: Any = None) -> Runner:
     return Runner(store, [], machines=MachineRegistry([POLLING]), links=(), telemetry=telemetry)
 
 
+def _counting_floor(runner: Runner) -> Callable[[Any, Any], Any]:
+    """The least a metrics adapter can do per observe, written inline with no port at all:
+    time the call, count it by machine and outcome and add up its time, under a lock (no
+    transitions, no buckets, no begin/end). Prometheus on ÷ this floor is what the port and
+    the fold add."""
+    call, lock = runner.observe, threading.Lock()
+    counts: dict[tuple[str, object], int] = {}
+    spent = [0.0]
+    acquire, release = lock.acquire, lock.release
+    kinds: dict[str, str] = {}
+
+    def observe(ref: Any, observation: Any) -> Any:
+        start = perf_counter()
+        found = call(ref, observation)
+        took = perf_counter() - start
+        kind = ref.kind
+        key = (kinds.get(kind) or kinds.setdefault(kind, kind.lower()), found[0])
+        acquire()
+        counts[key] = counts.get(key, 0) + 1
+        spent[0] += took
+        release()
+        return found
+
+    return observe
+
+
 def _otel() -> Any:
     from opentelemetry.sdk.trace import TracerProvider
 
@@ -60,6 +94,7 @@ def memory_rows(rounds: int, chunk: int, objects: int) -> dict[str, Metric]:
     polls = [(refs[k % objects], poll) for k in range((rounds + 2) * chunk)]
     off, on = _runner(MemoryStore()), _runner(MemoryStore(), PrometheusTelemetry(None))
     plain, direct = _runner(MemoryStore()), _runner(MemoryStore())
+    floor = _runner(MemoryStore())
     traced = _runner(MemoryStore(), _otel()) if _has_sdk() else None
     off_poll, on_poll = _runner(MemoryStore()), _runner(MemoryStore(), PrometheusTelemetry(None))
     create = OBSERVATIONS["create"](at=AT)
@@ -78,6 +113,7 @@ def memory_rows(rounds: int, chunk: int, objects: int) -> dict[str, Metric]:
         "on poll": _observing(on_poll.observe, polls, chunk),
         "plain": _observing(plain.observe, list(work), chunk),
         "direct": _observing(unbound(direct), list(work), chunk),
+        "floor": _observing(_counting_floor(floor), list(work), chunk),
     }
     if traced is not None:
         contenders["otel"] = _observing(traced.observe, list(work), chunk)
@@ -94,6 +130,14 @@ def memory_rows(rounds: int, chunk: int, objects: int) -> dict[str, Metric]:
         "telemetry_prometheus_poll_on_vs_off": metric(
             ratios(t["on poll"], t["off poll"]), "info", ours=t["on poll"], base=t["off poll"],
             unit="us/obs", what=f"PrometheusTelemetry on ÷ no telemetry, a repeated poll: {what}",
+        ),
+        "telemetry_counting_floor_memory": metric(
+            ratios(t["floor"], t["off"]), "info", ours=t["floor"], base=t["off"],
+            unit="us/obs",
+            what="an inline wrapper that only times each observe and counts it by machine and "
+            f"outcome under a lock (no port, no transitions, no histogram) ÷ no telemetry: {what}",
+            note="the least a per-observe metric costs in Python here; Prometheus on ÷ off "
+            "minus this is what the port and the full fold add: ADR 0130",
         ),
         "telemetry_off_vs_plain": metric(
             ratios(t["plain"], t["direct"]), "<= 1.01", ours=t["plain"], base=t["direct"],
@@ -123,33 +167,49 @@ def _has_sdk() -> bool:
 
 
 def sqlite_rows(rounds: int, chunk: int) -> dict[str, Metric]:
-    """On ÷ off where an fsync is the work: its time varies more from one call to the next
-    than telemetry costs, so the two contenders take turns call by call (which goes first
-    alternating) and each round's ratio is of their summed wall times over ``chunk`` pairs."""
+    """On ÷ off where an fsync is the work, beside an A/A control (no telemetry ÷ no
+    telemetry) that shows what the row can resolve.
+
+    An fsync's time varies more from one call to the next than telemetry costs, so the
+    contenders take turns call by call (the order rotating through every permutation) and each
+    round's ratio is of their summed wall times over ``chunk`` turns. Each database file also
+    has a speed of its own (measured: one of two identical files ran 1.5-3 % faster for a
+    whole run, more than the target allows), so the files rotate between the contenders from
+    one round to the next: each contender writes to each file equally often."""
     create = OBSERVATIONS["create"](at=AT)
+    kinds = ("on", "off", "control")
     with folder() as tmp:
-        off_store = SQLiteStore(tmp / "off.db", synchronous="FULL")
-        on_store = SQLiteStore(tmp / "on.db", synchronous="FULL")
-        off = _runner(off_store)
-        on = _runner(on_store, PrometheusTelemetry(CollectorRegistry()))
-        names = {"off": Names("a"), "on": Names("b")}
-        runners = {"off": off, "on": on}
-        t: dict[str, list[float]] = {"off": [], "on": []}
+        stores = [SQLiteStore(tmp / f"{n}.db", synchronous="FULL") for n in range(len(kinds))]
+        metrics = PrometheusTelemetry(CollectorRegistry())
+        # a runner per contender and file: a contender's runner changes with its file
+        runners = {
+            (k, n): _runner(store, metrics if k == "on" else None)
+            for k in kinds
+            for n, store in enumerate(stores)
+        }
+        names = {k: Names(k[:2]) for k in kinds}  # two-letter prefixes: equal key lengths
+        turns = list(itertools.permutations(kinds))
+        t: dict[str, list[float]] = {k: [] for k in kinds}
         for r in range(rounds + 1):  # the first round warms up
             gc.collect()  # between rounds, as ``interleave`` does, never inside one
-            spent = {"off": 0.0, "on": 0.0}
+            spent = dict.fromkeys(kinds, 0.0)
             refs = {k: v.take(chunk) for k, v in names.items()}
+            observe = {k: runners[(k, (i + r) % len(stores))].observe for i, k in enumerate(kinds)}
             for i in range(chunk):
-                for k in ("off", "on") if (r + i) % 2 else ("on", "off"):
-                    observe, ref = runners[k].observe, refs[k][i]
+                for k in turns[(r * chunk + i) % len(turns)]:
+                    call, ref = observe[k], refs[k][i]
                     start = WALL()
-                    observe(ref, create)
+                    call(ref, create)
                     spent[k] += WALL() - start
             if r:
-                for k in t:
+                for k in kinds:
                     t[k].append(spent[k] / chunk)
-        off_store.close()
-        on_store.close()
+        for store in stores:
+            store.close()
+    how = (
+        "Runner.observe of a new object, SQLite synchronous=FULL, the contenders taking "
+        "turns call by call and the files rotating between them round by round; wall time"
+    )
     return {
         "telemetry_prometheus_sqlite_full_on_vs_off": metric(
             ratios(t["on"], t["off"]),
@@ -157,11 +217,18 @@ def sqlite_rows(rounds: int, chunk: int) -> dict[str, Metric]:
             ours=t["on"],
             base=t["off"],
             unit="us/obs",
-            what="PrometheusTelemetry on ÷ no telemetry: Runner.observe of a new object, SQLite "
-            "synchronous=FULL, the two taking turns call by call; wall time",
+            what=f"PrometheusTelemetry on ÷ no telemetry: {how}",
             note="the same Python as on the memory store plus three timed store calls "
-            "(~0.4 µs each): ~10-15 µs beside a ~400 µs fsync'd commit: ADR 0130",
-        )
+            "(~0.4 µs each) beside a ~300 µs fsync'd commit; compare the A/A row: ADR 0130",
+        ),
+        "telemetry_sqlite_full_control": metric(
+            ratios(t["control"], t["off"]),
+            "info",
+            ours=t["control"],
+            base=t["off"],
+            unit="us/obs",
+            what=f"A/A control, no telemetry ÷ no telemetry (the row's resolution): {how}",
+        ),
     }
 
 

@@ -219,7 +219,9 @@ class PrometheusTelemetry(Collector):
     def end(self, token: object, observed: Sequence[Observed], error: BaseException | None) -> None:
         stop = time.perf_counter()
         counts, flips = self._observations, self._transitions
-        with self._facts:
+        lock = self._facts
+        lock.acquire()  # not ``with``: half the cost on the hot path
+        try:
             for machine, result in observed:
                 outcome, attempts = result[0], result[7]
                 if outcome is _COMMITTED and attempts == 1:
@@ -249,12 +251,16 @@ class PrometheusTelemetry(Collector):
                 h.total += took
                 if error is not None:
                     self._raised(operation, begun, error)
+        finally:
+            lock.release()
 
     def store_call(
         self, store: str, operation: str, machine: str, seconds: float, error: BaseException | None
     ) -> None:
         key = (store, operation)
-        with self._facts:
+        lock = self._facts
+        lock.acquire()
+        try:
             h = self._store_latency.get(key)
             if h is None:
                 h = self._store_latency[key] = _Histogram(self._bounds)
@@ -263,6 +269,8 @@ class PrometheusTelemetry(Collector):
             if error is not None and not isinstance(error, Conflict):  # conflicts: by machine
                 ek = (store, operation, type(error).__name__)
                 self._store_errors[ek] = self._store_errors.get(ek, 0) + 1
+        finally:
+            lock.release()
 
     def emitted(
         self, emitter: str, transition: Transition, seconds: float, error: BaseException | None
