@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import multiprocessing
 import sqlite3
+import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -267,6 +268,49 @@ def test_fresh_events_are_leased_to_the_committing_store(tmp_path: Path) -> None
     assert b.claim_undelivered() == []
     a.close()
     b.close()
+
+
+@pytest.mark.parametrize("group_commit", [False, True], ids=["held", "group"])
+def test_a_claim_never_leases_a_row_whose_mark_is_being_written(
+    tmp_path: Path, group_commit: bool
+) -> None:
+    """Marks taken from where they wait (the marker thread's turn, a group leader's) and
+    their rows deleted are one step for a claim on the same handle: a claim in between would
+    lease rows already delivered and hand them out again (found by the dispatcher property
+    in ``tests/telemetry``)."""
+    store = SQLiteStore(tmp_path / "s.db", group_commit=group_commit, synchronous="OFF")
+    step(store, pod.CreateRequested(at=t(0)))
+    ids = [e.id for e in store.claim_undelivered()]
+    assert ids
+    writing, go = threading.Event(), threading.Event()
+    real = store._mark_now
+
+    def slow(marks: list[str]) -> None:  # the write, held open until the claim has tried
+        writing.set()
+        go.wait(10)
+        real(marks)
+
+    store._mark_now = slow  # type: ignore[method-assign]
+    if group_commit:  # marks alone: the caller leads a transaction of its own
+        marker = threading.Thread(target=store.mark_delivered, args=(ids,))
+    else:
+        store.mark_delivered(ids)  # held for the next commit, or the marker thread
+        assert store.undelivered_marks_held() == len(ids)
+        marker = threading.Thread(target=store._marks_due)
+    marker.start()
+    assert writing.wait(10)
+    claimed: list[str] = []
+    claimer = threading.Thread(
+        target=lambda: claimed.extend(e.id for e in store.claim_undelivered())
+    )
+    claimer.start()
+    claimer.join(0.3)  # it waits for the marks being written ...
+    go.set()
+    marker.join(10)
+    claimer.join(10)
+    assert not claimer.is_alive()
+    assert claimed == [], "a delivered row was leased again"  # ... and finds them gone
+    store.close()
 
 
 # -- persistence ------------------------------------------------------------------------------

@@ -517,27 +517,30 @@ class SQLiteStore:
         caller queued meanwhile -- or stand down. Marks alone (no commit waiting) are deleted
         by the leader itself."""
         while True:
-            with group.mutex:
-                batch, group.queue = group.queue, []
-                marks, group.marks = group.marks, []
-                if not batch and not marks:
-                    group.leading = False
-                    return
-            try:
-                if batch:
-                    self._flush(batch, marks)
-                else:
-                    self._mark_quietly(marks)
-            finally:
-                for slot in batch:  # every outcome is set: wake its caller
-                    slot.wake.release()
+            # the marks are taken and written under the store's lock: a claim between the two
+            # would lease rows already delivered and hand them out again
+            with self._lock:
                 with group.mutex:
-                    successor = group.queue[0] if group.queue else None
-                    again = successor is None and bool(group.marks)  # marks only: do them
-                    if successor is None and not again:
+                    batch, group.queue = group.queue, []
+                    marks, group.marks = group.marks, []
+                    if not batch and not marks:
                         group.leading = False
-                if successor is not None:
-                    successor.wake.release()  # woken without an outcome: it leads
+                        return
+                try:
+                    if batch:
+                        self._flush(batch, marks)
+                    else:
+                        self._mark_quietly(marks)
+                finally:
+                    for slot in batch:  # every outcome is set: wake its caller
+                        slot.wake.release()
+                    with group.mutex:
+                        successor = group.queue[0] if group.queue else None
+                        again = successor is None and bool(group.marks)  # marks only: do them
+                        if successor is None and not again:
+                            group.leading = False
+            if successor is not None:
+                successor.wake.release()  # woken without an outcome: it leads
             if not again:
                 return
 
@@ -1233,17 +1236,19 @@ class SQLiteStore:
         """The marker thread's turn: write what is held (``False``: the store is closing)."""
         if self._closing:
             return False
-        marks = self._take_held()
-        if marks:
-            with contextlib.suppress(StoreError):  # the file is unreachable: they repeat
-                self._mark_quietly(marks)
+        with self._lock:  # taken and written as one: a claim never sees them taken, unwritten
+            marks = self._take_held()
+            if marks:
+                with contextlib.suppress(StoreError):  # the file is unreachable: they repeat
+                    self._mark_quietly(marks)
         return True
 
     def _write_marks(self) -> None:
         """Write the marks still held (before a count of what is undelivered)."""
-        marks = self._take_marks()
-        if marks:
-            self._mark_quietly(marks)
+        with self._lock:
+            marks = self._take_marks()
+            if marks:
+                self._mark_quietly(marks)
 
     def outbox_summary(self) -> OutboxSummary:
         """How many outbox rows wait, and when the oldest was observed (``db status``).

@@ -428,11 +428,12 @@ def _database(store: Any) -> tuple[object, ...]:
 
 def _backlog(store: Any) -> tuple[int, float | None] | None:
     """``(undelivered rows, epoch seconds of the oldest)`` from a store that can tell
-    synchronously (``outbox_summary``; a thread-fronted store is looked through). An asyncio
-    store's summary is a coroutine a scrape cannot await: no gauge for it."""
-    if type(store).__name__ == "ThreadedStore":
-        store = getattr(store, "store", store)
-    call = getattr(store, "outbox_summary", None)
+    synchronously (``outbox_summary``; its wrappers -- a thread front, a store injecting
+    faults -- are looked through: :func:`innermost`). An asyncio store's summary is a coroutine
+    a scrape cannot await: no gauge for it."""
+    call = getattr(store, "outbox_summary", None) or getattr(
+        innermost(store), "outbox_summary", None
+    )
     if call is None or inspect.iscoroutinefunction(call):
         return None
     try:
