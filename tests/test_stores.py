@@ -290,7 +290,7 @@ def test_a_claim_never_leases_a_row_whose_mark_is_being_written(
         go.wait(10)
         real(marks)
 
-    store._mark_now = slow  # type: ignore[method-assign]
+    store._mark_now = slow  # type: ignore[method-assign,assignment]
     if group_commit:  # marks alone: the caller leads a transaction of its own
         marker = threading.Thread(target=store.mark_delivered, args=(ids,))
     else:

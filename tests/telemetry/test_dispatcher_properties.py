@@ -63,8 +63,9 @@ class Claims(FaultyStore):
     """A faulty store that also keeps how many rows each claim handed out and how many calls
     of each timed kind it took (the ground truth the reports are checked against)."""
 
-    def __init__(self, inner: Any) -> None:
+    def __init__(self, inner: SQLiteStore) -> None:
         super().__init__(inner)
+        self.sqlite = inner
         self.claimed: list[int] = []
         self.calls: Counter[str] = Counter()
 
@@ -174,7 +175,7 @@ def _run(folder: Path, scenario: Scenario, telemetry: Any, check: Any = None) ->
         world.returns.append(dispatcher.dispatch_once())
         if check is not None:
             check(dispatcher, store, emitter)
-    summary = store.inner.outbox_summary()
+    summary = store.sqlite.outbox_summary()
     world.delivered = [_key(e) for e in emitter.events]
     world.refused = len(emitter.refused)
     world.undelivered = summary.undelivered
@@ -248,7 +249,7 @@ def test_prometheus_agrees_with_the_store_and_the_emitter_after_every_round(
         )
         assert found.get("lifecycle_emitter_failures_total", 0) == len(emitter.refused)
         assert found.get("lifecycle_redelivered_total", 0) == sum(store.claimed)
-        assert found["lifecycle_outbox_undelivered"] == store.inner.outbox_summary().undelivered
+        assert found["lifecycle_outbox_undelivered"] == store.sqlite.outbox_summary().undelivered
         assert found["lifecycle_telemetry_failures_total"] == 0
 
     _same(scenario, metrics, check)
