@@ -101,6 +101,28 @@ def test_a_commit_that_fails_keeps_the_marks_it_carried(pg_url: str) -> None:
     assert not held & outbox(store)
 
 
+def test_a_claim_never_hands_out_events_whose_marks_a_commit_is_carrying(pg_url: str) -> None:
+    """A commit takes the held marks, then sends them in front of its own statement: a claim
+    on the same handle in between (another thread, another task) finds the rows still there,
+    leased to this store. It must not hand them out again; if the commit then fails, the marks
+    are held again and the next claim sends them first."""
+    store = PostgresStore(pg_url, pool_size=1)
+    runner = Runner(store, [MemoryEmitter()], links=())
+    first = runner.observe(pod_ref("fly"), pod.CreateRequested(at=t(0)))
+    ids = {e.id for e in first.transitions}
+    assert ids
+    assert ids <= outbox(store)  # delivered, the mark held back
+    riding = store._marks.riding()  # what a commit does first
+    assert set(riding) == ids
+    assert not ids & {e.id for e in store.claim_undelivered()}, "a delivered event leased again"
+    assert ids <= outbox(store)  # the rows are there: only the claim's answer leaves them out
+    store._marks.restore(riding)  # the commit failed: held again, no longer in flight
+    assert store._marks.in_flight() == frozenset()
+    assert not ids & {e.id for e in store.claim_undelivered()}  # sent before the claim
+    assert not ids & outbox(store)
+    store.close()
+
+
 def test_a_conflict_is_one_round_trip_and_names_the_stored_version(pg_url: str) -> None:
     store = PostgresStore(pg_url, pool_size=1)
     runner = Runner(store, [], links=())

@@ -193,6 +193,27 @@ class _Held:
         self.delay = delay
         self._ids: list[str] = []
         self._since = 0.0
+        #: the lists :meth:`riding` handed to commits and not yet given back to
+        #: :meth:`restore`: those events are delivered, their rows possibly not yet deleted
+        self._riding: list[list[str]] = []
+
+    def _ride(self, ids: list[str]) -> list[str]:
+        if ids:
+            self._riding.append(ids)
+        return ids
+
+    def _landed(self, ids: list[str]) -> None:
+        for n, riding in enumerate(self._riding):
+            if riding is ids:
+                del self._riding[n]
+                return
+
+    def in_flight(self) -> frozenset[str]:
+        """Ids a commit is carrying right now: a claim must not hand their rows out again,
+        though it may find them still in the table (the commit's DELETE not yet run)."""
+        if not self._riding:
+            return frozenset()
+        return frozenset(i for ids in list(self._riding) for i in ids)
 
     def _hold(self, ids: Iterable[str]) -> None:
         if not self._ids:
@@ -229,17 +250,33 @@ class HeldMarks(_Held):
                 self._thread.start()
 
     def take(self) -> list[str]:
-        """Every held id (sorted, once each), now the caller's to mark."""
+        """Every held id (sorted, once each), now the caller's to mark (under
+        :attr:`sending`)."""
         if not self._ids:  # the common case: one attribute read, no lock
             return []
         with self._lock:
             return self._take()
 
+    def riding(self) -> list[str]:
+        """:meth:`take` for a commit that carries the marks in its own round trip: they are
+        :meth:`in_flight` until the commit hands the list back to :meth:`restore`."""
+        if not self._ids:
+            return []
+        with self._lock:
+            return self._ride(self._take())
+
     def restore(self, ids: list[str]) -> None:
-        """Hold again ids whose mark may not have landed (marking twice is harmless)."""
-        if ids:
+        """Hold again ids whose mark may not have landed (marking twice is harmless); a list
+        from :meth:`riding` is no longer in flight."""
+        if ids or self._riding:
             with self._lock:
-                self._hold(ids)
+                self._landed(ids)
+                if ids:
+                    self._hold(ids)
+
+    def in_flight(self) -> frozenset[str]:
+        with self._lock:
+            return super().in_flight()
 
     def _watch(self) -> None:
         while not self._stop.wait(min(self.delay / 2, 0.05)):
@@ -277,7 +314,13 @@ class LoopMarks(_Held):
             return []
         return self._take()
 
+    def riding(self) -> list[str]:
+        if not self._ids:
+            return []
+        return self._ride(self._take())
+
     def restore(self, ids: list[str]) -> None:
+        self._landed(ids)
         if ids:
             self.add(ids)
 

@@ -498,7 +498,7 @@ class PostgresStore(sql.PgSettings):
         stamped = params["epoch"] is not None
         if not stamped:  # no events: still written only on a session of this handle's epoch
             params["epoch"] = self.epoch  # (ADR 0127: else a lost write can go unreported)
-        marks = self._marks.take()
+        marks = self._marks.riding()
         try:
             if self.cache is None:
                 return self._commit(machine, ref, expected, params, what, marks, stamped)
@@ -647,7 +647,10 @@ class PostgresStore(sql.PgSettings):
             cur = conn.execute(self._sql.claim, params)
             rows = cur.fetchall()
         with self._decoding("outbox"):
-            return sql.outbox_from(rows)
+            found = sql.outbox_from(rows)
+        # nor what a commit is carrying the marks of right now (its DELETE may not have run)
+        riding = self._marks.in_flight()
+        return [t for t in found if t.id not in riding] if riding else found
 
     def mark_delivered(self, ids: Iterable[str]) -> None:
         """Mark events delivered: held back for this store's next commit to carry in its
@@ -841,7 +844,7 @@ class PostgresStore(sql.PgSettings):
         if len(set(uids)) < len(uids):
             return self._commit_each(items, ready)
         batch = sql.batch_params(params, owner=self.owner, lease=self._lease)
-        marks = self._marks.take()
+        marks = self._marks.riding()
         try:
             with self._conn(f"commit of {len(items)} objects", _REFUSED, writes=True) as conn:
                 with conn.pipeline():  # one implicit transaction up to the pipeline's sync

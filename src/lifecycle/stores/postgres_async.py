@@ -501,7 +501,7 @@ class AsyncPostgresStore(sql.PgSettings):
         stamped = params["epoch"] is not None
         if not stamped:  # no events: still written only on a session of this handle's epoch
             params["epoch"] = self.epoch  # (ADR 0127: else a lost write can go unreported)
-        marks = self._marks.take()
+        marks = self._marks.riding()
         try:
             if self.cache is None:
                 return await self._commit(machine, ref, expected, params, what, marks, stamped)
@@ -653,7 +653,10 @@ class AsyncPostgresStore(sql.PgSettings):
             cur = await conn.execute(self._sql.claim, params)
             rows = await cur.fetchall()
         with self._decoding("outbox"):
-            return sql.outbox_from(rows)
+            found = sql.outbox_from(rows)
+        # nor what a commit is carrying the marks of right now (its DELETE may not have run)
+        riding = self._marks.in_flight()
+        return [t for t in found if t.id not in riding] if riding else found
 
     async def mark_delivered(self, ids: Iterable[str]) -> None:
         """Mark events delivered: held back for this store's next commit to carry in its
@@ -854,7 +857,7 @@ class AsyncPostgresStore(sql.PgSettings):
         if len(set(uids)) < len(uids):
             return await self._commit_each(items, ready)
         batch = sql.batch_params(params, owner=self.owner, lease=self._lease)
-        marks = self._marks.take()
+        marks = self._marks.riding()
         try:
             async with self._conn(f"commit of {len(items)} objects", _REFUSED, writes=True) as conn:
                 async with conn.pipeline():  # one implicit transaction up to the pipeline's sync
