@@ -238,7 +238,7 @@ def suite(quick: bool) -> dict[str, Metric]:
     # 0.8-1.3 a round on a loaded 2-core machine, and an fsync's time varies more than that.
     rounds, chunk, objects = (5, 1000, 500) if quick else (25, 4000, 1000)
     out = memory_rows(rounds, chunk, objects)
-    out.update(sqlite_rows(4 if quick else 30, 8 if quick else 25))
+    out.update(sqlite_rows(4 if quick else 60, 8 if quick else 25))
     return out
 
 
