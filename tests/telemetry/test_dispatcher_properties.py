@@ -182,7 +182,7 @@ def _run(folder: Path, scenario: Scenario, telemetry: Any, check: Any = None) ->
     machines = default_registry()
     for ref in refs:
         for target in (ref, claim_ref(ref)):
-            record = store.inner.load(machines.for_kind(target.kind), target)
+            record = store.sqlite.load(machines.for_kind(target.kind), target)
             world.statuses[target.uid] = "" if record is None else repr(record.status)
     if check is not None:
         check(dispatcher, store, emitter)

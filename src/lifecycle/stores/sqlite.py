@@ -1236,16 +1236,13 @@ class SQLiteStore:
         """The marker thread's turn: write what is held (``False``: the store is closing)."""
         if self._closing:
             return False
-        with self._lock:  # taken and written as one: a claim never sees them taken, unwritten
-            marks = self._take_held()
-            if marks:
-                with contextlib.suppress(StoreError):  # the file is unreachable: they repeat
-                    self._mark_quietly(marks)
+        self._write_marks()  # a failure is logged: the events repeat, under their ids
         return True
 
     def _write_marks(self) -> None:
-        """Write the marks still held (before a count of what is undelivered)."""
-        with self._lock:
+        """Write the marks still held (before a count of what is undelivered, and on the
+        marker thread's turn)."""
+        with self._lock:  # taken and written as one: a claim never sees them taken, unwritten
             marks = self._take_marks()
             if marks:
                 self._mark_quietly(marks)
