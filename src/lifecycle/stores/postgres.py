@@ -314,14 +314,19 @@ class PostgresStore(sql.PgSettings):
     ) -> Iterator[Conn]:
         """A pooled connection, bounded by the watchdog; failures become
         :class:`StoreError` (``passthrough``: raised as they are). With ``writes``, a
-        connection lost while in use raises :class:`Lost`: the write's outcome is unknown."""
+        connection lost while in use raises :class:`Lost`: the write's outcome is unknown.
+
+        ``timeout`` can only shorten the pool's wait: a wait longer than the pool's
+        reconnect attempt (which gives up after ``reconnect_timeout`` and starts again only
+        when a caller asks anew) would sit in the queue with the server back and the pool
+        idle -- a caller that must keep trying asks again instead."""
         conn: Conn | None = None
         key: int | None = None
         severed = False
         server = ("", "", 0)
         try:
             with self._pool.connection(
-                timeout=self._timeout if timeout is None else timeout
+                timeout=self._timeout if timeout is None else min(timeout, self._timeout)
             ) as conn:
                 if writes:
                     info = conn.info
