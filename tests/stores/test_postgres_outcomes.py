@@ -16,6 +16,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import io
 import os
 import signal
@@ -28,6 +29,7 @@ import psycopg
 import pytest
 
 from lifecycle import (
+    AsyncRunner,
     CommitUnknown,
     Conflict,
     MemoryEmitter,
@@ -43,6 +45,7 @@ from lifecycle.machines import POD, pod
 from lifecycle.stores import _pgsql
 from lifecycle.stores.base import CommitItem
 from lifecycle.stores.postgres import PostgresStore, check_history
+from lifecycle.stores.postgres_async import AsyncPostgresStore
 
 from .helpers import pod_ref, step, t
 from .pg import PASSWORD, USER, PgServer, free_port
@@ -195,21 +198,55 @@ def test_an_unresolvable_commit_is_commit_unknown_and_sends_no_fallback(
     store.close()
 
 
+def _writer(
+    kind: str, url: str, created: threading.Event, held: threading.Event
+) -> tuple[threading.Thread, list[Any]]:
+    """A thread that creates an object (then sets ``created``), waits for ``held``, then
+    commits a change of it, on a store whose pool gives up reconnecting after 0.5 s
+    (psycopg_pool's own attribute); ``box`` gets the commit's result (or what it raised).
+    ``kind``: ``sync`` or ``async``."""
+    ref = pod_ref("back")
+
+    def sync() -> Any:
+        store = PostgresStore(url, synchronous_commit="on", timeout=1.0)
+        store._pool.reconnect_timeout = 0.5
+        runner = Runner(store, [MemoryEmitter()], links=(), policy=RetryPolicy(backoff=0))
+        runner.observe(ref, pod.CreateRequested(at=t(0)))
+        created.set()
+        held.wait(30)
+        try:
+            return runner.observe(ref, pod.InstanceFailed(at=t(1), exit_code=1))
+        finally:
+            store.close()
+
+    async def run_async() -> Any:
+        store = await AsyncPostgresStore.open(url, synchronous_commit="on", timeout=1.0)
+        store._pool.reconnect_timeout = 0.5
+        runner = AsyncRunner(store, [MemoryEmitter()], links=(), policy=RetryPolicy(backoff=0))
+        await runner.observe(ref, pod.CreateRequested(at=t(0)))
+        created.set()
+        await asyncio.to_thread(held.wait, 30)
+        try:
+            return await runner.observe(ref, pod.InstanceFailed(at=t(1), exit_code=1))
+        finally:
+            await store.close()
+
+    return in_thread(sync if kind == "sync" else lambda: asyncio.run(run_async()))
+
+
+@pytest.mark.parametrize("kind", ["sync", "async"])
 def test_a_lost_commit_is_resolved_when_the_server_returns_after_the_pool_gave_up(
-    own_server: PgServer, caplog: pytest.LogCaptureFixture
+    own_server: PgServer, caplog: pytest.LogCaptureFixture, kind: str
 ) -> None:
     """The server is down longer than the pool's reconnect attempt lasts. psycopg_pool then
     gives up and tries again only when a caller asks anew; a resolution waiting for the pool
     through its whole window would sit in the queue after the server came back, and end
-    CommitUnknown (seen once in the failover test on a loaded machine)."""
-    url = own_server.url() + "?resolve_timeout=20"
-    store = PostgresStore(url, synchronous_commit="on", timeout=1.0)
-    store._pool.reconnect_timeout = 0.5  # psycopg_pool's own attribute: give up at once
-    runner = Runner(store, [MemoryEmitter()], links=(), policy=RetryPolicy(backoff=0))
-    ref = pod_ref("back")
-    runner.observe(ref, pod.CreateRequested(at=t(0)))
+    CommitUnknown (seen twice in the failover test on a loaded machine)."""
+    created, held = threading.Event(), threading.Event()
+    thread, box = _writer(kind, own_server.url() + "?resolve_timeout=20", created, held)
+    assert created.wait(30), box
     hold_commits(own_server)
-    thread, box = in_thread(lambda: runner.observe(ref, pod.InstanceFailed(at=t(1), exit_code=1)))
+    held.set()
     waiting_backends(own_server, box)
     with caplog.at_level("WARNING"):
         own_server.stop("immediate")  # the commit had landed locally: recovery keeps it
@@ -224,7 +261,6 @@ def test_a_lost_commit_is_resolved_when_the_server_returns_after_the_pool_gave_u
     assert result.version == 2
     admin(own_server, "ALTER SYSTEM RESET synchronous_standby_names")
     admin(own_server, "SELECT pg_reload_conf()")
-    store.close()
 
 
 def test_a_batch_whose_connection_dropped_after_it_landed_is_committed(
