@@ -20,14 +20,24 @@ from lifecycle.testing import RecordingTelemetry, check_telemetry
 
 from ..conftest import t
 
-METHODS = ("begin", "end", "store_call", "emitted", "redelivered", "trace_context")
+METHODS = (
+    "begin", "end", "store_call", "emitted", "redelivered", "trace_context", "observe_ended",
+)  # fmt: skip
 
 
 class Raising:
-    """Raises ``error`` from each method named in ``raising``."""
+    """Raises ``error`` from each method named in ``raising``; ``fast``: it has the port's
+    optional ``observe_ended`` too (which then replaces ``begin`` and ``end`` of an observe)."""
 
-    def __init__(self, raising: frozenset[str], error: type[Exception], traces: bool) -> None:
+    def __init__(
+        self, raising: frozenset[str], error: type[Exception], traces: bool, fast: bool = False
+    ) -> None:
         self.raising, self.error, self.traces = raising, error, traces
+        if fast:
+            self.observe_ended = self._observe_ended
+
+    def _observe_ended(self, *args: object) -> None:
+        self._maybe("observe_ended")
 
     def _maybe(self, method: str) -> None:
         if method in self.raising:
@@ -62,17 +72,20 @@ PLAIN, _ = _scenario(None)
     raising=st.frozensets(st.sampled_from(METHODS)),
     error=st.sampled_from([RuntimeError, ValueError, KeyError, ZeroDivisionError]),
     traces=st.booleans(),
+    fast=st.booleans(),
 )
 def test_a_raising_telemetry_changes_no_outcome(
-    raising: frozenset[str], error: type[Exception], traces: bool
+    raising: frozenset[str], error: type[Exception], traces: bool, fast: bool
 ) -> None:
-    run, runner = _scenario(Raising(raising, error, traces))
+    run, runner = _scenario(Raising(raising, error, traces, fast))
     assert run == PLAIN
     assert runner.telemetry is not None
     failed = set(runner.telemetry.failures)
     assert failed <= raising
     if raising & {"begin", "end", "store_call", "emitted"}:
         assert failed, "a raising method is counted"
+    if fast and "observe_ended" in raising:
+        assert "observe_ended" in failed
 
 
 def test_a_raising_telemetry_is_logged_once_then_counted(caplog: pytest.LogCaptureFixture) -> None:
@@ -150,6 +163,8 @@ def test_the_shipped_telemetries_pass_the_conformance_check(make: str) -> None:
 def test_the_conformance_check_finds_a_telemetry_that_raises() -> None:
     with pytest.raises(AssertionError, match="raised"):
         check_telemetry(lambda: Raising(frozenset({"emitted"}), RuntimeError, False))
+    with pytest.raises(AssertionError, match="observe_ended"):  # the optional call, too
+        check_telemetry(lambda: Raising(frozenset({"observe_ended"}), RuntimeError, False, True))
 
 
 def test_an_acknowledging_emitter_is_reported_when_it_acknowledges() -> None:

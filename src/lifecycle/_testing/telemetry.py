@@ -137,7 +137,9 @@ def check_telemetry(make_telemetry: Callable[[], Telemetry]) -> None:
     """Hold a host's telemetry to the port's contract, on a faulty scripted run: with it the
     run ends exactly as without it (statuses, events, outcomes); none of its methods raises on
     what the run reports; every token its ``begin`` hands out comes back to it in an ``end``.
-    Raises ``AssertionError`` naming what broke."""
+    A telemetry with the port's optional ``observe_ended`` runs the scenario a second time,
+    alone, so that the runner calls it (and its ``begin`` and ``end`` only around batches,
+    redeliveries and the schema check). Raises ``AssertionError`` naming what broke."""
     plain, _ = _scenario(None)
     recording = RecordingTelemetry()
     host = make_telemetry()
@@ -155,6 +157,14 @@ def check_telemetry(make_telemetry: Callable[[], Telemetry]) -> None:
         args[2] is not None for args in recording.of("end")
     ):
         raise AssertionError("the refused observation was not reported")
+    alone = make_telemetry()
+    if callable(getattr(alone, "observe_ended", None)):
+        watched, runner = _scenario(alone)
+        if watched != plain:
+            raise AssertionError(f"the run changed with observe_ended: {watched} != {plain}")
+        assert runner.telemetry is not None
+        if runner.telemetry.failures:
+            raise AssertionError(f"the telemetry raised: {runner.telemetry.failures}")
 
 
 class _Pair:

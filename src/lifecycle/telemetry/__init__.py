@@ -13,7 +13,8 @@ each outbox row claimed for redelivery::
 
 Without one, nothing is wrapped: the runner's hot path is the plain one. A telemetry that
 raises is logged and counted, and never fails a write or loses an event. A host writes its
-own by implementing the six methods of :class:`Telemetry`; ``lifecycle.testing`` has a
+own by implementing the six methods of :class:`Telemetry` (and, if it has nothing to do when
+an observe starts, the optional ``observe_ended``); ``lifecycle.testing`` has a
 recording double (:class:`~lifecycle.testing.RecordingTelemetry`) and a conformance check
 (:func:`~lifecycle.testing.check_telemetry`).
 """

@@ -317,7 +317,11 @@ def _reported(
 
     if nested:  # the synchronous observe: the hot path of a runner with telemetry
         inner = telemetry.inner
-        begin, end, failed = inner.begin, inner.end, telemetry._failed
+        failed = telemetry._failed
+        ended = getattr(inner, "observe_ended", None)
+        if callable(ended):
+            return functools.update_wrapper(_timed_observe(call, machine_of, ended, failed), call)
+        begin, end = inner.begin, inner.end
 
         def observe(ref: Any, observation: Any) -> Any:
             name = machine_of(ref.kind)
@@ -354,6 +358,36 @@ def _reported(
         return found
 
     return reported
+
+
+def _timed_observe(
+    call: Callable[[Any, Any], Any],
+    machine_of: Callable[[str], str],
+    ended: Callable[[str, Any, float, BaseException | None], None],
+    failed: Callable[[str, Exception], None],
+) -> Callable[[Any, Any], Any]:
+    """The synchronous observe for a telemetry with ``observe_ended``: timed here, reported
+    in one call after it returned or raised (the port's one optional method)."""
+
+    def observe(ref: Any, observation: Any) -> Any:
+        name = machine_of(ref.kind)
+        start = perf_counter()
+        try:
+            found = call(ref, observation)
+        except BaseException as e:
+            try:
+                ended(name, None, perf_counter() - start, e)
+            except Exception as e2:
+                failed("observe_ended", e2)
+            raise
+        seconds = perf_counter() - start
+        try:
+            ended(name, found, seconds, None)
+        except Exception as e:
+            failed("observe_ended", e)
+        return found
+
+    return observe
 
 
 class _MachineNames(dict[str, str]):

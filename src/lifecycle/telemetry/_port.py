@@ -43,6 +43,15 @@ class Telemetry(Protocol):
 
     ``operation`` is ``"observe"`` (one object; a linked write is an ``"observe"`` of its
     own, nested in its source's), ``"observe_many"`` or ``"redeliver"``.
+
+    One method is optional, for an adapter with nothing to do when an observe starts (no span
+    to open): ``observe_ended(machine, result, seconds, error)``. Where it is defined, a
+    synchronous :meth:`~lifecycle.Runner.observe` calls it once, after the call, instead of
+    :meth:`begin` and :meth:`end` -- with the :class:`~lifecycle.Result` (``None`` if the
+    observe raised), the seconds it took, and the exception (``None`` if it returned). It
+    stands for exactly ``end(begin("observe", machine), [Observed(machine, result)] or (),
+    error)``; it exists because one call instead of two is most of what a metric costs a
+    runner whose store does no I/O (ADR 0130).
     """
 
     #: Whether :meth:`trace_context` is worth asking (a tracing adapter): committed events then

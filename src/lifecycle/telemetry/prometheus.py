@@ -213,44 +213,69 @@ class PrometheusTelemetry(Collector):
             key = (machine, "refused")
             self._observations[key] = self._observations.get(key, 0) + 1
 
+    def _count(self, machine: str, result: Any) -> None:
+        """Fold one write: its outcome, retries and conflicts, transitions and fallback
+        Warnings (the caller holds :attr:`_facts`)."""
+        outcome, attempts = result[0], result[7]
+        if outcome is _COMMITTED and attempts == 1:
+            label = "committed"
+        elif outcome is _UNCHANGED:
+            label = "unchanged"
+        else:
+            label = outcome_of(result)
+        counts = self._observations
+        key = (machine, label)
+        counts[key] = counts.get(key, 0) + 1
+        if attempts > 1 or result[6] is not None:
+            self._retried(machine, attempts, result[6])
+        flips = self._transitions
+        for t in result[4]:  # the transitions: the one loop most observations skip
+            tk = (machine, t[2], t[3], t[5]._value_)
+            flips[tk] = flips.get(tk, 0) + 1
+        if result[5]:
+            for t in result[5]:
+                fk = (machine, t.reason)
+                self._fallbacks[fk] = self._fallbacks.get(fk, 0) + 1
+
+    def _took(self, operation: str, seconds: float) -> None:
+        """One operation's duration (the caller holds :attr:`_facts`)."""
+        h = self._durations.get(operation)
+        if h is None:
+            h = self._durations[operation] = _Histogram(self._bounds)
+        h.counts[bisect_left(h.bounds, seconds)] += 1
+        h.total += seconds
+
     # The facts arrive from several threads (a threaded runner, group commit's callers, an
     # acknowledging emitter's worker): each is folded under one lock, held for a few dict
     # updates; a scrape copies under it and builds the families outside it.
     def end(self, token: object, observed: Sequence[Observed], error: BaseException | None) -> None:
         stop = time.perf_counter()
-        counts, flips = self._observations, self._transitions
         lock = self._facts
         lock.acquire()  # not ``with``: half the cost on the hot path
         try:
             for machine, result in observed:
-                outcome, attempts = result[0], result[7]
-                if outcome is _COMMITTED and attempts == 1:
-                    label = "committed"
-                elif outcome is _UNCHANGED:
-                    label = "unchanged"
-                else:
-                    label = outcome_of(result)
-                key = (machine, label)
-                counts[key] = counts.get(key, 0) + 1
-                if attempts > 1 or result[6] is not None:
-                    self._retried(machine, attempts, result[6])
-                for t in result[4]:  # the transitions: the one loop most observations skip
-                    tk = (machine, t[2], t[3], t[5]._value_)
-                    flips[tk] = flips.get(tk, 0) + 1
-                if result[5]:
-                    for t in result[5]:
-                        fk = (machine, t.reason)
-                        self._fallbacks[fk] = self._fallbacks.get(fk, 0) + 1
+                self._count(machine, result)
             if token.__class__ is tuple:
                 operation, begun, start = token
-                h = self._durations.get(operation)
-                if h is None:
-                    h = self._durations[operation] = _Histogram(self._bounds)
-                took = stop - start
-                h.counts[bisect_left(h.bounds, took)] += 1
-                h.total += took
+                self._took(operation, stop - start)
                 if error is not None:
                     self._raised(operation, begun, error)
+        finally:
+            lock.release()
+
+    def observe_ended(
+        self, machine: str, result: Any, seconds: float, error: BaseException | None
+    ) -> None:
+        """The port's optional call for a synchronous observe: what :meth:`end` folds for it,
+        without a :meth:`begin` (the runner timed the call)."""
+        lock = self._facts
+        lock.acquire()
+        try:
+            if result is not None:
+                self._count(machine, result)
+            self._took("observe", seconds)
+            if error is not None:
+                self._raised("observe", machine, error)
         finally:
             lock.release()
 
