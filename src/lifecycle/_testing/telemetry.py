@@ -21,6 +21,7 @@ from ..machines.job import WorkloadCreated
 from ..runner import Runner
 from ..stores.memory import MemoryStore
 from ..telemetry import Observed, Telemetry, outcome_of
+from ..telemetry._port import observe_ended_of
 from .doubles import FailingEmitter, FaultyStore
 
 __all__ = ["Fact", "RecordingTelemetry", "check_telemetry"]
@@ -157,9 +158,8 @@ def check_telemetry(make_telemetry: Callable[[], Telemetry]) -> None:
         args[2] is not None for args in recording.of("end")
     ):
         raise AssertionError("the refused observation was not reported")
-    alone = make_telemetry()
-    if callable(getattr(alone, "observe_ended", None)):
-        watched, runner = _scenario(alone)
+    if observe_ended_of(host) is not None:
+        watched, runner = _scenario(make_telemetry())
         if watched != plain:
             raise AssertionError(f"the run changed with observe_ended: {watched} != {plain}")
         assert runner.telemetry is not None

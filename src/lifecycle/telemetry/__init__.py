@@ -14,7 +14,7 @@ each outbox row claimed for redelivery::
 Without one, nothing is wrapped: the runner's hot path is the plain one. A telemetry that
 raises is logged and counted, and never fails a write or loses an event. A host writes its
 own by implementing the six methods of :class:`Telemetry` (and, if it has nothing to do when
-an observe starts, the optional ``observe_ended``); ``lifecycle.testing`` has a
+an observe starts, the optional :class:`ObserveEnded`); ``lifecycle.testing`` has a
 recording double (:class:`~lifecycle.testing.RecordingTelemetry`) and a conformance check
 (:func:`~lifecycle.testing.check_telemetry`).
 """
@@ -24,9 +24,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from .._core.transition import Transition
-from ._port import OUTCOMES, Observed, Telemetry, outcome_of
+from ._port import OUTCOMES, Observed, ObserveEnded, Telemetry, outcome_of
 
-__all__ = ["OUTCOMES", "Fanout", "Observed", "Telemetry", "outcome_of"]
+__all__ = ["OUTCOMES", "Fanout", "ObserveEnded", "Observed", "Telemetry", "outcome_of"]
 
 
 class Fanout:

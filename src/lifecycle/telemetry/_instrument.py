@@ -14,7 +14,7 @@ from time import perf_counter
 from typing import Any
 
 from .._core.transition import Transition
-from ._port import Guarded, Observed, flattened
+from ._port import Guarded, Observed, flattened, observe_ended_of
 
 __all__ = [
     "InstrumentedEmitter",
@@ -318,8 +318,8 @@ def _reported(
     if nested:  # the synchronous observe: the hot path of a runner with telemetry
         inner = telemetry.inner
         failed = telemetry._failed
-        ended = getattr(inner, "observe_ended", None)
-        if callable(ended):
+        ended = observe_ended_of(inner)
+        if ended is not None:
             return functools.update_wrapper(_timed_observe(call, machine_of, ended, failed), call)
         begin, end = inner.begin, inner.end
 

@@ -11,7 +11,7 @@ Why "telemetry" and not "observer": in this library an *observation* is what a p
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, NamedTuple, Protocol, runtime_checkable
 
 from .._core.errors import CommitUnknown, Conflict, LifecycleError, StoreError
@@ -21,7 +21,16 @@ from .._log import get_logger
 if TYPE_CHECKING:
     from .._protocol import Result
 
-__all__ = ["OUTCOMES", "Guarded", "Observed", "Telemetry", "flattened", "outcome_of"]
+__all__ = [
+    "OUTCOMES",
+    "Guarded",
+    "ObserveEnded",
+    "Observed",
+    "Telemetry",
+    "flattened",
+    "observe_ended_of",
+    "outcome_of",
+]
 
 _log = get_logger("lifecycle.telemetry")
 
@@ -44,14 +53,8 @@ class Telemetry(Protocol):
     ``operation`` is ``"observe"`` (one object; a linked write is an ``"observe"`` of its
     own, nested in its source's), ``"observe_many"`` or ``"redeliver"``.
 
-    One method is optional, for an adapter with nothing to do when an observe starts (no span
-    to open): ``observe_ended(machine, result, seconds, error)``. Where it is defined, a
-    synchronous :meth:`~lifecycle.Runner.observe` calls it once, after the call, instead of
-    :meth:`begin` and :meth:`end` -- with the :class:`~lifecycle.Result` (``None`` if the
-    observe raised), the seconds it took, and the exception (``None`` if it returned). It
-    stands for exactly ``end(begin("observe", machine), [Observed(machine, result)] or (),
-    error)``; it exists because one call instead of two is most of what a metric costs a
-    runner whose store does no I/O (ADR 0130).
+    One more method is optional (:class:`ObserveEnded`), for an adapter with nothing to do when
+    an observe starts.
     """
 
     #: Whether :meth:`trace_context` is worth asking (a tracing adapter): committed events then
@@ -92,6 +95,52 @@ class Telemetry(Protocol):
         """The W3C ``traceparent`` of the current span, recorded on the events a commit writes
         (``""``: none). Asked only where :attr:`traces` is true."""
         ...
+
+
+@runtime_checkable
+class ObserveEnded(Protocol):
+    """The port's one optional method, for an adapter with nothing to do when an observe
+    starts (no span to open).
+
+    Where an adapter defines it, a synchronous :meth:`~lifecycle.Runner.observe` times the
+    call itself and calls :meth:`observe_ended` once, after it, instead of ``begin`` and
+    ``end``. It stands for exactly ``end(begin("observe", machine), observed, error)`` where
+    ``observed`` is ``[Observed(machine, result)]`` if ``result`` is not ``None``, else ``()``.
+    Batches, redeliveries, the schema check and the asyncio runner always go through ``begin``
+    and ``end``. A subclass that overrides ``begin`` or ``end`` of a class defining
+    :meth:`observe_ended` is told through them until it overrides :meth:`observe_ended` too.
+    Why it exists: one call instead of two is about a fifth of what a metric costs a runner
+    whose store does no I/O (ADR 0130).
+    """
+
+    def observe_ended(
+        self, machine: str, result: Result | None, seconds: float, error: BaseException | None
+    ) -> None:
+        """An observe of an object of ``machine`` returned ``result`` (``None`` if it raised
+        ``error``) after ``seconds``."""
+        ...
+
+
+def observe_ended_of(telemetry: object) -> Callable[..., None] | None:
+    """``telemetry``'s ``observe_ended``, or ``None`` where a runner must call ``begin`` and
+    ``end``: it has none, or it is inherited by a class that overrides ``begin`` or ``end``
+    (whose override would otherwise miss every synchronous observe)."""
+    found: Callable[..., None] | None = getattr(telemetry, "observe_ended", None)
+    if not callable(found):
+        return None
+    if "observe_ended" in getattr(telemetry, "__dict__", {}):
+        return found  # set on the instance: the most specific there is
+    mro = type(telemetry).__mro__
+
+    def owner(name: str) -> type | None:
+        return next((c for c in mro if name in vars(c)), None)
+
+    ended = owner("observe_ended")
+    for name in ("begin", "end"):
+        defined = owner(name)
+        if ended is None or (defined is not None and not issubclass(ended, defined)):
+            return None
+    return found
 
 
 def outcome_of(result: Result) -> str:
