@@ -91,6 +91,8 @@ from ._testing.doubles import (
     sqlite_factory,
 )
 from ._testing.emitter import check_emitter
+from ._testing.fake_api.schema import conditions_crd_schema, nodeclaim_crd_schema
+from ._testing.fake_api.server import FakeApiServer
 from ._testing.hostile import (
     EXTREME_INTS,
     extreme_ints,
@@ -130,6 +132,7 @@ __all__ = [
     "Checker",
     "FailEmitter",
     "FailingEmitter",
+    "FakeApiServer",
     "FaultyStore",
     "InjectFault",
     "MemoryEmitter",
@@ -149,6 +152,7 @@ __all__ = [
     "check_scenario",
     "check_store",
     "check_telemetry",
+    "conditions_crd_schema",
     "default_ref",
     "extreme_ints",
     "hostile_built",
@@ -158,6 +162,7 @@ __all__ = [
     "hostile_refs",
     "hostile_times",
     "hostile_values",
+    "nodeclaim_crd_schema",
     "observation_sequences",
     "observations",
     "row_paths",

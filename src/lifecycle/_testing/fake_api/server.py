@@ -26,7 +26,7 @@ connection (RST); codes 500 and ``(429, {"Retry-After": "1"})`` are plain script
 ``("landed", "drop")`` or ``("landed", 504)`` applies the request, then drops the connection or
 answers that code (a write whose answer was lost).
 
-Objects and their status subresource (:mod:`.api_objects`): Pods under ``/api/v1`` and
+Objects and their status subresource (:mod:`.objects`): Pods under ``/api/v1`` and
 custom resources of CRDs :meth:`FakeApiServer.register_crd` registers under ``/apis``, put
 in place out of band with :meth:`FakeApiServer.add_object` (as a user's ``kubectl apply``)
 and then read, replaced and patched through the API as its conventions say. Every scripted
@@ -50,8 +50,8 @@ from typing import Any
 
 import attrs
 
-from .api_objects import ObjectStore, Resource
-from .api_schema import conditions_crd_schema, nodeclaim_crd_schema
+from .objects import ObjectStore, Resource
+from .schema import conditions_crd_schema, nodeclaim_crd_schema
 
 __all__ = [
     "PREFIX",
@@ -308,7 +308,7 @@ class FakeApiServer:
             for key in [k for k in self.events if k[1] == name]:
                 del self.events[key]
 
-    # -- objects (see api_objects) -----------------------------------------------------------
+    # -- objects (see .objects) --------------------------------------------------------------
     def register_crd(
         self,
         group: str,

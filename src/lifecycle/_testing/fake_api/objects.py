@@ -1,4 +1,4 @@
-"""Objects and their status subresource in the fake API server (:mod:`.api_server`): Pods
+"""Objects and their status subresource in the fake API server (:mod:`.server`): Pods
 (core/v1) and custom resources of registered CRDs, answered as the Kubernetes API
 conventions say.
 
@@ -32,7 +32,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import attrs
 
-from .api_schema import (
+from .schema import (
     Cause,
     DecodeError,
     PatchError,
