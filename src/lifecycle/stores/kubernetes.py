@@ -49,6 +49,7 @@ from .._core.observation import Observation
 from .._core.refs import ObjectRef
 from .._core.transition import Transition
 from ..emitters._k8s.transport import Deadlines, bound
+from ._k8s_cache import ObjectCache, ObjectChange
 from ._k8s_record import (
     MAX_RECORD_BYTES,
     PODS,
@@ -75,6 +76,8 @@ __all__ = [
     "Call",
     "CustomResource",
     "KubernetesStore",
+    "ObjectCache",
+    "ObjectChange",
     "ObjectGone",
     "RecordTooLarge",
     "Reply",
