@@ -274,10 +274,12 @@ class FakeApiServer:
 
     @property
     def url(self) -> str:
+        """``http://127.0.0.1:<port>``: the server's address (a client's ``host``)."""
         host, port = self._httpd.server_address[:2]
         return f"http://{host!s}:{port}"
 
     def close(self) -> None:
+        """End every hanging request and stop serving."""
         self._released.set()
         self._httpd.shutdown()
         self._httpd.server_close()
@@ -312,6 +314,7 @@ class FakeApiServer:
         return False
 
     def fail(self, method: str, *answers: Answer) -> None:
+        """Script the next answers to requests of ``method`` (``"POST"``, ``"PUT"``, ...)."""
         self.fail_when(lambda r: r.method == method, *answers)
 
     def fail_path(self, substring: str, *answers: Answer) -> None:
@@ -319,6 +322,7 @@ class FakeApiServer:
         self.fail_when(lambda r: substring in r.path, *answers)
 
     def fail_when(self, predicate: Predicate, *answers: Answer) -> None:
+        """Script the next answers to the requests ``predicate`` picks, one each, in order."""
         # a huge body is built now, not while the client is being measured
         answers = tuple(
             ("huge", _huge(int(a[1])))
@@ -330,9 +334,11 @@ class FakeApiServer:
             self._script.extend((predicate, a) for a in answers)
 
     def verbs(self) -> list[str]:
+        """The method of every request so far, in order."""
         return [r.method for r in self.requests]
 
     def evict(self, name: str) -> None:
+        """Delete the Events named ``name`` out of band (as their TTL would)."""
         with self._lock:
             for key in [k for k in self.events if k[1] == name]:
                 del self.events[key]
