@@ -11,6 +11,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from kubernetes import client as kubernetes_client  # type: ignore[import-untyped]
 from kubernetes import watch as kubernetes_watch
 
@@ -237,3 +239,68 @@ def test_the_emitter_and_the_store_take_the_cache(server: FakeApiServer, api: An
     assert event["regarding"]["uid"] == pod["metadata"]["uid"]
     assert event["regarding"]["resourceVersion"] == pod["metadata"]["resourceVersion"]
     assert server.status("pods", "ml", "trainer-0")["phase"] == "Pending"  # type: ignore[index]
+
+
+NAMES = ("a", "b", "c")
+OPS = st.lists(
+    st.tuples(
+        st.sampled_from(("add", "write", "remove", "recreate", "compact")), st.sampled_from(NAMES)
+    ),
+    max_size=12,
+)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(before=OPS, after=OPS)
+def test_after_a_watch_the_cache_holds_what_the_api_server_holds(
+    before: list[tuple[str, str]], after: list[tuple[str, str]]
+) -> None:
+    """Whatever happens between a list and a watch -- objects created, written, deleted and
+    created again under the same name (a new uid), the change log compacted -- one watch
+    leaves the cache holding exactly the server's objects: same uids, same versions, and no
+    ref of a deleted object resolving to its successor."""
+    with FakeApiServer() as server:
+        api = kubernetes_client.ApiClient(server.configuration())
+        core = kubernetes_client.CoreV1Api(api)
+        cache = ObjectCache(api, resources={"Pod": PODS}, namespace="ml")
+        seen: list[ObjectRef] = []
+
+        def run(ops: list[tuple[str, str]]) -> None:
+            for op, name in ops:
+                held = server.object("pods", "ml", name)
+                if op == "add" and held is None:
+                    server.add_object("pods", "ml", name)
+                elif op == "write" and held is not None:
+                    pod = core.read_namespaced_pod(name, "ml")
+                    pod.status = kubernetes_client.V1PodStatus(message=f"m{len(seen)}")
+                    core.replace_namespaced_pod_status(name, "ml", pod)
+                elif op == "remove" and held is not None:
+                    server.remove_object("pods", "ml", name)
+                elif op == "recreate" and held is not None:  # the name, a new uid
+                    server.remove_object("pods", "ml", name)
+                    server.add_object("pods", "ml", name)
+                elif op == "compact":
+                    server.compact()
+
+        run(before)
+        seen += [c.ref for c in cache.sync()]
+        run(after)
+        server.release()  # a watch sends what happened, then ends at once
+        seen += [c.ref for c in cache.watch("Pod", timeout_seconds=1)]
+        held = {name: server.object("pods", "ml", name) for name in NAMES}
+        for name, obj in held.items():
+            got = cache.get(PODS, "ml", name)
+            if obj is None:
+                assert got is None
+                continue
+            assert got is not None
+            assert got["metadata"] == obj["metadata"]
+            assert got.get("status") == obj.get("status")
+        for ref in seen:
+            obj = held[ref.name]
+            expected = None
+            if obj is not None and obj["metadata"]["uid"] == ref.uid:
+                expected = (ref.uid, obj["metadata"]["resourceVersion"])
+            assert cache.resolve(ref) == expected
+        api.close()
+        cache.close()
