@@ -61,6 +61,11 @@ each event it took acknowledged once, ``close`` within its bound.
 :func:`check_async_provider`): provision idempotent by claim, observe answering for exactly the
 pods asked, terminate idempotent, failures as typed and redacted observations, and every answer
 accepted by the Pod machine a runner drives -- the check the fake, Modal and AWS adapters pass.
+
+A Kubernetes controller is tested against :class:`FakeApiServer`: a validating fake API server
+on loopback for the real ``kubernetes`` client (Events, Pods and CRDs with their status
+subresource, ``resourceVersion`` conflicts, schema checks, watches, scripted faults), the one
+the library's own Kubernetes tests and guide run on (ADR 0138).
 """
 
 from __future__ import annotations
