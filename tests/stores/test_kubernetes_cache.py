@@ -208,6 +208,27 @@ def test_feed_takes_a_change_from_a_watch_of_the_hosts_own() -> None:
     assert cache.get(PODS, "ml", "p") is None
     with pytest.raises(KeyError, match="Job"):
         cache.feed("Job", "ADDED", obj)
+    for kind_of_change, bad in [
+        ("BOOKMARK", obj),
+        ("ADDED", {"metadata": {"name": "q", "namespace": "ml"}}),  # no uid
+        ("ADDED", {"metadata": {"name": "q", "uid": "u-2"}}),  # a Pod has a namespace
+        ("MODIFIED", {"spec": {}}),
+        ("ADDED", []),
+    ]:
+        with pytest.raises(ValueError, match=r"change is one of|has no metadata"):
+            cache.feed("Pod", kind_of_change, bad)  # type: ignore[arg-type]
+    assert cache.refs("Pod") == []  # nothing applied
+
+
+def test_a_refused_list_leaves_what_was_held(server: FakeApiServer, api: Any) -> None:
+    server.add_object("pods", "ml", "a")
+    cache = ObjectCache(api, resources={"Pod": PODS})
+    cache.sync()
+    server.fail_path("/api/v1/pods", 403)
+    with pytest.raises(kubernetes_client.ApiException) as refused:
+        cache.sync()
+    assert refused.value.status == 403
+    assert [r.name for r in cache.refs("Pod")] == ["a"]
 
 
 def test_without_an_api_server_the_cache_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -18,6 +18,7 @@ from ..emitters.kubernetes import is_derived_uid
 from ._k8s_record import CustomResource
 
 _GONE = 410
+_TYPES = frozenset({"ADDED", "MODIFIED", "DELETED"})
 
 
 @attrs.frozen(slots=True)
@@ -84,7 +85,9 @@ class ObjectCache:
     # -- filling it ---------------------------------------------------------------------------
     def sync(self, kinds: Iterable[str] | None = None) -> list[ObjectChange]:
         """List ``kinds`` (default: every kind) and hold exactly what the API server has;
-        each object listed comes back as an ``ADDED`` change (reconcile them all)."""
+        each object listed comes back as an ``ADDED`` change (reconcile them all). An answer
+        that is not a list raises the client's ``ApiException`` (what was held of that kind
+        stays as it was)."""
         changes: list[ObjectChange] = []
         for kind in self.resources if kinds is None else kinds:
             resource = self._resource(kind)
@@ -131,8 +134,16 @@ class ObjectCache:
 
     def feed(self, kind: str, type: str, obj: Mapping[str, Any]) -> ObjectChange:
         """Apply one change a watch of the host's own saw (``type`` ``ADDED``, ``MODIFIED``
-        or ``DELETED``; ``obj`` the object as a dict)."""
-        self._resource(kind)
+        or ``DELETED``; ``obj`` the object as a dict). ``ValueError`` for another type or an
+        object without its name, uid (or namespace, when namespaced), nothing applied."""
+        resource = self._resource(kind)
+        if type not in _TYPES:
+            raise ValueError(f"a change is one of {sorted(_TYPES)}, not {type!r}")
+        metadata = obj.get("metadata") if isinstance(obj, Mapping) else None
+        needed = ("name", "uid", "namespace") if resource.namespaced else ("name", "uid")
+        missing = [k for k in needed if not isinstance(metadata, Mapping) or not metadata.get(k)]
+        if missing:
+            raise ValueError(f"the {kind} object has no metadata.{missing[0]}")
         with self._lock:
             return self._put(kind, type, obj)
 
