@@ -390,7 +390,7 @@ def _record(server: Any) -> tuple[dict[str, Any], str]:
 
 
 def test_on_the_status_store_the_record_and_its_outbox_live_in_the_custom_resource() -> None:
-    from .emitters.api_server import FakeApiServer, conditions_crd_schema
+    from lifecycle.testing import FakeApiServer, conditions_crd_schema
 
     server = FakeApiServer()
     try:

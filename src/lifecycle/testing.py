@@ -61,6 +61,11 @@ each event it took acknowledged once, ``close`` within its bound.
 :func:`check_async_provider`): provision idempotent by claim, observe answering for exactly the
 pods asked, terminate idempotent, failures as typed and redacted observations, and every answer
 accepted by the Pod machine a runner drives -- the check the fake, Modal and AWS adapters pass.
+
+A Kubernetes controller is tested against :class:`FakeApiServer`: a validating fake API server
+on loopback for the real ``kubernetes`` client (Events, Pods and CRDs with their status
+subresource, ``resourceVersion`` conflicts, schema checks, watches, scripted faults), the one
+the library's own Kubernetes tests and guide run on (ADR 0138).
 """
 
 from __future__ import annotations
@@ -91,6 +96,8 @@ from ._testing.doubles import (
     sqlite_factory,
 )
 from ._testing.emitter import check_emitter
+from ._testing.fake_api.schema import conditions_crd_schema, nodeclaim_crd_schema
+from ._testing.fake_api.server import FakeApiServer
 from ._testing.hostile import (
     EXTREME_INTS,
     extreme_ints,
@@ -130,6 +137,7 @@ __all__ = [
     "Checker",
     "FailEmitter",
     "FailingEmitter",
+    "FakeApiServer",
     "FaultyStore",
     "InjectFault",
     "MemoryEmitter",
@@ -149,6 +157,7 @@ __all__ = [
     "check_scenario",
     "check_store",
     "check_telemetry",
+    "conditions_crd_schema",
     "default_ref",
     "extreme_ints",
     "hostile_built",
@@ -158,6 +167,7 @@ __all__ = [
     "hostile_refs",
     "hostile_times",
     "hostile_values",
+    "nodeclaim_crd_schema",
     "observation_sequences",
     "observations",
     "row_paths",

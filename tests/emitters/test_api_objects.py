@@ -1,4 +1,5 @@
-"""The fake API server's objects and status subresource (:mod:`.api_objects`), driven by the
+"""The fake API server's objects and status subresource
+(:mod:`lifecycle._testing.fake_api.objects`), driven by the
 real ``kubernetes`` client: each API convention the fake claims gets a test here, so a store
 tested against the fake is tested against the conventions, not against the fake's habits."""
 
@@ -15,14 +16,14 @@ import urllib3
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from .api_objects import ETCD_LIMIT
-from .api_schema import (
+from lifecycle._testing.fake_api.objects import ETCD_LIMIT
+from lifecycle._testing.fake_api.schema import (
     conditions_crd_schema,
     json_patch,
     merge_patch,
     nodeclaim_crd_schema,
 )
-from .api_server import FakeApiServer
+from lifecycle.testing import FakeApiServer
 
 kubernetes_client = pytest.importorskip("kubernetes.client")
 ApiException = kubernetes_client.ApiException

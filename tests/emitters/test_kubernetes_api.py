@@ -1,5 +1,6 @@
 """The emitter and ``ApiEventSink`` against a small HTTP server on loopback that answers and
-validates like the API server's ``events.k8s.io/v1`` endpoints (:mod:`.api_server`), and the
+validates like the API server's ``events.k8s.io/v1`` endpoints
+(:class:`lifecycle.testing.FakeApiServer`), and the
 end-to-end flow of the example traces.
 
 Request bodies are checked by deserialising them into the ``kubernetes`` client's own models.
@@ -21,6 +22,7 @@ import attrs
 import pytest
 
 from lifecycle import EventType, MemoryStore, ObjectRef, Runner, Transition
+from lifecycle._testing.fake_api.server import PREFIX, Answer, strategic_merge
 from lifecycle.emitters.kubernetes import (
     ApiEventSink,
     EventCollector,
@@ -35,9 +37,8 @@ from lifecycle.emitters.kubernetes import (
     build_event,
     truncate_note,
 )
+from lifecycle.testing import FakeApiServer
 from lifecycle.trace import read_trace, replay
-
-from .api_server import PREFIX, Answer, FakeApiServer, strategic_merge
 
 kubernetes_client = pytest.importorskip("kubernetes.client")
 

@@ -14,6 +14,7 @@ import pytest
 from kubernetes import client as kubernetes_client  # type: ignore[import-untyped]
 
 from lifecycle import EventType, ObjectRef, Transition
+from lifecycle._testing.fake_api.server import Answer
 from lifecycle.emitters.base import Ack
 from lifecycle.emitters.kubernetes import (
     ApiEventSink,
@@ -22,8 +23,7 @@ from lifecycle.emitters.kubernetes import (
     ManualClock,
     MemoryEventSink,
 )
-
-from .api_server import Answer, FakeApiServer
+from lifecycle.testing import FakeApiServer
 
 EPOCH = datetime(2026, 11, 30, 10, 0, tzinfo=UTC)
 

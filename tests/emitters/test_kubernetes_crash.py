@@ -24,9 +24,9 @@ from typing import Any
 import pytest
 
 from lifecycle.emitters.kubernetes import event_name, id_suffix
+from lifecycle.testing import FakeApiServer, nodeclaim_crd_schema
 
 from ..stores.conftest import pg_schema, pg_server, pg_url  # noqa: F401 (fixtures)
-from .api_server import FakeApiServer, nodeclaim_crd_schema
 
 ROOT = Path(__file__).resolve().parents[2]
 PODS = 6

@@ -44,10 +44,15 @@ from lifecycle.stores.kubernetes import (
     Reply,
     StatusRefused,
 )
-from lifecycle.testing import FailingEmitter, check_store, observation_sequences
+from lifecycle.testing import (
+    FailingEmitter,
+    FakeApiServer,
+    check_store,
+    conditions_crd_schema,
+    nodeclaim_crd_schema,
+    observation_sequences,
+)
 from lifecycle.trace import read_trace, replay
-
-from ..emitters.api_server import FakeApiServer, conditions_crd_schema, nodeclaim_crd_schema
 
 ROOT = Path(__file__).resolve().parents[2]
 AT = datetime(2026, 11, 30, 10, 0, tzinfo=UTC)

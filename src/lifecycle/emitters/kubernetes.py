@@ -177,10 +177,14 @@ API_VERSIONS: Mapping[str, str] = {
 
 _FALLBACK_SUFFIX = "StatusUpdateFailed"
 
-#: The host's answer to "which object is this, as the API server knows it": ``(uid,
-#: resourceVersion)`` of the object the ref names, ``""`` for a part it does not know, or
-#: ``None`` when it does not know the object. Called on the committing thread for every Event:
-#: it must be quick (an informer cache lookup, never an API call).
+#: The host's answer to "which object is this, as the API server knows it" (``resolve=``):
+#: called with the transition's :class:`~lifecycle.ObjectRef` (kind, namespace -- ``""`` for
+#: a cluster-scoped kind --, name, and the uid the host observed it under), it returns
+#: ``(uid, resourceVersion)``: the object's ``metadata.uid`` and ``metadata.resourceVersion``
+#: as strings, ``""`` for a part it does not know; or ``None`` when it holds no such object
+#: (or another object now has the name). Called on the committing thread for every Event: it
+#: must answer from memory (a cache fed by a list and a watch), never call the API.
+#: :meth:`lifecycle.stores.kubernetes.ObjectCache.resolve` is one.
 Resolver = Callable[[ObjectRef], tuple[str, str] | None]
 
 
@@ -244,9 +248,10 @@ class KubernetesEmitter:
     "nebula-modal/pod-controller"}``), or a function of the transition.
 
     ``regarding`` names the object as the API server knows it, so that ``kubectl describe``
-    (which finds Events by the object's uid) shows them. ``resolve`` (a :data:`Resolver`,
-    typically over the controller's informer cache) gives each object's real uid and current
-    resourceVersion. Without it, or where it answers ``None`` or ``""``: the uid is the
+    (which finds Events by the object's uid) shows them. ``resolve`` (a :data:`Resolver`:
+    ``ref -> (uid, resourceVersion) | None``, over the controller's cache of its objects, e.g.
+    :meth:`lifecycle.stores.kubernetes.ObjectCache.resolve`) gives each object's real uid and
+    current resourceVersion. Without it, or where it answers ``None`` or ``""``: the uid is the
     ObjectRef's (which the host took from the object), except a uid the library derived
     (:func:`is_derived_uid`), which is left out and counted (``unresolved_uids``); the
     resourceVersion is left out, never invented (``resource_version``, a function of the

@@ -49,6 +49,7 @@ from .._core.observation import Observation
 from .._core.refs import ObjectRef
 from .._core.transition import Transition
 from ..emitters._k8s.transport import Deadlines, bound
+from ._k8s_cache import ObjectCache, ObjectChange
 from ._k8s_record import (
     MAX_RECORD_BYTES,
     PODS,
@@ -75,15 +76,25 @@ __all__ = [
     "Call",
     "CustomResource",
     "KubernetesStore",
+    "ObjectCache",
+    "ObjectChange",
     "ObjectGone",
+    "Reader",
     "RecordTooLarge",
     "Reply",
     "StatusRefused",
     "Transport",
 ]
 
-#: A host's read of an object from its informer cache: the object as a dict, or ``None``
-#: when the cache does not have it (the store then reads it from the API server).
+#: A host's read of an object from its own cache (``reader=``), in place of a load's first
+#: ``GET``: called as ``reader(resource, namespace, name)`` -- the :class:`CustomResource`
+#: the ref's kind maps to, the ref's namespace (``""`` for a cluster-scoped resource) and
+#: name -- it returns the whole object as the API server sent it (a dict: ``metadata`` with
+#: ``uid`` and ``resourceVersion``, and ``status``), or ``None`` when it does not hold it (the
+#: store then reads the API server). The store checks the uid against the ref's and reads
+#: again when the object is older than what it wrote itself, so a lagging cache costs a read,
+#: never a wrong write; it copies what it is given. :meth:`ObjectCache.get` is one, fed by
+#: the ``kubernetes`` client's list and watch.
 Reader = Callable[[CustomResource, str, str], Mapping[str, Any] | None]
 
 
@@ -195,9 +206,12 @@ class _Reading:
 class KubernetesStore:
     """The store on the status subresource (see the module); ``resources`` maps each ref
     kind to its :class:`CustomResource` (``{"Pod": PODS, "Certification":
-    CustomResource("gpu.example.com", "v1", "certifications")}``). ``namespace``: where the
-    outbox is listed (``None``: every namespace). ``transport``: anything with
-    ``send(Call) -> Reply`` (default: :class:`ApiTransport` on ``api``)."""
+    CustomResource("gpu.example.com", "v1", "certifications")}``). ``api``: an
+    ``ApiClient``, or ``None`` for the client's loaded default configuration. ``namespace``:
+    where the outbox is listed (``None``: every namespace). ``reader``: a :data:`Reader` that
+    answers a load's first read from the host's cache (:meth:`ObjectCache.get`); the refs
+    observed must carry the objects' real uids (:meth:`ObjectCache.ref`). ``transport``:
+    anything with ``send(Call) -> Reply`` (default: :class:`ApiTransport` on ``api``)."""
 
     #: Its calls are requests: telemetry times them.
     does_io = True

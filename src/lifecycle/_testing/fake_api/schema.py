@@ -1,5 +1,5 @@
 """How the API server decodes and validates an object's body, for the fake API server
-(:mod:`.api_objects`): a custom resource against its CRD's structural OpenAPI v3 schema
+(:mod:`.objects`): a custom resource against its CRD's structural OpenAPI v3 schema
 (pruning, defaulting, the schema's value validations), a Pod against the ``kubernetes``
 client's own models (the fields and JSON types the API's Go structs decode), and the two
 JSON patch formats the API accepts on a custom resource (RFC 7386 merge patch, RFC 6902 JSON
@@ -59,7 +59,7 @@ def _load_crd(name: str) -> dict[str, Any]:
 
 
 def nodeclaim_crd() -> dict[str, Any]:
-    """Karpenter's published NodeClaim CRD (``tests/emitters/crds``), a fresh copy."""
+    """Karpenter's published NodeClaim CRD (shipped in ``crds``), a fresh copy."""
     return copy.deepcopy(_load_crd("karpenter.sh_nodeclaims.yaml"))
 
 

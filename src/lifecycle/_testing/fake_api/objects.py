@@ -1,4 +1,4 @@
-"""Objects and their status subresource in the fake API server (:mod:`.api_server`): Pods
+"""Objects and their status subresource in the fake API server (:mod:`.server`): Pods
 (core/v1) and custom resources of registered CRDs, answered as the Kubernetes API
 conventions say.
 
@@ -32,7 +32,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import attrs
 
-from .api_schema import (
+from .schema import (
     Cause,
     DecodeError,
     PatchError,
@@ -162,8 +162,15 @@ class ObjectStore:
         self.objects: dict[tuple[str, str, str], dict[str, Any]] = {}
         #: successful object writes (a no-op update is none)
         self.writes = 0
+        #: every change, in order, for watches: (revision, type, plural, namespace, object)
+        self.changes: list[tuple[int, str, str, str, dict[str, Any]]] = []
         # an opaque revision: large, shared by every object, never a per-object count
         self._revision = 7_340_000_000 + uuid.uuid4().int % 1_000_000
+
+    @property
+    def revision(self) -> int:
+        """The latest revision (a list's ``resourceVersion``)."""
+        return self._revision
 
     def _next_version(self) -> str:
         self._revision += 1 + self._revision % 7
@@ -220,7 +227,22 @@ class ObjectStore:
             creationTimestamp=_now(),
         )
         self.objects[(plural, namespace, name)] = body
+        self._changed("ADDED", plural, namespace, body)
         return copy.deepcopy(body)
+
+    def remove(self, plural: str, namespace: str, name: str) -> None:
+        """Delete an object out of band; a watch sees it ``DELETED`` at a new revision."""
+        resource = self.by_plural(plural)
+        namespace = namespace if resource.namespaced else ""
+        gone = self.objects.pop((plural, namespace, name), None)
+        if gone is not None:
+            gone = copy.deepcopy(gone)
+            gone["metadata"]["resourceVersion"] = self._next_version()
+            self._changed("DELETED", plural, namespace, gone)
+
+    def _changed(self, kind: str, plural: str, namespace: str, obj: dict[str, Any]) -> None:
+        revision = int(obj["metadata"]["resourceVersion"])
+        self.changes.append((revision, kind, plural, namespace, copy.deepcopy(obj)))
 
     # -- serving ----------------------------------------------------------------------------
     def serve(self, method: str, target: str, content_type: str, raw: bytes) -> Reply:
@@ -264,6 +286,18 @@ class ObjectStore:
         elif not isinstance(body, dict):
             raise ApiError(400, "BadRequest", "the body is not a JSON object")
         return self._update(resource, namespace, name, sub, stored, body, validation, method)
+
+    def watched(self, target: str) -> tuple[Resource, str, Any] | None:
+        """The collection a watch request (``?watch=true``) names: its resource, namespace
+        (``""``: all) and label selector; ``None`` when ``target`` is no watch of one."""
+        split = urlsplit(target)
+        query = {k: v[-1] for k, v in parse_qs(split.query).items()}
+        if query.get("watch", "").lower() not in ("true", "1"):
+            return None
+        route = self._match(split.path)
+        if route is None or route[2] is not None:
+            return None
+        return route[0], route[1], _selector(query.get("labelSelector", ""))
 
     def _match(self, path: str) -> tuple[Resource, str, str | None, str | None] | None:
         parts = path.strip("/").split("/")
@@ -443,6 +477,7 @@ class ObjectStore:
             raise ApiError(500, "", "etcdserver: request is too large")
         self.objects[(resource.plural, namespace, name)] = result
         self.writes += 1
+        self._changed("MODIFIED", resource.plural, namespace, result)
         return 200, copy.deepcopy(result), warnings
 
     @staticmethod

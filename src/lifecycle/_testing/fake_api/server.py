@@ -26,7 +26,7 @@ connection (RST); codes 500 and ``(429, {"Retry-After": "1"})`` are plain script
 ``("landed", "drop")`` or ``("landed", 504)`` applies the request, then drops the connection or
 answers that code (a write whose answer was lost).
 
-Objects and their status subresource (:mod:`.api_objects`): Pods under ``/api/v1`` and
+Objects and their status subresource (:mod:`.objects`): Pods under ``/api/v1`` and
 custom resources of CRDs :meth:`FakeApiServer.register_crd` registers under ``/apis``, put
 in place out of band with :meth:`FakeApiServer.add_object` (as a user's ``kubectl apply``)
 and then read, replaced and patched through the API as its conventions say. Every scripted
@@ -35,9 +35,11 @@ answer above reaches these paths too (:meth:`FakeApiServer.fail_path`).
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import copy
 import json
+import os
 import re
 import socket
 import struct
@@ -46,12 +48,14 @@ import time
 from collections.abc import Callable
 from datetime import datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qs, urlsplit
 
 import attrs
 
-from .api_objects import ObjectStore, Resource
-from .api_schema import conditions_crd_schema, nodeclaim_crd_schema
+from .objects import ObjectStore, Resource
+from .schema import conditions_crd_schema, nodeclaim_crd_schema
 
 __all__ = [
     "PREFIX",
@@ -177,6 +181,12 @@ def strategic_merge(target: dict[str, Any], patch: dict[str, Any]) -> dict[str, 
     return merged
 
 
+def _chunk(h: BaseHTTPRequestHandler, event: dict[str, Any]) -> None:
+    data = json.dumps(event).encode() + b"\n"
+    h.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+    h.wfile.flush()
+
+
 def _huge(n: int) -> bytes:
     return b'{"kind": "Event", "padding": "' + b"x" * n + b'"}'
 
@@ -198,6 +208,24 @@ class _Unanswered:
 
 
 class FakeApiServer:
+    """A validating fake Kubernetes API server on loopback (stdlib ``http.server``, one
+    thread per request), for testing a controller with the real ``kubernetes`` client.
+
+    It serves ``events.k8s.io/v1`` Events (create, strategic-merge patch, list; refused as
+    the API server refuses them), Pods and the custom resources :meth:`register_crd`
+    registers, with their status subresource, ``resourceVersion`` compare-and-set, merge and
+    JSON patches, pruning and validation by the CRD's schema, the size limits, and watches
+    of a collection (``?watch=true``; :meth:`compact` expires old resourceVersions).
+
+    Point a client at it with :meth:`configuration` or :meth:`kubeconfig`; put objects in
+    place out of band with :meth:`add_object` (as ``kubectl apply``), read them back with
+    :meth:`object`, :meth:`status` and :meth:`events_regarding`; script faults with
+    :meth:`fail`, :meth:`fail_path` and :meth:`fail_when` (a status code, ``"hang"``,
+    ``"drop"``, ``"reset"``, ``("slow", s)``, ``("drip", s)``, ``("huge", n)``,
+    ``("landed", then)``), :meth:`hold` and ``delay``. Every request is kept in
+    ``requests``. Use it as a context manager, or call :meth:`close`. What it cannot show:
+    ADR 0138."""
+
     def __init__(self) -> None:
         self.events: dict[tuple[str, str], dict[str, Any]] = {}
         self.requests: list[Request] = []
@@ -216,6 +244,7 @@ class FakeApiServer:
         #: successful creates per Event name
         self.creates: dict[str, int] = {}
         self._objects = ObjectStore()
+        self._compacted = 0
         server = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -245,10 +274,12 @@ class FakeApiServer:
 
     @property
     def url(self) -> str:
+        """``http://127.0.0.1:<port>``: the server's address (a client's ``host``)."""
         host, port = self._httpd.server_address[:2]
         return f"http://{host!s}:{port}"
 
     def close(self) -> None:
+        """End every hanging request and stop serving."""
         self._released.set()
         self._httpd.shutdown()
         self._httpd.server_close()
@@ -283,6 +314,7 @@ class FakeApiServer:
         return False
 
     def fail(self, method: str, *answers: Answer) -> None:
+        """Script the next answers to requests of ``method`` (``"POST"``, ``"PUT"``, ...)."""
         self.fail_when(lambda r: r.method == method, *answers)
 
     def fail_path(self, substring: str, *answers: Answer) -> None:
@@ -290,6 +322,7 @@ class FakeApiServer:
         self.fail_when(lambda r: substring in r.path, *answers)
 
     def fail_when(self, predicate: Predicate, *answers: Answer) -> None:
+        """Script the next answers to the requests ``predicate`` picks, one each, in order."""
         # a huge body is built now, not while the client is being measured
         answers = tuple(
             ("huge", _huge(int(a[1])))
@@ -301,14 +334,16 @@ class FakeApiServer:
             self._script.extend((predicate, a) for a in answers)
 
     def verbs(self) -> list[str]:
+        """The method of every request so far, in order."""
         return [r.method for r in self.requests]
 
     def evict(self, name: str) -> None:
+        """Delete the Events named ``name`` out of band (as their TTL would)."""
         with self._lock:
             for key in [k for k in self.events if k[1] == name]:
                 del self.events[key]
 
-    # -- objects (see api_objects) -----------------------------------------------------------
+    # -- objects (see .objects) --------------------------------------------------------------
     def register_crd(
         self,
         group: str,
@@ -355,9 +390,67 @@ class FakeApiServer:
     def remove_object(self, resource: str, namespace: str, name: str) -> None:
         """Delete an object out of band (as a user's ``kubectl delete``)."""
         with self._lock:
-            plural = self._objects.by_plural(resource)
-            key = (resource, namespace if plural.namespaced else "", name)
-            self._objects.objects.pop(key, None)
+            self._objects.remove(resource, namespace, name)
+
+    def compact(self) -> None:
+        """Forget the changes so far, as etcd's compaction does: a watch from a
+        ``resourceVersion`` before now is answered ``410 Expired``, and its client must list
+        again."""
+        with self._lock:
+            self._objects.changes.clear()
+            self._compacted = self._objects.revision
+
+    def status(self, resource: str, namespace: str, name: str) -> dict[str, Any] | None:
+        """A copy of the object's ``status`` (``{}`` when it has none), or None when there is
+        no such object."""
+        found = self.object(resource, namespace, name)
+        return None if found is None else dict(found.get("status") or {})
+
+    def events_regarding(self, name: str, namespace: str | None = None) -> list[dict[str, Any]]:
+        """The Events stored about the object ``name`` (in ``namespace``, or any), oldest
+        first."""
+        with self._lock:
+            found = [
+                copy.deepcopy(e)
+                for (ns, _), e in self.events.items()
+                if (e.get("regarding") or {}).get("name") == name
+                and (namespace is None or ns == namespace)
+            ]
+        return sorted(found, key=lambda e: int(e["metadata"]["resourceVersion"]))
+
+    def configuration(self) -> Any:
+        """A ``kubernetes.client.Configuration`` whose host is this server (needs the
+        ``kubernetes`` client)."""
+        from kubernetes import client  # type: ignore[import-untyped]
+
+        configuration = client.Configuration()
+        configuration.host = self.url
+        return configuration
+
+    def kubeconfig(self, path: str | os.PathLike[str]) -> str:
+        """Write a kubeconfig whose current context is this server to ``path`` (for
+        ``kubernetes.config.load_kube_config(config_file=...)`` or ``KUBECONFIG``) and
+        return it as a string."""
+        text = json.dumps(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [{"name": "fake", "cluster": {"server": self.url}}],
+                "users": [{"name": "fake", "user": {}}],
+                "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "fake"}}],
+                "current-context": "fake",
+            },
+            indent=2,
+        )
+        Path(path).write_text(text, encoding="utf-8")
+        return str(path)
+
+    def __enter__(self) -> FakeApiServer:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.let_go()
+        self.close()
 
     @property
     def writes(self) -> int:
@@ -429,6 +522,11 @@ class FakeApiServer:
                 reason = "InternalError" if code >= 500 else "Scripted"
                 self._status(h, code, reason, headers)
                 return
+        if request.method == "GET" and "watch=" in h.path:
+            with self._lock:
+                watched = self._objects.watched(h.path)
+            if watched is not None:
+                return self._watch(h, *watched)
         with self._lock:
             holding = self._holding if request.method == "POST" else None
             if holding is None:
@@ -441,6 +539,71 @@ class FakeApiServer:
         gate.wait(60)
         with self._lock:
             self.held -= 1
+        h.close_connection = True
+
+    def _watch(
+        self,
+        h: BaseHTTPRequestHandler,
+        resource: Resource,
+        namespace: str,
+        wanted: Callable[[dict[str, str]], bool],
+    ) -> None:
+        """Stream a watch of a collection as the API server does: one JSON event a line
+        (``ADDED``, ``MODIFIED``, ``DELETED``), after the request's ``resourceVersion`` (none
+        or ``"0"``: the objects there now, as ``ADDED``, then what follows), until its
+        ``timeoutSeconds`` (at most 600) or the server closes; one from before
+        :meth:`compact` gets an ``ERROR`` event with a ``410 Expired`` Status."""
+        query = {k: v[-1] for k, v in parse_qs(urlsplit(h.path).query).items()}
+        since = query.get("resourceVersion") or "0"
+        try:
+            timeout = min(float(query.get("timeoutSeconds") or 600), 600.0)
+            after = int(since)
+        except ValueError:
+            return self._status(h, 400, "BadRequest", message=f"invalid watch {since!r}")
+
+        def picked(plural: str, ns: str, obj: dict[str, Any]) -> bool:
+            labels = obj["metadata"].get("labels") or {}
+            return plural == resource.plural and namespace in ("", ns) and wanted(labels)
+
+        first: list[dict[str, Any]] = []
+        with self._lock:
+            changes = self._objects.changes
+            if after == 0:
+                first = [
+                    {"type": "ADDED", "object": copy.deepcopy(obj)}
+                    for (plural, ns, _), obj in sorted(self._objects.objects.items())
+                    if picked(plural, ns, obj)
+                ]
+                position = len(changes)
+            elif after < self._compacted:
+                message = f"too old resource version: {after} ({self._compacted})"
+                expired = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "code": 410}
+                expired |= {"status": "Failure", "reason": "Expired", "message": message}
+                first, position = [{"type": "ERROR", "object": expired}], -1
+            else:
+                position = bisect.bisect_right([c[0] for c in changes], after)
+        h.send_response(200)
+        h.send_header("Content-Type", "application/json")
+        h.send_header("Transfer-Encoding", "chunked")
+        h.send_header("Connection", "close")  # a client must not reuse it after the stream
+        h.end_headers()
+        deadline = time.monotonic() + timeout
+        try:
+            for event in first:
+                _chunk(h, event)
+            while position >= 0 and time.monotonic() < deadline:
+                with self._lock:
+                    new = self._objects.changes[position:]
+                    position += len(new)
+                for _, kind, plural, ns, obj in new:
+                    if picked(plural, ns, obj):
+                        _chunk(h, {"type": kind, "object": obj})
+                if not new and self._released.wait(0.02):
+                    break
+            h.wfile.write(b"0\r\n\r\n")
+            h.wfile.flush()
+        except OSError:
+            pass  # the client left
         h.close_connection = True
 
     def _drip(self, h: BaseHTTPRequestHandler, request: Request, every: float) -> None:
