@@ -65,12 +65,12 @@ accepted by the Pod machine a runner drives -- the check the fake, Modal and AWS
 
 from __future__ import annotations
 
+from ._core.errors import MissingExtra
+
 try:
     import hypothesis as _hypothesis  # noqa: F401
 except ImportError as e:  # pragma: no cover - depends on the environment
-    raise ImportError(
-        "lifecycle.testing needs Hypothesis: pip install 'lifecycle-machines[testing]'"
-    ) from e
+    raise MissingExtra.of(e, "lifecycle.testing", "testing") from e
 
 from ._testing.checks import (
     Checker,
