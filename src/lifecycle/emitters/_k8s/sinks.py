@@ -69,6 +69,7 @@ class ApiEventSink:
     ) -> None:
         client = _client()
         from .pools import bound  # urllib3: it came with the client
+
         if api is None:
             configuration = client.Configuration.get_default_copy()
         elif isinstance(api, client.ApiClient):
