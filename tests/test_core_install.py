@@ -230,3 +230,35 @@ def test_the_core_check_knows_every_readme_command() -> None:
         assert command.startswith(runnable) or any(
             command.startswith(k) for k in core_check.README_SKIPPED
         ), command
+
+
+def test_the_provider_adapters_name_their_extra_when_built_without_their_sdk(
+    tmp_path: Path,
+) -> None:
+    """Built with the SDK's defaults, an adapter says at once which extra it needs (a missing
+    boto3 was a ProvisionErrored observation at every call); given a client factory or an SDK
+    (a fake), it needs none."""
+    code = tmp_path / "adapters.py"
+    code.write_text(
+        """
+from lifecycle import MissingExtra
+from lifecycle.adapters.aws import AwsAdapter
+from lifecycle.adapters.modal import AsyncModalAdapter, ModalAdapter
+from lifecycle.adapters.modal_fake import FakeModal
+for build, extra in ((AwsAdapter, "aws"), (AsyncModalAdapter, "modal"), (ModalAdapter, "modal")):
+    try:
+        build()
+    except MissingExtra as e:
+        assert e.extra == extra, e
+        print(e)
+AwsAdapter(client_factory=lambda region: None)
+AsyncModalAdapter(sdk=FakeModal())
+""",
+        encoding="utf-8",
+    )
+    done = run_blocked(str(code))
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert len(lines) == 3, lines
+    for line, extra in zip(lines, ("aws", "modal", "modal"), strict=True):
+        assert core_check.one_line_naming(line, extra) is None, line

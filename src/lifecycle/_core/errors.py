@@ -115,6 +115,20 @@ class MissingExtra(LifecycleError, ImportError):
         return cls(chosen, needs, missing)
 
 
+def require(extra: str, needs: str) -> None:
+    """Raise :class:`MissingExtra` unless every module ``extra`` brings can be imported
+    (looked up, not imported: the import stays where the SDK is first called)."""
+    import importlib.util
+
+    for module in EXTRAS[extra]:
+        try:
+            found = importlib.util.find_spec(module)
+        except (ImportError, ValueError):  # a finder that refuses it, a broken install
+            found = None
+        if found is None:
+            raise MissingExtra(extra, needs, module)
+
+
 def extra_of(module: str) -> str | None:
     """The extra that brings the top-level module ``module`` (``None``: none does)."""
     top = module.split(".")[0]
