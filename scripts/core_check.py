@@ -18,8 +18,9 @@ SDKs made unimportable in the development environment):
 The policy, per public module (ADR 0136): a module whose every use needs the SDK (the
 PostgreSQL stores, the Prometheus and OpenTelemetry telemetries, ``lifecycle.testing``)
 raises :class:`lifecycle.MissingExtra` when imported; every other one imports with no extra
-and imports the SDK where it calls it (the Kubernetes emitter and store, the Modal and AWS
-adapters, diagrams), raising ``MissingExtra`` there.
+and raises ``MissingExtra`` where its SDK is needed: the Kubernetes emitter and store when an
+API client is built, the Modal and AWS adapters when built without an SDK or a client factory
+of the host's, diagrams when drawn.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import importlib.abc
+import importlib.util
 import os
 import shlex
 import shutil
@@ -69,8 +71,8 @@ README_SKIPPED: dict[str, str] = {
 }
 
 #: The SDKs an extra brings that the library imports (``lifecycle._core.errors.EXTRAS``
-#: names the same; ``tests/test_core_install.py`` holds them together). Only used by
-#: ``--block``; the core install has none of them.
+#: names the same; ``tests/test_core_install.py`` holds them together): ``--block`` makes
+#: them unimportable; on the core install none of them may be found.
 BLOCKED = (
     "modal",
     "boto3",
@@ -131,12 +133,21 @@ def one_line_naming(text: str, extra: str) -> str | None:
 
 
 def import_problems(block_sdks: bool) -> list[str]:
-    """Every public module that neither imports nor raises MissingExtra as declared."""
+    """Every public module that neither imports nor raises MissingExtra as declared (and,
+    on a core install, every optional SDK that is there all the same)."""
     if block_sdks:
         block()
     import lifecycle
 
-    problems = []
+    problems = (
+        []
+        if block_sdks
+        else [
+            f"{sdk} is installed: this is not a core install"
+            for sdk in BLOCKED
+            if importlib.util.find_spec(sdk) is not None
+        ]
+    )
     for name in public_modules(lifecycle):
         extra = NEEDS_AT_IMPORT.get(name)
         try:
