@@ -85,7 +85,7 @@ def _table_line(t: Transition, note: str = "", changed: str = "") -> str:
     # holding a newline or a terminal escape cannot forge a line of the timeline)
     return (
         f"{_clock(t.at)}  {shown(obj):<30} {shown(t.flip):<30} {t.type.value:<7} "
-        f"{shown(t.reason):<28} {shown(t.message)}{shown(marks)}"
+        f"{shown(t.reason):<28} {shown(t.message)}{shown(marks) if marks else ''}"
     )
 
 
