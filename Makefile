@@ -68,6 +68,13 @@ bench-quick: $(VENV_TEST)/.ok
 wheel-check: $(VENV_TEST)/.ok
 	bash scripts/wheel_check.sh $(VENV_TEST)
 
+# The core install (no extra): the wheel in a clean virtualenv; every public module imports or
+# names its extra, every README command that needs no extra runs, each that needs one exits 4
+# naming it (ADR 0136).
+.PHONY: core-check
+core-check: $(VENV_TEST)/.ok
+	bash scripts/core_check.sh $(VENV_TEST)
+
 # The documentation site (docs/, ADR 0120): guides, the API reference from the docstrings, the
 # machine pages and the ADRs; every warning is an error. Opens as docs/_build/html/index.html.
 docs: $(VENV_DOCS)/.ok

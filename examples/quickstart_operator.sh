@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Quick-start, operator: record what a controller saw, then replay it anywhere, as often as needed.
 set -euo pipefail
-cd "$(dirname "$0")/.."                    # the repository root
 out="${1:-$(mktemp -d)}"                   # where the recording and the replay store go
+[ -d "$out" ] || { echo "quickstart_operator.sh: $out: no such directory (omit it for a new one)" >&2; exit 2; }
+out="$(cd "$out" && pwd)"                  # as given, from where it was given
+cd "$(dirname "$0")/.."                    # the repository root
 
 # 1. A controller records every observation as it runs (live: drop --fake, have a Modal token).
 python examples/modal_controller.py --fake --pods 2 --record "$out/saw.jsonl"

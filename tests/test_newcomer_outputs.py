@@ -105,4 +105,4 @@ def test_the_operator_quickstart_says_what_its_traces_do() -> None:
     assert "no fallback" in script
     fallback = _run("lifecycle replay examples/traces/certification-fallback-then-transition.jsonl")
     assert fallback.returncode == 0
-    assert re.search(r"\(not written\) .*StatusUpdateFailed", fallback.stdout)
+    assert re.search(r"StatusUpdateFailed .*  \(not written\)$", fallback.stdout, re.M)

@@ -139,7 +139,7 @@ def observe(
                 )
             except StoreError as e:
                 for item in todo:
-                    results[item.index] = _lost(protocol, item, e)
+                    results[item.index] = _lost(protocol, item, e, reading=True)
                 break
             writes: list[_Item] = []
             for item, record in zip(todo, records, strict=True):
@@ -252,7 +252,8 @@ def _written(item: _Item) -> Write:
     return item.write
 
 
-def _lost(protocol: WriteProtocol, item: _Item, error: StoreError) -> Result:
+def _lost(protocol: WriteProtocol, item: _Item, error: StoreError, *, reading: bool = False
+          ) -> Result:  # fmt: skip
     return protocol.lost(
         item.machine,
         item.ref,
@@ -263,6 +264,7 @@ def _lost(protocol: WriteProtocol, item: _Item, error: StoreError) -> Result:
         error,
         item.attempt,
         item.actions,
+        reading=reading,
     )
 
 

@@ -23,13 +23,13 @@ from __future__ import annotations
 import re
 from typing import Any, ClassVar, Literal
 
+from ._core.errors import MissingExtra
+
 try:
     from transitions.extensions.diagrams import HierarchicalGraphMachine
     from transitions.extensions.nesting import NestedState
 except ImportError as e:  # pragma: no cover - depends on the environment
-    raise ImportError(
-        "diagrams need the 'transitions' package: pip install 'lifecycle-machines[diagrams]'"
-    ) from e
+    raise MissingExtra.of(e, "a diagram", "diagrams") from e
 
 from ._core.machine import Machine
 from ._core.table import ANY, SAME, Row, Table
@@ -113,10 +113,9 @@ def build(machine: Machine[Any], fmt: Format = "mermaid", *, stays: bool = False
     if fmt == "dot":  # without the package, transitions would fall back to Mermaid silently
         try:
             import graphviz  # type: ignore[import-untyped]  # noqa: F401
-        except ImportError:
-            raise ImportError(
-                "DOT diagrams need the 'graphviz' Python package (not the dot binary): "
-                "pip install 'lifecycle-machines[diagrams]'"
+        except ImportError as e:
+            raise MissingExtra.of(
+                e, "DOT source (the graphviz Python package, not the dot binary)", "diagrams"
             ) from None
     table = machine.table
     ids = state_ids(table)

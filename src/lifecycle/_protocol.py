@@ -418,9 +418,13 @@ class WriteProtocol:
         attempts: int,
         actions: tuple[Transition, ...],
         caught_up: tuple[Result, ...] = (),
+        *,
+        reading: bool = False,
     ) -> Result:
-        """The write did not land: log it, send the fallback Warning (see :func:`fallback`)."""
-        self.log.warning("status write failed", ref=str(ref), uid=ref.uid, error=str(error))
+        """The write did not land: log it (``reading``: the status could not even be read),
+        send the fallback Warning (see :func:`fallback`)."""
+        failed = "status read failed" if reading else "status write failed"
+        self.log.warning(failed, ref=str(ref), uid=ref.uid, error=str(error))
         flips = write.flips if write is not None else ()
         sent = fallback(ref, machine, flips, version, observation, error, before)
         if sent:

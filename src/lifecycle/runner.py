@@ -180,12 +180,13 @@ class Runner:
         before: Any = None
         version = 0
         attempt = 0
+        reading = False
         while True:
             attempt += 1
             try:
                 record = store.load(machine, ref)
             except StoreError as e:
-                error = e
+                error, reading = e, True
                 break
             if record is None:
                 before = machine.initial(ref)
@@ -224,8 +225,9 @@ class Runner:
                 caught,
             ))  # fmt: skip
         return protocol.lost(
-            machine, ref, observation, before, version, write, error, attempt, actions, caught
-        )
+            machine, ref, observation, before, version, write, error, attempt, actions, caught,
+            reading=reading,
+        )  # fmt: skip
 
     def observe_many(self, items: Iterable[tuple[ObjectRef, Observation]]) -> list[Result]:
         """Observe many objects at once: one :class:`Result` per item, in order.

@@ -70,12 +70,12 @@ the library's own Kubernetes tests and guide run on (ADR 0138).
 
 from __future__ import annotations
 
+from ._core.errors import MissingExtra
+
 try:
     import hypothesis as _hypothesis  # noqa: F401
 except ImportError as e:  # pragma: no cover - depends on the environment
-    raise ImportError(
-        "lifecycle.testing needs Hypothesis: pip install 'lifecycle-machines[testing]'"
-    ) from e
+    raise MissingExtra.of(e, "lifecycle.testing", "testing") from e
 
 from ._testing.checks import (
     Checker,

@@ -66,6 +66,75 @@ class LifecycleError(Exception):
     """Base class of every error this library raises on purpose."""
 
 
+#: Each optional extra of the distribution and the top-level modules it brings that the
+#: library imports (``pyproject.toml``'s optional dependencies; a test holds them together).
+EXTRAS: dict[str, tuple[str, ...]] = {
+    "modal": ("modal",),
+    "aws": ("boto3", "botocore"),
+    "kubernetes": ("kubernetes", "urllib3"),
+    "postgres": ("psycopg", "psycopg_pool"),
+    "diagrams": ("transitions", "graphviz"),
+    "testing": ("hypothesis",),
+    "prometheus": ("prometheus_client",),
+    "otel": ("opentelemetry",),
+}
+
+
+class MissingExtra(LifecycleError, ImportError):
+    """What was asked needs an optional extra that is not installed (ADR 0136).
+
+    The message is one line: what needs it, the extra by name and the one command that
+    installs it (``... needs the 'diagrams' extra (transitions is not installed): pip install
+    'lifecycle-machines[diagrams]'``); the CLI prints it and exits 4. An ``ImportError``, so
+    ``except ImportError`` catches it too. :attr:`extra` names the extra, :attr:`missing` the
+    module that could not be imported (``None`` if unknown).
+    """
+
+    def __init__(self, extra: str, needs: str, missing: str | None = None) -> None:
+        self.extra = extra
+        self.needs = needs
+        self.missing = missing
+        self.install = f"pip install 'lifecycle-machines[{extra}]'"
+        why = f" ({missing} is not installed)" if missing else ""
+        super().__init__(f"{needs} needs the '{extra}' extra{why}: {self.install}", name=missing)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.extra, self.needs, self.missing))
+
+    @classmethod
+    def of(cls, error: ImportError, needs: str, extra: str | None = None) -> MissingExtra:
+        """The missing extra behind ``error`` (an import that failed): ``error`` itself when
+        it is one already, else one naming ``extra`` (by default, the extra that brings the
+        module ``error`` names)."""
+        if isinstance(error, MissingExtra):
+            return error
+        missing = error.name.split(".")[0] if error.name else None
+        chosen = extra or (extra_of(missing) if missing else None)
+        if chosen is None:
+            raise ValueError(f"no extra brings {missing!r}") from error
+        return cls(chosen, needs, missing)
+
+
+def require(extra: str, needs: str) -> None:
+    """Raise :class:`MissingExtra` unless every module ``extra`` brings can be imported
+    (looked up, not imported: the import stays where the SDK is first called)."""
+    import importlib.util
+
+    for module in EXTRAS[extra]:
+        try:
+            found = importlib.util.find_spec(module)
+        except (ImportError, ValueError):  # a finder that refuses it, a broken install
+            found = None
+        if found is None:
+            raise MissingExtra(extra, needs, module)
+
+
+def extra_of(module: str) -> str | None:
+    """The extra that brings the top-level module ``module`` (``None``: none does)."""
+    top = module.split(".")[0]
+    return next((extra for extra, tops in EXTRAS.items() if top in tops), None)
+
+
 class UnknownMachine(LifecycleError):
     """A machine name or object kind that no registered machine answers to."""
 

@@ -46,6 +46,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
+from .._core.errors import require
 from .._core.refs import ObjectRef
 from .._log import get_logger
 from ..machines._claims import claim_name
@@ -280,6 +281,8 @@ class AwsAdapter(RecordingMixin):
             raise ValueError(f"page_size must be within 5..1000, got {page_size}")
         if address not in ADDRESSES:
             raise ValueError(f"address must be one of {', '.join(ADDRESSES)}, not {address!r}")
+        if client_factory is None:  # the default clients are boto3's: say so now, not per call
+            require("aws", "AwsAdapter (without a client_factory)")
         self.address = address
         self._factory = client_factory
         self._session = session

@@ -43,6 +43,7 @@ from typing import Any, TypeVar
 
 import attrs
 
+from .._core.errors import require
 from .._core.refs import ObjectRef
 from .._log import get_logger
 from ..machines._claims import claim_name
@@ -161,6 +162,8 @@ class AsyncModalAdapter(RecordingMixin):
     ) -> None:
         if call_timeout <= 0 or provision_timeout <= 0 or readiness_budget <= 0:
             raise ValueError("timeouts and the readiness budget must be positive")
+        if sdk is None:  # the modal SDK, imported on first use: say now if it is not there
+            require("modal", "the Modal adapter (without an sdk)")
         self.app_name = app_name
         self._sdk = sdk
         self.recorder = recorder

@@ -110,8 +110,11 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
     except BrokenPipeError:
         return EXIT_OK
     except Exception as e:
-        from .._core.errors import LifecycleError, TraceError
+        from .._core.errors import LifecycleError, MissingExtra, TraceError
 
+        if isinstance(e, MissingExtra):  # one line: what needs it, the extra, its pip command
+            say(f"lifecycle: {e}")
+            return EXIT_MISSING_EXTRA
         if isinstance(e, TraceError):
             say(str(e))
             return EXIT_REFUSED

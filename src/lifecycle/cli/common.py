@@ -37,8 +37,9 @@ MEANINGS: tuple[tuple[int, str], ...] = (
     ),
     (
         EXIT_MISSING_EXTRA,
-        "the command needs an extra that is not installed (diagram, docs: "
-        "lifecycle-machines[diagrams]); the message names it",
+        "the command needs an extra that is not installed (diagram, docs: diagrams; "
+        "replay --metrics: prometheus; a postgresql:// store: postgres); one line names it "
+        "and its pip command",
     ),
     (
         EXIT_INTERNAL,
@@ -84,6 +85,11 @@ REPLAY_EXIT_CODES = _table(
             "every line was accepted, but a status write failed that no fault "
             "line injected (the store refused it); the other lines were replayed and their "
             "events delivered",
+        ),
+        (
+            EXIT_MISSING_EXTRA,
+            "an extra is not installed (--metrics: prometheus; a postgresql:// store: "
+            "postgres): one line names it and its pip command; nothing replayed",
         ),
         (EXIT_INTERNAL, "an internal error (a bug; LIFECYCLE_DEBUG=1 shows the traceback)"),
         (

@@ -10,7 +10,7 @@ from typing import Any, TextIO
 
 import attrs
 
-from .._core.errors import UnknownMachine, preview
+from .._core.errors import MissingExtra, UnknownMachine, preview
 from .._core.machine import Machine
 from .._core.transition import EMPTY
 from .common import EXIT_MISSING_EXTRA, say
@@ -96,16 +96,14 @@ def cmd_diagram(args: argparse.Namespace, out: TextIO) -> int:
 
         out.write(diagram(machine, args.format, stays=args.stays))
     except ImportError as e:  # transitions (or graphviz for DOT) is not installed
-        return _missing_extra("diagrams", e)
+        return _missing_extra(e, "lifecycle diagram")
     return 0
 
 
-def _missing_extra(extra: str, error: ImportError) -> int:
-    """A command that needs an optional extra: say which, and how to get it (exit 4)."""
-    say(
-        f"lifecycle: this needs the '{extra}' extra ({error}): "
-        f"pip install 'lifecycle-machines[{extra}]'"
-    )
+def _missing_extra(error: ImportError, needs: str) -> int:
+    """A command that needs the ``diagrams`` extra: say so once, with its pip command (exit
+    4)."""
+    say(f"lifecycle: {MissingExtra.of(error, needs, 'diagrams')}")
     return EXIT_MISSING_EXTRA
 
 
@@ -127,4 +125,4 @@ def cmd_docs(args: argparse.Namespace, out: TextIO) -> int:
     try:
         return run(args.out, args.check, out)
     except ImportError as e:  # the pages' diagrams need transitions
-        return _missing_extra("diagrams", e)
+        return _missing_extra(e, "lifecycle docs")

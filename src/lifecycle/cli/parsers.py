@@ -13,6 +13,7 @@ import importlib
 from collections.abc import Callable
 from typing import Any, TextIO
 
+from .._store_urls import store_help
 from .._version import __version__
 from .common import EXIT_CODES, REPLAY_EXIT_CODES
 
@@ -20,12 +21,9 @@ __all__ = ["STORE_HELP", "Command", "build_parser", "later"]
 
 Command = Callable[[argparse.Namespace, TextIO], int]
 
-#: ``--store``: what a store URL may be.
-STORE_HELP = (
-    "memory://, sqlite:///PATH (relative; sqlite:////PATH absolute) with optional "
-    "?synchronous=FULL|NORMAL&owner=NAME&lease_seconds=S&busy_timeout=S, or "
-    "postgresql://USER:PASSWORD@HOST:PORT/DB[?schema=NAME]"
-)
+#: ``--store``: what a store URL may be (every parameter the stores read: made from their
+#: tables).
+STORE_HELP = store_help()
 #: The largest trace line ``replay`` reads by default (``lifecycle.trace.MAX_LINE_BYTES``,
 #: spelled out so that the parser does not import the trace reader; a test keeps them equal).
 MAX_LINE_BYTES = 1 << 20

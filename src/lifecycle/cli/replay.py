@@ -14,7 +14,7 @@ from typing import Any, TextIO
 
 import attrs
 
-from .._core.errors import TraceError
+from .._core.errors import MissingExtra, TraceError
 from .._core.printable import escape, shown
 from .._core.redact import scrub
 from .._core.refs import ObjectRef
@@ -68,20 +68,24 @@ def _clock(at: datetime) -> str:
 
 
 def _table_line(t: Transition, note: str = "", changed: str = "") -> str:
-    flip = t.flip
-    if changed:  # a same-state event: what of the flip signature changed (ADR 0017)
-        flip = f"{flip} ({changed})"
-    if t.fallback:
-        flip = f"(not written) {flip}"
+    """One event of the timeline: time, object, flip, type, reason, message, then what marks
+    it, after the message, so that no mark moves a column: who sent it (``note``: the other
+    writer, a restarted host), ``(not written)`` for a fallback Warning, and for a same-state
+    event what of the flip signature changed (ADR 0017)."""
+    marks = ""
     if note:  # sent by another host: the other writer, or a restarted one
-        flip = f"({note}) {flip}"
+        marks = f"  ({note})"
+    if t.fallback:
+        marks += "  (not written)"
+    if changed:
+        marks += f"  ({changed})"
     ref = t.ref
     obj = f"{ref.kind}/{ref.namespace}/{ref.name}" if ref.namespace else f"{ref.kind}/{ref.name}"
     # what the shipped emitters would let out: redacted, and on one line (a name or message
     # holding a newline or a terminal escape cannot forge a line of the timeline)
     return (
-        f"{_clock(t.at)}  {shown(obj):<30} {shown(flip):<30} {t.type.value:<7} "
-        f"{shown(t.reason):<28} {shown(t.message)}"
+        f"{_clock(t.at)}  {shown(obj):<30} {shown(t.flip):<30} {t.type.value:<7} "
+        f"{shown(t.reason):<28} {shown(t.message)}{shown(marks) if marks else ''}"
     )
 
 
@@ -289,10 +293,7 @@ def _replay(
     try:
         metrics = _metrics(args)
     except ImportError as e:  # --metrics needs the prometheus extra: exit 4, nothing replayed
-        say(
-            f"lifecycle: --metrics needs the 'prometheus' extra ({e}): "
-            "pip install 'lifecycle-machines[prometheus]'"
-        )
+        say(f"lifecycle: {MissingExtra.of(e, '--metrics', 'prometheus')}")
         return EXIT_MISSING_EXTRA
     store = (
         MemoryStore(journal=False) if throwaway else open_store(args.store, **_cached(args.store))

@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .._core.errors import UnknownMachine, brief, preview
+from .._core.errors import MissingExtra, UnknownMachine, brief, extra_of, preview
 
 if TYPE_CHECKING:
     from .._core.machine import Machine
@@ -85,6 +85,10 @@ def _module(where: str, option: str) -> Any:
     except BaseException as e:  # a user module: anything at all may fail as it imports
         if isinstance(e, KeyboardInterrupt | SystemExit):
             raise
+        if isinstance(e, ImportError) and (
+            isinstance(e, MissingExtra) or extra_of(e.name or "") is not None
+        ):  # it imports what an extra of ours brings (hypothesis, prometheus_client): exit 4
+            raise MissingExtra.of(e, f"{option} {preview(where)}") from None
         raise UnknownMachine(
             f"{option} {preview(where)}: cannot import it: {type(e).__name__}: {brief(e)}"
         ) from None

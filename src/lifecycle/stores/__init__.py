@@ -1,6 +1,6 @@
 """Stores: where statuses, journals and the outbox live. Choose one by URL with
 :func:`open_store`: ``memory://``, ``sqlite:///relative/path.db``, ``sqlite:////abs/path.db``
-(with optional ``?synchronous=&owner=&lease_seconds=&busy_timeout=``), or
+(with optional query parameters: :data:`lifecycle._store_urls.SQLITE_PARAMETERS`), or
 ``postgresql://USER:PASSWORD@HOST:PORT/DB[?schema=NAME]`` (extra ``postgres``).
 
 A store URL is parsed as a URL (:mod:`urllib.parse`), and what it cannot mean is refused with
@@ -11,13 +11,13 @@ to the PostgreSQL store unchanged: they follow libpq's own URL rules."""
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NamedTuple
 from urllib.parse import SplitResult, parse_qsl, unquote, urlsplit
 
 from .._core.errors import StoreError, preview
 from .._core.redact import redact
+from .._store_urls import MAX_CACHE as MAX_CACHE
+from .._store_urls import SQLITE_PARAMETERS
 from ._cache import CacheStats, StatusCache
 from .base import (
     BatchStore,
@@ -104,63 +104,6 @@ class SQLiteURL(NamedTuple):
     options: dict[str, Any]
 
 
-def _synchronous(value: str) -> str:
-    if value.upper() not in ("OFF", "NORMAL", "FULL", "EXTRA"):
-        raise ValueError("must be OFF, NORMAL, FULL or EXTRA")
-    return value.upper()
-
-
-def _owner(value: str) -> str:
-    if not value:
-        raise ValueError("must be a non-empty name")
-    return value
-
-
-def _flag(value: str) -> bool:
-    if value not in ("0", "1"):
-        raise ValueError("must be 0 or 1")
-    return value == "1"
-
-
-def _seconds(value: str) -> float:
-    try:
-        seconds = float(value)
-    except ValueError:
-        seconds = math.nan
-    if not math.isfinite(seconds) or seconds < 0:
-        raise ValueError("must be a finite number of seconds, at least 0")
-    return seconds
-
-
-def _positive_seconds(value: str) -> float:
-    seconds = _seconds(value)
-    if seconds <= 0:
-        raise ValueError("must be more than 0 seconds")
-    return seconds
-
-
-#: The most objects a status cache set by URL may hold (a number in a URL is input: it must
-#: not size an allocation without a bound).
-MAX_CACHE = 10_000_000
-
-
-def _cache_size(value: str) -> int:
-    if not value.isascii() or not value.isdigit() or len(value) > 8 or int(value) > MAX_CACHE:
-        raise ValueError(f"must be a whole number of objects from 0 to {MAX_CACHE}")
-    return int(value)
-
-
-#: The query parameters of an SQLite store URL, each a :class:`SQLiteStore` option.
-SQLITE_PARAMETERS: dict[str, Callable[[str], Any]] = {
-    "synchronous": _synchronous,
-    "owner": _owner,
-    "lease_seconds": _positive_seconds,
-    "busy_timeout": _seconds,
-    "group_commit": _flag,
-    "cache": _cache_size,
-}
-
-
 def _split(url: str) -> SplitResult:
     try:
         return urlsplit(url)
@@ -213,8 +156,8 @@ def _sqlite_options(query: str, shown: str) -> dict[str, Any]:
         raise InvalidStoreURL(f"store URL {shown}: bad query ({e})") from None
     options: dict[str, Any] = {}
     for name, value in pairs:
-        convert = SQLITE_PARAMETERS.get(name)
-        if convert is None:
+        parameter = SQLITE_PARAMETERS.get(name)
+        if parameter is None:
             raise InvalidStoreURL(
                 f"store URL {shown}: unknown query parameter {preview(name)} "
                 f"(an SQLite store URL takes {supported})"
@@ -222,7 +165,7 @@ def _sqlite_options(query: str, shown: str) -> dict[str, Any]:
         if name in options:
             raise InvalidStoreURL(f"store URL {shown}: query parameter {name!r} given twice")
         try:
-            options[name] = convert(value)
+            options[name] = parameter.convert(value)
         except ValueError as e:
             raise InvalidStoreURL(
                 f"store URL {shown}: {name}={preview(redact(value))} {e}"

@@ -28,9 +28,10 @@ from typing import Any
 
 import attrs
 
-from .._core.errors import CommitUnknown, Conflict, IdentityMismatch, StoreError, preview
+from .._core.errors import CommitUnknown, Conflict, IdentityMismatch, StoreError, brief, preview
 from .._core.machine import Machine
 from .._core.observation import Observation
+from .._core.printable import escape
 from .._core.refs import ObjectRef
 from .._core.schema import load_status
 from .._core.serde import parse_time
@@ -171,7 +172,7 @@ def _reason(reply: Reply) -> str:
 def _message(reply: Reply) -> str:
     body = reply.body if isinstance(reply.body, dict) else {}
     text = str(body.get("message") or reply.error or "")
-    return preview(text, 300)
+    return escape(brief(text, 300))  # the text itself, on one line: quoted once, where shown
 
 
 def _too_large(reply: Reply) -> bool:

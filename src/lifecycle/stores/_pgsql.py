@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 import attrs
 
-from .._core.errors import CommitUnknown, Conflict, StoreError
+from .._core.errors import CommitUnknown, Conflict, MissingExtra, StoreError
 from .._core.machine import Machine
 from .._core.observation import Observation
 from .._core.refs import ObjectRef
@@ -28,6 +28,7 @@ from .._core.schema import (
 )
 from .._core.transition import Transition
 from .._log import adopt_pool_logs, get_logger
+from .._store_urls import POSTGRES_PARAMETERS
 from ._cache import StatusCache
 from .base import (
     CommitItem,
@@ -45,10 +46,7 @@ try:
     from psycopg.conninfo import conninfo_to_dict, make_conninfo
     from psycopg_pool import AsyncConnectionPool, ConnectionPool, PoolTimeout
 except ImportError as e:  # pragma: no cover - depends on the environment
-    raise StoreError(
-        "the PostgreSQL store needs psycopg 3 and psycopg-pool: "
-        "pip install 'lifecycle-machines[postgres]'"
-    ) from e
+    raise MissingExtra.of(e, "the PostgreSQL store", "postgres") from e
 
 __all__ = [
     "AsyncConnectionPool",
@@ -65,7 +63,7 @@ SynchronousCommit = Literal["on", "off", "local", "remote_write", "remote_apply"
 DEFAULT_SCHEMA = "lifecycle"
 _IDENT = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 #: Query parameters of a store URL that are ours, not libpq's.
-_OURS = ("schema", "call_timeout", "resolve_timeout")
+_OURS = tuple(POSTGRES_PARAMETERS)
 #: libpq parameters set when the URL does not name them: every wait on the network is bounded.
 #: ``connect_timeout`` applies to each host of a multi-host URL in turn; keepalives find a
 #: peer that vanished (host down, cable cut) in about 11 s.

@@ -48,7 +48,7 @@ from .._core.machine import Machine
 from .._core.observation import Observation
 from .._core.refs import ObjectRef
 from .._core.transition import Transition
-from ..emitters._k8s.transport import Deadlines, bound
+from ..emitters._k8s.transport import Deadlines
 from ._k8s_cache import ObjectCache, ObjectChange
 from ._k8s_record import (
     MAX_RECORD_BYTES,
@@ -129,7 +129,8 @@ class ApiTransport:
     ) -> None:
         from ..emitters._k8s.sinks import ApiNotConfigured, _client
 
-        client = _client()
+        client = _client("the Kubernetes status store's API transport")
+        from ..emitters._k8s.pools import bound  # urllib3: it came with the client
 
         configuration = (
             client.Configuration.get_default_copy() if api is None else api.configuration
@@ -169,7 +170,7 @@ class ApiTransport:
                     return Reply(0, error=str(e))
                 return Reply(int(e.status), _decode(e.body), dict(e.headers or {}))
             except Exception as e:  # no answer: reset, refused, cut at the deadline
-                return Reply(0, error="deadline" if guard.expired else repr(e))
+                return Reply(0, error="deadline" if guard.expired else f"{type(e).__name__}: {e}")
             try:
                 return Reply(int(response.status), _decode(response.data), dict(response.headers))
             finally:

@@ -28,7 +28,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from .._core.errors import LifecycleError, StoreError
+from .._core.errors import LifecycleError, MissingExtra, StoreError
 from .._core.transition import Transition
 from ._port import Observed, outcome_of
 
@@ -37,9 +37,7 @@ try:
     from opentelemetry import trace
     from opentelemetry.trace import Link, SpanContext, Status, StatusCode, TraceFlags
 except ImportError as e:  # pragma: no cover - the extra is missing
-    raise ImportError(
-        "lifecycle.telemetry.otel needs opentelemetry-api: pip install 'lifecycle-machines[otel]'"
-    ) from e
+    raise MissingExtra.of(e, "lifecycle.telemetry.otel", "otel") from e
 
 __all__ = ["OpenTelemetryTelemetry", "parse_traceparent"]
 

@@ -30,7 +30,7 @@ from bisect import bisect_left
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
-from .._core.errors import Conflict, LifecycleError, SchemaRefused
+from .._core.errors import Conflict, LifecycleError, MissingExtra, SchemaRefused
 from .._core.transition import Transition
 from ._instrument import InstrumentedEmitter, InstrumentedStore, innermost, store_name
 from ._port import _COMMITTED, _UNCHANGED, Observed, outcome_of
@@ -45,10 +45,7 @@ try:
     )
     from prometheus_client.registry import Collector
 except ImportError as e:  # pragma: no cover - the extra is missing
-    raise ImportError(
-        "lifecycle.telemetry.prometheus needs prometheus_client: "
-        "pip install 'lifecycle-machines[prometheus]'"
-    ) from e
+    raise MissingExtra.of(e, "lifecycle.telemetry.prometheus", "prometheus") from e
 
 __all__ = ["DEFAULT_BUCKETS", "METRICS", "PrometheusTelemetry"]
 

@@ -9,10 +9,11 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from ..._core.errors import MissingExtra
 from ..._log import get_logger
 from .correlator import Counters, NotFound, Rejected, RequestConstructionError, SinkError
 from .event import Event
-from .transport import Deadlines, RequestDeadline, bound
+from .transport import Deadlines, RequestDeadline
 
 _log = get_logger("lifecycle.emitters.kubernetes")
 
@@ -24,14 +25,11 @@ MAX_REPLY_BYTES = 64 * 1024
 STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
 
 
-def _client() -> Any:
+def _client(needs: str = "the Kubernetes Event API sink") -> Any:
     try:
         import kubernetes.client  # type: ignore[import-untyped]
     except ImportError as e:
-        raise ImportError(
-            "lifecycle.emitters.kubernetes needs the official client: "
-            "pip install 'lifecycle-machines[kubernetes]'"
-        ) from e
+        raise MissingExtra.of(e, needs, "kubernetes") from e
     return kubernetes.client
 
 
@@ -70,6 +68,8 @@ class ApiEventSink:
         max_reply_bytes: int = MAX_REPLY_BYTES,
     ) -> None:
         client = _client()
+        from .pools import bound  # urllib3: it came with the client
+
         if api is None:
             configuration = client.Configuration.get_default_copy()
         elif isinstance(api, client.ApiClient):

@@ -9,8 +9,10 @@ deadline passes, which ends the blocked read at once (the sink then raises
 cap: beyond ``max_reply_bytes`` the rest is not read, the connection is dropped and the
 request is flagged ``oversized`` (the sink counts and logs it, and keeps the Event as sent).
 
-The pool classes are set on the sink's own ``PoolManager`` only (the sink builds its own
-``ApiClient`` from the host's configuration), so nothing of the host's other calls changes.
+The connection and pool classes that register themselves are in
+:mod:`lifecycle.emitters._k8s.pools`, the one module here that imports urllib3: it is imported
+when a sink or a store builds its client, so the Events simulation, the store's record code and
+everything else of the Kubernetes side import on the core install, with no extra.
 """
 
 from __future__ import annotations
@@ -24,13 +26,15 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from urllib3.connection import HTTPConnection, HTTPSConnection
-from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
-from urllib3.response import HTTPResponse
-
 from .correlator import SinkError
 
 _current = threading.local()
+
+
+def current() -> Guard | None:
+    """The guard of the request this thread is making, if any."""
+    guard: Guard | None = getattr(_current, "guard", None)
+    return guard
 
 
 class RequestDeadline(SinkError):
@@ -44,7 +48,7 @@ class Guard:
 
     def __init__(self, limit: int) -> None:
         self.limit = limit
-        self.conn: HTTPConnection | None = None
+        self.conn: Any = None  # the urllib3 connection the request uses, once it has one
         self.expired = False
         self.oversized = False
 
@@ -54,68 +58,6 @@ class Guard:
         if sock is not None:
             with contextlib.suppress(OSError):
                 sock.shutdown(socket.SHUT_RDWR)
-
-
-class _BoundedResponse(HTTPResponse):
-    """An ``HTTPResponse`` whose whole-body read stops at the request's cap."""
-
-    def read(self, amt: int | None = None, *args: Any, **kwargs: Any) -> bytes:
-        guard: Guard | None = getattr(_current, "guard", None)
-        if guard is None or amt is not None:
-            return super().read(amt, *args, **kwargs)
-        if self._body is not None:
-            body = self._body
-            return body if isinstance(body, bytes) else body.encode()
-        data = super().read(guard.limit + 1, *args, **kwargs)
-        if len(data) > guard.limit:
-            guard.oversized = True
-            self.drain_conn = lambda: None  # type: ignore[method-assign]
-            with contextlib.suppress(Exception):
-                self.close()
-            data = data[: guard.limit]
-        self._body = data
-        return data
-
-
-class _Registering:
-    """Mixed into the connection classes: the request in progress knows its connection, and
-    its response reads through the cap."""
-
-    def request(self, *args: Any, **kwargs: Any) -> None:
-        guard: Guard | None = getattr(_current, "guard", None)
-        if guard is not None:
-            guard.conn = self  # type: ignore[assignment]
-            if guard.expired:
-                guard.cut()
-        super().request(*args, **kwargs)  # type: ignore[misc]
-
-    def getresponse(self, *args: Any, **kwargs: Any) -> Any:
-        response: HTTPResponse = super().getresponse(*args, **kwargs)  # type: ignore[misc]
-        if getattr(_current, "guard", None) is not None:
-            response.__class__ = _BoundedResponse
-        return response
-
-
-class _Connection(_Registering, HTTPConnection):
-    pass
-
-
-class _SecureConnection(_Registering, HTTPSConnection):
-    pass
-
-
-class _Pool(HTTPConnectionPool):
-    ConnectionCls = _Connection
-
-
-class _SecurePool(HTTPSConnectionPool):
-    ConnectionCls = _SecureConnection
-
-
-def bound(pool_manager: Any) -> None:
-    """Make ``pool_manager`` (the sink's own) use the registering connection classes."""
-    pool_manager.pool_classes_by_scheme = {"http": _Pool, "https": _SecurePool}
-    pool_manager.clear()
 
 
 class Deadlines:
