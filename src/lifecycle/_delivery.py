@@ -170,9 +170,9 @@ class Delivery:
             if stopped and t.ref.uid in stopped:
                 continue
             with self._cond:
-                if t.id in flight or t.id in self._acked:  # handed out already: answered
-                    if self._repeat(t):
-                        continue
+                # handed out already: answered, unless it is other content (ADR 0141)
+                if (t.id in flight or t.id in self._acked) and self._repeat(t):
+                    continue
             took = self._hand(t, self._sync)
             if not took:  # the others still get it; it stays in the outbox for this one
                 stopped.add(t.ref.uid)

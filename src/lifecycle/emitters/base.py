@@ -21,7 +21,8 @@ be idempotent on ``transition.id`` with its content, :func:`delivery_key` (deliv
 once: after a crash, whatever was not acknowledged *and marked* comes again under the same id
 -- a Kubernetes Event is named from it, so a repeat is an ``AlreadyExists`` whose stored
 content is checked; an id handed out again for other content is a new event, ADR 0141);
-never drop an event silently (log and count each refusal or drop); and finish or give back what it holds when closed within the host's bound.
+never drop an event silently (log and count each refusal or drop); and finish or give back
+what it holds when closed within the host's bound.
 :func:`lifecycle.testing.check_emitter` checks this contract on any emitter.
 
 Best-effort events that are not in the outbox (a row's action events, a fallback Warning)

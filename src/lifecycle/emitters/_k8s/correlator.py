@@ -612,9 +612,13 @@ class Correlator:
                     self._cache[send.key] = kept
                 elif reply.name != event.name:  # our copy, under the name it was created as
                     self._cache[send.key] = attrs.evolve(event, name=reply.name)
-            elif cached is not None and reply is not None and cached.name != reply.name:
-                if sent is Sent.RENAMED or (sent is Sent.EXISTS and cached.name == event.name):
-                    self._cache[send.key] = attrs.evolve(cached, name=reply.name)
+            elif (
+                cached is not None
+                and reply is not None
+                and cached.name != reply.name
+                and (sent is Sent.RENAMED or (sent is Sent.EXISTS and cached.name == event.name))
+            ):  # the key moved on (a series): its Event is the one created under this name
+                self._cache[send.key] = attrs.evolve(cached, name=reply.name)
             if held and sent is Sent.RETRY and send.purpose is not Purpose.FINISH:
                 self._held.setdefault(send.key, [])[:0] = held  # the next patch carries them
                 held = []
