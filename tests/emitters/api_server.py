@@ -7,8 +7,8 @@ request's, 422 Invalid for a body the API server's Event validation refuses
 Event, the merge applied as the API server applies it to ``series`` (maps merge key by key,
 ``null`` deletes) and the result validated (422). Get: the Event, or 404. List: the
 EventList. ``fail(method, *answers)`` scripts the next answers to a method, and
-``fail_when(predicate, *answers)`` the next answers to requests a predicate picks: a status code (a ``metav1.Status`` error),
-``(code, headers)``, ``"hang"`` (no answer until the server closes), ``"drop"`` (close the
+``fail_when(predicate, *answers)`` the next answers to requests a predicate picks: a
+status code (a ``metav1.Status`` error), ``(code, headers)``, ``"hang"`` (no answer until the server closes), ``"drop"`` (close the
 connection) or ``("slow", seconds)`` (answer normally after a pause). ``arrivals`` keeps when
 each request arrived (``time.monotonic``).
 
