@@ -37,7 +37,7 @@ import random
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Hashable, Iterable, Mapping
 from datetime import datetime, timedelta
 from types import TracebackType
 from typing import Any
@@ -92,7 +92,7 @@ from ._k8s.sinks import (
     ServerBusy,
 )
 from ._k8s.transport import RequestDeadline
-from .base import Ack, Acknowledge, DeliveryKey, delivery_key
+from .base import Ack, Acknowledge, delivery_key
 
 __all__ = [
     "API_VERSIONS",
@@ -346,9 +346,9 @@ class KubernetesEmitter:
         )
         #: what this emitter finished (delivered or refused), the last ``dedupe`` of them, by
         #: id *and* content: an id handed out again for other content is not a repeat
-        self._seen: collections.OrderedDict[DeliveryKey, Ack] = collections.OrderedDict()
+        self._seen: collections.OrderedDict[Hashable, Ack] = collections.OrderedDict()
         #: what is in flight, with every acknowledgement waiting for it
-        self._flight: dict[DeliveryKey, list[tuple[Transition, Acknowledge]]] = {}
+        self._flight: dict[Hashable, list[tuple[Transition, Acknowledge]]] = {}
         self._dedupe = dedupe
         self._lock = threading.Lock()
         self._last_nanos = 0
@@ -376,6 +376,10 @@ class KubernetesEmitter:
 
     # -- the Emitter protocol ---------------------------------------------------------------
     name = "kubernetes"
+    #: what makes two deliveries one event (ADR 0141), and the token of a transition's
+    #: content its correlation key carries (class attributes: a benchmark swaps them)
+    _key: Callable[[Transition], Hashable] = staticmethod(delivery_key)
+    _token: Callable[[Transition], str] = staticmethod(_content_token)
 
     def emit(self, transition: Transition) -> None:
         """Build the Event for ``transition`` and enqueue it, best effort (nothing tells the
@@ -383,7 +387,7 @@ class KubernetesEmitter:
         for the API."""
         t = transition
         # an action event has no id and may repeat: it is correlated like any Event
-        tid = None if t.action or not t.id else delivery_key(t)
+        tid = None if t.action or not t.id else self._key(t)
         with self._lock:
             if self._closed:
                 raise RuntimeError("KubernetesEmitter is closed")
@@ -407,7 +411,7 @@ class KubernetesEmitter:
         Never waits for the API. Raises :class:`QueueFull` (logged, counted) when
         ``queue_size`` sends already wait, and ``RuntimeError`` once closed."""
         t = transition
-        tid = delivery_key(t)
+        tid = self._key(t)
         with self._lock:
             if self._closed:
                 raise RuntimeError("KubernetesEmitter is closed")
@@ -443,7 +447,7 @@ class KubernetesEmitter:
                 self._flight.pop(tid, None)
             raise
 
-    def _answer(self, tid: DeliveryKey, outcome: Ack) -> None:
+    def _answer(self, tid: Hashable, outcome: Ack) -> None:
         with self._lock:
             waiting = self._flight.pop(tid, [])
         if outcome is not Ack.FAILED:
@@ -459,7 +463,7 @@ class KubernetesEmitter:
         counter = {Ack.DELIVERED: "acked", Ack.REFUSED: "acked_refused"}
         self.counters.add(counter.get(outcome, "acked_failed"))
 
-    def _remember(self, tid: DeliveryKey, outcome: Ack) -> None:
+    def _remember(self, tid: Hashable, outcome: Ack) -> None:
         with self._lock:
             self._seen[tid] = outcome
             self._seen.move_to_end(tid)
@@ -494,7 +498,7 @@ class KubernetesEmitter:
             # other content (a store that lost writes) is another Event, never its series
             # (an action event has no id: its repeats are a series, as client-go's are)
             version = f"{t.version}@{t.epoch}" if t.epoch else str(t.version)
-            store_version = version if t.action else f"{version}#{_content_token(t)}"
+            store_version = version if t.action else f"{version}#{self._token(t)}"
         return ObjectReference(
             kind=t.ref.kind,
             name=t.ref.name,
