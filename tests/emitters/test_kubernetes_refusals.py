@@ -101,10 +101,15 @@ def test_a_forbidden_events_api_heals_and_every_event_lands(
 def test_forbidden_waits_back_off(server: FakeApiServer, api_client: Any) -> None:
     server.fail("POST", *([403] * 8))
     sleeps: list[float] = []
-    e = emitter(ApiEventSink(api_client, request_timeout=2.0), sleep=sleeps.append)
+    e = emitter(
+        ApiEventSink(api_client, request_timeout=2.0),
+        sleep=sleeps.append,
+        retry_interval=1.0,
+        forbidden_retry_seconds=3600,
+    )
     with e:
         assert deliver(e, transition()) == [Ack.DELIVERED]
-    assert sleeps == [10.0, 20.0, 40.0, 60.0, 60.0, 60.0, 60.0, 60.0]
+    assert sleeps == [1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 60.0, 60.0]  # doubling, at most 60 s
 
 
 def test_forbidden_past_the_window_fails_and_stays_in_the_outbox() -> None:
@@ -121,13 +126,24 @@ def test_forbidden_past_the_window_fails_and_stays_in_the_outbox() -> None:
 def test_the_default_forbidden_window_is_minutes_and_outlasts_the_tries() -> None:
     assert 120 <= FORBIDDEN_RETRY_SECONDS <= 900
     sink = MemoryEventSink()
-    sink.fail_next(*(Rejected("forbidden", 403, "Forbidden") for _ in range(30)))
+    sink.fail_next(*(Rejected("forbidden", 403, "Forbidden") for _ in range(6)))
     sleeps: list[float] = []
     e = emitter(sink, sleep=sleeps.append, max_tries=3)  # default window
     assert e.correlator.forbidden_retry_seconds == FORBIDDEN_RETRY_SECONDS
     with e:
-        assert deliver(e, transition()) == [Ack.DELIVERED]  # 30 forbidden tries, then in
-    assert len(sleeps) == 30
+        assert deliver(e, transition()) == [Ack.DELIVERED]  # 6 forbidden tries, then in
+    assert sleeps == [10.0, 20.0, 40.0, 60.0, 60.0, 60.0]  # 4 minutes and 10 s
+
+
+def test_the_default_forbidden_window_ends_after_five_minutes_of_waits() -> None:
+    sink = MemoryEventSink()
+    sink.fail_next(*(Rejected("forbidden", 403, "Forbidden") for _ in range(100)))
+    sleeps: list[float] = []
+    e = emitter(sink, sleep=sleeps.append)
+    with e:
+        assert deliver(e, transition()) == [Ack.FAILED]  # stays in the outbox
+        assert (e.stats.gave_up, e.stats.forbidden) == (1, 8)
+    assert sleeps == [10.0, 20.0, 40.0, 60.0, 60.0, 60.0, 60.0]  # 310 s >= 300 s: given up
 
 
 def test_a_gone_namespace_is_given_up_once_counted_and_logged_once_per_object(

@@ -348,6 +348,10 @@ class Send:
     #: when (``time.monotonic``) the first try answered 401/403 of the tries since the last
     #: other answer; ``None`` when the last try was not forbidden
     forbidden_since: float | None = None
+    #: the waits before the forbidden tries since ``forbidden_since``, summed (the window
+    #: ends when this or the time since ``forbidden_since`` reaches it: an injected sleep
+    #: that does not sleep still ends it)
+    forbidden_waited: float = 0.0
     #: failed tries in a row that call for a longer wait (forbidden, or cut at the deadline)
     backoff: int = 0
 
@@ -533,7 +537,10 @@ class Correlator:
         interval = self.retry_interval
         if send is not None and send.backoff > 1:
             interval = min(interval * 2 ** min(send.backoff - 1, 16), max(MAX_BACKOFF, interval))
-        return interval * (1 + RETRY_JITTER * self.jitter())
+        delay = interval * (1 + RETRY_JITTER * self.jitter())
+        if send is not None and send.forbidden_since is not None:
+            send.forbidden_waited += delay
+        return delay
 
     def deliver(self, send: Send) -> Sent:
         """Make ``send`` on the caller's thread: a recorded Event up to ``max_tries`` times,
@@ -553,7 +560,7 @@ class Correlator:
         """After a failed try of ``send``: count it, and say (and count, and log) whether it
         was the last one."""
         if send.forbidden_since is not None:  # a forbidden window, not a count of tries
-            waited = time.monotonic() - send.forbidden_since
+            waited = max(time.monotonic() - send.forbidden_since, send.forbidden_waited)
             if waited < self.forbidden_retry_seconds and not self.cancelled():
                 return False
             send.tries += 1
@@ -674,6 +681,7 @@ class Correlator:
             if forbidden:
                 if send.forbidden_since is None:
                     send.forbidden_since = time.monotonic()
+                    send.forbidden_waited = 0.0
             else:
                 send.forbidden_since = None
             backs_off = forbidden or getattr(error, "backoff", False)
