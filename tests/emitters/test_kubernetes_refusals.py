@@ -191,3 +191,16 @@ def test_a_trickling_server_cannot_keep_a_thread_past_close(
     assert left == [], f"threads outlived close: {[t.name for t in left]}"
     assert sorted(acks, key=str) == [Ack.FAILED] * 12  # all stay in the outbox
     assert e.stats.acked_failed == 12
+
+
+def test_a_try_cut_at_its_deadline_waits_longer_before_the_next() -> None:
+    """A server that trickles: each retry would trickle again, so the waits double."""
+    from lifecycle.emitters.kubernetes import RequestDeadline
+
+    sink = MemoryEventSink()
+    sink.fail_next(*(RequestDeadline("cut") for _ in range(3)), ConnectionResetError("reset"))
+    sleeps: list[float] = []
+    e = emitter(sink, sleep=sleeps.append)
+    with e:
+        assert deliver(e, transition()) == [Ack.DELIVERED]
+    assert sleeps == [10.0, 20.0, 40.0, 10.0]  # a plain transport error: client-go's 10 s
