@@ -94,7 +94,9 @@ def test_a_forbidden_events_api_heals_and_every_event_lands(
     assert stats.forbidden >= 20
     assert (stats.rejected, stats.gave_up, stats.acked_refused) == (0, 0, 0)
     forbids = [r for r in caplog.records if "forbids" in r.getMessage()]
-    assert len(forbids) == 1  # once per outage, not once per Event
+    # once per outage, not once per Event (a 403 answered just before the heal but read after
+    # another Event's 201 opens a second, short one)
+    assert 1 <= len(forbids) <= 2, [r.getMessage() for r in caplog.records]
     assert any("reachable again" in r.getMessage() for r in caplog.records)
 
 
@@ -177,7 +179,9 @@ def test_a_trickling_server_cannot_keep_a_thread_past_close(
     the emitter (workers, deadline watchdog) is left."""
     before = set(_emitter_threads())
     server.fail_when(lambda r: True, *([("drip", 1.0)] * 100))
-    e = emitter(ApiEventSink(api_client, request_timeout=5.0), retry_interval=0.05)
+    e = KubernetesEmitter.for_api(
+        api_client, request_timeout=5.0, hostname="node-a", timers=False, retry_interval=0.05
+    )
     acks: list[Ack] = []
     for i in range(12):
         e.deliver(transition(i), lambda t, o: acks.append(o))
@@ -204,3 +208,20 @@ def test_a_try_cut_at_its_deadline_waits_longer_before_the_next() -> None:
     with e:
         assert deliver(e, transition()) == [Ack.DELIVERED]
     assert sleeps == [10.0, 20.0, 40.0, 10.0]  # a plain transport error: client-go's 10 s
+
+
+def test_a_sink_the_host_passed_is_interrupted_not_closed(
+    server: FakeApiServer, api_client: Any
+) -> None:
+    """The host may use its sink again: close cuts what is in flight and leaves it open."""
+    sink = ApiEventSink(api_client, request_timeout=5.0)
+    server.fail_when(lambda r: True, ("drip", 1.0))
+    first = emitter(sink, retry_interval=0.05)
+    first.deliver(transition(0), lambda t, o: None)
+    time.sleep(0.3)
+    started = time.monotonic()
+    first.close(2)
+    assert time.monotonic() - started <= 2.2
+    assert not any(t.is_alive() for t in first.dispatcher.threads)
+    with emitter(sink) as second:  # the same sink, a new emitter: it still sends
+        assert deliver(second, transition(1)) == [Ack.DELIVERED]

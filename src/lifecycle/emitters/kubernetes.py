@@ -353,6 +353,8 @@ class KubernetesEmitter:
         self._lock = threading.Lock()
         self._last_nanos = 0
         self._closed = False
+        #: whether the sink is this emitter's own (built by :meth:`for_api`): closed with it
+        self._owns_sink = False
         if start:
             self.start()
 
@@ -372,7 +374,9 @@ class KubernetesEmitter:
         sink = ApiEventSink(
             api, request_timeout=request_timeout, deadline=deadline, max_reply_bytes=max_reply_bytes
         )
-        return cls(sink, **options)
+        emitter = cls(sink, **options)
+        emitter._owns_sink = True  # closed with the emitter (its watchdog thread included)
+        return emitter
 
     # -- the Emitter protocol ---------------------------------------------------------------
     name = "kubernetes"
@@ -636,8 +640,9 @@ class KubernetesEmitter:
         waits is not sent: counted (``dropped_on_close``, ``gave_up`` for a send waiting for
         its retry), logged with its count, and acknowledged as failed, so its transition
         stays in the outbox and the next start sends it. A request still in flight when the
-        bound comes is cut (a sink with ``close``, as :class:`ApiEventSink`: ADR 0142) and
-        acknowledged failed; every worker thread has ended when this returns."""
+        bound comes is cut (:class:`ApiEventSink`: ADR 0142) and acknowledged failed; every
+        worker thread has ended when this returns, and the sink's watchdog too when
+        :meth:`for_api` built the sink."""
         with self._lock:
             if self._closed:
                 return
@@ -651,7 +656,8 @@ class KubernetesEmitter:
         with self.dispatcher.lock:
             for send in self.correlator.held():
                 self.dispatcher.submit(send)
-        reserve = min(timeout / 10, 0.5)  # to stop and join the workers within the bound
+        # to stop the workers, cut what is in flight and join them within the bound
+        reserve = min(timeout / 4, 1.0)
         self.flush(max(deadline - reserve - time.monotonic(), 0.0))
         self._stopping.set()
         self.correlator.end_outage("close")
@@ -662,12 +668,15 @@ class KubernetesEmitter:
         )
 
     def _close_sink(self, deadline: float) -> None:
-        """Close the sink if it can be (cutting its requests in flight), within the bound."""
-        close = getattr(self.sink, "close", None)
-        if not callable(close):
-            return
+        """Cut the sink's requests in flight: close a sink this emitter built (``for_api``),
+        interrupt one it was given (the host may use it again), within the bound."""
         try:
-            close(timeout=max(deadline - time.monotonic(), 0.0))
+            if self._owns_sink:
+                self.sink.close(timeout=max(deadline - time.monotonic(), 0.0))  # type: ignore[attr-defined]
+                return
+            interrupt = getattr(self.sink, "interrupt", None)
+            if callable(interrupt):
+                interrupt()
         except Exception as e:  # a host's sink: closing it must not break ours
             self.correlator.log.warning("event sink close failed", error=redact(repr(e)))
 

@@ -132,10 +132,16 @@ class ApiEventSink:
             )
         )
 
+    def interrupt(self) -> None:
+        """Cut every request in progress (each raises :class:`RequestDeadline`, retried);
+        the sink stays usable. An emitter closing over a sink it was given calls this."""
+        self._deadlines.interrupt()
+
     def close(self, timeout: float = 1.0) -> None:
         """Cut every request in progress (each raises :class:`RequestDeadline`), refuse new
         ones and end the deadline watchdog, so no thread of the sink outlives its owner's
-        ``close`` (ADR 0142)."""
+        ``close`` (ADR 0142). The emitter :meth:`~KubernetesEmitter.for_api` built closes
+        its sink this way; a sink passed to an emitter is only interrupted."""
         self._deadlines.close(timeout)
         with contextlib.suppress(Exception):
             self.api.api_client.rest_client.pool_manager.clear()

@@ -125,8 +125,9 @@ def bound(pool_manager: Any) -> None:
 class Deadlines:
     """A watchdog thread that cuts the connection of every request past its deadline.
 
-    :meth:`close` cuts every request in progress at once, refuses new ones and ends the
-    watchdog: the sink's owner (the emitter's ``close``) gets every thread back in bound."""
+    :meth:`interrupt` cuts every request in progress at once; :meth:`close` also refuses new
+    ones and ends the watchdog: the sink's owner (the emitter's ``close``) gets every thread
+    back in bound."""
 
     def __init__(self) -> None:
         self._cond = threading.Condition(threading.Lock())
@@ -161,6 +162,14 @@ class Deadlines:
                 with contextlib.suppress(ValueError):
                     self._heap.remove(entry)
                     heapq.heapify(self._heap)
+
+    def interrupt(self) -> None:
+        """Cut every request in progress now (each raises :class:`RequestDeadline`); later
+        requests run as usual."""
+        with self._cond:
+            guards = [g for _, _, g in self._heap]
+        for g in guards:
+            g.cut()
 
     def close(self, timeout: float = 1.0) -> None:
         """Cut every request in progress, refuse new ones, and end the watchdog thread
