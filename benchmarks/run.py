@@ -30,6 +30,7 @@ from . import (
     durable,
     hot_path,
     import_time,
+    k8s_content,
     peers,
     pure,
     replay,
@@ -111,6 +112,7 @@ SUITES: dict[str, Callable[[bool], dict[str, Metric]]] = {
     # acknowledged Kubernetes delivery ÷ fire-and-forget: SQLite FULL; PostgreSQL too unless
     # --quick (a server takes seconds to start)
     "acked": lambda quick: acked_delivery.suite(quick, postgres=not quick),
+    "k8s_content": k8s_content.suite,  # issue 34: the content check on Event delivery
     "startup": import_time.suite,  # fresh interpreters: import lifecycle, the CLI
     # issue 26: an unchanged poll with the status cache; PostgreSQL too unless --quick
     "cached_poll": lambda quick: cached_poll.suite(quick, postgres=not quick),

@@ -34,7 +34,7 @@ from typing import Any
 
 from ._core.errors import StoreError
 from ._core.transition import Transition
-from .emitters.base import Ack, Acknowledge, Emitter, emitter_name
+from .emitters.base import Ack, Acknowledge, Emitter, delivery_key, emitter_name
 
 #: Marks outbox ids delivered (a store's ``mark_delivered``).
 Mark = Callable[[Sequence[str]], None]
@@ -48,11 +48,18 @@ MARK_INTERVAL = 0.5
 class _Flight:
     """One event handed to the acknowledging emitters, until each answered."""
 
-    __slots__ = ("failed", "waiting")
+    __slots__ = ("failed", "transition", "waiting")
 
-    def __init__(self, waiting: int) -> None:
+    def __init__(self, waiting: int, transition: Transition) -> None:
         self.waiting = waiting
         self.failed = False
+        #: the event in flight: an id handed out again for other content is not it
+        self.transition = transition
+
+
+def _same(a: Transition, b: Transition) -> bool:
+    """Whether ``a`` and ``b`` are one event (its id with its content, ADR 0141)."""
+    return a is b or delivery_key(a) == delivery_key(b)
 
 
 class Delivery:
@@ -89,8 +96,9 @@ class Delivery:
         self.mark_interval = mark_interval
         self._cond = threading.Condition(threading.Lock())
         self._flight: dict[str, _Flight] = {}
-        #: acknowledged ids not yet marked (a dict: ordered, and looked up by redeliveries)
-        self._acked: dict[str, None] = {}
+        #: acknowledged ids not yet marked, with the event each was (a dict: ordered, and
+        #: looked up by redeliveries)
+        self._acked: dict[str, Transition] = {}
         self._acked_since = 0.0
         #: where acknowledgements are marked when no delivery comes to take them (see
         #: :meth:`mark_when_idle`), and the timer that will
@@ -162,13 +170,14 @@ class Delivery:
             if stopped and t.ref.uid in stopped:
                 continue
             with self._cond:
-                if t.id in flight or t.id in self._acked:  # handed out already: answered
+                # handed out already: answered, unless it is other content (ADR 0141)
+                if (t.id in flight or t.id in self._acked) and self._repeat(t):
                     continue
             took = self._hand(t, self._sync)
             if not took:  # the others still get it; it stays in the outbox for this one
                 stopped.add(t.ref.uid)
             with self._cond:
-                f = flight[t.id] = _Flight(len(self._acking))
+                f = flight[t.id] = _Flight(len(self._acking), t)
                 f.failed = not took
             for emitter in self._acking:
                 try:
@@ -183,6 +192,25 @@ class Delivery:
                         self._cond.notify_all()
                     raise
         return self.take_acked()
+
+    def _repeat(self, t: Transition) -> bool:
+        """Whether ``t``, whose id is in flight or acknowledged, is that same event (call with
+        the lock held). An id handed out again for other content (a store that lost writes)
+        is a new event: what the old one left is forgotten -- its answer no longer marks the
+        id -- and the new one is sent (ADR 0141)."""
+        f = self._flight.get(t.id)
+        before = f.transition if f is not None else self._acked[t.id]
+        if _same(before, t):
+            return True
+        self._acked.pop(t.id, None)
+        self._flight.pop(t.id, None)
+        self.log.warning(
+            "event id handed out again for other content; delivered as a new event",
+            id=t.id,
+            reason=t.reason,
+            was=before.reason,
+        )
+        return False
 
     def take_acked(self, *, force: bool = False) -> list[str]:
         """The acknowledged ids to mark now (and forget): all of them with ``force``, else
@@ -303,8 +331,8 @@ class Delivery:
             if name is not None:
                 self.acks[(name, outcome)] += 1
             f = self._flight.get(t.id)
-            if f is None:
-                return  # answered twice: the first answer counts
+            if f is None or not _same(f.transition, t):
+                return  # answered twice (the first answer counts), or for a replaced event
             f.waiting -= 1
             if outcome is Ack.FAILED:
                 f.failed = True
@@ -319,7 +347,7 @@ class Delivery:
                         self._timer.daemon = True
                         self._timer.name = "lifecycle-marks"
                         self._timer.start()
-                self._acked[t.id] = None
+                self._acked[t.id] = t
             self._cond.notify_all()
 
     def _failed_hand(self, t: Transition, emitter: object, e: Exception) -> None:

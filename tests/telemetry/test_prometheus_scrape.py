@@ -176,3 +176,43 @@ def test_a_prefix_and_buckets_are_the_hosts() -> None:
             PrometheusTelemetry(None, prefix=bad)
     with pytest.raises(ValueError, match="buckets"):
         PrometheusTelemetry(None, buckets=(0.0,))
+
+
+def test_kubernetes_answers_already_delivered_reused_and_gone_are_counted(
+    endpoint: tuple[PrometheusTelemetry, str],
+) -> None:
+    """Every answer of the Events API is in a metric (issue 34): an Event already there with
+    the same content, an id handed out again (a new Event under another name), a namespace
+    gone."""
+    from datetime import UTC, datetime
+
+    from lifecycle import EventType, Transition
+    from lifecycle.emitters.kubernetes import KubernetesEmitter, MemoryEventSink, NotFound
+
+    metrics, url = endpoint
+    sink = MemoryEventSink()
+    ref = ObjectRef("Pod", "ml", "trainer-0", "pod-a")
+    at = datetime(2026, 11, 30, 10, 0, tzinfo=UTC)
+    old = Transition(ref, "pod", "", "Running", "Running", EventType.NORMAL, "a", 3, at)
+    new = old._replace(reason="Failed", target="Failed", type=EventType.WARNING, message="b")
+    emitters = [KubernetesEmitter(sink, hostname=h, timers=False) for h in ("a", "b")]
+    metrics.watch(*emitters)
+    try:
+        for e, t in ((emitters[0], old), (emitters[1], old), (emitters[1], new)):
+            e.deliver(t, lambda t, o: None)
+            assert e.flush(10)
+        sink.fail_next(NotFound('namespaces "gone" not found'))
+        emitters[1].deliver(old._replace(version=4), lambda t, o: None)
+        assert emitters[1].flush(10)
+        samples = scrape(url)
+    finally:
+        for e in emitters:
+            e.close(2)
+    events = "lifecycle_kubernetes_events_total"
+    assert value(samples, events, result="created") == 2
+    assert value(samples, events, result="already_delivered") == 1
+    assert value(samples, events, result="reused_ids") == 1
+    gone = value(
+        samples, "lifecycle_emitter_dropped_total", emitter="KubernetesEmitter", reason="gone"
+    )
+    assert gone == 1

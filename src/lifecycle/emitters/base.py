@@ -17,10 +17,12 @@ Two kinds of emitter, one contract (ADR 0121):
   Raising from ``deliver`` is "not taken", as for ``emit``.
 
 What every emitter must do to be crash-safe: acknowledge only what its destination holds;
-be idempotent on ``transition.id`` (delivery is at least once: after a crash, whatever was not
-acknowledged *and marked* comes again under the same id -- a Kubernetes Event is named from
-it, so a repeat is an ``AlreadyExists``); never drop an event silently (log and count each
-refusal or drop); and finish or give back what it holds when closed within the host's bound.
+be idempotent on ``transition.id`` with its content, :func:`delivery_key` (delivery is at least
+once: after a crash, whatever was not acknowledged *and marked* comes again under the same id
+-- a Kubernetes Event is named from it, so a repeat is an ``AlreadyExists`` whose stored
+content is checked; an id handed out again for other content is a new event, ADR 0141);
+never drop an event silently (log and count each refusal or drop); and finish or give back
+what it holds when closed within the host's bound.
 :func:`lifecycle.testing.check_emitter` checks this contract on any emitter.
 
 Best-effort events that are not in the outbox (a row's action events, a fallback Warning)
@@ -35,7 +37,15 @@ from typing import Protocol, runtime_checkable
 
 from .._core.transition import Transition
 
-__all__ = ["Ack", "Acknowledge", "AcknowledgingEmitter", "Emitter", "emitter_name"]
+__all__ = [
+    "Ack",
+    "Acknowledge",
+    "AcknowledgingEmitter",
+    "DeliveryKey",
+    "Emitter",
+    "delivery_key",
+    "emitter_name",
+]
 
 
 class Ack(enum.Enum):
@@ -63,7 +73,8 @@ class Emitter(Protocol):
 
     ``emit`` may raise: the runner logs it and leaves the event in the outbox, from which
     :meth:`~lifecycle.Runner.redeliver` sends it again under the same ``id``. Delivery is at
-    least once, so an emitter that must not repeat itself dedupes on ``transition.id``.
+    least once, so an emitter that must not repeat itself dedupes on ``transition.id`` with
+    its content (:func:`delivery_key`).
     """
 
     def emit(self, transition: Transition) -> None: ...
@@ -76,6 +87,21 @@ class AcknowledgingEmitter(Emitter, Protocol):
     module). ``emit`` still takes the best-effort events."""
 
     def deliver(self, transition: Transition, ack: Acknowledge) -> None: ...
+
+
+#: What an emitter dedupes on: see :func:`delivery_key`.
+DeliveryKey = tuple[str, str, str, str, str, str, str, str]
+
+
+def delivery_key(transition: Transition) -> DeliveryKey:
+    """What makes two deliveries the same event: the transition's ``id`` *and* what it
+    records (object, type, reason, message). A store that lost writes can hand an id out
+    again for another transition (ADR 0141): the same id with other content is a new event,
+    not a repeat, so an emitter that remembers what it delivered keys on this, never on the
+    id alone."""
+    t = transition
+    r = t.ref
+    return (t.id, r.kind, r.namespace, r.name, r.uid, t.type.value, t.reason, t.message)
 
 
 def emitter_name(emitter: object) -> str:

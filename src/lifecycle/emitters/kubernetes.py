@@ -37,7 +37,7 @@ import random
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Hashable, Iterable, Mapping
 from datetime import datetime, timedelta
 from types import TracebackType
 from typing import Any
@@ -50,6 +50,7 @@ from ._k8s.correlator import (
     DELIVERED,
     FAILED,
     FINISH_TIME,
+    FORBIDDEN_RETRY_SECONDS,
     MAX_CACHED,
     MAX_TRIES_PER_EVENT,
     REFRESH_TIME,
@@ -91,13 +92,14 @@ from ._k8s.sinks import (
     ServerBusy,
 )
 from ._k8s.transport import RequestDeadline
-from .base import Ack, Acknowledge
+from .base import Ack, Acknowledge, delivery_key
 
 __all__ = [
     "API_VERSIONS",
     "CONTROLLERS",
     "EVENT_WORKERS",
     "FINISH_TIME",
+    "FORBIDDEN_RETRY_SECONDS",
     "MAX_CACHED",
     "MAX_QUEUED_EVENTS",
     "MAX_REPLY_BYTES",
@@ -188,6 +190,11 @@ _FALLBACK_SUFFIX = "StatusUpdateFailed"
 Resolver = Callable[[ObjectRef], tuple[str, str] | None]
 
 
+def _content_token(t: Transition) -> str:
+    """What ``t`` records, as a short in-process token (it keys correlation, never sent)."""
+    return f"{hash((t.type.value, t.reason, t.message, t.ref.uid)) & 0xFFFFFFFFFFFF:x}"
+
+
 def is_derived_uid(ref: ObjectRef) -> bool:
     """Whether ``ref.uid`` is a key the library derived rather than the API server's uid: a
     NodeClaim keyed ``<pod uid>-claim`` (:func:`lifecycle.links.claim_ref`). Such a uid is
@@ -266,8 +273,15 @@ class KubernetesEmitter:
     dropped beyond it, counted and logged). With ``timers=False`` the workers never run the
     finish/refresh timers by themselves: call :meth:`tick`.
 
-    Transitions redelivered from the outbox under an id already sent are skipped (the last
-    ``dedupe`` ids are remembered), so redelivery never turns one transition into a series.
+    Transitions redelivered from the outbox under an id already sent with the same content
+    are skipped (the last ``dedupe`` are remembered, keyed by
+    :func:`~lifecycle.emitters.base.delivery_key`), so redelivery never turns one transition
+    into a series; an id handed out again for other content is a new Event (ADR 0141).
+
+    A 401/403 answer is retried for ``forbidden_retry_seconds`` (default
+    :data:`FORBIDDEN_RETRY_SECONDS`, 5 minutes) with growing waits, then the Event fails and
+    its transition stays in the outbox; a 404 on a create (namespace gone) is given up,
+    counted (``gone``) and logged once per object (ADR 0142).
     """
 
     def __init__(
@@ -289,6 +303,7 @@ class KubernetesEmitter:
         raise_when_full: bool = False,
         dedupe: int = 10_000,
         max_cached: int = MAX_CACHED,
+        forbidden_retry_seconds: float = FORBIDDEN_RETRY_SECONDS,
         timers: bool = True,
         start: bool = True,
         logger: Any = None,
@@ -326,6 +341,7 @@ class KubernetesEmitter:
             counters=self.counters,
             logger=logger,
             cancelled=self._stopping.is_set,
+            forbidden_retry_seconds=forbidden_retry_seconds,
         )
         self.raise_when_full = raise_when_full
         self.timers = timers
@@ -333,14 +349,17 @@ class KubernetesEmitter:
         self.dispatcher = Dispatcher(
             self.correlator, workers=workers, capacity=queue_size, sleep=sleep, timers=timers
         )
-        #: ids this emitter finished (delivered or refused), the last ``dedupe`` of them
-        self._seen: collections.OrderedDict[str, Ack] = collections.OrderedDict()
-        #: ids in flight, with every acknowledgement waiting for them
-        self._flight: dict[str, list[tuple[Transition, Acknowledge]]] = {}
+        #: what this emitter finished (delivered or refused), the last ``dedupe`` of them, by
+        #: id *and* content: an id handed out again for other content is not a repeat
+        self._seen: collections.OrderedDict[Hashable, Ack] = collections.OrderedDict()
+        #: what is in flight, with every acknowledgement waiting for it
+        self._flight: dict[Hashable, list[tuple[Transition, Acknowledge]]] = {}
         self._dedupe = dedupe
         self._lock = threading.Lock()
         self._last_nanos = 0
         self._closed = False
+        #: whether the sink is this emitter's own (built by :meth:`for_api`): closed with it
+        self._owns_sink = False
         if start:
             self.start()
 
@@ -360,10 +379,16 @@ class KubernetesEmitter:
         sink = ApiEventSink(
             api, request_timeout=request_timeout, deadline=deadline, max_reply_bytes=max_reply_bytes
         )
-        return cls(sink, **options)
+        emitter = cls(sink, **options)
+        emitter._owns_sink = True  # closed with the emitter (its watchdog thread included)
+        return emitter
 
     # -- the Emitter protocol ---------------------------------------------------------------
     name = "kubernetes"
+    #: what makes two deliveries one event (ADR 0141), and the token of a transition's
+    #: content its correlation key carries (class attributes: a benchmark swaps them)
+    _key: Callable[[Transition], Hashable] = staticmethod(delivery_key)
+    _token: Callable[[Transition], str] = staticmethod(_content_token)
 
     def emit(self, transition: Transition) -> None:
         """Build the Event for ``transition`` and enqueue it, best effort (nothing tells the
@@ -371,18 +396,18 @@ class KubernetesEmitter:
         for the API."""
         t = transition
         # an action event has no id and may repeat: it is correlated like any Event
-        tid = "" if t.action else t.id
+        tid = None if t.action or not t.id else self._key(t)
         with self._lock:
             if self._closed:
                 raise RuntimeError("KubernetesEmitter is closed")
-            if tid and (tid in self._seen or tid in self._flight):
+            if tid is not None and (tid in self._seen or tid in self._flight):
                 if tid in self._seen:
                     self._seen.move_to_end(tid)
                 self.counters.add("duplicates")
                 return
         event = self.build(t)
         queued = event is not None and self._admit(event)
-        if queued and tid:
+        if queued and tid is not None:
             self._remember(tid, Ack.DELIVERED)
 
     def deliver(self, transition: Transition, ack: Acknowledge) -> None:
@@ -395,7 +420,7 @@ class KubernetesEmitter:
         Never waits for the API. Raises :class:`QueueFull` (logged, counted) when
         ``queue_size`` sends already wait, and ``RuntimeError`` once closed."""
         t = transition
-        tid = t.id
+        tid = self._key(t)
         with self._lock:
             if self._closed:
                 raise RuntimeError("KubernetesEmitter is closed")
@@ -431,7 +456,7 @@ class KubernetesEmitter:
                 self._flight.pop(tid, None)
             raise
 
-    def _answer(self, tid: str, outcome: Ack) -> None:
+    def _answer(self, tid: Hashable, outcome: Ack) -> None:
         with self._lock:
             waiting = self._flight.pop(tid, [])
         if outcome is not Ack.FAILED:
@@ -447,7 +472,7 @@ class KubernetesEmitter:
         counter = {Ack.DELIVERED: "acked", Ack.REFUSED: "acked_refused"}
         self.counters.add(counter.get(outcome, "acked_failed"))
 
-    def _remember(self, tid: str, outcome: Ack) -> None:
+    def _remember(self, tid: Hashable, outcome: Ack) -> None:
         with self._lock:
             self._seen[tid] = outcome
             self._seen.move_to_end(tid)
@@ -476,7 +501,13 @@ class KubernetesEmitter:
                 uid = t.ref.uid
         if not rv and self._resource_version is not None:
             rv = self._resource_version(t)
-        store_version = "" if rv else f"{t.version}@{t.epoch}" if t.epoch else str(t.version)
+        store_version = ""
+        if not rv:
+            # the version, and what the transition records: a version handed out again for
+            # other content (a store that lost writes) is another Event, never its series
+            # (an action event has no id: its repeats are a series, as client-go's are)
+            version = f"{t.version}@{t.epoch}" if t.epoch else str(t.version)
+            store_version = version if t.action else f"{version}#{self._token(t)}"
         return ObjectReference(
             kind=t.ref.kind,
             name=t.ref.name,
@@ -613,8 +644,10 @@ class KubernetesEmitter:
         held in memory are patched, the queue drains; then the workers stop. What still
         waits is not sent: counted (``dropped_on_close``, ``gave_up`` for a send waiting for
         its retry), logged with its count, and acknowledged as failed, so its transition
-        stays in the outbox and the next start sends it. A request in flight ends on its
-        own (its answer still acknowledges it); the workers are joined within the bound."""
+        stays in the outbox and the next start sends it. A request still in flight when the
+        bound comes is cut (:class:`ApiEventSink`: ADR 0142) and acknowledged failed; every
+        worker thread has ended when this returns, and the sink's watchdog too when
+        :meth:`for_api` built the sink."""
         with self._lock:
             if self._closed:
                 return
@@ -623,15 +656,34 @@ class KubernetesEmitter:
         if not self.dispatcher.threads:
             self.correlator.release_held()
             self._fail_flight()
+            self._close_sink(deadline)
             return
         with self.dispatcher.lock:
             for send in self.correlator.held():
                 self.dispatcher.submit(send)
-        reserve = min(timeout / 10, 0.5)  # to stop and join the workers within the bound
+        # to stop the workers, cut what is in flight and join them within the bound
+        reserve = min(timeout / 4, 1.0)
         self.flush(max(deadline - reserve - time.monotonic(), 0.0))
         self._stopping.set()
         self.correlator.end_outage("close")
-        self.dispatcher.stop(max(deadline - time.monotonic(), 0.0))
+        # requests still in flight are cut (a trickling server cannot keep a worker past
+        # the bound): the workers answer them failed and end, and are joined here
+        self.dispatcher.stop(
+            max(deadline - time.monotonic(), 0.0), interrupt=lambda: self._close_sink(deadline)
+        )
+
+    def _close_sink(self, deadline: float) -> None:
+        """Cut the sink's requests in flight: close a sink this emitter built (``for_api``),
+        interrupt one it was given (the host may use it again), within the bound."""
+        try:
+            if self._owns_sink:
+                self.sink.close(timeout=max(deadline - time.monotonic(), 0.0))  # type: ignore[attr-defined]
+                return
+            interrupt = getattr(self.sink, "interrupt", None)
+            if callable(interrupt):
+                interrupt()
+        except Exception as e:  # a host's sink: closing it must not break ours
+            self.correlator.log.warning("event sink close failed", error=redact(repr(e)))
 
     def _fail_flight(self) -> None:
         with self._lock:

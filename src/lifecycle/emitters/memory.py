@@ -7,6 +7,7 @@ from collections.abc import Sequence
 
 from .._core.refs import EventType
 from .._core.transition import Transition
+from .base import DeliveryKey, delivery_key
 
 
 class MemoryEmitter:
@@ -36,15 +37,18 @@ class MemoryEmitter:
         return [t.id for t in self.events]
 
     def unique(self) -> list[Transition]:
-        """The events with repeats (same ``id``, from redelivery) removed, first kept.
-        Action events have no id and are all kept."""
-        seen: set[str] = set()
+        """The events with repeats (same ``id`` and content, from redelivery) removed, first
+        kept; an id handed out again for other content is another event (ADR 0141). Action
+        events have no id and are all kept."""
+        seen: set[DeliveryKey] = set()
         out = []
         for t in self.events:
             if t.action:
                 out.append(t)
-            elif t.id not in seen:
-                seen.add(t.id)
+                continue
+            key = delivery_key(t)
+            if key not in seen:
+                seen.add(key)
                 out.append(t)
         return out
 
@@ -83,8 +87,9 @@ class MemoryEmitter:
             raise AssertionError(f"expected no events, got {[t.id for t in events]}")
 
     def assert_no_duplicates(self) -> None:
-        """No two deliveries share an id, and no (uid, version, n) came under two ids."""
-        ids = [i for i in self.ids() if i]  # action events carry no id
-        if len(ids) != len(set(ids)):
-            dupes = sorted({i for i in ids if ids.count(i) > 1})
+        """No event (id and content, :func:`~lifecycle.emitters.base.delivery_key`) was
+        delivered twice, and no (uid, version, n) came under two ids."""
+        keys = [delivery_key(t) for t in self.events if t.id]  # action events carry no id
+        if len(keys) != len(set(keys)):
+            dupes = sorted({k[0] for k in keys if keys.count(k) > 1})
             raise AssertionError(f"delivered more than once: {dupes}")

@@ -90,7 +90,9 @@ METRICS: dict[str, tuple[str, str]] = {
     ),
     "kubernetes_events_total": (
         "counter",
-        "Kubernetes Event API writes, by result (created, patched, recreated).",
+        "Kubernetes Event API answers, by result (created, patched, recreated, "
+        "already_delivered: the Event was there with the same content, reused_ids: an id "
+        "handed out again, its Event created under a content-derived name).",
     ),
     "outbox_undelivered": ("gauge", "Outbox rows not yet delivered, by store."),
     "outbox_oldest_age_seconds": (
@@ -109,10 +111,11 @@ _DROPS = {
     "invalid": "invalid",
     "rejected": "rejected",
     "gave_up": "gave_up",
+    "gone": "gone",
     "dropped_on_close": "closed",
     "dropped": "dropped",
 }
-_K8S = ("created", "patched", "recreated")
+_K8S = ("created", "patched", "recreated", "already_delivered", "reused_ids")
 
 
 class _Histogram:

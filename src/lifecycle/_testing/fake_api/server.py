@@ -5,12 +5,12 @@ Create: 201, 409 AlreadyExists for a taken name, 400 when the body's namespace i
 request's, 422 Invalid for a body the API server's Event validation refuses
 (:func:`event_errors`). Patch: strategic merge patch only (415 otherwise), 404 for an unknown
 Event, the merge applied as the API server applies it to ``series`` (maps merge key by key,
-``null`` deletes) and the result validated (422). List: the EventList. ``fail(method,
-*answers)`` scripts the next answers to a method, and ``fail_when(predicate, *answers)`` the
-next answers to requests a predicate picks: a status code (a ``metav1.Status`` error),
-``(code, headers)``, ``"hang"`` (no answer until the server closes), ``"drop"`` (close the
-connection) or ``("slow", seconds)`` (answer normally after a pause). ``arrivals`` keeps when
-each request arrived (``time.monotonic``).
+``null`` deletes) and the result validated (422). Get: the Event, or 404. List: the EventList.
+``fail(method, *answers)`` scripts the next answers to a method, and ``fail_when(predicate,
+*answers)`` the next answers to requests a predicate picks: a status code (a ``metav1.Status``
+error), ``(code, headers)``, ``"hang"`` (no answer until the server closes), ``"drop"`` (close
+the connection) or ``("slow", seconds)`` (answer normally after a pause). ``arrivals`` keeps
+when each request arrived (``time.monotonic``).
 
 Deterministic crash points for the kill tests (ADR 0121): :meth:`FakeApiServer.hold` makes
 every create hang, either before it lands (``landed=False``: the Event is not stored, as a
@@ -633,6 +633,11 @@ class FakeApiServer:
             return self._status(h, 405, "MethodNotAllowed", message=message)
         body = request.body
         parts = h.path.split("?")[0].removeprefix(PREFIX).strip("/").split("/")
+        if h.command == "GET" and len(parts) == 4:  # one Event, by name
+            found = self.events.get((parts[1], parts[3]))
+            if found is None:
+                return self._status(h, 404, "NotFound", message=f'events "{parts[3]}" not found')
+            return self._json(h, 200, found)
         if h.command == "GET":
             items = [e for (ns, _), e in self.events.items() if len(parts) == 1 or ns == parts[1]]
             return self._json(

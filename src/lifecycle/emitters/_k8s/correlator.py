@@ -32,7 +32,7 @@ import attrs
 
 from ..._core.redact import redact
 from ..._log import get_logger
-from .event import Event, EventKey, EventSeries
+from .event import MAX_NAMES, Event, EventKey, EventSeries, content_name, same_content
 
 #: Told once how a recorded Event ended (``"delivered"``, ``"refused"``, ``"failed"``): the
 #: emitter's acknowledgement of the transition it came from (ADR 0121).
@@ -44,6 +44,17 @@ REFRESH_TIME = timedelta(minutes=30)
 MAX_TRIES_PER_EVENT = 12
 RETRY_INTERVAL = 10.0
 RETRY_JITTER = 0.25
+#: How long an Event answered 401/403 is retried (ADR 0142): a Role or its binding applied
+#: after the Deployment, a token being rotated. Such tries do not count against
+#: :data:`MAX_TRIES_PER_EVENT`; past the window the Event fails (its transition stays in
+#: the outbox, the next redelivery sends it).
+FORBIDDEN_RETRY_SECONDS = 300.0
+#: The longest wait between two tries of a send that keeps being forbidden or cut at its
+#: deadline: the wait doubles from the retry interval up to this.
+MAX_BACKOFF = 60.0
+#: Objects whose "namespace or object gone" (404 on a create) is logged, at most (beyond it
+#: such refusals are still counted, and logged once per this many).
+_GONE_LOGGED = 10_000
 #: Correlation keys cached at most (client-go's core correlator's LRU size): beyond it the
 #: oldest key is dropped, counted (``cache_evicted``) and logged.
 MAX_CACHED = 4096
@@ -65,8 +76,10 @@ class SinkError(Exception):
 class Rejected(SinkError):
     """The server answered with an error status (client-go's ``StatusError``): a 4xx is a
     refusal for good (dropped, counted), except AlreadyExists: on the create of an Event its
-    name (derived from the transition id) is there already, which is delivered; on the
-    create of a series it is retried. A 5xx is the server failing, not refusing: retried."""
+    name (derived from the transition id) is taken, and the Event there is read and compared
+    (ADR 0141); on the create of a series it is retried. 401 and 403 can heal (a Role applied
+    late): retried for ``forbidden_retry_seconds`` (ADR 0142). A 5xx is the server failing,
+    not refusing: retried."""
 
     def __init__(self, message: str, status: int = 0, reason: str = "") -> None:
         super().__init__(message)
@@ -78,13 +91,19 @@ class Rejected(SinkError):
         return self.reason == "AlreadyExists"
 
     @property
+    def forbidden(self) -> bool:
+        """401 or 403: the emitter may not write Events, for now (ADR 0142)."""
+        return self.status in (401, 403)
+
+    @property
     def server_failed(self) -> bool:
         """A 5xx: the server could not answer, the Event may be accepted next time."""
         return self.status >= 500
 
 
 class NotFound(Rejected):
-    """404: on a patch the Event was evicted (TTL) and is created instead."""
+    """404: on a patch the Event was evicted (TTL) and is created instead; on a create the
+    namespace is gone (given up: counted in ``gone``, logged once per object)."""
 
     def __init__(self, message: str, reason: str = "NotFound") -> None:
         super().__init__(message, 404, reason)
@@ -100,7 +119,12 @@ class EventSink(Protocol):
     (a transport error, a timeout, an unexpected answer) is retried.
 
     Return the API server's reply (the Event as stored), or ``None`` when the sink cannot tell:
-    the correlator then keeps its own copy."""
+    the correlator then keeps its own copy.
+
+    A sink may also have ``read(event) -> Event | None``: the Event stored under
+    ``event``'s namespace and name (:class:`NotFound` when there is none). With it, a create
+    answered AlreadyExists counts as delivered only when the stored Event records the same
+    content (ADR 0141); a sink without it is trusted on the name, as before."""
 
     def create(self, event: Event) -> Event | None: ...
 
@@ -120,9 +144,12 @@ class EmitterStats:
     #: an Event that could not be built (bad type): dropped
     invalid: int = 0
     created: int = 0
-    #: a create answered AlreadyExists: the Event (named from its transition id) was there,
-    #: a redelivery of one that landed before a crash -- counted as delivered
+    #: a create answered AlreadyExists and the Event there records the same content: a
+    #: redelivery of one that landed before a crash or a close -- counted as delivered
     already_delivered: int = 0
+    #: the Event's name (from its transition id) held an Event of other content: the id was
+    #: handed out again (a store that lost writes); created under a content-derived name
+    reused_ids: int = 0
     patched: int = 0
     #: a series patch found nothing (the Event was evicted) and created it instead
     recreated: int = 0
@@ -130,6 +157,10 @@ class EmitterStats:
     counted_in_memory: int = 0
     #: server rejections (4xx/5xx answers): dropped
     rejected: int = 0
+    #: creates answered 404: the namespace (or the object) is gone; given up (refused)
+    gone: int = 0
+    #: tries answered 401/403 (retried within ``forbidden_retry_seconds``)
+    forbidden: int = 0
     #: transport errors or unexpected answers (each failed try)
     transport_errors: int = 0
     #: sends abandoned after the last try
@@ -160,6 +191,7 @@ class EmitterStats:
             self.dropped_queue_full
             + self.invalid
             + self.rejected
+            + self.gone
             + self.gave_up
             + self.dropped_on_close
         )
@@ -200,8 +232,13 @@ class _Outage:
 # -- one send ------------------------------------------------------------------------------
 class Sent(enum.Enum):
     CREATED = "created"
-    #: a create answered AlreadyExists for an Event that is not a series: it is there
+    #: a create answered AlreadyExists for an Event that is not a series, and the Event
+    #: there records the same content: it is there
     EXISTS = "exists"
+    #: created under a content-derived name: the id's name held an Event of other content
+    RENAMED = "renamed"
+    #: a create answered 404: the namespace (or object) is gone, given up
+    GONE = "gone"
     PATCHED = "patched"
     RECREATED = "recreated"
     REJECTED = "rejected"
@@ -214,7 +251,11 @@ class Sent(enum.Enum):
 def record_event(sink: EventSink, event: Event) -> tuple[Sent, Exception | None, Event | None]:
     """client-go's ``recordEvent``: patch a series (create it if the patch finds nothing),
     create anything else; say whether the failure, if any, is worth another try, and what
-    the server answered (``None`` when unknown or failed)."""
+    the server answered (``None`` when unknown or failed).
+
+    A create answered AlreadyExists is acknowledged only when the Event under the name
+    records the same content (ADR 0141): else it is created under :func:`content_name`
+    (:attr:`Sent.RENAMED`); the reply then names the Event as created."""
     is_series = event.series is not None
     error: Exception | None = None
     if is_series:
@@ -226,8 +267,9 @@ def record_event(sink: EventSink, event: Event) -> tuple[Sent, Exception | None,
             error = e
     if not is_series or isinstance(error, NotFound):
         try:
-            reply = sink.create(event)
-            return (Sent.RECREATED if is_series else Sent.CREATED), None, reply
+            if is_series:
+                return Sent.RECREATED, None, sink.create(event)
+            return _create_checked(sink, event)
         except Exception as e:
             error = e
     assert error is not None
@@ -236,14 +278,45 @@ def record_event(sink: EventSink, event: Event) -> tuple[Sent, Exception | None,
     if isinstance(error, Rejected):
         # Creating a series whose patch found nothing, and the Event now exists: it was
         # created twice in a very short time; another try patches it.
-        if error.already_exists and is_series:
+        if error.already_exists:
             return Sent.RETRY, error, None
-        if error.already_exists:  # the name is the transition's: it landed before
-            return Sent.EXISTS, None, None
-        if error.server_failed:
+        if error.forbidden or error.server_failed:
             return Sent.RETRY, error, None
+        if isinstance(error, NotFound) and not is_series:
+            return Sent.GONE, error, None
         return Sent.REJECTED, error, None
     return Sent.RETRY, error, None
+
+
+def _create_checked(sink: EventSink, event: Event) -> tuple[Sent, None, Event | None]:
+    """Create ``event``; on AlreadyExists read what is there, and take the next name derived
+    from the content while the name holds other content (at most :data:`MAX_NAMES`)."""
+    read: Callable[[Event], Event | None] | None = getattr(sink, "read", None)
+    candidate = event
+    for step in range(MAX_NAMES):
+        try:
+            reply = sink.create(candidate)
+        except Rejected as e:
+            if not e.already_exists:
+                raise
+        else:
+            if step == 0:
+                return Sent.CREATED, None, reply
+            return Sent.RENAMED, None, reply if reply is not None else candidate
+        if read is None:  # cannot tell: the name is trusted
+            return Sent.EXISTS, None, candidate if step else None
+        try:
+            stored = read(candidate)
+        except NotFound as e:  # gone since (its TTL): the next try creates it
+            raise SinkError(f"the Event {candidate.name} went away while read back") from e
+        if stored is None:
+            raise SinkError(f"the Event {candidate.name} could not be read back")
+        if same_content(stored, candidate):
+            return Sent.EXISTS, None, candidate if step else None
+        candidate = attrs.evolve(candidate, name=content_name(candidate))
+    raise Rejected(
+        f"{MAX_NAMES} names of the Event {event.name} hold other content", 409, "Conflict"
+    )
 
 
 class Purpose(enum.Enum):
@@ -272,6 +345,15 @@ class Send:
     #: told how the send ended: the recorded transitions' acknowledgements (a timer send
     #: carries those counted in memory since the last patch of its key)
     done: list[Done] = attrs.Factory(list)
+    #: when (``time.monotonic``) the first try answered 401/403 of the tries since the last
+    #: other answer; ``None`` when the last try was not forbidden
+    forbidden_since: float | None = None
+    #: the waits before the forbidden tries since ``forbidden_since``, summed (the window
+    #: ends when this or the time since ``forbidden_since`` reaches it: an injected sleep
+    #: that does not sleep still ends it)
+    forbidden_waited: float = 0.0
+    #: failed tries in a row that call for a longer wait (forbidden, or cut at the deadline)
+    backoff: int = 0
 
     def answer(self, sent: Sent) -> None:
         """Tell each ``done`` how this send ended (once), and forget them."""
@@ -290,9 +372,9 @@ class Send:
 
 def outcome_of(sent: Sent) -> str:
     """The acknowledgement a final :class:`Sent` gives its transitions."""
-    if sent in (Sent.CREATED, Sent.EXISTS, Sent.PATCHED, Sent.RECREATED):
+    if sent in (Sent.CREATED, Sent.EXISTS, Sent.RENAMED, Sent.PATCHED, Sent.RECREATED):
         return DELIVERED
-    if sent in (Sent.REJECTED, Sent.INVALID):
+    if sent in (Sent.REJECTED, Sent.INVALID, Sent.GONE):
         return REFUSED
     return FAILED
 
@@ -320,6 +402,7 @@ class Correlator:
         logger: Any = None,
         cancelled: Callable[[], bool] = lambda: False,
         max_cached: int = MAX_CACHED,
+        forbidden_retry_seconds: float = FORBIDDEN_RETRY_SECONDS,
     ) -> None:
         if max_cached < 1:
             raise ValueError(f"max_cached must be at least 1, got {max_cached}")
@@ -332,6 +415,11 @@ class Correlator:
         self.jitter = jitter
         self.max_tries = max_tries
         self.retry_interval = retry_interval
+        if forbidden_retry_seconds < 0:
+            raise ValueError(f"forbidden_retry_seconds must be >= 0, got {forbidden_retry_seconds}")
+        self.forbidden_retry_seconds = forbidden_retry_seconds
+        #: objects whose "gone" refusal was logged (once per object)
+        self._gone: set[tuple[str, str, str]] = set()
         self.counters = counters if counters is not None else Counters()
         #: checked after each retry sleep: a cancelled correlator stops retrying (``ctx.Done``)
         self.cancelled = cancelled
@@ -442,9 +530,17 @@ class Correlator:
                 n += 1
         return n
 
-    def retry_delay(self) -> float:
-        """Seconds before the next try: ``wait.Jitter(retry_interval, 0.25)``."""
-        return self.retry_interval * (1 + RETRY_JITTER * self.jitter())
+    def retry_delay(self, send: Send | None = None) -> float:
+        """Seconds before the next try: ``wait.Jitter(retry_interval, 0.25)``; for a send
+        that keeps being forbidden or cut at its deadline the interval doubles with each such
+        try, up to :data:`MAX_BACKOFF` (ADR 0142)."""
+        interval = self.retry_interval
+        if send is not None and send.backoff > 1:
+            interval = min(interval * 2 ** min(send.backoff - 1, 16), max(MAX_BACKOFF, interval))
+        delay = interval * (1 + RETRY_JITTER * self.jitter())
+        if send is not None and send.forbidden_since is not None:
+            send.forbidden_waited += delay
+        return delay
 
     def deliver(self, send: Send) -> Sent:
         """Make ``send`` on the caller's thread: a recorded Event up to ``max_tries`` times,
@@ -455,7 +551,7 @@ class Correlator:
                 return sent
             if self.gives_up(send):
                 return sent
-            self.sleep(self.retry_delay())
+            self.sleep(self.retry_delay(send))
             if self.cancelled():
                 self.counters.add("gave_up")
                 return sent
@@ -463,9 +559,15 @@ class Correlator:
     def gives_up(self, send: Send) -> bool:
         """After a failed try of ``send``: count it, and say (and count, and log) whether it
         was the last one."""
-        send.tries += 1
-        if send.tries < self.max_tries and not self.cancelled():
-            return False
+        if send.forbidden_since is not None:  # a forbidden window, not a count of tries
+            waited = max(time.monotonic() - send.forbidden_since, send.forbidden_waited)
+            if waited < self.forbidden_retry_seconds and not self.cancelled():
+                return False
+            send.tries += 1
+        else:
+            send.tries += 1
+            if send.tries < self.max_tries and not self.cancelled():
+                return False
         self.counters.add("gave_up")
         event = send.event
         with self._lock:
@@ -488,8 +590,14 @@ class Correlator:
         reply becomes the cached copy unless the key moved while the request was in flight;
         a final patch that is not to be retried evicts the key (unless it moved)."""
         held: list[Done] = []
+        wire: Event | None = None
         if send.purpose is Purpose.RECORD:
             event = send.event
+            if event is not None and event.series is not None:
+                with self._lock:  # the series' Event may have been created under another name
+                    cached = self._cache.get(send.key)
+                if cached is not None and cached.name != event.name:
+                    wire = attrs.evolve(event, name=cached.name)
         else:
             with self._lock:
                 event = self._cache.get(send.key)
@@ -500,14 +608,24 @@ class Correlator:
                 held = self._held.pop(send.key, [])  # the counts this patch carries
             send.event = event
         assert event is not None
-        sent, reply = self._send(event)
+        sent, reply = self._send(send, wire if wire is not None else event)
         evicted = False
         with self._lock:
-            unmoved = self._cache.get(send.key) is event
+            cached = self._cache.get(send.key)
+            unmoved = cached is event
             if unmoved and reply is not None:
                 kept = self._adopt(event, reply)
                 if kept is not None:
                     self._cache[send.key] = kept
+                elif reply.name != event.name:  # our copy, under the name it was created as
+                    self._cache[send.key] = attrs.evolve(event, name=reply.name)
+            elif (
+                cached is not None
+                and reply is not None
+                and cached.name != reply.name
+                and (sent is Sent.RENAMED or (sent is Sent.EXISTS and cached.name == event.name))
+            ):  # the key moved on (a series): its Event is the one created under this name
+                self._cache[send.key] = attrs.evolve(cached, name=reply.name)
             if held and sent is Sent.RETRY and send.purpose is not Purpose.FINISH:
                 self._held.setdefault(send.key, [])[:0] = held  # the next patch carries them
                 held = []
@@ -541,35 +659,85 @@ class Correlator:
             reply = attrs.evolve(reply, regarding=regarding)
         return reply if reply.key == sent.key else None
 
-    def _send(self, event: Event) -> tuple[Sent, Event | None]:
+    def _send(self, send: Send, event: Event) -> tuple[Sent, Event | None]:
         sent, error, reply = record_event(self.sink, event)
+        forbidden = isinstance(error, Rejected) and error.forbidden
         self.counters.add(
-            {
+            "forbidden"
+            if forbidden
+            else {
                 Sent.CREATED: "created",
                 Sent.EXISTS: "already_delivered",
+                Sent.RENAMED: "created",
                 Sent.PATCHED: "patched",
                 Sent.RECREATED: "recreated",
                 Sent.REJECTED: "rejected",
                 Sent.INVALID: "invalid",
+                Sent.GONE: "gone",
                 Sent.RETRY: "transport_errors",
             }[sent]
         )
         if sent is Sent.RETRY:
-            self._failing(event, error)
-        else:
-            self._answered()
-            if error is not None:
-                self.log.error(
-                    "unable to write event (will not retry)",
-                    name=event.name,
-                    namespace=event.namespace,
-                    reason=event.reason,
-                    error=redact(str(error).strip()),
-                )
+            if forbidden:
+                if send.forbidden_since is None:
+                    send.forbidden_since = time.monotonic()
+                    send.forbidden_waited = 0.0
+            else:
+                send.forbidden_since = None
+            backs_off = forbidden or getattr(error, "backoff", False)
+            send.backoff = send.backoff + 1 if backs_off else 0
+            self._failing(event, error, forbidden=forbidden)
+            return sent, reply
+        send.forbidden_since = None
+        self._answered()
+        if sent is Sent.RENAMED:
+            self._reused(event, reply)
+        elif sent is Sent.GONE:
+            self._gone_once(event, error)
+        elif error is not None:
+            self.log.error(
+                "unable to write event (will not retry)",
+                name=event.name,
+                namespace=event.namespace,
+                reason=event.reason,
+                error=redact(str(error).strip()),
+            )
         return sent, reply
 
+    def _reused(self, event: Event, reply: Event | None) -> None:
+        """An Event was created under a content-derived name because its id's name held other
+        content: the id was handed out again (ADR 0141). Counted and logged each time."""
+        self.counters.add("reused_ids")
+        self.log.warning(
+            "event id reused for other content; created under a content-derived name",
+            name=event.name,
+            created_as=reply.name if reply is not None else "",
+            namespace=event.namespace,
+            reason=event.reason,
+            regarding=f"{event.regarding.kind}/{event.regarding.name}",
+        )
+
+    def _gone_once(self, event: Event, error: Exception | None) -> None:
+        """A create answered 404 (the namespace or object is gone): logged once per object."""
+        r = event.regarding
+        what = (event.namespace, r.kind, r.name)
+        with self._lock:
+            first = what not in self._gone
+            if first and len(self._gone) < _GONE_LOGGED:
+                self._gone.add(what)
+            elif first:  # beyond the bound: one line per _GONE_LOGGED refusals
+                first = self.counters.snapshot().gone % _GONE_LOGGED == 1
+        if first:
+            self.log.error(
+                "namespace or object gone; its Events are given up",
+                namespace=event.namespace,
+                regarding=f"{r.kind}/{r.name}",
+                reason=event.reason,
+                error=redact(str(error).strip()),
+            )
+
     # -- outages ------------------------------------------------------------------------------
-    def _failing(self, event: Event, error: Exception | None) -> None:
+    def _failing(self, event: Event, error: Exception | None, *, forbidden: bool = False) -> None:
         """A try failed in a way worth retrying: the first one starts an outage (one WARNING
         line), the later ones are counted in it."""
         with self._lock:
@@ -582,7 +750,10 @@ class Correlator:
             first = outage.tries == 1
         if first:
             self.log.warning(
-                "API server unreachable; Events wait and are retried",
+                f"Events API forbids writing Events; they wait and are retried for up to "
+                f"{self.forbidden_retry_seconds:g} s"
+                if forbidden
+                else "API server unreachable; Events wait and are retried",
                 name=event.name,
                 namespace=event.namespace,
                 reason=event.reason,

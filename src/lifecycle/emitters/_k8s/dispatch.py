@@ -177,7 +177,7 @@ class Dispatcher:
         only it) waits, no worker does."""
         self._lanes[key].appendleft(send)
         self._waiting += 1
-        due = self._monotonic() + self.correlator.retry_delay()
+        due = self._monotonic() + self.correlator.retry_delay(send)
         heapq.heappush(self._parked, (due, next(self._seq), key))
         self._cond.notify_all()
 
@@ -234,16 +234,18 @@ class Dispatcher:
         with self._cond:
             return self._cond.wait_for(lambda: self._pending == 0, timeout)
 
-    def stop(self, join_timeout: float) -> None:
+    def stop(self, join_timeout: float, interrupt: Callable[[], None] | None = None) -> None:
         """Stop the workers: sends still waiting are dropped and counted (``gave_up`` for one
-        that was already tried, ``dropped_on_close`` for the others); a request in flight
-        ends on its own, and its worker exits then."""
+        that was already tried, ``dropped_on_close`` for the others); ``interrupt`` (the
+        sink's close) then ends the requests in flight, so every worker is joined within
+        ``join_timeout``."""
         dropped: list[Send] = []
         with self._cond:
             self._stopping = True
             for lane in self._lanes.values():
                 for send in lane:
-                    counter = "gave_up" if send.tries else "dropped_on_close"
+                    tried = send.tries or send.forbidden_since is not None
+                    counter = "gave_up" if tried else "dropped_on_close"
                     if send.purpose is Purpose.RECORD:
                         self.correlator.counters.add(counter)
                     self._pending -= 1
@@ -266,5 +268,13 @@ class Dispatcher:
                 counted_in_memory=held,
             )
         deadline = self._monotonic() + join_timeout
+        if interrupt is not None:
+            with self._cond:
+                busy = bool(self._busy)
+            # a last moment for an answer on its way, then what is still in flight is cut
+            if busy:
+                with self._cond:
+                    self._cond.wait_for(lambda: not self._busy, min(0.05, join_timeout / 4))
+            interrupt()
         for thread in threads:
             thread.join(max(deadline - self._monotonic(), 0.0))

@@ -297,3 +297,43 @@ def id_suffix(transition_id: str) -> int:
     ``AlreadyExists`` rather than a second Event (ADR 0121)."""
     digest = hashlib.sha256(transition_id.encode("utf-8", "surrogatepass")).digest()
     return int.from_bytes(digest[:8], "big") >> 1
+
+
+#: How many names an Event is tried under when the ones before it hold other content (ADR
+#: 0141): its id's name, then names derived from its content, each from the one before.
+MAX_NAMES = 4
+
+
+def same_content(stored: Event, sent: Event) -> bool:
+    """Whether the Event ``stored`` under a name records what ``sent`` records: the same type,
+    reason, action and note about the same object (kind, namespace, name, and uid when both
+    carry one). Times, series, reporter and resourceVersion are not content: a redelivery
+    after a restart differs in them and is still the same Event (ADR 0141)."""
+    a, b = stored.regarding, sent.regarding
+    return (
+        stored.type == sent.type
+        and stored.reason == sent.reason
+        and stored.action == sent.action
+        and stored.note == sent.note
+        and (a.kind, a.namespace, a.name) == (b.kind, b.namespace, b.name)
+        and (not a.uid or not b.uid or a.uid == b.uid)
+    )
+
+
+def content_name(event: Event) -> str:
+    """The name ``event`` takes when its own is held by other content (a transition id
+    handed out again): derived from that name and what ``event`` records, so the same
+    content under the same id always gets the same one (a redelivery finds it) and other
+    content gets another (ADR 0141)."""
+    r = event.regarding
+    parts = (event.name, event.type, event.reason, event.action, event.note, r.kind, r.namespace)
+    digest = hashlib.sha256("\0".join(parts).encode("utf-8", "surrogatepass")).digest()
+    return event_name(r.name, int.from_bytes(digest[:8], "big") >> 1)
+
+
+def content_digest(type: str, reason: str, note: str, uid: str) -> str:
+    """A short digest of a transition's content (its Event's type, reason, note and object
+    uid), which keeps the Events of two transitions under one id apart in correlation
+    (:attr:`ObjectReference.store_version`, never sent)."""
+    text = "\0".join((type, reason, note, uid))
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:12]

@@ -3,6 +3,7 @@ fake of it for tests (users' tests included)."""
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import threading
@@ -119,6 +120,32 @@ class ApiEventSink:
             )
         )
 
+    def read(self, event: Event) -> Event | None:
+        """The Event stored under ``event``'s namespace and name (:class:`NotFound` when
+        there is none): read back when a create answers AlreadyExists (ADR 0141)."""
+        return self._call(
+            lambda: self.api.read_namespaced_event(
+                event.name,
+                event.namespace,
+                _preload_content=False,
+                _request_timeout=self.request_timeout,
+            )
+        )
+
+    def interrupt(self) -> None:
+        """Cut every request in progress (each raises :class:`RequestDeadline`, retried);
+        the sink stays usable. An emitter closing over a sink it was given calls this."""
+        self._deadlines.interrupt()
+
+    def close(self, timeout: float = 1.0) -> None:
+        """Cut every request in progress (each raises :class:`RequestDeadline`), refuse new
+        ones and end the deadline watchdog, so no thread of the sink outlives its owner's
+        ``close`` (ADR 0142). The emitter :meth:`~KubernetesEmitter.for_api` built closes
+        its sink this way; a sink passed to an emitter is only interrupted."""
+        self._deadlines.close(timeout)
+        with contextlib.suppress(Exception):
+            self.api.api_client.rest_client.pool_manager.clear()
+
     def _call(self, request: Callable[[], Any]) -> Event | None:
         with self._deadlines.guard(self.deadline, self.max_reply_bytes) as guard:
             try:
@@ -224,6 +251,25 @@ class MemoryEventSink:
             stored["metadata"]["resourceVersion"] = str(self._version)
             self._events[key] = stored
             return Event.from_body(stored)
+
+    def read(self, event: Event) -> Event:
+        """The Event stored under ``event``'s name (:class:`NotFound` when there is none)."""
+        with self._lock:
+            self.calls.append(("read", event.name, {}))
+            self._maybe_fail()
+            stored = self._events.get((event.namespace, event.name))
+            if stored is None:
+                raise NotFound(f'events "{event.name}" not found')
+            return Event.from_body(copy.deepcopy(stored))
+
+    def put(self, event: Event) -> None:
+        """Store ``event`` under its name out of band, replacing what is there (an Event an
+        earlier life of the controller left)."""
+        with self._lock:
+            self._version += 1
+            stored = event.to_body()
+            stored["metadata"]["resourceVersion"] = str(self._version)
+            self._events[(event.namespace, event.name)] = stored
 
     def patch(self, event: Event, patch: Mapping[str, Any]) -> Event:
         with self._lock:

@@ -38,7 +38,11 @@ def current() -> Guard | None:
 
 
 class RequestDeadline(SinkError):
-    """No complete answer within the request's total deadline: the connection was cut."""
+    """No complete answer within the request's total deadline (or the sink was closed while
+    it waited): the connection was cut. Retried, each wait longer than the one before."""
+
+    #: the correlator lengthens the wait before each further try (ADR 0142)
+    backoff = True
 
 
 class Guard:
@@ -61,13 +65,18 @@ class Guard:
 
 
 class Deadlines:
-    """A watchdog thread that cuts the connection of every request past its deadline."""
+    """A watchdog thread that cuts the connection of every request past its deadline.
+
+    :meth:`interrupt` cuts every request in progress at once; :meth:`close` also refuses new
+    ones and ends the watchdog: the sink's owner (the emitter's ``close``) gets every thread
+    back in bound."""
 
     def __init__(self) -> None:
         self._cond = threading.Condition(threading.Lock())
         self._heap: list[tuple[float, int, Guard]] = []
         self._seq = itertools.count()
         self._thread: threading.Thread | None = None
+        self._closed = False
 
     @contextlib.contextmanager
     def guard(self, seconds: float, limit: int) -> Iterator[Guard]:
@@ -76,6 +85,8 @@ class Deadlines:
         g = Guard(limit)
         entry = (time.monotonic() + seconds, next(self._seq), g)
         with self._cond:
+            if self._closed:
+                raise RequestDeadline("the sink is closed: no further requests")
             heapq.heappush(self._heap, entry)
             if self._thread is None:
                 self._thread = threading.Thread(
@@ -94,11 +105,35 @@ class Deadlines:
                     self._heap.remove(entry)
                     heapq.heapify(self._heap)
 
+    def interrupt(self) -> None:
+        """Cut every request in progress now (each raises :class:`RequestDeadline`); later
+        requests run as usual."""
+        with self._cond:
+            guards = [g for _, _, g in self._heap]
+        for g in guards:
+            g.cut()
+
+    def close(self, timeout: float = 1.0) -> None:
+        """Cut every request in progress, refuse new ones, and end the watchdog thread
+        (joined within ``timeout``)."""
+        with self._cond:
+            self._closed = True
+            guards = [g for _, _, g in self._heap]
+            self._heap.clear()
+            thread = self._thread
+            self._cond.notify_all()
+        for g in guards:
+            g.cut()
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout)
+
     def _watch(self) -> None:
         while True:
             with self._cond:
-                while not self._heap:
+                while not self._heap and not self._closed:
                     self._cond.wait()
+                if self._closed:
+                    return
                 due, _, g = self._heap[0]
                 wait = due - time.monotonic()
                 if wait > 0:
