@@ -15,6 +15,7 @@ import pytest
 from kubernetes import client as kubernetes_client  # type: ignore[import-untyped]
 
 from lifecycle import EventType, ObjectRef, Transition
+from lifecycle._testing.fake_api.server import FakeApiServer, Request
 from lifecycle.emitters.base import Ack
 from lifecycle.emitters.kubernetes import (
     FORBIDDEN_RETRY_SECONDS,
@@ -24,8 +25,6 @@ from lifecycle.emitters.kubernetes import (
     MemoryEventSink,
     Rejected,
 )
-
-from .api_server import FakeApiServer, Request
 
 EPOCH = datetime(2026, 11, 30, 10, 0, tzinfo=UTC)
 LOGGER = "lifecycle.emitters.kubernetes"

@@ -23,8 +23,7 @@ from lifecycle.emitters.kubernetes import (
     ManualClock,
     MemoryEventSink,
 )
-
-from .api_server import FakeApiServer
+from lifecycle.testing import FakeApiServer
 
 EPOCH = datetime(2026, 11, 30, 10, 0, tzinfo=UTC)
 POD = ObjectRef("Pod", "ml", "trainer-0", "pod-a")
