@@ -18,12 +18,10 @@ import json
 import sqlite3
 import threading
 import time
-import uuid
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import datetime
-from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import attrs
 import orjson
@@ -60,6 +58,9 @@ from .base import (
     transition_from_row,
     transition_to_row,
 )
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 SCHEMA_VERSION = 3
 _CHUNK = 500  # uids per IN (...) query: well under SQLite's variable limit
@@ -214,7 +215,11 @@ class SQLiteStore:
         if owner is not None and not owner:
             raise ValueError("owner must be a non-empty name (or None for a random one)")
         self.path = str(path)
-        self.owner = owner if owner is not None else uuid.uuid4().hex
+        if owner is None:
+            import uuid  # here: uuid is imported when a store needs a random owner (ADR 0139)
+
+            owner = uuid.uuid4().hex
+        self.owner = owner
         self._synchronous = synchronous
         self._lease = lease_seconds
         self._busy_timeout = busy_timeout
@@ -277,6 +282,8 @@ class SQLiteStore:
                 self._cache_coherent(self.cache)
         except sqlite3.Error as e:
             hint = ""
+            from pathlib import Path
+
             if not Path(self.path).parent.exists():
                 hint = f" (folder {Path(self.path).parent} does not exist; sqlite:////ABS/PATH)"
             raise StoreError(f"cannot open SQLite store {self.path}: {e}{hint}") from e
