@@ -1,5 +1,6 @@
 """Start-up cost: ``import lifecycle`` (and what a host and the CLI import) as a ratio to
-``python -c pass`` (issue 24; goal <= 5x for ``import lifecycle``).
+``python -c pass`` (issue 24; goal <= 5x for ``import lifecycle``; issue 35: <= 4x for a host's
+first real import, ``from lifecycle import ObjectRef, Runner, SQLiteStore``, ADR 0139).
 
     python -m benchmarks.import_time [--rounds N] [--src DIR]
 
@@ -31,7 +32,7 @@ CONTENDERS: dict[str, tuple[tuple[str, ...], str, float | None]] = {
     "import_host": (
         ("-c", "from lifecycle import ObjectRef, Runner, SQLiteStore"),
         "from lifecycle import ObjectRef, Runner, SQLiteStore (what a host starts with)",
-        None,
+        4.0,
     ),
     "cli_help": (("-m", "lifecycle.cli", "--help"), "lifecycle --help", None),
     "cli_table": (

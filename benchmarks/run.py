@@ -30,6 +30,7 @@ from . import (
     durable,
     hot_path,
     import_time,
+    peer_observe,
     peers,
     pure,
     replay,
@@ -97,6 +98,7 @@ def _pg_replicas(quick: bool) -> dict[str, Metric]:
 
 SUITES: dict[str, Callable[[bool], dict[str, Metric]]] = {
     "apply": pure.apply_suite,
+    "peers": peer_observe.suite,  # issue 35: the peers against Runner.observe and the kernel
     "observe": pure.observe_suite,
     "hot_path": hot_path.suite,  # the same floors, per step (apply, observe, store)
     "memory": pure.memory_suite,

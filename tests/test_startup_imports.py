@@ -30,6 +30,7 @@ LAZY = (
     "typing_extensions",
     "logging",
     "traceback",
+    "string",
     "hashlib",
     "secrets",
     "urllib.parse",
