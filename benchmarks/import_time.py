@@ -2,7 +2,7 @@
 ``python -c pass`` (issue 24; goal <= 5x for ``import lifecycle``; issue 35: <= 4x for a host's
 first real import, ``from lifecycle import ObjectRef, Runner, SQLiteStore``, ADR 0139).
 
-    python -m benchmarks.import_time [--rounds N] [--src DIR]
+    python -m benchmarks.import_time [--rounds N] [--src DIR] [--against DIR]
 
 Each contender is a fresh interpreter, timed on the wall clock from spawn to exit. Runs are
 interleaved: every round runs the floor and each contender once, in an order that rotates
@@ -12,7 +12,9 @@ rounds, with its range. Each row's ``cpu`` gives the same ratio on the children'
 (user + system, from ``getrusage``): on a loaded machine the wall clock also counts the time a
 fresh interpreter waits for a core, the CPU time does not. ``--src`` measures another
 checkout's ``src`` (the figures before a change: ``--src ../main/src``); by default this
-checkout's.
+checkout's. ``--against DIR`` runs a host's first import from another checkout's ``src`` in
+the same rounds and adds the row ``startup_import_host_vs_against``: this checkout's import
+÷ that one's, round by round (a change's effect, measured side by side).
 """
 
 from __future__ import annotations
@@ -68,23 +70,32 @@ def _once(args: tuple[str, ...], env: dict[str, str]) -> tuple[float, float]:
     return time.perf_counter() - start, _children_cpu() - cpu
 
 
-def measure(rounds: int, src: Path = ROOT / "src") -> dict[str, Metric]:
+def measure(
+    rounds: int, src: Path = ROOT / "src", against: Path | None = None
+) -> dict[str, Metric]:
     env = _env(src)
     names = list(CONTENDERS)
-    for name in names:  # warm the file cache and the bytecode once, untimed
-        _once(CONTENDERS[name][0], env)
-    ratios: dict[str, list[float]] = {name: [] for name in names}
-    cpu_ratios: dict[str, list[float]] = {name: [] for name in names}
-    seconds: dict[str, list[float]] = {name: [] for name in ["floor", *names]}
+    runs = {"floor": (FLOOR, env), **{name: (CONTENDERS[name][0], env) for name in names}}
+    if against is not None:
+        runs["against"] = (CONTENDERS["import_host"][0], _env(against))
+    for args, run_env in runs.values():  # warm the file cache and the bytecode, untimed
+        _once(args, run_env)
+    ratios: dict[str, list[float]] = {name: [] for name in runs}
+    cpu_ratios: dict[str, list[float]] = {name: [] for name in runs}
+    seconds: dict[str, list[float]] = {name: [] for name in runs}
     for n in range(rounds):
-        order = ["floor", *names]
+        order = list(runs)
         order = order[n % len(order) :] + order[: n % len(order)]  # rotate who goes first
-        took = {
-            name: _once(FLOOR if name == "floor" else CONTENDERS[name][0], env) for name in order
-        }
-        for name in names:
+        took = {name: _once(*runs[name]) for name in order}
+        for name in runs:
             ratios[name].append(took[name][0] / took["floor"][0])
             cpu_ratios[name].append(took[name][1] / took["floor"][1])
+        if against is not None:
+            ratios["vs"] = [*ratios.get("vs", []), took["import_host"][0] / took["against"][0]]
+            cpu_ratios["vs"] = [
+                *cpu_ratios.get("vs", []),
+                took["import_host"][1] / took["against"][1],
+            ]
         for name, (wall, _) in took.items():
             seconds[name].append(wall)
     floor_ms = statistics.median(seconds["floor"]) * 1000
@@ -107,6 +118,22 @@ def measure(rounds: int, src: Path = ROOT / "src") -> dict[str, Metric]:
             "note": f"cpu {statistics.median(cpu):.2f} [{min(cpu):.2f}, {max(cpu):.2f}]: the "
             "same ratio on the children's CPU time (user + system)",
         }
+    if against is not None:
+        values, cpu = ratios["vs"], cpu_ratios["vs"]
+        out["startup_import_host_vs_against"] = {
+            "ratio": statistics.median(values),
+            "range": [min(values), max(values)],
+            "target": "-",
+            "met": None,
+            "what": f"a host's first import from {src} ÷ the same from {against}; wall time, "
+            f"{rounds} interleaved rounds",
+            "ours": statistics.median(seconds["import_host"]) * 1000,
+            "baseline": statistics.median(seconds["against"]) * 1000,
+            "unit": "ms",
+            "note": f"cpu {statistics.median(cpu):.2f} [{min(cpu):.2f}, {max(cpu):.2f}]; "
+            f"{against} ÷ python -c pass: wall {statistics.median(ratios['against']):.2f}, "
+            f"cpu {statistics.median(cpu_ratios['against']):.2f}",
+        }
     return out
 
 
@@ -120,12 +147,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--src", type=Path, default=ROOT / "src", help="the src folder to measure (this one's)"
     )
+    parser.add_argument(
+        "--against", type=Path, help="another src folder: its host import, in the same rounds"
+    )
     args = parser.parse_args(argv)
-    for name, m in measure(args.rounds, args.src.resolve()).items():
+    against = args.against.resolve() if args.against else None
+    for name, m in measure(args.rounds, args.src.resolve(), against).items():
         lo, hi = m["range"]
         print(
             f"{name:<26} {m['ratio']:6.2f}x  [{lo:.2f}, {hi:.2f}]  {m['ours']:7.1f} ms "
-            f"(python -c pass {m['baseline']:.1f} ms)  target {m['target']}  {m['note']}"
+            f"({'against' if name.endswith('_vs_against') else 'python -c pass'} "
+            f"{m['baseline']:.1f} ms)  target {m['target']}  {m['note']}"
         )
     return 0
 
