@@ -22,7 +22,8 @@ HOST = "from lifecycle import ObjectRef, Runner, SQLiteStore"
 
 #: Imported on first use, never by the host's import: the status converter (cattrs and what
 #: it imports), logging (a record's first call), hashlib (a schema fingerprint, a history
-#: tag), URL parsing and paths (opening a store by URL or a file), the retry jitter, and the
+#: tag), URL parsing and paths (opening a store by URL or a file), the retry jitter, JSON
+#: (``json``, and ``orjson`` with what it imports: a store's first write or read), and the
 #: optional extras, every shipped machine and emitter, the CLI, the trace reader, and the
 #: batch driver (``observe_many``, ``redeliver``).
 LAZY = (
@@ -36,6 +37,10 @@ LAZY = (
     "urllib.parse",
     "pathlib",
     "random",
+    "json",
+    "orjson",
+    "dataclasses",
+    "uuid",
     "structlog",
     "asyncio",
     "psycopg",
@@ -122,4 +127,4 @@ import lifecycle._log
 lifecycle._log.get_logger("lifecycle.test").debug("first record")
 """
     modules = loaded(code)
-    assert {"cattrs", "logging", "hashlib", "pathlib"} <= modules
+    assert {"cattrs", "logging", "hashlib", "pathlib", "json", "orjson"} <= modules

@@ -15,7 +15,6 @@ the records load best effort (and a warning is logged once), and the start-up ch
 from __future__ import annotations
 
 import functools
-import json
 import types
 import typing
 from collections.abc import Callable, Iterable, Mapping
@@ -150,6 +149,7 @@ def describe(machine: Versioned) -> dict[str, Any]:
 def fingerprint(machine: Versioned) -> str:
     """A short stable hash of :func:`describe`: 12 hex digits."""
     import hashlib  # here: a host that reads no schema does not import it (ADR 0139)
+    import json
 
     text = json.dumps(describe(machine), sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()[:12]

@@ -14,7 +14,7 @@ every caller with its own result.
 from __future__ import annotations
 
 import contextlib
-import json
+import functools
 import sqlite3
 import threading
 import time
@@ -24,7 +24,6 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal
 
 import attrs
-import orjson
 
 from .._core.bounds import INT_MAX, INT_MIN
 from .._core.errors import Conflict, IdentityMismatch, StoreError, preview
@@ -64,7 +63,21 @@ if TYPE_CHECKING:
 
 SCHEMA_VERSION = 3
 _CHUNK = 500  # uids per IN (...) query: well under SQLite's variable limit
-_dumps = json.JSONEncoder(separators=(",", ":")).encode  # compact, and built once
+
+
+@functools.cache
+def _encoder() -> Callable[[Any], str]:
+    """``json``'s compact encoder, built once, at the first write: ``json`` and ``orjson``
+    (which imports ``json``, ``dataclasses`` and ``uuid``) are imported when a store first
+    writes or reads, not with the store's class (ADR 0139)."""
+    import json
+
+    return json.JSONEncoder(separators=(",", ":")).encode
+
+
+def _dumps(value: Any) -> str:
+    """Compact JSON text (``json``): a status, which a machine computes."""
+    return _encoder()(value)
 
 
 def _dumps_bounded(value: Any) -> str:
@@ -72,6 +85,8 @@ def _dumps_bounded(value: Any) -> str:
     64-bit integers) -- an observation's fields, a transition: ``orjson``, a third of the
     cost of ``json``; ``json`` for anything it refuses. (A status, which a machine computes,
     goes through ``json``: orjson would write a NaN as ``null``.)"""
+    import orjson
+
     try:
         return orjson.dumps(value).decode()
     except orjson.JSONEncodeError:
@@ -81,9 +96,13 @@ def _dumps_bounded(value: Any) -> str:
 def _loads(text: str) -> Any:
     """Parse stored JSON text: ``orjson``, or ``json`` for what it refuses (``NaN``, which
     an older writer may have stored)."""
+    import orjson
+
     try:
         return orjson.loads(text)
     except orjson.JSONDecodeError:
+        import json
+
         return json.loads(text)
 
 
