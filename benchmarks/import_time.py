@@ -40,6 +40,8 @@ CONTENDERS: dict[str, tuple[tuple[str, ...], str, float | None]] = {
         "from lifecycle import ObjectRef, Runner, SQLiteStore (what a host starts with)",
         4.0,
     ),
+    # what the host's import cannot go below while its records are attrs classes (ADR 0139)
+    "import_attrs": (("-c", "import attrs"), "import attrs (a dependency, for reference)", None),
     "cli_help": (("-m", "lifecycle.cli", "--help"), "lifecycle --help", None),
     "cli_table": (
         ("-m", "lifecycle.cli", "table", "pod"),
