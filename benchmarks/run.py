@@ -31,6 +31,7 @@ from . import (
     hot_path,
     import_time,
     k8s_content,
+    peer_observe,
     peers,
     pure,
     replay,
@@ -98,6 +99,7 @@ def _pg_replicas(quick: bool) -> dict[str, Metric]:
 
 SUITES: dict[str, Callable[[bool], dict[str, Metric]]] = {
     "apply": pure.apply_suite,
+    "peers": peer_observe.suite,  # issue 35: the peers against Runner.observe and the kernel
     "observe": pure.observe_suite,
     "hot_path": hot_path.suite,  # the same floors, per step (apply, observe, store)
     "memory": pure.memory_suite,

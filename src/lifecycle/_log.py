@@ -25,16 +25,18 @@ the host adds one: Python's last-resort handler then prints its warnings to stde
 
 from __future__ import annotations
 
-import logging
+import functools
 import re
 from collections.abc import Iterator, Mapping, MutableMapping
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, TextIO, cast
 
-from ._core.logs import ROOT, library_logger
+from ._core.logs import ROOT, checked_name, library_logger
 from ._core.redact import redact, scrub
 
 if TYPE_CHECKING:
+    import logging
+
     from structlog.stdlib import BoundLogger
 
 __all__ = ["FIELDS", "POOL_LOGGER", "ROOT", "adopt_pool_logs", "get_logger", "logs_to"]
@@ -47,16 +49,17 @@ POOL_LOGGER = "lifecycle.stores.postgres.pool"
 #: logger's method, stdlib ``_proxy_to_logger``, base ``_proxy_to_logger``): the record names
 #: the library line that logged, not structlog.
 _STACKLEVEL = 4
-#: The level of each method of :class:`structlog.stdlib.BoundLogger`.
+#: The level of each method of :class:`structlog.stdlib.BoundLogger` (``logging.DEBUG`` ...
+#: ``logging.CRITICAL``: this module imports :mod:`logging` when a logger is first called).
 _LEVELS = {
-    "debug": logging.DEBUG,
-    "info": logging.INFO,
-    "warning": logging.WARNING,
-    "warn": logging.WARNING,
-    "error": logging.ERROR,
-    "exception": logging.ERROR,
-    "critical": logging.CRITICAL,
-    "fatal": logging.CRITICAL,
+    "debug": 10,
+    "info": 20,
+    "warning": 30,
+    "warn": 30,
+    "error": 40,
+    "exception": 40,
+    "critical": 50,
+    "fatal": 50,
 }
 
 
@@ -65,7 +68,9 @@ def _heard(logger: logging.Logger, method: str, event_dict: MutableMapping[str, 
     effective level, or only :class:`logging.NullHandler` on the way up (the package default),
     nothing else is done. A logger filter on the way, or no handler at all (the last-resort
     handler's case), keeps the record, so stdlib logging decides as it always does."""
-    from structlog import DropEvent  # loaded already: this runs inside structlog
+    import logging  # loaded already, as is structlog: this runs inside structlog
+
+    from structlog import DropEvent
 
     level = _LEVELS[method]
     if not logger.isEnabledFor(level):
@@ -131,7 +136,8 @@ _PROCESSORS = (_heard, _redacted, _to_record)
 class _Deferred:
     """A library logger that imports structlog on its first call: every module makes its
     logger at import time, and structlog (with what it imports) would cost each host's start
-    more than the rest of the package (ADR 0118). Any attribute is the bound logger's."""
+    more than the rest of the package (ADR 0118). :mod:`logging` and the package's
+    NullHandler come then too (ADR 0139). Any attribute is the bound logger's."""
 
     __slots__ = ("_bound", "_name")
 
@@ -144,16 +150,17 @@ class _Deferred:
         if bound is None:
             from structlog.stdlib import BoundLogger
 
-            bound = self._bound = BoundLogger(logging.getLogger(self._name), list(_PROCESSORS), {})
+            stdlib = library_logger(self._name)  # the package's NullHandler in place
+            bound = self._bound = BoundLogger(stdlib, list(_PROCESSORS), {})
         return getattr(bound, attribute)
 
 
 def get_logger(name: str) -> BoundLogger:
     """A structlog logger writing to the stdlib logger ``name`` (under ``lifecycle``) through
     the library's own processors: level check first, values redacted, fields on the record.
-    structlog is imported when the logger is first called."""
-    library_logger(name)  # the name checked, the package's NullHandler in place
-    return cast("BoundLogger", _Deferred(name))
+    structlog and :mod:`logging` are imported, and the package's NullHandler added, when the
+    logger is first called."""
+    return cast("BoundLogger", _Deferred(checked_name(name)))
 
 
 # -- psycopg_pool -----------------------------------------------------------------------------
@@ -175,49 +182,57 @@ def _pool_name(value: object) -> str | None:
     return None
 
 
-class _PoolRouter(logging.Filter):
-    """On ``psycopg.pool``: a record about a library pool is handed to :data:`POOL_LOGGER`
-    instead (message redacted, the pool named in its ``lifecycle`` fields) and dropped here;
-    every other record passes unchanged."""
+def _route(record: logging.LogRecord) -> bool:
+    """On ``psycopg.pool`` (a filter): a record about a library pool is handed to
+    :data:`POOL_LOGGER` instead (message redacted, the pool named in its ``lifecycle`` fields)
+    and dropped here; every other record passes unchanged."""
+    import logging
 
-    def filter(self, record: logging.LogRecord) -> bool:
-        args = record.args if isinstance(record.args, tuple) else ()
-        found = (_pool_name(a) for a in (*args, record.threadName or ""))
-        pool = next((name for name in found if name is not None), None)
-        if pool is None:
-            return True
-        target = logging.getLogger(POOL_LOGGER)
-        if target.isEnabledFor(record.levelno):
-            moved = logging.makeLogRecord(record.__dict__)
-            moved.name = POOL_LOGGER
-            moved.msg = redact(record.getMessage())
-            moved.args = ()
-            setattr(moved, FIELDS, {"pool": pool})
-            target.handle(moved)
-        return False
-
-
-_ROUTER = _PoolRouter()
+    args = record.args if isinstance(record.args, tuple) else ()
+    found = (_pool_name(a) for a in (*args, record.threadName or ""))
+    pool = next((name for name in found if name is not None), None)
+    if pool is None:
+        return True
+    target = logging.getLogger(POOL_LOGGER)
+    if target.isEnabledFor(record.levelno):
+        moved = logging.makeLogRecord(record.__dict__)
+        moved.name = POOL_LOGGER
+        moved.msg = redact(record.getMessage())
+        moved.args = ()
+        setattr(moved, FIELDS, {"pool": pool})
+        target.handle(moved)
+    return False
 
 
 def adopt_pool_logs() -> None:
     """Route the records ``psycopg.pool`` logs about the library's pools through
     :data:`POOL_LOGGER` (idempotent; called when the PostgreSQL stores are imported)."""
+    import logging
+
+    library_logger(POOL_LOGGER)  # the package's NullHandler in place before a record moves
     logger = logging.getLogger("psycopg.pool")
-    if _ROUTER not in logger.filters:
-        logger.addFilter(_ROUTER)
+    if _route not in logger.filters:
+        logger.addFilter(_route)
 
 
 # -- the CLI ---------------------------------------------------------------------------------
-class _OneLine(logging.Formatter):
-    """``NAME: LEVEL: message``, the message on one line (a traceback, if any, follows)."""
+@functools.cache
+def _one_line() -> type[logging.Formatter]:
+    """The CLI's formatter class (made on first use: :mod:`logging` is not imported with the
+    package)."""
+    import logging
 
-    def __init__(self) -> None:
-        super().__init__("%(name)s: %(levelname)s: %(message)s")
+    class OneLine(logging.Formatter):
+        """``NAME: LEVEL: message``, the message on one line (a traceback, if any, follows)."""
 
-    def formatMessage(self, record: logging.LogRecord) -> str:
-        record.message = " ".join(record.message.split())
-        return super().formatMessage(record)
+        def __init__(self) -> None:
+            super().__init__("%(name)s: %(levelname)s: %(message)s")
+
+        def formatMessage(self, record: logging.LogRecord) -> str:
+            record.message = " ".join(record.message.split())
+            return super().formatMessage(record)
+
+    return OneLine
 
 
 @contextmanager
@@ -225,9 +240,11 @@ def logs_to(stream: TextIO, *, debug: bool = False) -> Iterator[None]:
     """While the block runs, the library's records go to ``stream`` (the CLI passes stderr),
     one line each, from WARNING (from DEBUG with ``debug``), and nowhere else: a host's own
     handlers (one on stdout, say) do not see them. The logger is restored afterwards."""
+    import logging
+
     logger = logging.getLogger(ROOT)
     handler = logging.StreamHandler(stream)
-    handler.setFormatter(_OneLine())
+    handler.setFormatter(_one_line()())
     level, propagate = logger.level, logger.propagate
     logger.setLevel(logging.DEBUG if debug else logging.WARNING)
     logger.propagate = False

@@ -28,7 +28,6 @@ generator, no per-item record), and the sans-I/O generator of ``lifecycle._batch
 from __future__ import annotations
 
 import enum
-import random
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
@@ -96,6 +95,8 @@ class RetryPolicy:
         """Seconds to wait before the next attempt: the backoff with its jitter."""
         if not self.backoff:
             return 0.0
+        import random  # here: imported at the first retry, not with the runner (ADR 0139)
+
         return self.backoff * (1 + random.uniform(-self.jitter, self.jitter))
 
     def pause(self) -> None:

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
-from . import _batch, _link_intents
+from . import _link_intents
 from ._core.errors import LifecycleError, StoreError
 from ._core.machine import Machine
 from ._core.observation import Observation
@@ -38,6 +38,22 @@ from .telemetry._instrument import (
     unreported,
 )
 from .telemetry._port import Guarded, Telemetry
+
+if TYPE_CHECKING:
+    from . import _batch
+else:
+
+    class _Batch:
+        """:mod:`lifecycle._batch`, imported at its first use (``observe_many``,
+        ``redeliver``, finishing interrupted work): a host that only calls ``observe`` does
+        not pay for the sans-I/O driver at import (ADR 0139)."""
+
+        def __getattr__(self, name: str) -> Any:
+            from . import _batch
+
+            return getattr(_batch, name)
+
+    _batch = _Batch()
 
 __all__ = ["Outcome", "Result", "RetryPolicy", "Runner"]
 

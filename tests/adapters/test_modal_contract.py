@@ -302,8 +302,8 @@ def test_the_floor_has_the_probe_properties_and_exceptions_the_adapter_uses() ->
 
 
 def test_a_call_the_floor_lacks_is_caught() -> None:
-    """The check has teeth: ``tags=`` on Sandbox.create first appears in 1.4.3 (which is why
-    the floor is 1.4.3, not 1.4.1); against a signature without it, binding fails."""
+    """The check has teeth: ``tags=`` on Sandbox.create first appears in 1.4.3 (the floor
+    recorded is 1.5.0, pyproject's); against a signature without it, binding fails."""
     sig = floor_signature("Sandbox.create")
     without_tags = sig.replace(parameters=[p for n, p in sig.parameters.items() if n != "tags"])
     with pytest.raises(TypeError):

@@ -212,8 +212,7 @@ _GLUED_SRC = r"""
   | (?:sk|rk)_live_[A-Za-z0-9]{24,99}(?![A-Za-z0-9])
   | xox[bpoa]-[0-9]{6,15}-[A-Za-z0-9-]{10,100}(?![A-Za-z0-9-])
 """
-_GLUED = re.compile(_GLUED_SRC, re.VERBOSE | re.ASCII)
-_SCAN = re.compile(
+_SCAN_SRC = (
     r"""
     (?P<pem>-----BEGIN[ A-Z0-9]{0,40}PRIVATE[ ]KEY(?:[ ]BLOCK)?-----
         (?:[^-]|-(?!----))*+
@@ -264,22 +263,27 @@ _SCAN = re.compile(
   | (?<=[0-9A-Fa-f])(?:(?<=%2[6CcBb0])|(?<=%3[FfBbAaDd])|(?<=%22))(?=[A-Za-z-])(?P<kve>"""
     + _KV.format(p="kve_", stem=_STEM)
     + r""")
-    """,
-    re.VERBOSE | re.ASCII,
+    """
 )
 
 #: The value after a secret key: quoted (to the closing quote), or bare (to the next
 #: whitespace or separator; an authorization scheme word is kept with its credential).
-_VALUE = re.compile(
-    r"""
+_VALUE_SRC = r"""
     "(?P<dq>(?:[^"\\\r\n]|\\[^\r\n])*+)
   | '(?P<sq>[^'\r\n]*+)
   | \\"(?P<eq>(?:\\\\|[^\\"\r\n])*+)
   | (?P<bare>(?:(?i:bearer|basic|token|digest|negotiate|ntlm|aws4-hmac-sha256|sharedkey)[ \t]+)?
              [^\s"'&,;<>(){}\[\]\\]++)
-    """,
-    re.VERBOSE | re.ASCII,
-)
+    """
+
+
+@functools.cache
+def _compiled(source: str) -> re.Pattern[str]:
+    """The scanner, the glued key ids and the value rule, compiled on first use: compiling
+    the scanner is most of what importing this module would cost (ADR 0139)."""
+    return re.compile(source, re.VERBOSE | re.ASCII)
+
+
 #: The value of an ``Authorization`` or ``Cookie`` header written bare: the rest of the line.
 _LINE_VALUE = re.compile(r"(?:(?!-----BEGIN)[^\r\n])++")
 _KEY = re.compile(r"[A-Za-z][\w.-]*+", re.ASCII)
@@ -442,7 +446,7 @@ def _is_blob_secret(run: str, before: str = "") -> bool:
 
 def _value_end(text: str, at: int, key: str, encoded: bool) -> tuple[int, int]:
     """The span of the value of secret ``key`` starting at ``at`` (empty: none)."""
-    m = (_ENCODED_VALUE if encoded else _VALUE).match(text, at)
+    m = (_ENCODED_VALUE if encoded else _compiled(_VALUE_SRC)).match(text, at)
     if m is None:
         return at, at
     group = m.lastgroup
@@ -467,7 +471,8 @@ def redact(text: str) -> str:
 
     Idempotent, bounded (one linear pass), and it returns ``text`` itself when there is
     nothing to redact."""
-    m = _SCAN.search(text)
+    scan = _compiled(_SCAN_SRC)
+    m = scan.search(text)
     if m is None:
         return text
     out: list[str] = []
@@ -530,9 +535,9 @@ def redact(text: str) -> str:
                 out.append(text[pos:start])
                 out.append(REDACTED)
                 pos = m.end()
-            elif rule == "blob" and _GLUED.search(token):  # a name holding a key id
-                out.append(text[pos:start])
-                out.append(_GLUED.sub(REDACTED, token))
+            elif rule == "blob" and (glued := _compiled(_GLUED_SRC)).search(token):
+                out.append(text[pos:start])  # a name holding a key id
+                out.append(glued.sub(REDACTED, token))
                 pos = m.end()
         elif rule == "cli_p_v":  # ``-p 8080:80``, ``-pthread``: a port or a flag word
             resume = m.end("cli_p")
@@ -540,7 +545,7 @@ def redact(text: str) -> str:
             out.append(text[pos:start])
             out.append(REDACTED)
             pos = m.end()
-        m = _SCAN.search(text, max(resume, start + 1))
+        m = scan.search(text, max(resume, start + 1))
     if not out:
         return text
     out.append(text[pos:])

@@ -14,13 +14,11 @@ the records load best effort (and a warning is logged once), and the start-up ch
 
 from __future__ import annotations
 
-import hashlib
-import json
-import logging
+import functools
 import types
 import typing
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import attrs
 
@@ -28,6 +26,9 @@ from .errors import SchemaRefused, TableError, UnknownSchema
 from .logs import library_logger
 from .redact import scrub
 from .table import Table
+
+if TYPE_CHECKING:
+    import logging
 
 __all__ = [
     "Schema",
@@ -39,10 +40,15 @@ __all__ = [
     "review",
 ]
 
-#: The kernel logs through the standard library only (the structlog face, ``lifecycle._log``,
-#: sits above the kernel); its record has the shape every library record has (ADR 0098):
-#: ``event key=%r ...`` with the values as arguments, the redacted fields as ``lifecycle``.
-_log = library_logger("lifecycle.schema")
+
+@functools.cache
+def _logger() -> logging.Logger:
+    """The kernel logs through the standard library only (the structlog face,
+    ``lifecycle._log``, sits above the kernel); its record has the shape every library record
+    has (ADR 0098): ``event key=%r ...`` with the values as arguments, the redacted fields as
+    ``lifecycle``. Made on first use: :mod:`logging` is not imported until a record may be
+    made (ADR 0139)."""
+    return library_logger("lifecycle.schema")
 
 
 class Versioned(Protocol):
@@ -142,6 +148,9 @@ def describe(machine: Versioned) -> dict[str, Any]:
 
 def fingerprint(machine: Versioned) -> str:
     """A short stable hash of :func:`describe`: 12 hex digits."""
+    import hashlib  # here: a host that reads no schema does not import it (ADR 0139)
+    import json
+
     text = json.dumps(describe(machine), sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()[:12]
 
@@ -257,12 +266,13 @@ class Schema:
 
 def _undeclared(machine: str, version: int, fingerprint: str, problem: str) -> None:
     """The warning of a record an undeclared table change wrote (read best effort)."""
-    if not _log.isEnabledFor(logging.WARNING):
+    log = _logger()
+    if not log.isEnabledFor(30):  # logging.WARNING
         return
     fields = scrub({"machine": machine, "version": version, "fingerprint": fingerprint,
                     "problem": problem})  # fmt: skip
     template = "record of an undeclared table change" + "".join(f" {k}=%r" for k in fields)
-    _log.warning(template, *fields.values(), extra={"lifecycle": fields})
+    log.warning(template, *fields.values(), extra={"lifecycle": fields})
 
 
 # -- reading stored records (what stores call) ----------------------------------------------

@@ -14,10 +14,9 @@ import types
 import typing
 from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime, timezone
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import attrs
-import cattrs
 
 from .bounds import (
     DEPTH_MAX,
@@ -37,10 +36,14 @@ from .bounds import (
 from .codegen import compile_function
 from .errors import InvalidObservation, LifecycleError, brief, preview
 
+if TYPE_CHECKING:
+    import cattrs
+
 T = TypeVar("T")
 
-converter = cattrs.Converter()
-converter.register_unstructure_hook(datetime, lambda d: d.isoformat())
+#: The converter of stored statuses, built on first use: importing ``cattrs`` and
+#: registering the hooks is a fifth of a host's import otherwise (ADR 0139).
+_converter: cattrs.Converter | None = None
 
 
 def parse_time(value: object) -> datetime:
@@ -73,18 +76,28 @@ def _parse_time(value: str) -> datetime:
     return parsed
 
 
-converter.register_structure_hook(datetime, lambda v, _: parse_time(v))
-
-
 def _is_record_tuple(tp: Any) -> bool:
     return isinstance(tp, type) and issubclass(tp, tuple) and hasattr(tp, "_fields")
 
 
-# NamedTuple status records are stored as objects (field -> value), like attrs records.
-converter.register_unstructure_hook_func(
-    _is_record_tuple,
-    lambda value: {k: converter.unstructure(v) for k, v in value._asdict().items()},
-)
+def _made() -> cattrs.Converter:
+    """The converter, built once."""
+    global _converter
+    if _converter is None:
+        import cattrs
+
+        made = cattrs.Converter()
+        made.register_unstructure_hook(datetime, lambda d: d.isoformat())
+        made.register_structure_hook(datetime, lambda v, _: parse_time(v))
+        # NamedTuple status records are stored as objects (field -> value), like attrs
+        # records.
+        made.register_unstructure_hook_func(
+            _is_record_tuple,
+            lambda value: {k: made.unstructure(v) for k, v in value._asdict().items()},
+        )
+        made.register_structure_hook_func(_is_record_tuple, _structure_record_tuple)
+        _converter = made
+    return _converter
 
 
 #: Per NamedTuple record class, each field's type and structure hook, found once
@@ -94,6 +107,7 @@ _HINTS: dict[type[Any], dict[str, tuple[Callable[[Any, Any], Any], Any]]] = {}
 
 
 def _hook(tp: Any) -> Callable[[Any, Any], Any]:
+    converter = _converter or _made()
     found = getattr(converter, "get_structure_hook", None)  # cattrs >= 24.1
     if found is None:  # pragma: no cover - older cattrs
         return converter.structure
@@ -110,17 +124,14 @@ def _structure_record_tuple(data: Mapping[str, Any], cls: Any) -> Any:
     return cls(**{k: hook(v, tp) for k, v in data.items() for hook, tp in (hints[k],)})
 
 
-converter.register_structure_hook_func(_is_record_tuple, _structure_record_tuple)
-
-
 def dump(obj: Any) -> dict[str, Any]:
-    data = converter.unstructure(obj)
+    data = (_converter or _made()).unstructure(obj)
     assert isinstance(data, dict)
     return data
 
 
 def load(cls: type[T], data: Mapping[str, Any]) -> T:
-    return converter.structure(data, cls)
+    return (_converter or _made()).structure(data, cls)
 
 
 def _describe(tp: Any) -> str:

@@ -8,7 +8,6 @@ rows a machine tries, docs and tests.
 from __future__ import annotations
 
 import functools
-import string
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -125,6 +124,8 @@ class Row:
 
 @functools.lru_cache(maxsize=1024)
 def _placeholders(template: str) -> tuple[str, ...]:
+    import string  # here: a host that reads no templated row does not import it (ADR 0139)
+
     return tuple(f for _, f, _, _ in string.Formatter().parse(template) if f)
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from datetime import datetime
 from typing import Any, NamedTuple
@@ -63,6 +62,8 @@ class Intent:
         return data
 
     def _key(self) -> tuple[Any, ...]:
+        import json  # here: a host's import does not load it (ADR 0139)
+
         text = json.dumps(self.data(), sort_keys=True, separators=(",", ":"))
         return (self.target, self.machine, self.observation, text)
 

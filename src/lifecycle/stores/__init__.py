@@ -12,7 +12,6 @@ to the PostgreSQL store unchanged: they follow libpq's own URL rules."""
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, NamedTuple
-from urllib.parse import SplitResult, parse_qsl, unquote, urlsplit
 
 from .._core.errors import StoreError, preview
 from .._core.redact import redact
@@ -37,6 +36,8 @@ from .memory import MemoryStore
 from .sqlite import SQLiteStore
 
 if TYPE_CHECKING:
+    from urllib.parse import SplitResult
+
     from .postgres import PostgresStore as PostgresStore
 
 __all__ = [
@@ -105,6 +106,8 @@ class SQLiteURL(NamedTuple):
 
 
 def _split(url: str) -> SplitResult:
+    from urllib.parse import urlsplit  # here: a host that opens no URL does not import it
+
     try:
         return urlsplit(url)
     except ValueError as e:  # e.g. an unclosed [IPv6] host
@@ -133,6 +136,8 @@ def parse_sqlite_url(url: str) -> SQLiteURL:
         raise InvalidStoreURL(
             f"store URL {shown} has a fragment ('#'); write %23 for a '#' in a file name"
         )
+    from urllib.parse import unquote
+
     try:
         path = unquote(parts.path[1:], errors="strict") if parts.path.startswith("/") else ""
     except UnicodeDecodeError:
@@ -149,6 +154,8 @@ def parse_sqlite_url(url: str) -> SQLiteURL:
 
 
 def _sqlite_options(query: str, shown: str) -> dict[str, Any]:
+    from urllib.parse import parse_qsl
+
     supported = ", ".join(SQLITE_PARAMETERS)
     try:
         pairs = parse_qsl(query, keep_blank_values=True, strict_parsing=bool(query))

@@ -20,14 +20,16 @@ from __future__ import annotations
 
 import contextlib
 import os
-import secrets
 import sqlite3
 from datetime import UTC, datetime
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import attrs
 
 from .._log import get_logger
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 SUFFIX = ".lifecycle-history"
 _MAGIC = "lifecycle-history 1"
@@ -92,6 +94,8 @@ def sidecar_for(path: str) -> Path | None:
     """The history file of the database at ``path``; ``None`` for an in-memory database."""
     if not path or path == ":memory:" or path.startswith("file:"):
         return None
+    from pathlib import Path  # here: pathlib is imported when a store opens a file (ADR 0139)
+
     return Path(path + SUFFIX)
 
 
@@ -161,6 +165,8 @@ def begin_session(
         seq = int(
             db.execute("SELECT coalesce(max(seq), 0) + 1 FROM lifecycle_epochs").fetchone()[0]
         )
+        import secrets
+
         epoch = f"s{seq}-{secrets.token_hex(3)}"
         why = (
             "no history file next to the database"
@@ -193,6 +199,8 @@ def advance(db: sqlite3.Connection, sidecar: Path, *, durable: bool) -> None:
     the database (committed by the caller). A crash between the two makes the next open
     start an epoch it did not need: ids change, none is reused. Raises ``OSError`` when the
     history file cannot be written (the caller rolls back)."""
+    import secrets  # here: it imports hashlib, which a host's import does not need
+
     tag = secrets.token_hex(8)
     _write(sidecar, tag, durable)
     _set_meta(db, "history", tag)

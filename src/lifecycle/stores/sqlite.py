@@ -14,19 +14,16 @@ every caller with its own result.
 from __future__ import annotations
 
 import contextlib
-import json
+import functools
 import sqlite3
 import threading
 import time
-import uuid
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import datetime
-from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import attrs
-import orjson
 
 from .._core.bounds import INT_MAX, INT_MIN
 from .._core.errors import Conflict, IdentityMismatch, StoreError, preview
@@ -61,9 +58,26 @@ from .base import (
     transition_to_row,
 )
 
+if TYPE_CHECKING:
+    from pathlib import Path
+
 SCHEMA_VERSION = 3
 _CHUNK = 500  # uids per IN (...) query: well under SQLite's variable limit
-_dumps = json.JSONEncoder(separators=(",", ":")).encode  # compact, and built once
+
+
+@functools.cache
+def _encoder() -> Callable[[Any], str]:
+    """``json``'s compact encoder, built once, at the first write: ``json`` and ``orjson``
+    (which imports ``json``, ``dataclasses`` and ``uuid``) are imported when a store first
+    writes or reads, not with the store's class (ADR 0139)."""
+    import json
+
+    return json.JSONEncoder(separators=(",", ":")).encode
+
+
+def _dumps(value: Any) -> str:
+    """Compact JSON text (``json``): a status, which a machine computes."""
+    return _encoder()(value)
 
 
 def _dumps_bounded(value: Any) -> str:
@@ -71,6 +85,8 @@ def _dumps_bounded(value: Any) -> str:
     64-bit integers) -- an observation's fields, a transition: ``orjson``, a third of the
     cost of ``json``; ``json`` for anything it refuses. (A status, which a machine computes,
     goes through ``json``: orjson would write a NaN as ``null``.)"""
+    import orjson
+
     try:
         return orjson.dumps(value).decode()
     except orjson.JSONEncodeError:
@@ -80,9 +96,13 @@ def _dumps_bounded(value: Any) -> str:
 def _loads(text: str) -> Any:
     """Parse stored JSON text: ``orjson``, or ``json`` for what it refuses (``NaN``, which
     an older writer may have stored)."""
+    import orjson
+
     try:
         return orjson.loads(text)
     except orjson.JSONDecodeError:
+        import json
+
         return json.loads(text)
 
 
@@ -214,7 +234,11 @@ class SQLiteStore:
         if owner is not None and not owner:
             raise ValueError("owner must be a non-empty name (or None for a random one)")
         self.path = str(path)
-        self.owner = owner if owner is not None else uuid.uuid4().hex
+        if owner is None:
+            import uuid  # here: uuid is imported when a store needs a random owner (ADR 0139)
+
+            owner = uuid.uuid4().hex
+        self.owner = owner
         self._synchronous = synchronous
         self._lease = lease_seconds
         self._busy_timeout = busy_timeout
@@ -277,6 +301,8 @@ class SQLiteStore:
                 self._cache_coherent(self.cache)
         except sqlite3.Error as e:
             hint = ""
+            from pathlib import Path
+
             if not Path(self.path).parent.exists():
                 hint = f" (folder {Path(self.path).parent} does not exist; sqlite:////ABS/PATH)"
             raise StoreError(f"cannot open SQLite store {self.path}: {e}{hint}") from e
