@@ -351,6 +351,19 @@ def in_order(rows: Sequence[Transition]) -> list[Transition]:
     return sorted(rows, key=lambda t: (first[t.ref.uid], t.version, t.n))
 
 
+def settle(store: object, *, close: bool, log: Any) -> None:
+    """After a runner's last delivery: close ``store`` (``close``: the runner owns it) or
+    write the delivery marks it still holds (its optional ``flush_marks``), so a process that
+    exits right after finds nothing delivered waiting in the outbox (ADR 0135). A failure is
+    logged: those events repeat, under their ids."""
+    call = getattr(store, "close" if close else "flush_marks", None)
+    if callable(call):
+        try:
+            call()
+        except StoreError as e:
+            log.warning("could not write delivery marks at close; they will repeat", error=str(e))
+
+
 def marker(store: object) -> Mark | None:
     """``store``'s ``mark_delivered``, or ``None`` for a store without an outbox."""
     mark: Mark | None = getattr(store, "mark_delivered", None)

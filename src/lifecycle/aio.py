@@ -183,6 +183,13 @@ class ThreadedStore:
         if mark is not None:
             await self._call(mark, list(ids))
 
+    async def flush_marks(self) -> None:
+        """The store's ``flush_marks`` (write the delivery marks it holds back), if it has
+        one (ADR 0135)."""
+        flush = getattr(self.store, "flush_marks", None)
+        if flush is not None:
+            await self._call(flush)
+
     async def close(self) -> None:
         close = getattr(self.store, "close", None)
         if close is not None:
@@ -259,6 +266,10 @@ class AsyncRunner:
     store (run on a worker thread, see :class:`ThreadedStore`). Per-machine policies, action
     events, fallbacks and links behave exactly as in the synchronous runner -- the two make
     the same decisions (``lifecycle._protocol``) and deliver the same way.
+
+    ``owns_store``: whether :meth:`close` closes the store; by default it does (as it always
+    has). With ``owns_store=False`` a store passed in stays open, the delivery marks it holds
+    written (ADR 0135).
     """
 
     def __init__(
@@ -273,10 +284,14 @@ class AsyncRunner:
         policies: Mapping[str, RetryPolicy] | None = None,
         check_schema: bool = True,
         telemetry: Telemetry | None = None,
+        owns_store: bool | None = None,
     ) -> None:
         #: The host's telemetry behind its guard, or ``None`` (see :class:`~lifecycle.Runner`).
         self.telemetry = Guarded(telemetry) if telemetry is not None else None
         self.store: AsyncCommitStore = as_async(store)
+        #: Whether :meth:`close` closes the store (else it writes the marks the store holds).
+        self.owns_store = True if owns_store is None else owns_store
+        self._closed_store = False
         #: Every decision of the protocol, with this runner's configuration.
         self.protocol = WriteProtocol.configured(
             emitters,
@@ -378,16 +393,25 @@ class AsyncRunner:
         """:meth:`Runner.close`, awaited: close the acknowledging emitters within ``timeout``
         seconds in all (off the event loop), mark what they acknowledged, log how many events
         stay undelivered in the outbox (the next :meth:`redeliver` sends them), then close the
-        store; returns that count."""
+        store it owns (``owns_store``) or write the marks another holds back (ADR 0135);
+        returns that count. Every mark is written before it returns."""
         delivery = self.protocol.delivery
         deadline = time.monotonic() + timeout
         before = delivery.failures()
         await asyncio.to_thread(delivery.close_emitters, deadline)
         await self.flush(max(deadline - time.monotonic(), 0.0))
         left = delivery.closed(before)
-        close = getattr(self.store, "close", None)
-        if close is not None:
-            await close()
+        if self._closed_store:
+            return left
+        self._closed_store = self.owns_store
+        call = getattr(self.store, "close" if self.owns_store else "flush_marks", None)
+        if call is not None:
+            try:
+                await call()
+            except StoreError as e:
+                delivery.log.warning(
+                    "could not write delivery marks at close; they will repeat", error=str(e)
+                )
         return left
 
     async def _drive(self, gen: Any) -> Any:

@@ -21,7 +21,7 @@ from ._core.observation import Observation
 from ._core.refs import ObjectRef
 from ._core.schema import check_store
 from ._core.transition import Transition
-from ._delivery import Delivery, Mark, marker
+from ._delivery import Delivery, Mark, marker, settle
 from ._link import Link
 from ._link_intents import PendingIntents
 from ._log import get_logger
@@ -59,6 +59,11 @@ class Runner:
     0092). Without an outbox (no ``mark_delivered``/``claim_undelivered``) events are
     delivered inline only: an event an emitter refused is not sent again, and
     :meth:`redeliver` finds nothing.
+
+    ``owns_store``: whether :meth:`close` (and the ``with`` block) closes the store. By
+    default a runner owns only a store it built itself (no ``store`` given); a store passed
+    in stays open, its delivery marks written (ADR 0135). Either way, nothing delivered is
+    left to redeliver once :meth:`close` returns.
     """
 
     def __init__(
@@ -73,8 +78,12 @@ class Runner:
         policies: Mapping[str, RetryPolicy] | None = None,
         check_schema: bool = True,
         telemetry: Telemetry | None = None,
+        owns_store: bool | None = None,
     ) -> None:
         chosen = store if store is not None else MemoryStore()
+        #: Whether :meth:`close` closes the store (else it writes the marks the store holds).
+        self.owns_store = store is None if owns_store is None else owns_store
+        self._closed_store = False
         #: The host's telemetry behind its guard (``lifecycle.telemetry``), or ``None``: then
         #: nothing is wrapped and the hot path is the plain one.
         self.telemetry = Guarded(telemetry) if telemetry is not None else None
@@ -290,8 +299,17 @@ class Runner:
     def close(self, timeout: float = 5.0) -> int:
         """Close the acknowledging emitters within ``timeout`` seconds in all, mark what they
         acknowledged, and log how many events stay undelivered in the outbox (the next
-        :meth:`redeliver` sends them); returns that count. The store stays open."""
-        return self.protocol.delivery.close(self._mark, timeout)
+        :meth:`redeliver` sends them); returns that count.
+
+        Every mark is written before it returns (ADR 0135): a store the runner owns
+        (``owns_store``) is closed, any other has the marks it holds back written
+        (``flush_marks``) and stays open. A process that exits right after has nothing it
+        delivered to send again."""
+        left = self.protocol.delivery.close(self._mark, timeout)
+        if not self._closed_store:
+            self._closed_store = self.owns_store
+            settle(self._store, close=self.owns_store, log=self._log)
+        return left
 
     def __enter__(self) -> Runner:
         return self
