@@ -33,6 +33,7 @@ from ._core.observation import Observation
 from ._core.refs import ObjectRef
 from ._core.schema import check_store, review
 from ._core.transition import Transition
+from ._delivery import Redelivery
 from ._link import Link
 from ._log import get_logger
 from ._protocol import Result, RetryPolicy, WriteProtocol
@@ -357,18 +358,19 @@ class AsyncRunner:
         )
         return results
 
-    async def redeliver(self, limit: int = 1000) -> int:
+    async def redeliver(self, limit: int = 1000) -> Redelivery:
         """Send committed but undelivered events again, under their ids, and apply the
-        link intents found in the outbox (see :meth:`Runner.redeliver`)."""
+        link intents found in the outbox (see :meth:`Runner.redeliver`); how many were
+        handed over (a :class:`~lifecycle.Redelivery`: with how many were acknowledged)."""
         return (await self._redeliver(limit))[0]
 
-    async def _redeliver(self, limit: int) -> tuple[int, list[Result]]:
+    async def _redeliver(self, limit: int) -> tuple[Redelivery, list[Result]]:
         """:meth:`redeliver`, with the results of the link intents it applied."""
         claim = getattr(self.store, "claim_undelivered", None)
         claimed: list[Transition] = [] if claim is None else await claim(limit)
         if not claimed and not self.protocol.backlog:
-            return 0, []
-        delivered: tuple[int, list[Result]] = await self._drive(
+            return Redelivery(0), []
+        delivered: tuple[Redelivery, list[Result]] = await self._drive(
             _batch.redeliver(self.protocol, claimed)
         )
         return delivered

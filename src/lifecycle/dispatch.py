@@ -107,7 +107,8 @@ class Dispatcher:
 
     def dispatch_once(self) -> int:
         """One round: claim, deliver per object in order, mark; apply link intents. Returns
-        the events delivered plus the intents confirmed.
+        the events handed over (an acknowledging emitter confirms them later: :meth:`flush`)
+        plus the intents confirmed.
         Raises :class:`~lifecycle.StoreError` if the store cannot be reached."""
         delivered, results = self._round()
         return delivered + sum(1 for r in results if _link_intents.confirmed(r.error))

@@ -21,7 +21,7 @@ from ._core.observation import Observation
 from ._core.refs import ObjectRef
 from ._core.schema import check_store
 from ._core.transition import Transition
-from ._delivery import Delivery, Mark, marker, settle
+from ._delivery import Delivery, Mark, Redelivery, marker, settle
 from ._link import Link
 from ._link_intents import PendingIntents
 from ._log import get_logger
@@ -39,7 +39,7 @@ from .telemetry._instrument import (
 )
 from .telemetry._port import Guarded, Telemetry
 
-__all__ = ["Outcome", "Result", "RetryPolicy", "Runner"]
+__all__ = ["Outcome", "Redelivery", "Result", "RetryPolicy", "Runner"]
 
 _log = get_logger("lifecycle.runner")
 
@@ -259,10 +259,13 @@ class Runner:
         )
         return done
 
-    def redeliver(self, limit: int = 1000) -> int:
+    def redeliver(self, limit: int = 1000) -> Redelivery:
         """Send events that were committed but not delivered (a crash, a failing emitter).
 
-        Returns how many were delivered. Each keeps the id it was committed under. Events
+        Returns how many were handed over to the emitters: a :class:`Redelivery`, an ``int``
+        whose ``acknowledged`` says how many of them every emitter had confirmed when it
+        returned (an acknowledging emitter, such as the Kubernetes one, answers later;
+        :meth:`flush` waits for it). Each keeps the id it was committed under. Events
         another writer committed are leased to it for the store's lease (30 s by default): a
         store opened with the same ``owner`` takes its own back at once, any other finds them
         once the lease has run out — so call this periodically, not only at start-up. Link
@@ -271,7 +274,7 @@ class Runner:
         """
         return self._redeliver(limit)[0]
 
-    def _redeliver(self, limit: int) -> tuple[int, list[Result]]:
+    def _redeliver(self, limit: int) -> tuple[Redelivery, list[Result]]:
         """:meth:`redeliver`, with the results of the link intents it applied (what
         telemetry reports of it)."""
         claim = getattr(self._store, "claim_undelivered", None)
@@ -279,13 +282,13 @@ class Runner:
 
     def redeliver_claimed(
         self, claimed: Sequence[Transition], delivery: Delivery | None = None
-    ) -> tuple[int, list[Result]]:
+    ) -> tuple[Redelivery, list[Result]]:
         """Deliver claimed outbox rows (to ``delivery``'s emitters, default this runner's) and
-        apply their link intents: the events delivered and the intents' results. What an
+        apply their link intents: the events handed over and the intents' results. What an
         interrupted call left (ADR 0105) is finished first."""
         if not claimed and not self.protocol.backlog:
-            return 0, []
-        done: tuple[int, list[Result]] = _batch.run(
+            return Redelivery(0), []
+        done: tuple[Redelivery, list[Result]] = _batch.run(
             _batch.redeliver(self.protocol, claimed, delivery), self._store, self.protocol
         )
         return done

@@ -11,6 +11,7 @@ observations, whether the runner owns the store or not, behind whichever wrapper
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 from collections.abc import Iterator
 from pathlib import Path
@@ -117,9 +118,7 @@ class Handles:
 
 
 @pytest.fixture(params=KINDS)
-def handles(
-    request: pytest.FixtureRequest, tmp_path: Path
-) -> Iterator[Handles]:
+def handles(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Handles]:
     h = Handles(str(request.param), tmp_path, request)
     yield h
     h.close()
@@ -169,10 +168,8 @@ def close_and_restart(handles: Handles, seq: list[Any], own: bool, wrap: str) ->
         telemetry=telemetry() if wrap == "telemetry" else None,
     )
     for observation in seq:
-        try:
+        with contextlib.suppress(LifecycleError):  # refused: nothing written
             runner.observe(ref, observation)
-        except LifecycleError:
-            pass  # refused: nothing written
     runner.close()
     nothing_to_redeliver(handles)
     if not own:  # a store passed in stays open: the host's to use and to close
@@ -201,7 +198,12 @@ def test_an_owning_runner_closes_its_store_once(tmp_path: Path) -> None:
     store = SQLiteStore(tmp_path / "once.db", owner="host-0")
     closes: list[int] = []
     close = store.close
-    store.close = lambda: (closes.append(1), close())[-1]  # type: ignore[method-assign]
+
+    def counted() -> None:
+        closes.append(1)
+        close()
+
+    store.close = counted  # type: ignore[method-assign]
     runner = Runner(store, owns_store=True)
     runner.close()
     runner.close()
