@@ -40,7 +40,7 @@ if TYPE_CHECKING:  # for type checkers; at run time each name is imported on fir
     from .dispatch import Dispatcher
     from .emitters import Emitter, LogEmitter, MemoryEmitter
     from .machines import MachineRegistry, default_registry
-    from .runner import Outcome, Redelivery, Result, RetryPolicy, Runner
+    from .runner import Outcome, Result, RetryPolicy, Runner
     from .stores import JournalEntry, MemoryStore, Record, SQLiteStore, Store, open_store
 
 #: Where each name of the face lives. ``import lifecycle`` imports none of them: a name is
@@ -100,7 +100,6 @@ _HOMES: dict[str, tuple[str, ...]] = {
     ),
     ".runner": (
         "Outcome",
-        "Redelivery",
         "Result",
         "RetryPolicy",
         "Runner",
@@ -156,7 +155,6 @@ __all__ = [
     "Observation",
     "Outcome",
     "Record",
-    "Redelivery",
     "Result",
     "RetryPolicy",
     "Row",

@@ -361,7 +361,7 @@ class AsyncRunner:
     async def redeliver(self, limit: int = 1000) -> Redelivery:
         """Send committed but undelivered events again, under their ids, and apply the
         link intents found in the outbox (see :meth:`Runner.redeliver`); how many were
-        handed over (a :class:`~lifecycle.Redelivery`: with how many were acknowledged)."""
+        handed over (a :class:`~lifecycle.runner.Redelivery`: with how many were acknowledged)."""
         return (await self._redeliver(limit))[0]
 
     async def _redeliver(self, limit: int) -> tuple[Redelivery, list[Result]]:

@@ -20,13 +20,13 @@ from lifecycle import (
     MemoryEmitter,
     MemoryStore,
     ObjectRef,
-    Redelivery,
     Runner,
     Transition,
 )
 from lifecycle.emitters.base import Ack, Acknowledge
 from lifecycle.emitters.kubernetes import KubernetesEmitter, MemoryEventSink
 from lifecycle.machines.pod import CreateRequested
+from lifecycle.runner import Redelivery
 
 from .test_acknowledged_delivery import EPOCH, k8s
 
@@ -146,8 +146,9 @@ def test_the_asyncio_runner_and_the_dispatcher_count_what_they_handed_over() -> 
 
 def test_a_redelivery_count_is_an_int_that_keeps_its_parts() -> None:
     r = Redelivery(5, 2)
-    assert r == 5 and r + 1 == 6 and f"{r}" == "5" and r.handed == 5 and r.in_flight == 3
-    assert r.joined(Redelivery(1)) == 6 and r.joined(Redelivery(1)).acknowledged == 3
+    assert (r, r + 1, f"{r}", r.handed, r.in_flight) == (5, 6, "5", 5, 3)
+    both = r.joined(Redelivery(1))
+    assert (both, both.acknowledged) == (6, 3)
     copied = pickle.loads(pickle.dumps(r))
     assert (copied, copied.acknowledged) == (5, 2)
     assert Redelivery(3).acknowledged == 3
