@@ -94,6 +94,32 @@ def test_the_kubernetes_emitter_redelivery_counts_what_it_handed_over(
     assert runner.redeliver() == 0  # nothing left: nothing handed over
 
 
+def test_through_the_api_server_the_count_is_every_event_queued() -> None:
+    """The issue's case: a host's start-up line said "redelivered: 0" while the Kubernetes
+    emitter had queued every waiting event for the API server."""
+    from kubernetes import client as kubernetes_client  # type: ignore[import-untyped]
+
+    from lifecycle.emitters.kubernetes import ManualClock
+
+    from .api_server import FakeApiServer
+
+    store, waiting = stuck_store(pods=10)
+    server = FakeApiServer()
+    config = kubernetes_client.Configuration()
+    config.host = server.url
+    api = kubernetes_client.ApiClient(config)
+    try:
+        with KubernetesEmitter.for_api(api, clock=ManualClock(EPOCH), hostname="h") as emitter:
+            runner = Runner(store, [emitter])
+            assert f"redelivered: {runner.redeliver()}" == f"redelivered: {waiting}"
+            runner.close(5.0)
+        assert server.verbs().count("POST") == waiting
+        assert store.undelivered_count() == 0
+    finally:
+        api.close()
+        server.close()
+
+
 def test_acknowledged_counts_the_answers_that_came_before_it_returned() -> None:
     store, waiting = stuck_store(pods=3)
     holding = Holding()
