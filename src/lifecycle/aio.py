@@ -103,6 +103,7 @@ class ThreadedStore:
         #: Whether calls run inline, never suspending the caller (a MemoryStore's).
         self.inline = isinstance(store, MemoryStore) if inline is None else inline
         self._pool: concurrent.futures.ThreadPoolExecutor | None = None
+        self._closed = False
         if not self.inline:
             self._pool = concurrent.futures.ThreadPoolExecutor(
                 # one worker (calls in order), or as many as the store can group (ADR 0026)
@@ -186,12 +187,13 @@ class ThreadedStore:
 
     async def flush_marks(self) -> None:
         """The store's ``flush_marks`` (write the delivery marks it holds back), if it has
-        one (ADR 0135)."""
+        one (ADR 0135); nothing once closed (closing wrote them)."""
         flush = getattr(self.store, "flush_marks", None)
-        if flush is not None:
+        if flush is not None and not self._closed:
             await self._call(flush)
 
     async def close(self) -> None:
+        self._closed = True
         close = getattr(self.store, "close", None)
         if close is not None:
             await self._call(close)

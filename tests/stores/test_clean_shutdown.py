@@ -232,6 +232,19 @@ def test_an_async_runner_on_a_threaded_store_leaves_nothing(tmp_path: Path, own:
         assert store.load(POD, ref) is not None
 
 
+def test_an_async_runner_not_owning_a_store_closed_before_it_closes_quietly(
+    tmp_path: Path,
+) -> None:
+    async def main() -> int:
+        store = ThreadedStore(SQLiteStore(tmp_path / "early.db", owner="host-0"))
+        runner = AsyncRunner(store, [MemoryEmitter()], owns_store=False)
+        await runner.observe(ObjectRef("Pod", "ml", "a", uid="a"), CREATE)
+        await store.close()  # the host closed its store first: every mark is written
+        return await runner.close()
+
+    assert asyncio.run(main()) == 0
+
+
 @pytest.mark.postgres
 def test_an_async_runner_on_postgres_not_owning_it_leaves_nothing(pg_url: str) -> None:
     from lifecycle.stores.postgres import PostgresStore
