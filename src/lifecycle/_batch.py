@@ -36,7 +36,7 @@ from ._core.machine import Machine
 from ._core.observation import Observation
 from ._core.refs import ObjectRef
 from ._core.transition import Transition
-from ._delivery import Delivery, in_order
+from ._delivery import Delivery, Redelivery, in_order
 from ._protocol import Outcome, Result, RetryPolicy, Write, WriteProtocol
 from .stores.base import CommitItem, Record
 
@@ -268,16 +268,21 @@ def _lost(protocol: WriteProtocol, item: _Item, error: StoreError, *, reading: b
     )
 
 
+#: Nothing handed over.
+_NOTHING = Redelivery(0)
+
+
 def deliver(
     delivery: Delivery, events: Sequence[Transition], backlog: Backlog | None = None
-) -> Generator[Request, Any, int]:
-    """:meth:`Delivery.deliver` as requests: send, then mark what every emitter took. An
-    interruption keeps what is left to do in ``backlog`` (ADR 0105): the events, if it came
-    while they were being sent, else the ids to mark."""
+) -> Generator[Request, Any, Redelivery]:
+    """:meth:`Delivery.deliver` as requests: send, then mark what every emitter took; how
+    many were handed over (and acknowledged). An interruption keeps what is left to do in
+    ``backlog`` (ADR 0105): the events, if it came while they were being sent, else the ids
+    to mark."""
     if not events:
-        return 0
+        return _NOTHING
     try:
-        delivered = delivery.send(events)
+        delivered, counts = delivery.send_counted(events)
     except BaseException:
         if backlog is not None:
             backlog.hold_events(events)
@@ -291,20 +296,22 @@ def deliver(
             if backlog is not None:
                 backlog.hold_marks(delivered)
             raise
-    return len(delivered)
+    return counts
 
 
-def finish(protocol: WriteProtocol) -> Generator[Request, Any, tuple[int, set[str]]]:
+def finish(protocol: WriteProtocol) -> Generator[Request, Any, tuple[Redelivery, set[str]]]:
     """Finish what interrupted calls left in the protocol's backlog (ADR 0105): send its
     events (each object's in commit order), then mark them and the ids waiting to be marked.
-    Returns how many were delivered and the ids of the events it sent (so a redelivery does
-    not send them twice). Interrupted again, it keeps what it did not finish."""
+    Returns how many were handed over and the ids of the events it sent (so a redelivery
+    does not send them twice). Interrupted again, it keeps what it did not finish."""
     backlog = protocol.backlog
     if not backlog:
-        return 0, set()
+        return _NOTHING, set()
     events, marks = backlog.take()
     try:
-        delivered = protocol.delivery.send(in_order(events)) if events else []
+        delivered, counts = (
+            protocol.delivery.send_counted(in_order(events)) if events else ([], _NOTHING)
+        )
     except BaseException:
         backlog.hold_events(events)
         backlog.hold_marks(marks)
@@ -318,7 +325,7 @@ def finish(protocol: WriteProtocol) -> Generator[Request, Any, tuple[int, set[st
         except BaseException:
             backlog.hold_marks(ids)
             raise
-    return len(delivered), {t.id for t in events}
+    return counts, {t.id for t in events}
 
 
 def landed(protocol: WriteProtocol, request: Commit, outcomes: Sequence[Any]) -> None:
@@ -342,19 +349,21 @@ def interrupt(gen: Generator[Request, Any, Any], error: BaseException) -> NoRetu
 
 def redeliver(
     protocol: WriteProtocol, claimed: Sequence[Transition], delivery: Delivery | None = None
-) -> Generator[Request, Any, tuple[int, list[Result]]]:
+) -> Generator[Request, Any, tuple[Redelivery, list[Result]]]:
     """Claimed outbox rows, delivered again (ADR 0062): their events in the one order of
     :mod:`lifecycle._delivery` (to ``delivery``'s emitters, default the protocol's), then
-    their link intents applied in commit order (ADR 0090). Returns the events delivered
-    and the intents' results."""
+    their link intents applied in commit order (ADR 0090). Returns how many events were
+    handed over (and acknowledged) and the intents' results."""
     own = delivery is None or delivery is protocol.delivery
     finished, sent = yield from finish(protocol)  # what an interrupted call left, first
     events, intents = _link_intents.split(claimed)
-    delivered = finished + (
-        yield from deliver(
-            delivery or protocol.delivery,
-            in_order([t for t in events if t.id not in sent]),
-            protocol.backlog if own else None,  # another's delivery: the outbox keeps them
+    delivered = finished.joined(
+        (
+            yield from deliver(
+                delivery or protocol.delivery,
+                in_order([t for t in events if t.id not in sent]),
+                protocol.backlog if own else None,  # another's delivery: the outbox keeps them
+            )
         )
     )
     if not intents:

@@ -39,6 +39,48 @@ from .emitters.base import Ack, Acknowledge, Emitter, delivery_key, emitter_name
 #: Marks outbox ids delivered (a store's ``mark_delivered``).
 Mark = Callable[[Sequence[str]], None]
 
+
+class Redelivery(int):
+    """What a redelivery did: the ``int`` itself is how many events it handed over (every
+    emitter took each: a synchronous one returned from ``emit``, an acknowledging one
+    accepted it for delivery), ``acknowledged`` how many of those every emitter already
+    confirmed when it returned (all of them, without an acknowledging emitter). The rest are
+    ``in_flight``: marked delivered once acknowledged (``flush``, ``close``), or left in the
+    outbox for the next redelivery if an emitter fails them (ADR 0135)."""
+
+    acknowledged: int
+
+    def __new__(cls, handed: int = 0, acknowledged: int | None = None) -> Redelivery:
+        if acknowledged is not None and not 0 <= acknowledged <= handed:
+            raise ValueError(f"acknowledged must be within 0..{handed}, got {acknowledged}")
+        made = super().__new__(cls, handed)
+        made.acknowledged = handed if acknowledged is None else acknowledged
+        return made
+
+    @property
+    def handed(self) -> int:
+        """How many events were handed over (the value itself)."""
+        return int(self)
+
+    @property
+    def in_flight(self) -> int:
+        """Handed over, and not yet acknowledged by every emitter when it returned."""
+        return int(self) - self.acknowledged
+
+    def __repr__(self) -> str:
+        return f"Redelivery(handed={int(self)}, acknowledged={self.acknowledged})"
+
+    def __str__(self) -> str:  # printed and formatted as the count it is
+        return int.__repr__(self)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (Redelivery, (int(self), self.acknowledged))
+
+    def joined(self, other: Redelivery) -> Redelivery:
+        """Both redeliveries' counts together."""
+        return Redelivery(int(self) + int(other), self.acknowledged + other.acknowledged)
+
+
 #: Acknowledged ids marked together (at least this many, unless the oldest waited long).
 MARK_BATCH = 256
 #: Seconds the oldest acknowledgement waits for a batch before the next delivery marks it.
@@ -161,11 +203,22 @@ class Delivery:
                 else:
                     stopped.add(t.ref.uid)
             return delivered
-        return self._send_acked(events)
+        return self._send_acked(events)[0]
 
-    def _send_acked(self, events: Sequence[Transition]) -> list[str]:
+    def send_counted(self, events: Sequence[Transition]) -> tuple[list[str], Redelivery]:
+        """:meth:`send`, with how many events every emitter took and how many of those
+        every emitter has acknowledged by now (a redelivery's counts)."""
+        if self._acking:
+            return self._send_acked(events, counted=True)
+        marks = self.send(events)
+        return marks, Redelivery(len(marks))
+
+    def _send_acked(
+        self, events: Sequence[Transition], *, counted: bool = False
+    ) -> tuple[list[str], Redelivery]:
         stopped: set[str] = set()
         flight = self._flight
+        taken: list[_Flight] = []  # handed over: every emitter took it (counted only)
         for t in events:
             if stopped and t.ref.uid in stopped:
                 continue
@@ -186,12 +239,19 @@ class Delivery:
                     self._failed_hand(t, emitter, e)
                     stopped.add(t.ref.uid)
                     self._answer(t, Ack.FAILED, None)
+                    took = False
                 except BaseException:  # interrupted (ADR 0105): not in flight, so the row
                     with self._cond:  # stays undelivered and the next pass sends it
                         self._flight.pop(t.id, None)
                         self._cond.notify_all()
                     raise
-        return self.take_acked()
+            if took and counted:
+                taken.append(f)
+        if not counted:
+            return self.take_acked(), _NONE_COUNTED
+        with self._cond:  # (an answer for an id is final: its flight is not reused)
+            acked = sum(1 for f in taken if f.waiting <= 0 and not f.failed)
+        return self.take_acked(), Redelivery(len(taken), acked)
 
     def _repeat(self, t: Transition) -> bool:
         """Whether ``t``, whose id is in flight or acknowledged, is that same event (call with
@@ -370,6 +430,9 @@ class Delivery:
         return ok
 
 
+_NONE_COUNTED = Redelivery(0)
+
+
 def in_order(rows: Sequence[Transition]) -> list[Transition]:
     """Claimed outbox rows in delivery order: objects as they first appear, each object's
     rows by version and position."""
@@ -377,6 +440,19 @@ def in_order(rows: Sequence[Transition]) -> list[Transition]:
     for t in rows:
         first.setdefault(t.ref.uid, len(first))
     return sorted(rows, key=lambda t: (first[t.ref.uid], t.version, t.n))
+
+
+def settle(store: object, *, close: bool, log: Any) -> None:
+    """After a runner's last delivery: close ``store`` (``close``: the runner owns it) or
+    write the delivery marks it still holds (its optional ``flush_marks``), so a process that
+    exits right after finds nothing delivered waiting in the outbox (ADR 0135). A failure is
+    logged: those events repeat, under their ids."""
+    call = getattr(store, "close" if close else "flush_marks", None)
+    if callable(call):
+        try:
+            call()
+        except StoreError as e:
+            log.warning("could not write delivery marks at close; they will repeat", error=str(e))
 
 
 def marker(store: object) -> Mark | None:

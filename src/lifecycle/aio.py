@@ -33,6 +33,7 @@ from ._core.observation import Observation
 from ._core.refs import ObjectRef
 from ._core.schema import check_store, review
 from ._core.transition import Transition
+from ._delivery import Redelivery
 from ._link import Link
 from ._log import get_logger
 from ._protocol import Result, RetryPolicy, WriteProtocol
@@ -102,6 +103,7 @@ class ThreadedStore:
         #: Whether calls run inline, never suspending the caller (a MemoryStore's).
         self.inline = isinstance(store, MemoryStore) if inline is None else inline
         self._pool: concurrent.futures.ThreadPoolExecutor | None = None
+        self._closed = False
         if not self.inline:
             self._pool = concurrent.futures.ThreadPoolExecutor(
                 # one worker (calls in order), or as many as the store can group (ADR 0026)
@@ -183,7 +185,15 @@ class ThreadedStore:
         if mark is not None:
             await self._call(mark, list(ids))
 
+    async def flush_marks(self) -> None:
+        """The store's ``flush_marks`` (write the delivery marks it holds back), if it has
+        one (ADR 0135); nothing once closed (closing wrote them)."""
+        flush = getattr(self.store, "flush_marks", None)
+        if flush is not None and not self._closed:
+            await self._call(flush)
+
     async def close(self) -> None:
+        self._closed = True
         close = getattr(self.store, "close", None)
         if close is not None:
             await self._call(close)
@@ -259,6 +269,10 @@ class AsyncRunner:
     store (run on a worker thread, see :class:`ThreadedStore`). Per-machine policies, action
     events, fallbacks and links behave exactly as in the synchronous runner -- the two make
     the same decisions (``lifecycle._protocol``) and deliver the same way.
+
+    ``owns_store``: whether :meth:`close` closes the store; by default it does (as it always
+    has). With ``owns_store=False`` a store passed in stays open, the delivery marks it holds
+    written (ADR 0135).
     """
 
     def __init__(
@@ -273,10 +287,14 @@ class AsyncRunner:
         policies: Mapping[str, RetryPolicy] | None = None,
         check_schema: bool = True,
         telemetry: Telemetry | None = None,
+        owns_store: bool | None = None,
     ) -> None:
         #: The host's telemetry behind its guard, or ``None`` (see :class:`~lifecycle.Runner`).
         self.telemetry = Guarded(telemetry) if telemetry is not None else None
         self.store: AsyncCommitStore = as_async(store)
+        #: Whether :meth:`close` closes the store (else it writes the marks the store holds).
+        self.owns_store = True if owns_store is None else owns_store
+        self._closed_store = False
         #: Every decision of the protocol, with this runner's configuration.
         self.protocol = WriteProtocol.configured(
             emitters,
@@ -342,18 +360,19 @@ class AsyncRunner:
         )
         return results
 
-    async def redeliver(self, limit: int = 1000) -> int:
+    async def redeliver(self, limit: int = 1000) -> Redelivery:
         """Send committed but undelivered events again, under their ids, and apply the
-        link intents found in the outbox (see :meth:`Runner.redeliver`)."""
+        link intents found in the outbox (see :meth:`Runner.redeliver`); how many were
+        handed over (a :class:`~lifecycle.runner.Redelivery`: with how many were acknowledged)."""
         return (await self._redeliver(limit))[0]
 
-    async def _redeliver(self, limit: int) -> tuple[int, list[Result]]:
+    async def _redeliver(self, limit: int) -> tuple[Redelivery, list[Result]]:
         """:meth:`redeliver`, with the results of the link intents it applied."""
         claim = getattr(self.store, "claim_undelivered", None)
         claimed: list[Transition] = [] if claim is None else await claim(limit)
         if not claimed and not self.protocol.backlog:
-            return 0, []
-        delivered: tuple[int, list[Result]] = await self._drive(
+            return Redelivery(0), []
+        delivered: tuple[Redelivery, list[Result]] = await self._drive(
             _batch.redeliver(self.protocol, claimed)
         )
         return delivered
@@ -378,16 +397,25 @@ class AsyncRunner:
         """:meth:`Runner.close`, awaited: close the acknowledging emitters within ``timeout``
         seconds in all (off the event loop), mark what they acknowledged, log how many events
         stay undelivered in the outbox (the next :meth:`redeliver` sends them), then close the
-        store; returns that count."""
+        store it owns (``owns_store``) or write the marks another holds back (ADR 0135);
+        returns that count. Every mark is written before it returns."""
         delivery = self.protocol.delivery
         deadline = time.monotonic() + timeout
         before = delivery.failures()
         await asyncio.to_thread(delivery.close_emitters, deadline)
         await self.flush(max(deadline - time.monotonic(), 0.0))
         left = delivery.closed(before)
-        close = getattr(self.store, "close", None)
-        if close is not None:
-            await close()
+        if self._closed_store:
+            return left
+        self._closed_store = self.owns_store
+        call = getattr(self.store, "close" if self.owns_store else "flush_marks", None)
+        if call is not None:
+            try:
+                await call()
+            except StoreError as e:
+                delivery.log.warning(
+                    "could not write delivery marks at close; they will repeat", error=str(e)
+                )
         return left
 
     async def _drive(self, gen: Any) -> Any:

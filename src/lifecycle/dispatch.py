@@ -24,12 +24,13 @@ them to the same telemetry; a runner passed in reports them to its own, if it ha
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from . import _link_intents
 from ._core.errors import StoreError
-from ._delivery import Delivery, marker
+from ._delivery import Delivery, marker, settle
 from ._log import get_logger
 from .emitters.base import Emitter
 from .stores.base import Store
@@ -106,7 +107,8 @@ class Dispatcher:
 
     def dispatch_once(self) -> int:
         """One round: claim, deliver per object in order, mark; apply link intents. Returns
-        the events delivered plus the intents confirmed.
+        the events handed over (an acknowledging emitter confirms them later: :meth:`flush`)
+        plus the intents confirmed.
         Raises :class:`~lifecycle.StoreError` if the store cannot be reached."""
         delivered, results = self._round()
         return delivered + sum(1 for r in results if _link_intents.confirmed(r.error))
@@ -136,8 +138,15 @@ class Dispatcher:
     def close(self, timeout: float = 5.0) -> int:
         """Close the acknowledging emitters within ``timeout``, mark what they acknowledged,
         and log how many events stay undelivered (see :meth:`Runner.close
-        <lifecycle.Runner.close>`); returns that count."""
-        return self.delivery.close(marker(self.store), timeout)
+        <lifecycle.Runner.close>`); returns that count. The store stays open (it is the
+        host's), with every mark written: the ones the intents' runner holds too, and those
+        the store holds back (``flush_marks``, ADR 0135)."""
+        deadline = time.monotonic() + timeout
+        left = self.delivery.close(marker(self.store), timeout)
+        if self._runner is not None:
+            self._runner.flush(max(deadline - time.monotonic(), 0.0))
+        settle(self.store, close=False, log=self._log)
+        return left
 
     def drain(self, rounds: int = 1000) -> int:
         """Rounds until a round delivers nothing (or ``rounds`` ran); returns the total. A

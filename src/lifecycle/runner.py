@@ -21,7 +21,7 @@ from ._core.observation import Observation
 from ._core.refs import ObjectRef
 from ._core.schema import check_store
 from ._core.transition import Transition
-from ._delivery import Delivery, Mark, marker
+from ._delivery import Delivery, Mark, Redelivery, marker, settle
 from ._link import Link
 from ._link_intents import PendingIntents
 from ._log import get_logger
@@ -55,7 +55,7 @@ else:
 
     _batch = _Batch()
 
-__all__ = ["Outcome", "Result", "RetryPolicy", "Runner"]
+__all__ = ["Outcome", "Redelivery", "Result", "RetryPolicy", "Runner"]
 
 _log = get_logger("lifecycle.runner")
 
@@ -75,6 +75,11 @@ class Runner:
     0092). Without an outbox (no ``mark_delivered``/``claim_undelivered``) events are
     delivered inline only: an event an emitter refused is not sent again, and
     :meth:`redeliver` finds nothing.
+
+    ``owns_store``: whether :meth:`close` (and the ``with`` block) closes the store. By
+    default a runner owns only a store it built itself (no ``store`` given); a store passed
+    in stays open, its delivery marks written (ADR 0135). Either way, nothing delivered is
+    left to redeliver once :meth:`close` returns.
     """
 
     def __init__(
@@ -89,8 +94,12 @@ class Runner:
         policies: Mapping[str, RetryPolicy] | None = None,
         check_schema: bool = True,
         telemetry: Telemetry | None = None,
+        owns_store: bool | None = None,
     ) -> None:
         chosen = store if store is not None else MemoryStore()
+        #: Whether :meth:`close` closes the store (else it writes the marks the store holds).
+        self.owns_store = store is None if owns_store is None else owns_store
+        self._closed_store = False
         #: The host's telemetry behind its guard (``lifecycle.telemetry``), or ``None``: then
         #: nothing is wrapped and the hot path is the plain one.
         self.telemetry = Guarded(telemetry) if telemetry is not None else None
@@ -268,10 +277,13 @@ class Runner:
         )
         return done
 
-    def redeliver(self, limit: int = 1000) -> int:
+    def redeliver(self, limit: int = 1000) -> Redelivery:
         """Send events that were committed but not delivered (a crash, a failing emitter).
 
-        Returns how many were delivered. Each keeps the id it was committed under. Events
+        Returns how many were handed over to the emitters: a :class:`Redelivery`, an ``int``
+        whose ``acknowledged`` says how many of them every emitter had confirmed when it
+        returned (an acknowledging emitter, such as the Kubernetes one, answers later;
+        :meth:`flush` waits for it). Each keeps the id it was committed under. Events
         another writer committed are leased to it for the store's lease (30 s by default): a
         store opened with the same ``owner`` takes its own back at once, any other finds them
         once the lease has run out — so call this periodically, not only at start-up. Link
@@ -280,7 +292,7 @@ class Runner:
         """
         return self._redeliver(limit)[0]
 
-    def _redeliver(self, limit: int) -> tuple[int, list[Result]]:
+    def _redeliver(self, limit: int) -> tuple[Redelivery, list[Result]]:
         """:meth:`redeliver`, with the results of the link intents it applied (what
         telemetry reports of it)."""
         claim = getattr(self._store, "claim_undelivered", None)
@@ -288,13 +300,13 @@ class Runner:
 
     def redeliver_claimed(
         self, claimed: Sequence[Transition], delivery: Delivery | None = None
-    ) -> tuple[int, list[Result]]:
+    ) -> tuple[Redelivery, list[Result]]:
         """Deliver claimed outbox rows (to ``delivery``'s emitters, default this runner's) and
-        apply their link intents: the events delivered and the intents' results. What an
+        apply their link intents: the events handed over and the intents' results. What an
         interrupted call left (ADR 0105) is finished first."""
         if not claimed and not self.protocol.backlog:
-            return 0, []
-        done: tuple[int, list[Result]] = _batch.run(
+            return Redelivery(0), []
+        done: tuple[Redelivery, list[Result]] = _batch.run(
             _batch.redeliver(self.protocol, claimed, delivery), self._store, self.protocol
         )
         return done
@@ -308,8 +320,17 @@ class Runner:
     def close(self, timeout: float = 5.0) -> int:
         """Close the acknowledging emitters within ``timeout`` seconds in all, mark what they
         acknowledged, and log how many events stay undelivered in the outbox (the next
-        :meth:`redeliver` sends them); returns that count. The store stays open."""
-        return self.protocol.delivery.close(self._mark, timeout)
+        :meth:`redeliver` sends them); returns that count.
+
+        Every mark is written before it returns (ADR 0135): a store the runner owns
+        (``owns_store``) is closed, any other has the marks it holds back written
+        (``flush_marks``) and stays open. A process that exits right after has nothing it
+        delivered to send again."""
+        left = self.protocol.delivery.close(self._mark, timeout)
+        if not self._closed_store:
+            self._closed_store = self.owns_store
+            settle(self._store, close=self.owns_store, log=self._log)
+        return left
 
     def __enter__(self) -> Runner:
         return self

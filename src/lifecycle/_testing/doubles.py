@@ -87,6 +87,11 @@ class FaultyStore:
     def mark_delivered(self, ids: Iterable[str]) -> None:
         self.inner.mark_delivered(ids)
 
+    def flush_marks(self) -> None:
+        flush = getattr(self.inner, "flush_marks", None)
+        if flush is not None:
+            flush()
+
     def close(self) -> None:
         self.inner.close()
 

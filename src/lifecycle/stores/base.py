@@ -158,6 +158,10 @@ class OutboxStore(Protocol):
     ``claim_undelivered`` returns (and leases to this store's owner) up to ``limit`` rows,
     each object's in commit order; ``mark_delivered`` removes rows. The runners mark what
     every emitter took, ``Runner.redeliver`` and the ``Dispatcher`` claim what is left.
+
+    A store that holds marks back for its next write (SQLite, PostgreSQL, Kubernetes) also has
+    ``flush_marks()``, looked up by name: write them now. A runner's ``close`` calls it on a
+    store it does not close (ADR 0135).
     """
 
     def claim_undelivered(self, limit: int = 1000) -> list[Transition]: ...

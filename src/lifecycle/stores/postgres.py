@@ -681,6 +681,11 @@ class PostgresStore(sql.PgSettings):
             if ids:
                 self._send_marks(ids)
 
+    def flush_marks(self) -> None:
+        """Send the delivery marks held back (ADR 0127) now: a process may exit right after
+        (a runner's ``close`` calls it, ADR 0135). A failure is logged: the events repeat."""
+        self._send_held()
+
     def undelivered_count(self) -> int:
         self._send_held()
         with self._conn("outbox count") as conn:

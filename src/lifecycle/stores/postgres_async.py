@@ -687,6 +687,11 @@ class AsyncPostgresStore(sql.PgSettings):
             if ids:
                 await self._send_marks(ids)
 
+    async def flush_marks(self) -> None:
+        """Send the delivery marks held back (ADR 0127) now: a process may exit right after
+        (a runner's ``close`` calls it, ADR 0135). A failure is logged: the events repeat."""
+        await self._send_held()
+
     async def undelivered_count(self) -> int:
         await self._send_held()
         async with self._conn("outbox count") as conn:

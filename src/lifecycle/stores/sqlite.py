@@ -1258,6 +1258,11 @@ class SQLiteStore:
             self._marker.start()
         self._held_waiting.set()
 
+    def flush_marks(self) -> None:
+        """Write the delivery marks still held (ADR 0132) now: a process may exit right after
+        (a runner's ``close`` calls it, ADR 0135). A failure is logged: the events repeat."""
+        self._write_marks()
+
     def _marks_due(self) -> bool:
         """The marker thread's turn: write what is held (``False``: the store is closing)."""
         if self._closing:
