@@ -100,8 +100,7 @@ def test_through_the_api_server_the_count_is_every_event_queued() -> None:
     from kubernetes import client as kubernetes_client  # type: ignore[import-untyped]
 
     from lifecycle.emitters.kubernetes import ManualClock
-
-    from .api_server import FakeApiServer
+    from lifecycle.testing import FakeApiServer
 
     store, waiting = stuck_store(pods=10)
     server = FakeApiServer()
