@@ -38,7 +38,7 @@ from typing import Any
 
 import psycopg
 
-from .fair import WALL, Metric, interleave, metric, ratios
+from .fair import WALL, Chunk, Metric, interleave, metric, ratios
 
 
 def _backend_pid(side: Any) -> int:
@@ -72,9 +72,11 @@ BEGIN
 END $$"""
 
 
-def _loops(url: str, schemas: list[str], n: int) -> tuple[dict[str, Callable[[], int]], int]:
+def _loops(
+    url: str, schemas: list[str], n: int
+) -> tuple[dict[str, Chunk], psycopg.Connection[Any]]:
     """A chunk per schema: ``n`` commits of one row by the server's own loop; and the pid of
-    the backend running them."""
+    the connection running them."""
     conn = psycopg.connect(url, autocommit=True)
     conn.execute("SET synchronous_commit = off")
     conn.execute(_LOOP)
@@ -85,12 +87,23 @@ def _loops(url: str, schemas: list[str], n: int) -> tuple[dict[str, Callable[[],
             "'Running', 1, '{}')"
         )
 
-    def loop(schema: str) -> int:
-        conn.execute("CALL public.notify_bench(%s, %s)", (schema, n))
+    def loop(schema: str) -> Chunk:
+        def chunk() -> int:
+            conn.execute("CALL public.notify_bench(%s, %s)", (schema, n))
+            return n
+
+        return chunk
+
+    chunks = {f"loop_{s}": loop(s) for s in schemas}
+    return chunks, conn
+
+
+def _chunk(work: Callable[[int], object], n: int) -> Chunk:
+    def chunk() -> int:
+        work(n)
         return n
 
-    chunks: dict[str, Callable[[], int]] = {f"loop_{s}": (lambda s=s: loop(s)) for s in schemas}
-    return chunks, int(conn.info.backend_pid)
+    return chunk
 
 
 def _disable(url: str, schema: str) -> None:
@@ -118,22 +131,26 @@ def suite(quick: bool, synchronous_commit: str = "off") -> dict[str, Metric]:
         for side in sides.values():
             side.prepare_existing(max(chunk, batch) * 2)
         pids = [_backend_pid(side) for side in sides.values()]
-        contenders = {
-            f"one_{name}": (lambda side=side: (side.observe_existing(chunk), chunk)[1])
-            for name, side in sides.items()
-        }
-        contenders.update(
+        # each kind in its own interleaving: a chunk always follows one of its own kind (a
+        # 50-row batch before a single change would tilt the single changes' figures)
+        groups = [
+            {f"one_{name}": _chunk(side.observe_existing, chunk) for name, side in sides.items()},
             {
-                f"many_{name}": (lambda side=side: (side.many_existing(batch), batch)[1])
+                f"many_{name}": _chunk(side.many_existing, batch)
                 for name, side in sides.items()
                 if name != "on_again"
-            }
-        )
-        times = interleave(contenders, rounds, clock=WALL)
-        loops, loop_pid = _loops(url, [f"notify_{name}" for name in sides], 200)
+            },
+        ]
+        times: dict[str, list[float]] = {}
+        for group, n in zip(groups, (rounds, rounds // 3 + 1), strict=True):
+            times.update(interleave(group, n, clock=WALL))
+        loops, looping = _loops(url, [f"notify_{name}" for name in sides], 200)
+        loop_pid = int(looping.info.backend_pid)
         if all(Path(f"/proc/{pid}/schedstat").exists() for pid in [*pids, loop_pid]):
-            cpu = interleave(contenders, rounds, clock=_cpu_clock(pids))
+            for group, n in zip(groups, (rounds, rounds // 3 + 1), strict=True):
+                cpu.update(interleave(group, n, clock=_cpu_clock(pids)))
             cpu.update(interleave(loops, 3 * rounds // 5 + 1, clock=_cpu_clock([loop_pid])))
+            looping.close()
     finally:
         for side in sides.values():
             side.close()

@@ -110,7 +110,7 @@ class Side:
 
 @pytest.fixture(params=["sync", "async"])
 def aio(request: pytest.FixtureRequest) -> bool:
-    return request.param == "async"
+    return bool(request.param == "async")
 
 
 def _schema(pg_server: PgServer) -> tuple[str, str]:
