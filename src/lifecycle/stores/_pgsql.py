@@ -497,9 +497,9 @@ class Statements:
                        t.tgenabled = 'A' AND md5(p.prosrc) = '{body}'
                        AND t.tgargs = convert_to('{self.channel}', 'UTF8') || '\\x00'::bytea
                    ), false),
-                   coalesce(string_agg(t.oid::text || '/' || t.xmin::text || t.tgenabled::text || '/'
-                                       || p.oid::text || '/' || p.xmin::text, ','
-                                       ORDER BY t.tgname), '')
+                   coalesce(string_agg(t.oid::text || '/' || t.xmin::text || '/'
+                                       || t.tgenabled::text || '/' || p.oid::text || '/'
+                                       || p.xmin::text, ',' ORDER BY t.tgname), '')
             FROM pg_trigger t JOIN pg_proc p ON p.oid = t.tgfoid
             WHERE t.tgrelid = to_regclass('{s}.objects')
               AND t.tgname IN ('lifecycle_notify', 'lifecycle_notify_truncate')"""
