@@ -91,6 +91,12 @@ def _postgres(quick: bool) -> dict[str, Metric]:
     return out
 
 
+def _pg_notify(quick: bool) -> dict[str, Metric]:
+    from . import pg_notify  # a throwaway durable server
+
+    return pg_notify.suite(quick)
+
+
 def _pg_replicas(quick: bool) -> dict[str, Metric]:
     from . import pg_replicas  # a throwaway server and writer processes
 
@@ -119,11 +125,12 @@ SUITES: dict[str, Callable[[bool], dict[str, Metric]]] = {
     # issue 26: an unchanged poll with the status cache; PostgreSQL too unless --quick
     "cached_poll": lambda quick: cached_poll.suite(quick, postgres=not quick),
     "pg_replicas": lambda quick: _pg_replicas(quick),  # 1 and 4 writer processes
+    "pg_notify": _pg_notify,  # issue 34: every write notifying, on ÷ off
     # issue 26: peak RSS at 1 M lines on 100 k objects in flight
     "replay_wide_rss": replay.wide_rss_suite,
 }
 #: what --quick leaves out (a PostgreSQL server takes seconds to start)
-NOT_QUICK = {"postgres", "pg_replicas"}
+NOT_QUICK = {"postgres", "pg_replicas", "pg_notify"}
 
 
 def environment() -> dict[str, Any]:

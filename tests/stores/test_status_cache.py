@@ -420,7 +420,9 @@ def test_a_lost_listener_suspends_the_cache_and_it_starts_empty_when_back(
 
     url = pg_server.url(schema=f"listen{next(_names)}")
     mine = PostgresStore(url, cache=8)
-    other = PostgresStore(url)  # not notifying: what it writes, only a reconnect can reveal
+    other = PostgresStore(
+        url
+    )  # at the defaults: it notifies (ADR 0143), but not while mine is deaf
     try:
         assert mine.settle_cache()
         assert mine.cache is not None

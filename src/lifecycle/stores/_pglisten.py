@@ -9,7 +9,14 @@ plain memory behind a lock.
 
 A barrier (:meth:`Listener.barrier`) is a notification the handle sends itself: PostgreSQL
 delivers notifications in commit order, so once it arrives, every commit made before it was
-sent has been handed to the cache.
+sent has been handed to the cache. A barrier whose notification cannot arrive any more (sent
+before the listener's new ``LISTEN`` after a reconnection) is released by the resumption
+itself: the cache starts empty then, which is all a barrier promises.
+
+Every second the listener also asks its guard (ADR 0143): whether the trigger that makes every
+write of an object notify is in force. While it is not, the cache is suspended with a warning;
+a change of the trigger's catalogue rows since the last check (disabled and enabled again in
+between) drops the cache, since a write may have gone unannounced meanwhile.
 """
 
 from __future__ import annotations
@@ -28,8 +35,10 @@ __all__ = ["Listener"]
 
 _log = get_logger("lifecycle.stores.postgres")
 
-#: how often a listening connection is asked to answer (a half-open one is found within this
-#: and the connection's TCP timeouts)
+#: how often a listening connection is asked its guard -- which is also how a half-open one is
+#: found, within this and the connection's TCP timeouts
+_GUARD = 1.0
+#: (how long the loop may go without coming round: see _SILENT)
 _PING = 2.0
 #: how long a wait for notifications lasts before the stop flag is looked at again
 _TICK = 0.05
@@ -44,10 +53,19 @@ APPLICATION = "lifecycle-listen"
 class Listener:
     """Hands ``channel``'s notifications to ``cache``; :meth:`close` stops it."""
 
-    def __init__(self, conninfo: str, channel: str, cache: StatusCache, *, name: str) -> None:
+    def __init__(
+        self, conninfo: str, channel: str, cache: StatusCache, *, name: str, guard: str
+    ) -> None:
         self._conninfo = conninfo
         self.channel = channel
         self._cache = cache
+        #: the query saying whether every writer notifies, and a fingerprint of why
+        self._guard = guard
+        self._fingerprint: str | None = None
+        #: whether the guard found every writer notifying at its last check
+        self.trusted = False
+        #: the listening backend's process id (``pg_stat_activity.pid``), 0 while unconnected
+        self.backend_pid = 0
         self._stop = threading.Event()
         #: set while a LISTEN is in force
         self.listening = threading.Event()
@@ -88,17 +106,20 @@ class Listener:
                 self._cache.suspend("the listener's connection was lost")
                 with self._lock:
                     self._conn = None
+                self.backend_pid = 0
                 conn.close()
 
     def _listen(self, conn: psycopg.Connection[Any]) -> None:
         conn.execute(f'LISTEN "{self.channel}"')
         with self._lock:
             self._conn = conn
+        self.backend_pid = conn.info.backend_pid
         self.connects += 1
-        self._cache.resume()
-        self.listening.set()
+        self._fingerprint = None  # what changed while away is unknown: resumed empty
+        self.trusted = False
+        self._check_guard(conn)
         cache = self._cache
-        pinged = time.monotonic()
+        guarded = time.monotonic()
         while not self._stop.is_set():
             self._came_round()
             for note in conn.notifies(timeout=_TICK):
@@ -109,19 +130,55 @@ class Listener:
                     continue
                 try:
                     cache.signalled(uid, int(version))
-                except ValueError:  # not ours: the whole cache, to be safe
-                    cache.drop("an unreadable notification")
+                except ValueError:  # "drop" (a TRUNCATE), or not ours: the whole cache
+                    cache.drop("a truncation" if version == "drop" else "an odd notification")
                 if self._stop.is_set():
                     return
-            if time.monotonic() - pinged >= _PING:
-                conn.execute("SELECT 1")  # a connection that no longer answers raises here
-                pinged = time.monotonic()
+            if time.monotonic() - guarded >= _GUARD:
+                self._check_guard(conn)  # a connection that no longer answers raises here
+                guarded = time.monotonic()
+
+    def _check_guard(self, conn: psycopg.Connection[Any]) -> None:
+        """Ask the guard; suspend the cache while a writer may not notify, drop it when the
+        trigger changed since the last check, resume it (empty) once trusted again."""
+        row = conn.execute(self._guard).fetchone()
+        trusted, fingerprint = (bool(row[0]), str(row[1])) if row is not None else (False, "")
+        if trusted and self.trusted:
+            if fingerprint != self._fingerprint:
+                self._cache.drop("the notify trigger changed")
+        elif trusted:
+            self.trusted = True
+            self._resume()
+        else:
+            if self.trusted or self._fingerprint is None:
+                _log.warning(
+                    "a writer may not notify: the notify trigger of the store's objects is "
+                    "missing or disabled (run `lifecycle db migrate`, or enable it); the status "
+                    "cache is unused until it is back",
+                    channel=self.channel,
+                )
+            self.trusted = False
+            self.listening.clear()
+            self._cache.suspend("a writer may not notify")
+        self._fingerprint = fingerprint
+
+    def _resume(self) -> None:
+        """Start the cache again, empty; release the barriers waiting so far: what they wait
+        for may have been sent before this ``LISTEN``, and an empty cache holds nothing older
+        than they ask."""
+        with self._lock:
+            waiting = list(self._barriers)
+        self._cache.resume()
+        self.listening.set()
+        for token in waiting:
+            self._reached(token)
 
     def _came_round(self) -> None:
         self.alive_at = time.monotonic()
         if self._silenced:  # check() suspended the cache meanwhile: start empty
             self._silenced = False
-            self._cache.resume()
+            if self.trusted:
+                self._cache.resume()
 
     def _reached(self, token: str) -> None:
         with self._lock:

@@ -347,8 +347,51 @@ MIGRATIONS: tuple[tuple[int, str, tuple[str, ...]], ...] = (
             )
         ),
     ),
+    (
+        5,
+        "every write of an object notifies, whoever makes it (ADR 0143)",
+        (
+            "CREATE FUNCTION {s}.notify_change() RETURNS trigger LANGUAGE plpgsql AS $$"
+            + "{notify_body}$$",
+            "CREATE TRIGGER lifecycle_notify AFTER INSERT OR UPDATE OR DELETE ON {s}.objects "
+            "FOR EACH ROW EXECUTE FUNCTION {s}.notify_change('{channel}')",
+            "CREATE TRIGGER lifecycle_notify_truncate AFTER TRUNCATE ON {s}.objects "
+            "FOR EACH STATEMENT EXECUTE FUNCTION {s}.notify_change('{channel}')",
+            # ALWAYS: a session in ``session_replication_role = replica`` (a logical
+            # replication apply, a restore) fires it too
+            "ALTER TABLE {s}.objects ENABLE ALWAYS TRIGGER lifecycle_notify",
+            "ALTER TABLE {s}.objects ENABLE ALWAYS TRIGGER lifecycle_notify_truncate",
+        ),
+    ),
 )
 LATEST = MIGRATIONS[-1][0]
+
+#: The body of the trigger function of migration 5 (ADR 0143): every row written to
+#: ``objects`` -- by this release, an older one, or plain SQL -- notifies the schema's channel
+#: with ``"VERSION UID"`` in the writing transaction (delivered at its commit, in commit
+#: order). A write that does not raise the version (a status upgrade, a hand edit, a
+#: rewind) and a delete name the old version plus one, so a cache drops whatever it held of
+#: the object and keeps no read that was in flight; a ``TRUNCATE`` says ``"drop"``.
+NOTIFY_BODY = """
+BEGIN
+    IF TG_OP = 'TRUNCATE' THEN
+        PERFORM pg_notify(TG_ARGV[0], 'drop truncate');
+    ELSIF TG_OP = 'INSERT' THEN
+        PERFORM pg_notify(TG_ARGV[0], NEW.version::text || ' ' || NEW.uid);
+    ELSIF TG_OP = 'DELETE' THEN
+        PERFORM pg_notify(TG_ARGV[0], (OLD.version + 1)::text || ' ' || OLD.uid);
+    ELSIF NEW.uid IS DISTINCT FROM OLD.uid THEN
+        PERFORM pg_notify(TG_ARGV[0], (OLD.version + 1)::text || ' ' || OLD.uid);
+        PERFORM pg_notify(TG_ARGV[0], NEW.version::text || ' ' || NEW.uid);
+    ELSIF NEW.version > OLD.version THEN
+        PERFORM pg_notify(TG_ARGV[0], NEW.version::text || ' ' || NEW.uid);
+    ELSE
+        PERFORM pg_notify(TG_ARGV[0],
+                          (greatest(OLD.version, NEW.version) + 1)::text || ' ' || NEW.uid);
+    END IF;
+    RETURN NULL;
+END
+"""
 
 #: The server's history: its cluster (system identifier) and timeline. A promoted standby
 #: starts a new timeline; a restore into another cluster has another system identifier.
@@ -391,7 +434,17 @@ def pending(applied: Sequence[int], target: Target) -> list[tuple[int, str, list
     done = set(applied)
     s = q(target.schema)
     return [
-        (v, desc, [stmt.replace("{s}", s).replace("{history}", HISTORY) for stmt in stmts])
+        (
+            v,
+            desc,
+            [
+                stmt.replace("{s}", s)
+                .replace("{history}", HISTORY)
+                .replace("{channel}", channel_of(target.schema))
+                .replace("{notify_body}", NOTIFY_BODY)
+                for stmt in stmts
+            ],
+        )
         for v, desc, stmts in MIGRATIONS
         if v not in done
     ]
@@ -426,10 +479,28 @@ _SV = "schema_version, schema_fingerprint"
 class Statements:
     """Every statement the stores run, for one schema."""
 
-    def __init__(self, schema: str, *, journal: bool, notify: bool = False) -> None:
+    def __init__(self, schema: str, *, journal: bool) -> None:
         s = q(schema)
-        #: the channel a commit NOTIFYs with ``"VERSION UID"`` (``notify``; ADR 0134)
+        #: the channel every write of an object notifies with ``"VERSION UID"`` (its trigger,
+        #: ADR 0143)
         self.channel = channel_of(schema)
+        body = hashlib.md5(NOTIFY_BODY.encode(), usedforsecurity=False).hexdigest()
+        #: What a status cache's listener asks every second (ADR 0143): whether both notify
+        #: triggers of ``objects`` are there, fire always, call the function of migration 5 on
+        #: this schema's channel, and that function's body is intact; and a fingerprint of
+        #: those catalogue rows -- any change to them (a trigger disabled and enabled again
+        #: between two checks) drops the cache, since a write may have gone unannounced.
+        self.notify_guard = f"""
+            SELECT count(*) = 2 AND coalesce(bool_and(
+                       t.tgenabled = 'A' AND md5(p.prosrc) = '{body}'
+                       AND t.tgargs = convert_to('{self.channel}', 'UTF8') || '\\x00'::bytea
+                   ), false),
+                   coalesce(string_agg(t.oid::text || '/' || t.xmin::text || '/'
+                                       || t.tgenabled::text || '/' || p.oid::text || '/'
+                                       || p.xmin::text, ',' ORDER BY t.tgname), '')
+            FROM pg_trigger t JOIN pg_proc p ON p.oid = t.tgfoid
+            WHERE t.tgrelid = to_regclass('{s}.objects')
+              AND t.tgname IN ('lifecycle_notify', 'lifecycle_notify_truncate')"""
         self.qualified_migrations = f"{schema}.schema_migrations"
         #: The session setting holding the epoch this session verified ("e:TAG"), per schema.
         self.epoch_setting = f"lifecycle.epoch_{schema}"
@@ -450,23 +521,6 @@ class Statements:
                               CASE WHEN e.history = h.now THEN 'e:' || e.tag ELSE '' END, false)
             FROM (SELECT CASE WHEN pg_is_in_recovery() THEN '' ELSE {HISTORY} END AS now) h,
                  (SELECT tag, history FROM {s}.epochs ORDER BY seq DESC LIMIT 1) e"""
-        # With ``notify``, the commit's transaction tells listeners what it wrote (delivered at
-        # its commit, in commit order): ``nt`` has one row per object written.
-        notify_one = (
-            f", nt AS (SELECT pg_notify('{self.channel}', %(version)s::text || ' ' || uid) FROM w)"
-            if notify
-            else ""
-        )
-        written = "nt" if notify else "w"
-        notify_batch = (
-            f", nt AS (SELECT pg_notify('{self.channel}', b.version::text || ' ' || b.uid) "
-            "FROM w JOIN b USING (i))"
-            if notify
-            else ""
-        )
-        batch_written = (
-            "w.i IS NOT NULL AND (SELECT count(*) FROM nt) > 0" if notify else ("w.i IS NOT NULL")
-        )
         journal_cte = (
             f""", j AS (
                 INSERT INTO {s}.journal (uid, version, at, observation, fields, transitions,
@@ -514,8 +568,8 @@ class Statements:
                        clock_timestamp() + make_interval(secs => %(lease)s)
                 FROM w, unnest(%(ids)b::text[], %(ns)b::int[], %(payloads)b::text[])
                      AS e(id, n, payload)
-            ){notify_one}
-            SELECT (SELECT count(*) FROM {written}), (SELECT ok FROM ep), c.version, c.machine,
+            )
+            SELECT (SELECT count(*) FROM w), (SELECT ok FROM ep), c.version, c.machine,
                    c.kind, c.namespace, c.name
             FROM (SELECT 1) AS one
             LEFT JOIN {s}.objects c ON c.uid = %(uid)s AND NOT EXISTS (SELECT 1 FROM w)"""
@@ -585,8 +639,8 @@ class Statements:
                 FROM unnest(%(e_item)b::bigint[], %(e_id)b::text[], %(e_n)b::int[],
                             %(e_payload)b::text[]) AS e(i, id, n, payload)
                 JOIN w USING (i) JOIN b USING (i)
-            ){notify_batch}
-            SELECT b.i, {batch_written}, ok.ok, (SELECT bad FROM bad), o.version
+            )
+            SELECT b.i, w.i IS NOT NULL, ok.ok, (SELECT bad FROM bad), o.version
             FROM b JOIN ok USING (i) LEFT JOIN w USING (i)
                  LEFT JOIN {s}.objects o ON o.uid = b.uid
             ORDER BY b.i"""
@@ -1157,7 +1211,6 @@ class PgSettings:
         journal: bool,
         synchronous_commit: SynchronousCommit | None,
         owner: str | None,
-        notify: bool = False,
     ) -> list[str]:
         """Check and keep the settings; returns the statements each new connection runs."""
         if pool_size < 1:
@@ -1184,7 +1237,7 @@ class PgSettings:
         self._call_timeout = target.call_timeout
         self._resolve_timeout = target.resolve_timeout
         self._keep_journal = journal
-        self._sql = Statements(self.target.schema, journal=journal, notify=notify)
+        self._sql = Statements(self.target.schema, journal=journal)
         return configure_sql(synchronous_commit)
 
     def _pool_options(self, pool_size: int, name: str) -> dict[str, Any]:

@@ -217,10 +217,12 @@ class AsyncPostgresStore(sql.PgSettings):
 
     ``cache=N`` keeps the last committed record of up to ``N`` objects in this handle
     (ADR 0134), so an observation that changes nothing makes no round trip and a change makes
-    one. It is kept coherent by ``NOTIFY``: with ``notify=True`` (the default when ``cache``
-    is set) each commit's transaction names the object and version it wrote, and a listener
-    thread drops what another writer changed; every writer of the schema must notify. Off by
-    default: notifying commits queue on one lock in the database, see the ADR.
+    one. It is kept coherent by ``NOTIFY``: every write of an object, whoever makes it (any
+    handle, an older release, plain SQL), notifies from a trigger the schema's migrations
+    install (ADR 0143), and a listener thread drops what another writer changed. The
+    listener checks every second that the trigger is in force; while it is not, the cache is
+    unused (reads go to the store) and a warning says why. ``notify`` is kept for
+    compatibility: every commit notifies, and ``notify=False`` is refused.
     """
 
     def __init__(
@@ -239,11 +241,14 @@ class AsyncPostgresStore(sql.PgSettings):
         cache: int = 0,
         notify: bool | None = None,
     ) -> None:
-        if cache and notify is False:
-            raise ValueError("a status cache needs notify: it is kept coherent by NOTIFY")
+        if notify is False:
+            raise ValueError(
+                "every write of a PostgreSQL store notifies (its schema's trigger, ADR 0143): "
+                "notify=False cannot be had"
+            )
         settings = self._settle(
             url, schema, pool_size, timeout, connect_timeout, lease_seconds, journal,
-            synchronous_commit, owner, bool(cache) if notify is None else notify,
+            synchronous_commit, owner,
         )  # fmt: skip
         #: the coherent status cache (``cache=N``), suspended until its listener listens
         self.cache = StatusCache(cache, usable=False) if cache else None
@@ -300,7 +305,11 @@ class AsyncPostgresStore(sql.PgSettings):
         await self._pool.open(wait=False)
         if self.cache is not None:
             self._listener = Listener(
-                self.target.conninfo, self._sql.channel, self.cache, name="lifecycle-listen"
+                self.target.conninfo,
+                self._sql.channel,
+                self.cache,
+                name="lifecycle-listen",
+                guard=self._sql.notify_guard,
             )
 
     # -- plumbing -----------------------------------------------------------------------
