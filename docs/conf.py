@@ -41,7 +41,6 @@ extensions = [
     "sphinx.ext.autodoc",
     "sphinx.ext.viewcode",
     "myst_parser",
-    "sphinxcontrib.mermaid",
 ]
 
 source_suffix = {".rst": "restructuredtext", ".md": "markdown"}
@@ -51,8 +50,8 @@ exclude_patterns = ["_build", "**/.ipynb_checkpoints"]
 # -- MyST: the Markdown pages ---------------------------------------------------------------
 myst_enable_extensions = ["colon_fence", "deflist"]
 myst_heading_anchors = 3
-#: the machine pages' ```mermaid fences are diagrams, not code
-myst_fence_as_directive = ["mermaid"]
+# The machine pages show their diagrams as SVG files drawn by `lifecycle docs` (ADR 0137): the
+# site loads nothing from another host and needs no script to show a diagram.
 
 # -- autodoc: the reference -----------------------------------------------------------------
 autodoc_member_order = "bysource"
@@ -65,7 +64,9 @@ python_use_unqualified_type_names = True
 # -- HTML -----------------------------------------------------------------------------------
 html_theme = "furo"
 html_title = f"lifecycle {release}"
-html_static_path: list[str] = []
+html_static_path: list[str] = ["_static"]
+#: the machine diagrams at their own size, scrolled sideways when wider than the page
+html_css_files = ["lifecycle.css"]
 
 
 # -- local behaviour ------------------------------------------------------------------------

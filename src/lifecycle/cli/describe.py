@@ -91,6 +91,11 @@ def cmd_diagram(args: argparse.Namespace, out: TextIO) -> int:
             "one; name one of them"
         )
     [machine] = found
+    if args.format == "svg":  # laid out here: no extra needed (ADR 0137)
+        from .._svg import svg
+
+        out.write(svg(machine, stays=args.stays))
+        return 0
     try:
         from .._diagram import diagram
 
