@@ -237,11 +237,25 @@ def _attrs_defaults(
     return signature, ret
 
 
+#: Folders whose README is the parent of every other page there in the navigation: the ~80 ADRs
+#: sit under one sidebar entry, their index, instead of filling the sidebar (issue 35).
+NESTED_UNDER_README = ("adr", "upstream")
+
+
+def _nested_pages(app: Any, docname: str, source: list[str]) -> None:
+    """Give such a README a hidden toctree of its folder's pages, at build time only, so the
+    README reads on GitHub as written."""
+    folder, _, name = docname.rpartition("/")
+    if name == "README" and folder in NESTED_UNDER_README:
+        source[0] += "\n\n```{toctree}\n:hidden:\n:glob:\n\n*\n```\n"
+
+
 def setup(app: Any) -> dict[str, Any]:
     app.connect("autodoc-process-signature", _attrs_defaults)
     app.connect("missing-reference", _documented_as)
     app.add_directive("lifecycle-help", LifecycleHelp)
     app.connect("source-read", _folder_links)
+    app.connect("source-read", _nested_pages)
     app.connect("autodoc-process-docstring", _data_docs)
     return {"parallel_read_safe": True}
 

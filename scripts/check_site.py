@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import concurrent.futures
 import contextlib
 import ipaddress
 import json
@@ -158,6 +159,15 @@ def reports_from(page: str, events: list[dict[str, Any]], unrendered: list[str])
 
 
 # -- Chromium over the DevTools protocol ---------------------------------------------------
+def _uncapped() -> None:
+    """In the browser's process: no address-space cap (the test suite sets one, ADR 0101, and
+    Chromium reserves far more address space than it uses: capped, it dies at start)."""
+    import resource
+
+    _, hard = resource.getrlimit(resource.RLIMIT_AS)
+    resource.setrlimit(resource.RLIMIT_AS, (hard, hard))
+
+
 class Browser:
     """One headless Chromium with one tab, driven over its DevTools websocket."""
 
@@ -168,6 +178,7 @@ class Browser:
             [chromium, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", "about:blank"],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
+            preexec_fn=_uncapped,
         )
         port_file = profile / "DevToolsActivePort"
         deadline = time.monotonic() + 30
@@ -244,7 +255,7 @@ class Browser:
             returnByValue=True,
         )
         unrendered = list(result.get("result", {}).get("value") or [])
-        self.wait_for("__settle__", 0.05)  # late errors of this page land here, not on the next
+        self.wait_for("__settle__", 0.02)  # late errors of this page land here, not on the next
         report = reports_from(page, self.events, unrendered)
         if not loaded:
             report.script_errors.append("the page did not finish loading within 20 s")
@@ -286,13 +297,38 @@ def pages_of(site: Path) -> list[Path]:
     return sorted(p for p in site.rglob("*.html") if p.is_file())
 
 
-def check_site(b: Browser, site: Path, shots: Path | None) -> list[PageReport]:
+def check_site(
+    b: Browser, site: Path, shots: Path | None, pages: list[Path] | None = None
+) -> list[PageReport]:
+    """Open each page (all of ``site``'s by default) in ``b``, in order."""
     reports = []
-    for path in pages_of(site):
+    for path in pages_of(site) if pages is None else pages:
         page = path.relative_to(site).as_posix()
         shot = None if shots is None else shots / (page.removesuffix(".html") + ".jpg")
         reports.append(b.check(path.resolve().as_uri(), page, shot))
     return reports
+
+
+def check_in_parallel(
+    chromium: str, first: Browser, site: Path, shots: Path | None, jobs: int
+) -> list[PageReport]:
+    """The pages shared among ``jobs`` browsers (``first`` and ``jobs - 1`` more), each in a
+    thread of its own; the reports in page order."""
+    pages = pages_of(site)
+    shares = [pages[n::jobs] for n in range(jobs)]
+    found: list[list[PageReport]] = [[] for _ in shares]
+
+    def run(n: int) -> None:
+        if n == 0:
+            found[0] = check_site(first, site, shots, shares[0])
+            return
+        with browser(chromium) as b:
+            found[n] = check_site(b, site, shots, shares[n])
+
+    with concurrent.futures.ThreadPoolExecutor(jobs) as pool:
+        for done in [pool.submit(run, n) for n in range(jobs)]:
+            done.result()
+    return sorted((r for share in found for r in share), key=lambda r: r.page)
 
 
 # -- the synthetic site: one of each problem, and a clean page ----------------------------
@@ -308,6 +344,7 @@ SYNTHETIC: dict[str, str] = {
     "mermaid-source.html": '<pre class="mermaid">stateDiagram-v2\n  A --> B</pre>',
     "mermaid-code.html": '<div class="highlight-mermaid"><pre>stateDiagram-v2</pre></div>',
     "broken-diagram.html": '<img src="missing.svg" alt="gone">',
+    "malformed-diagram.html": '<img src="malformed.svg" alt="not SVG">',
     "script-error.html": '<script>throw new Error("boom")</script>',
     "console-error.html": '<script>console.error("bad thing")</script>',
     "sub/missing-style.html": '<link rel="stylesheet" href="../nowhere.css"><p>x</p>',
@@ -320,6 +357,7 @@ EXPECTED: dict[str, set[str]] = {
     "mermaid-source.html": {"unrendered diagram"},
     "mermaid-code.html": {"unrendered diagram"},
     "broken-diagram.html": {"local file did not load", "unrendered diagram"},
+    "malformed-diagram.html": {"unrendered diagram"},
     "script-error.html": {"script error"},
     "console-error.html": {"script error"},
     "sub/missing-style.html": {"local file did not load"},
@@ -335,6 +373,7 @@ def write_synthetic(folder: Path) -> None:
             encoding="utf-8",
         )
     (folder / "drawing.svg").write_text(SVG, encoding="utf-8")
+    (folder / "malformed.svg").write_text(SVG.replace("</svg>", ""), encoding="utf-8")
 
 
 def kinds(report: PageReport) -> set[str]:
@@ -367,6 +406,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("site", nargs="?", type=Path, default=DEFAULT_SITE)
     parser.add_argument("--screenshots", type=Path, default=DEFAULT_SHOTS)
     parser.add_argument("--chromium", default=os.environ.get("CHROMIUM"))
+    parser.add_argument(
+        "--jobs", type=int, default=2, help="browsers opening pages at once (2: one per core)"
+    )
     args = parser.parse_args(argv)
     chromium = find_chromium(args.chromium)
     if chromium is None:
@@ -382,7 +424,7 @@ def main(argv: list[str] | None = None) -> int:
         if wrong:
             print("check_site: the check missed a planted problem:", *wrong, sep="\n  ")
             return 2
-        reports = check_site(b, args.site, args.screenshots)
+        reports = check_in_parallel(chromium, b, args.site, args.screenshots, args.jobs)
     bad = [r for r in reports if r.problems]
     for r in bad:
         print(f"{r.page}:")

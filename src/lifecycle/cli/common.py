@@ -37,7 +37,7 @@ MEANINGS: tuple[tuple[int, str], ...] = (
     ),
     (
         EXIT_MISSING_EXTRA,
-        "the command needs an extra that is not installed (diagram, docs: "
+        "the command needs an extra that is not installed (diagram as Mermaid or DOT: "
         "lifecycle-machines[diagrams]); the message names it",
     ),
     (
