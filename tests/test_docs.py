@@ -229,3 +229,74 @@ def test_every_adr_has_context_decision_and_consequences() -> None:
         assert text.startswith(f"# {path.name[:4]} "), path.name
         for heading in ("## Context", "## Decision", "## Consequences"):
             assert heading in text, (path.name, heading)
+
+
+# -- the glossary, the troubleshooting page and the navigation (issue 35) -------------------
+DOCS = ROOT / "docs"
+#: Where a name the two pages call or read an attribute of must be found.
+NAMESPACES = (
+    "lifecycle",
+    "lifecycle.tables",
+    "lifecycle.runner",
+    "lifecycle.stores",
+    "lifecycle.stores.kubernetes",
+    "lifecycle.emitters",
+    "lifecycle.emitters.kubernetes",
+    "lifecycle.dispatch",
+)
+#: ``Name(...)`` or ``Name.attribute`` inside backticks.
+USED = re.compile(r"`(?P<name>[A-Z]\w+)(?:\((?P<call>[^`]*)\)|\.(?P<attr>[A-Za-z_]\w*))")
+
+
+def _named(name: str) -> Any:
+    import importlib
+
+    for module in NAMESPACES:
+        found = getattr(importlib.import_module(module), name, None)
+        if found is not None:
+            return found
+    raise AssertionError(f"`{name}` is not a public name of {', '.join(NAMESPACES)}")
+
+
+@pytest.mark.parametrize("page", ["glossary.md", "troubleshooting.md"])
+def test_every_name_the_pages_use_exists_as_they_use_it(page: str) -> None:
+    """A name shown called or with an attribute (`Runner.redeliver()`, `Table.by_pair`,
+    `Outcome.COMMITTED`) is a public name of the library, and has that attribute: a rename
+    fails here instead of leaving the words behind the code."""
+    text = (DOCS / page).read_text(encoding="utf-8")
+    uses = list(USED.finditer(text))
+    assert uses
+    for m in uses:
+        found = _named(m["name"])
+        if m["attr"]:
+            fields = getattr(found, "__attrs_attrs__", ())
+            known = hasattr(found, m["attr"]) or any(f.name == m["attr"] for f in fields)
+            known = known or m["attr"] in getattr(found, "__annotations__", {})
+            assert known, f"{page}: `{m['name']}.{m['attr']}`"
+        elif m["call"] and "(" not in m["call"] and "." not in m["call"]:
+            import inspect
+
+            params = inspect.signature(found).parameters
+            for arg in m["call"].replace("\n", " ").split(","):
+                arg = arg.strip().split("=")[0]
+                assert arg in params, f"{page}: `{m[0]}`: {found.__name__} takes no {arg!r}"
+
+
+def test_the_glossary_has_the_words_a_newcomer_meets() -> None:
+    headings = set(re.findall(r"^### (.+)$", (DOCS / "glossary.md").read_text(), re.M))
+    words = {"Flip", "Link", "Link intent", "Epoch", "Outbox", "Fallback", "Rewind", "Mark"}
+    words |= {"Lease", "Redelivery", "Verdict", "Tick", "Observation", "Record", "Commit"}
+    assert words <= headings
+
+
+def test_the_adrs_sit_under_their_index_in_the_navigation() -> None:
+    """The site's index lists the ADR index, not each ADR; conf.py gives the ADR index (and
+    the upstream notes' README) a hidden toctree of its folder at build time."""
+    index = (DOCS / "index.md").read_text(encoding="utf-8")
+    toctrees = re.findall(r"```\{toctree\}\n(.*?)```", index, re.S)
+    entries = {line.strip() for tree in toctrees for line in tree.splitlines()}
+    assert "adr/README" in entries
+    assert not any(e.startswith("adr/") and e != "adr/README" for e in entries)
+    conf = (DOCS / "conf.py").read_text(encoding="utf-8")
+    assert 'NESTED_UNDER_README = ("adr", "upstream")' in conf
+    assert 'app.connect("source-read", _nested_pages)' in conf
