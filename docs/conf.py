@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import enum
 import functools
 import importlib.util
 import os
@@ -219,8 +220,11 @@ def _attrs_defaults(
     app: Any, what: str, name: str, obj: Any, options: Any, signature: str | None, ret: str | None
 ) -> tuple[str | None, str | None] | None:
     """An attrs class's generated ``__init__`` reads its defaults as ``attr_dict['x'].default``
-    (what ``autodoc_preserve_defaults`` then shows): show the default itself, and a factory as
-    ``<factory>``."""
+    (what ``autodoc_preserve_defaults`` then shows): show the default itself, a factory as the
+    call that makes it (``RestorePolicy()``) and an enum member by name (``EventType.WARNING``).
+    Each is Python, so Sphinx parses the signature and shows its types by their short, linked
+    names; a repr such as ``<factory>`` made it print the signature raw, private module paths
+    included (issue 35)."""
     if not signature or not isinstance(obj, type) or not attrs.has(obj):
         return None
     fields = attrs.fields_dict(obj)
@@ -229,12 +233,29 @@ def _attrs_defaults(
         field = fields.get(m["field"])
         if field is None:
             return m[0]
-        if isinstance(field.default, attrs.Factory):  # type: ignore[arg-type]
-            return "<factory>"
-        return repr(field.default)
+        return _default_of(field)
 
-    signature = _ATTRS_DEFAULT.sub(shown, signature).replace("= NOTHING", "= <factory>")
+    def made(m: re.Match[str]) -> str:  # ``x: T = NOTHING``: a factory autodoc could not read
+        field = fields.get(m["field"])
+        return m[0] if field is None else f"{m['head']}= {_default_of(field)}"
+
+    signature = _ATTRS_DEFAULT.sub(shown, signature)
+    signature = _NOTHING.sub(made, signature).replace("= NOTHING", "= factory()")
     return signature, ret
+
+
+_NOTHING = re.compile(r"(?P<head>\b(?P<field>\w+)(?::[^=,]*(?:\[[^\]]*\][^=,]*)?)?\s*)= NOTHING")
+
+
+def _default_of(field: Any) -> str:
+    """A field's default as Python: the call that makes it, an enum member, or its repr."""
+    default = field.default
+    if isinstance(default, attrs.Factory):  # type: ignore[arg-type]
+        made = getattr(default.factory, "__name__", "")
+        return f"{made if made.isidentifier() else 'factory'}()"
+    if isinstance(default, enum.Enum):
+        return f"{type(default).__name__}.{default.name}"
+    return repr(default)
 
 
 #: Folders whose README is the parent of every other page there in the navigation: the ~80 ADRs

@@ -10,7 +10,9 @@ page is opened from disk (``file://``, as a reader of the offline site opens it)
   loopback interface), whatever its outcome; the site must work where nothing else can be reached;
 - a local file that does not load (a stylesheet, script or image missing from the build);
 - an unrendered diagram: an image that did not decode, a Mermaid block left as its source, or a
-  Mermaid fence shown as code.
+  Mermaid fence shown as code;
+- on an API reference page (``reference/``), a private module's name (``lifecycle._protocol``):
+  the reference shows only what a reader can import.
 
 A screenshot of each page goes to ``--screenshots`` (default ``docs/_build/screenshots``; kept
 as a CI artefact, never committed). Before the site, the check runs on a small synthetic site
@@ -60,13 +62,15 @@ CHROMIUM_FLAGS = (
     "--window-size=1280,900",
     "--remote-debugging-port=0",
 )
+#: The API reference's pages, where no private module may be named.
+REFERENCE = "reference/"
 LOCAL_SCHEMES = frozenset({"file", "data", "blob", "about"})
 LOOPBACK_NAMES = frozenset({"localhost"})
 #: Chromium's own pages and its DevTools machinery are not requests a page makes.
 IGNORED_SCHEMES = frozenset({"chrome", "chrome-extension", "devtools", "chrome-error"})
 
 #: Run in each page once it has loaded: what did not render. Images are awaited first.
-PAGE_PROBE = """
+PAGE_PROBE = r"""
 (async () => {
   await Promise.all([...document.images].map((img) => img.complete ? null :
     new Promise((done) => {
@@ -84,7 +88,9 @@ PAGE_PROBE = """
   for (const el of document.querySelectorAll('.highlight-mermaid, code.language-mermaid')) {
     found.push('Mermaid diagram shown as code: ' + el.textContent.trim().slice(0, 60));
   }
-  return found;
+  const text = (document.querySelector('article') || document.body).innerText;
+  const names = [...new Set(text.match(/\blifecycle(?:\.\w+)*\._\w+/g) || [])];
+  return {unrendered: found, private: names};
 })()
 """
 
@@ -113,6 +119,7 @@ class PageReport:
     external: list[str] = field(default_factory=list)
     missing: list[str] = field(default_factory=list)
     unrendered: list[str] = field(default_factory=list)
+    private: list[str] = field(default_factory=list)
 
     @property
     def problems(self) -> list[str]:
@@ -121,6 +128,7 @@ class PageReport:
             + [f"external request: {u}" for u in self.external]
             + [f"local file did not load: {u}" for u in self.missing]
             + [f"unrendered diagram: {d}" for d in self.unrendered]
+            + [f"private name in the reference: {n}" for n in self.private]
         )
 
 
@@ -254,9 +262,11 @@ class Browser:
             awaitPromise=True,
             returnByValue=True,
         )
-        unrendered = list(result.get("result", {}).get("value") or [])
+        found = result.get("result", {}).get("value") or {}
         self.wait_for("__settle__", 0.02)  # late errors of this page land here, not on the next
-        report = reports_from(page, self.events, unrendered)
+        report = reports_from(page, self.events, list(found.get("unrendered", [])))
+        if page.startswith(REFERENCE):
+            report.private = list(found.get("private", []))
         if not loaded:
             report.script_errors.append("the page did not finish loading within 20 s")
         if screenshot is not None:
@@ -348,6 +358,9 @@ SYNTHETIC: dict[str, str] = {
     "script-error.html": '<script>throw new Error("boom")</script>',
     "console-error.html": '<script>console.error("bad thing")</script>',
     "sub/missing-style.html": '<link rel="stylesheet" href="../nowhere.css"><p>x</p>',
+    "reference/private.html": "<article><p>decided in <code>lifecycle._protocol</code></p>"
+    "</article>",
+    "notes.html": "<p>the kernel lives in <code>lifecycle._protocol</code> (not the reference)</p>",
 }
 #: The problem kinds the check must find on each synthetic page (the clean one: none).
 EXPECTED: dict[str, set[str]] = {
@@ -361,6 +374,8 @@ EXPECTED: dict[str, set[str]] = {
     "script-error.html": {"script error"},
     "console-error.html": {"script error"},
     "sub/missing-style.html": {"local file did not load"},
+    "reference/private.html": {"private name in the reference"},
+    "notes.html": set(),
 }
 
 
