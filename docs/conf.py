@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import enum
 import functools
 import importlib.util
 import os
@@ -41,7 +42,6 @@ extensions = [
     "sphinx.ext.autodoc",
     "sphinx.ext.viewcode",
     "myst_parser",
-    "sphinxcontrib.mermaid",
 ]
 
 source_suffix = {".rst": "restructuredtext", ".md": "markdown"}
@@ -51,8 +51,8 @@ exclude_patterns = ["_build", "**/.ipynb_checkpoints"]
 # -- MyST: the Markdown pages ---------------------------------------------------------------
 myst_enable_extensions = ["colon_fence", "deflist"]
 myst_heading_anchors = 3
-#: the machine pages' ```mermaid fences are diagrams, not code
-myst_fence_as_directive = ["mermaid"]
+# The machine pages show their diagrams as SVG files drawn by `lifecycle docs` (ADR 0137): the
+# site loads nothing from another host and needs no script to show a diagram.
 
 # -- autodoc: the reference -----------------------------------------------------------------
 autodoc_member_order = "bysource"
@@ -65,7 +65,9 @@ python_use_unqualified_type_names = True
 # -- HTML -----------------------------------------------------------------------------------
 html_theme = "furo"
 html_title = f"lifecycle {release}"
-html_static_path: list[str] = []
+html_static_path: list[str] = ["_static"]
+#: the machine diagrams at their own size, scrolled sideways when wider than the page
+html_css_files = ["lifecycle.css"]
 
 
 # -- local behaviour ------------------------------------------------------------------------
@@ -218,8 +220,11 @@ def _attrs_defaults(
     app: Any, what: str, name: str, obj: Any, options: Any, signature: str | None, ret: str | None
 ) -> tuple[str | None, str | None] | None:
     """An attrs class's generated ``__init__`` reads its defaults as ``attr_dict['x'].default``
-    (what ``autodoc_preserve_defaults`` then shows): show the default itself, and a factory as
-    ``<factory>``."""
+    (what ``autodoc_preserve_defaults`` then shows): show the default itself, a factory as the
+    call that makes it (``RestorePolicy()``) and an enum member by name (``EventType.WARNING``).
+    Each is Python, so Sphinx parses the signature and shows its types by their short, linked
+    names; a repr such as ``<factory>`` made it print the signature raw, private module paths
+    included (issue 35)."""
     if not signature or not isinstance(obj, type) or not attrs.has(obj):
         return None
     fields = attrs.fields_dict(obj)
@@ -228,12 +233,42 @@ def _attrs_defaults(
         field = fields.get(m["field"])
         if field is None:
             return m[0]
-        if isinstance(field.default, attrs.Factory):  # type: ignore[arg-type]
-            return "<factory>"
-        return repr(field.default)
+        return _default_of(field)
 
-    signature = _ATTRS_DEFAULT.sub(shown, signature).replace("= NOTHING", "= <factory>")
+    def made(m: re.Match[str]) -> str:  # ``x: T = NOTHING``: a factory autodoc could not read
+        field = fields.get(m["field"])
+        return m[0] if field is None else f"{m['head']}= {_default_of(field)}"
+
+    signature = _ATTRS_DEFAULT.sub(shown, signature)
+    signature = _NOTHING.sub(made, signature).replace("= NOTHING", "= factory()")
     return signature, ret
+
+
+_NOTHING = re.compile(r"(?P<head>\b(?P<field>\w+)(?::[^=,]*(?:\[[^\]]*\][^=,]*)?)?\s*)= NOTHING")
+
+
+def _default_of(field: Any) -> str:
+    """A field's default as Python: the call that makes it, an enum member, or its repr."""
+    default = field.default
+    if isinstance(default, attrs.Factory):  # type: ignore[arg-type]
+        made = getattr(default.factory, "__name__", "")
+        return f"{made if made.isidentifier() else 'factory'}()"
+    if isinstance(default, enum.Enum):
+        return f"{type(default).__name__}.{default.name}"
+    return repr(default)
+
+
+#: Folders whose README is the parent of every other page there in the navigation: the ~80 ADRs
+#: sit under one sidebar entry, their index, instead of filling the sidebar (issue 35).
+NESTED_UNDER_README = ("adr", "upstream")
+
+
+def _nested_pages(app: Any, docname: str, source: list[str]) -> None:
+    """Give such a README a hidden toctree of its folder's pages, at build time only, so the
+    README reads on GitHub as written."""
+    folder, _, name = docname.rpartition("/")
+    if name == "README" and folder in NESTED_UNDER_README:
+        source[0] += "\n\n```{toctree}\n:hidden:\n:glob:\n\n*\n```\n"
 
 
 def setup(app: Any) -> dict[str, Any]:
@@ -241,6 +276,7 @@ def setup(app: Any) -> dict[str, Any]:
     app.connect("missing-reference", _documented_as)
     app.add_directive("lifecycle-help", LifecycleHelp)
     app.connect("source-read", _folder_links)
+    app.connect("source-read", _nested_pages)
     app.connect("autodoc-process-docstring", _data_docs)
     return {"parallel_read_safe": True}
 

@@ -55,7 +55,6 @@ NEEDS_AT_IMPORT: dict[str, str] = {
 README_EXTRAS: dict[str, str] = {
     "lifecycle diagram certification": "diagrams",
     "lifecycle diagram restore --format dot": "diagrams",
-    "lifecycle docs --check": "diagrams",
     "lifecycle check examples/quickstart_property_test.py:DoorMachine": "testing",
     "lifecycle replay examples/traces/faults.jsonl --metrics": "prometheus",
 }

@@ -36,7 +36,7 @@ def _without_transitions(monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.delitem(sys.modules, name, raising=False)
 
 
-@pytest.mark.parametrize("words", [["diagram", "job"], ["docs", "--check"]])
+@pytest.mark.parametrize("words", [["diagram", "job"], ["diagram", "job", "--format", "dot"]])
 def test_a_missing_extra_is_exit_4_naming_the_extra(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], words: list[str]
 ) -> None:
@@ -45,6 +45,19 @@ def test_a_missing_extra_is_exit_4_naming_the_extra(
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1
     assert "pip install 'lifecycle-machines[diagrams]'" in err[0]
+
+
+def test_the_pages_and_the_svg_drawing_need_no_extra(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The machine pages show SVG the library lays out itself (ADR 0137): without
+    ``transitions`` they are written and checked, and ``diagram --format svg`` draws."""
+    _without_transitions(monkeypatch)
+    assert main(["docs", "--out", str(tmp_path)], out=io.StringIO()) == EXIT_OK
+    assert main(["docs", "--out", str(tmp_path), "--check"], out=io.StringIO()) == EXIT_OK
+    out = io.StringIO()
+    assert main(["diagram", "job", "--format", "svg"], out=out) == EXIT_OK
+    assert out.getvalue() == (tmp_path / "job.svg").read_text(encoding="utf-8")
 
 
 def test_a_stale_page_is_exit_1_and_a_current_one_exit_0(tmp_path: Path) -> None:

@@ -168,13 +168,12 @@ def test_every_readme_command_that_needs_an_extra_says_which_once(tmp_path: Path
     [
         (["diagram", "pod"], "diagrams"),
         (["diagram", "pod", "--format", "dot"], "diagrams"),
-        (["docs", "--check"], "diagrams"),
         (["replay", "examples/traces/demo.jsonl", "--metrics", "{tmp}/m.prom"], "prometheus"),
         (["db", "status", "--store", "postgresql://u@localhost:1/db"], "postgres"),
         (["replay", "examples/traces/demo.jsonl", "--store", "postgresql://u@h:1/d"], "postgres"),
         (["check", "examples/quickstart_property_test.py:DoorMachine"], "testing"),
     ],
-    ids=["diagram", "dot", "docs", "metrics", "db-postgres", "replay-postgres", "check-file"],
+    ids=["diagram", "dot", "metrics", "db-postgres", "replay-postgres", "check-file"],
 )
 def test_a_command_that_needs_a_missing_extra_exits_4_naming_it_once(
     argv: list[str], extra: str, tmp_path: Path

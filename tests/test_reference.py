@@ -196,3 +196,62 @@ def test_the_site_is_built_with_warnings_as_errors_here_and_on_read_the_docs() -
     assert docs is not None
     assert re.search(r"sphinx-build -W .*docs docs/_build/html", docs[1])
     assert "--group docs" in makefile
+
+
+# -- the reference names no private module (issue 35) ---------------------------------------
+#: A dotted name with a private part under ``lifecycle`` (``lifecycle._protocol``,
+#: ``lifecycle.stores._k8s_record``), or a role pointing at one (``:mod:`._batch```).
+PRIVATE_NAME = re.compile(r"\blifecycle(?:\.\w+)*\._\w+|:\w+:`~?\.?_[a-z]\w*")
+
+
+def documented_docstrings() -> Iterable[tuple[str, str]]:
+    """(where, docstring) for everything the reference pages show: each public module's
+    docstring, each name of its ``__all__``, and the public members of those classes."""
+    seen: set[int] = set()
+
+    def of(obj: Any, where: str, members: bool) -> Iterable[tuple[str, str]]:
+        if id(obj) in seen:
+            return
+        seen.add(id(obj))
+        doc = getattr(obj, "__doc__", None)
+        if isinstance(doc, str):
+            yield where, doc
+        if members and isinstance(obj, type):
+            for name, member in vars(obj).items():
+                if name.startswith("_") and name != "__init__":
+                    continue
+                if isinstance(member, staticmethod | classmethod):
+                    member = member.__func__
+                if isinstance(member, property):
+                    member = member.fget
+                if callable(member) or member is not None:
+                    yield from of(member, f"{where}.{name}", False)
+
+    for module in MODULES:
+        imported = importlib.import_module(module)
+        yield from of(imported, module, False)
+        for name in declared_all(module) or []:
+            yield from of(getattr(imported, name), f"{module}.{name}", True)
+
+
+def private_names(docs: Iterable[tuple[str, str]]) -> list[str]:
+    return [f"{where}: {m[0]}" for where, doc in docs for m in PRIVATE_NAME.finditer(doc)]
+
+
+def test_no_reference_entry_names_a_private_module() -> None:
+    """A reader of the reference meets only names they can import: a docstring pointing at
+    ``lifecycle._protocol`` sends them to a module that is not part of the API."""
+    assert private_names(documented_docstrings()) == []
+
+
+def test_a_private_name_in_a_docstring_is_found() -> None:
+    docs = [
+        ("a", "decided in :mod:`lifecycle._protocol` and ``lifecycle.stores._k8s_record``"),
+        ("b", "see :class:`._batch.Driver`"),
+        ("c", "a public :class:`lifecycle.Runner` and ``lifecycle.stores.Store``; _private"),
+    ]
+    assert private_names(docs) == [
+        "a: lifecycle._protocol",
+        "a: lifecycle.stores._k8s_record",
+        "b: :class:`._batch",
+    ]

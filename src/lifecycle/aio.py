@@ -1,8 +1,8 @@
 """The runner for asyncio hosts (kopf operators, aiohttp services): same protocol, same
 guarantees, awaited.
 
-:class:`AsyncRunner` runs the very implementation ``Runner.observe_many`` runs (the sans-I/O
-driver in ``lifecycle._batch`` of the decisions in ``lifecycle._protocol``), with each store
+:class:`AsyncRunner` runs the very implementation ``Runner.observe_many`` runs (one sans-I/O
+driver of the protocol's decisions, written once inside the library), with each store
 operation awaited: on an
 :class:`AsyncStore` such as :class:`~lifecycle.stores.postgres_async.AsyncPostgresStore`
 (psycopg's asyncio API), or on any synchronous store through :class:`ThreadedStore`, which
@@ -212,7 +212,7 @@ def as_async(store: AsyncCommitStore | CommitStore | None) -> AsyncCommitStore:
 
 async def answer(store: AsyncCommitStore, request: Request, landed: list[Any] | None = None) -> Any:
     """Run one protocol request against an :class:`AsyncStore` (a commit made one object at a
-    time puts each outcome in ``landed`` as it comes, as ``lifecycle._batch.answer`` does)."""
+    time puts each outcome in ``landed`` as it comes, as the synchronous runner does)."""
     if isinstance(request, Load):
         load_many = getattr(store, "load_many", None)
         if load_many is not None and len(request.items) > 1:
@@ -268,7 +268,7 @@ class AsyncRunner:
     Takes the runner's arguments; ``store`` is an :class:`AsyncCommitStore` or a synchronous
     store (run on a worker thread, see :class:`ThreadedStore`). Per-machine policies, action
     events, fallbacks and links behave exactly as in the synchronous runner -- the two make
-    the same decisions (``lifecycle._protocol``) and deliver the same way.
+    the same decisions (one implementation of the protocol) and deliver the same way.
 
     ``owns_store``: whether :meth:`close` closes the store; by default it does (as it always
     has). With ``owns_store=False`` a store passed in stays open, the delivery marks it holds

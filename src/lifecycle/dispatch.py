@@ -3,7 +3,7 @@ between commit and delivery, or an emitter failed), from any number of replicas 
 
 Each round claims a batch of undelivered events (on PostgreSQL with ``FOR UPDATE SKIP
 LOCKED``, an object's events going to one replica at a time) and hands them to the delivery
-every runner uses (``lifecycle._delivery``, ADR 0092): each object's events in version order,
+every runner uses (one implementation, ADR 0092): each object's events in version order,
 an object stopped at its first failed delivery (so a later event never overtakes an earlier
 one; the rest stay leased to this replica and are retried next round), then marked. Delivery
 is at least once, under each event's stable id.

@@ -1,11 +1,12 @@
 """The runner: feeds observations to machines, persists their statuses, emits their events.
 
-:class:`Runner` is the synchronous driver of the write-then-emit protocol, whose decisions are
-made once, in :mod:`lifecycle._protocol` (read, apply, compare, flips, commit with CAS and
-retries, fallback), with delivery in :mod:`lifecycle._delivery` and durable links in
-:mod:`lifecycle._link_intents`. :meth:`Runner.observe` moves the data between them and the store
-inline (the hot path); :meth:`Runner.observe_many` and :meth:`Runner.redeliver` run the same
-decisions through the sans-I/O driver of :mod:`lifecycle._batch`, as ``AsyncRunner`` does.
+:class:`Runner` is the synchronous driver of the write-then-emit protocol. Its decisions (read,
+apply, compare, flips, commit with compare-and-set and retries, fallback), the delivery of
+events and the durable links between machines are written once, inside the library, and shared
+by every runner and the outbox dispatcher (ADR 0064, ADR 0092). :meth:`Runner.observe` moves
+the data between those decisions and the store inline (the hot path);
+:meth:`Runner.observe_many` and :meth:`Runner.redeliver` run the same decisions through the
+sans-I/O driver that :class:`~lifecycle.AsyncRunner` awaits.
 """
 
 from __future__ import annotations
@@ -177,8 +178,10 @@ class Runner:
         return self.protocol.machine_for(ref)
 
     def write_policy(self, machine: Machine[Any], observation: Observation) -> RetryPolicy:
-        """The retry policy for writing ``observation`` on ``machine`` (see
-        :meth:`WriteProtocol.write_policy <lifecycle._protocol.WriteProtocol.write_policy>`)."""
+        """The retry policy for writing ``observation`` on ``machine``: the runner's
+        ``policies[machine.name]`` if given, else its ``policy`` with the machine's declared
+        ``write_attempts``; one attempt for an observation a link writes directly (a conflict
+        is not retried there: the link intent stays pending and the next pass writes it)."""
         return self.protocol.write_policy(machine, observation)
 
     def policy_for(self, machine: Machine[Any]) -> RetryPolicy:
@@ -356,7 +359,7 @@ class Runner:
     def apply_intents(self, intents: Sequence[Transition]) -> tuple[Result, ...]:
         """Apply link intents in order, depth-first (each through :meth:`observe`); mark
         those their target confirmed, keep the others pending. An intent whose lane (source,
-        target) has an earlier pending one waits (:class:`lifecycle._link_intents.Rounds`)."""
+        target) has an earlier pending one waits, so a lane's intents apply in commit order."""
         outer, self._applying_links = self._applying_links, True
         protocol = self.protocol
         try:

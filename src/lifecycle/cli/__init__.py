@@ -4,7 +4,7 @@
                              [--max-line-bytes N] [--as-kubernetes-events]
                              [--expect GOLDEN.jsonl [--update] | --compare-with REFERENCE]
     lifecycle machines [--format text|json] [--machines REFERENCE]
-    lifecycle diagram MACHINE [--format mermaid|dot] [--stays]
+    lifecycle diagram MACHINE [--format mermaid|dot|svg] [--stays]
     lifecycle table MACHINE
     lifecycle docs [--out DIR] [--check]
     lifecycle db migrate|status|compact|check|upgrade --store URL

@@ -37,9 +37,9 @@ MEANINGS: tuple[tuple[int, str], ...] = (
     ),
     (
         EXIT_MISSING_EXTRA,
-        "the command needs an extra that is not installed (diagram, docs: diagrams; "
-        "replay --metrics: prometheus; a postgresql:// store: postgres); one line names it "
-        "and its pip command",
+        "the command needs an extra that is not installed (diagram as Mermaid or DOT: "
+        "diagrams; replay --metrics: prometheus; a postgresql:// store: postgres); one line "
+        "names it and its pip command",
     ),
     (
         EXIT_INTERNAL,

@@ -194,14 +194,15 @@ def _add_describe(sub: Any) -> None:
     )
     mp.set_defaults(func=later("describe", "cmd_machines"))
     dp = sub.add_parser(
-        "diagram", help="draw a machine's table (Mermaid or DOT source, via transitions)"
+        "diagram", help="draw a machine's table (Mermaid or DOT source, or an SVG drawing)"
     )
     dp.add_argument("machine", help=MACHINE_HELP + " (one machine)")
     dp.add_argument(
         "--format",
-        choices=("mermaid", "dot"),
+        choices=("mermaid", "dot", "svg"),
         default="mermaid",
-        help="Mermaid stateDiagram-v2 (the default) or Graphviz DOT source",
+        help="Mermaid stateDiagram-v2 (the default), Graphviz DOT source, or an SVG drawing "
+        "laid out by the library itself (what the machine pages show; needs no extra)",
     )
     dp.add_argument(
         "--stays", action="store_true", help="also draw rows that keep the state (self-loops)"

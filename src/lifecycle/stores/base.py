@@ -271,8 +271,8 @@ class SchemaStore(Protocol):
 
     ``schema_versions`` is one aggregate read: per machine, kind of record (``status``,
     ``journal``, ``snapshot``), version and fingerprint, how many and one example uid -- the
-    runner's start-up check and ``lifecycle db check`` judge it (``lifecycle._core.schema
-    .review``). ``upgrade`` rewrites ``machine``'s records below its schema version, ``batch``
+    runner's start-up check and ``lifecycle db check`` judge it, by the same rules (ADR
+    0088). ``upgrade`` rewrites ``machine``'s records below its schema version, ``batch``
     at a time, each batch one transaction, each record compared-and-set on what was read
     (a concurrent writer wins: that record is skipped); interrupted, it resumes where it
     stopped, since only records below the current version are selected.

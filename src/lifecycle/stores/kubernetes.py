@@ -30,8 +30,8 @@ The status body is :func:`~lifecycle.kubernetes_status` of the machine (the reso
 field names) merged into what the object has: fields and conditions of other writers are
 kept, fields this store wrote before and no longer renders are removed.
 
-:class:`AsyncKubernetesStore` is the same store for asyncio (the same steps,
-:mod:`lifecycle.stores._k8s_record`, driven by awaiting a transport).
+:class:`AsyncKubernetesStore` is the same store for asyncio (the same steps, written once,
+driven by awaiting a transport).
 """
 
 from __future__ import annotations
