@@ -1,6 +1,7 @@
 """Stores: where statuses, journals and the outbox live. Choose one by URL with
 :func:`open_store`: ``memory://``, ``sqlite:///relative/path.db``, ``sqlite:////abs/path.db``
-(with optional query parameters: :data:`lifecycle._store_urls.SQLITE_PARAMETERS`), or
+(with optional query parameters ``synchronous``, ``owner``, ``lease_seconds``,
+``busy_timeout``, ``group_commit`` and ``cache``: ``lifecycle replay --help`` says each), or
 ``postgresql://USER:PASSWORD@HOST:PORT/DB[?schema=NAME]`` (extra ``postgres``).
 
 A store URL is parsed as a URL (:mod:`urllib.parse`), and what it cannot mean is refused with
