@@ -28,6 +28,7 @@ from urllib3.connection import HTTPConnection, HTTPSConnection
 from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
 from urllib3.response import HTTPResponse
 
+from ..._core import threads
 from .correlator import SinkError
 
 _current = threading.local()
@@ -118,6 +119,10 @@ def bound(pool_manager: Any) -> None:
     pool_manager.clear()
 
 
+#: What requests do without the deadline thread (the log line of ADR 0140).
+_NO_DEADLINES = "Kubernetes requests are bounded only by their socket timeouts"
+
+
 class Deadlines:
     """A watchdog thread that cuts the connection of every request past its deadline."""
 
@@ -126,6 +131,9 @@ class Deadlines:
         self._heap: list[tuple[float, int, Guard]] = []
         self._seq = itertools.count()
         self._thread: threading.Thread | None = None
+        #: times no watchdog thread could be started (ADR 0140): requests were then bounded
+        #: only by their socket timeouts; the next request tries again
+        self.refusals = 0
 
     @contextlib.contextmanager
     def guard(self, seconds: float, limit: int) -> Iterator[Guard]:
@@ -136,10 +144,13 @@ class Deadlines:
         with self._cond:
             heapq.heappush(self._heap, entry)
             if self._thread is None:
-                self._thread = threading.Thread(
+                thread = threading.Thread(
                     target=self._watch, name="lifecycle-k8s-deadlines", daemon=True
                 )
-                self._thread.start()
+                if threads.start(thread, _NO_DEADLINES, log=not self.refusals):
+                    self._thread = thread
+                else:
+                    self.refusals += 1
             self._cond.notify()
         _current.guard = g
         try:
