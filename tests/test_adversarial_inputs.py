@@ -100,9 +100,9 @@ class Stores:
         opened, self.opened = self.opened, []
         for store in opened:
             store.close()
-            path = getattr(store, "path", None)
-            for suffix in ("", "-wal", "-shm", ".lifecycle-history") if path else ():
-                Path(path + suffix).unlink(missing_ok=True)
+            if isinstance(store, SQLiteStore):
+                for suffix in ("", "-wal", "-shm", ".lifecycle-history"):
+                    Path(store.path + suffix).unlink(missing_ok=True)
 
     @contextlib.contextmanager
     def example(self) -> Iterator[None]:
