@@ -107,6 +107,30 @@ def test_a_sqlite_store_starts_its_marker_once_threads_are_back(
     reopened.close()
 
 
+def test_an_idle_marker_thread_ends_and_the_next_mark_starts_another(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A store kept open but idle holds no thread (issue 35: one per store opened)."""
+    from lifecycle.stores import sqlite
+
+    monkeypatch.setattr(sqlite, "_MARKER_IDLE", 0.05)
+    store = SQLiteStore(tmp_path / "s.db")
+    runner = Runner(store)
+    runner.observe(pod(0), created())
+    first = store._marker
+    assert first is not None
+    first.join(timeout=10)
+    assert not first.is_alive()  # idle: ended by itself
+    assert store._marker is None
+    assert store.undelivered_marks_held() == 0  # what it held, it wrote first
+    runner.observe(pod(1), created())
+    second = store._marker
+    assert second is not None
+    assert second is not first  # started again with the next held mark
+    store.close()
+    assert not second.is_alive()
+
+
 def test_a_failed_commit_without_a_marker_keeps_its_marks_for_the_close(
     tmp_path: Path, no_threads: NoThreads
 ) -> None:
