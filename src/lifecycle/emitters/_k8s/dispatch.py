@@ -113,7 +113,7 @@ class Dispatcher:
         if send.purpose is not Purpose.RECORD and any(s.purpose is send.purpose for s in lane):
             return True  # the same timer send is already waiting in this lane
         lane.append(send)
-        if self._started and not self._threads:
+        if self._started and not self._threads and not self._stopping:
             self._top_up()
         if len(lane) == 1 and send.key not in self._busy:
             self._ready.append(send.key)
