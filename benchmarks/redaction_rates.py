@@ -127,10 +127,26 @@ OUTSIDE_SECRETS: tuple[tuple[str, str, str], ...] = (
         "b3BlbnNzaC1r",
     ),
     ("netrc", f"machine api.example login ci password {_PW}", _PW),
+    # issue 35: shapes an outside corpus still found
+    ("npmrc-auth", "//registry.npmjs.org/:_auth=Y2k6aHVudGVyMg==", "Y2k6aHVudGVyMg"),
+    ("npmrc-auth-token", "//npm.example/:_authToken=4f1c-77ab-90de", "4f1c-77ab-90de"),
+    ("npmrc-password", "//npm.example/:_password=aHVudGVyMg==", "aHVudGVyMg"),
+    ("go-mysql-dsn", "dial app:Kp9;x,y_2@tcp(db:3306)/orders failed", "Kp9;x,y_2"),
+    ("go-mysql-dsn-unix", "root:Kp9-x2@unix(/run/mysqld.sock)/app", "Kp9-x2"),
+    ("redis-cli-a", "redis-cli -h cache -a Kp9x2 ping", "Kp9x2"),
+    ("redis-cli-pass", "redis-cli --pass Kp9x2 info", "Kp9x2"),
+    ("redis-cli-url", "redis-cli -u redis://:Kp9x2@cache:6379 ping", "Kp9x2"),
+    (
+        "modal-secret-underscore",
+        "Token as-" + _r(_rng, B62, 10) + "_" + _r(_rng, B62, 11) + " is invalid",
+        "",
+    ),
+    ("password-semicolon", "password=Kp9;x,y2 other=1", ";x,y2"),
+    ("password-comma-dsn", "host=db password=Kp9,x;y2 sslmode=require", ",x;y2"),
 )
 # entries whose secret is the random tail of their text
 OUTSIDE_SECRETS = tuple(
-    (n, t, s or t.split(" ")[1 if n == "modal-token" else -1]) for n, t, s in OUTSIDE_SECRETS
+    (n, t, s or t.split(" ")[1 if n.startswith("modal-") else -1]) for n, t, s in OUTSIDE_SECRETS
 )
 
 #: What an operator reads and must keep reading: provider errors, names, ARNs, paths, refs.
@@ -200,6 +216,11 @@ ORDINARY_TEXT: tuple[str, ...] = (
     "job ml-eval-harness-2025-11-30 finished in 2h13m",
     "NVIDIA A100-SXM4-80GB GPU-5a8e9c1d-2b3f-4e6a-8d7c-1f0e9b8a7c6d lost",
     "auth: UnauthorizedOperation [spot]: You are not authorized to perform this operation.",
+    "ECDSA key fingerprint is SHA256:uNiVztksCsDhcc0u9e8BujQXVUpKZIDTMczCvj3tD2s.",
+    "256 SHA256:4vP6Ah2hXb2Y1B3y+q8V9gkqzQkzF1U/8L0Tq7X9yJk ops@bastion (ED25519)",
+    "retried 3 times, waited 10s; gave up, node drained",
+    "ls -a /data; redis-cli --no-auth-warning info",
+    "dial tcp 10.0.0.7:3306: connect: connection refused",
 )
 
 

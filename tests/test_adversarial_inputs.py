@@ -7,14 +7,20 @@ on the memory store and SQLite, with the hostile values of ``lifecycle.testing.h
 After anything accepted, more normal observations and far-future Ticks must apply or be
 refused with a LifecycleError: never an OverflowError or any other untyped exception.
 
-Bounded in ``make test``; ``LIFECYCLE_SOAK=1`` runs many more examples.
+Bounded in ``make test``; ``LIFECYCLE_SOAK=1`` runs many more examples
+(``LIFECYCLE_SOAK_EXAMPLES``: how many; ``tests/test_soak_short.py`` runs a short soak of this
+file under a tight memory cap in ``make test``). Every store an example opens is closed when
+the example ends, and each property checks that the library's threads did not pile up: a
+soak of thousands of examples under ``LIFECYCLE_TEST_MEMORY_CAP`` once ran out of address
+space with a marker thread per store opened (issue 35).
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -51,7 +57,7 @@ from lifecycle.testing import (
 
 SOAK = os.environ.get("LIFECYCLE_SOAK") == "1"
 SETTINGS = hypothesis.settings(
-    max_examples=2000 if SOAK else 25,
+    max_examples=int(os.environ.get("LIFECYCLE_SOAK_EXAMPLES", "2000")) if SOAK else 25,
     deadline=None,
     database=None,
     suppress_health_check=[
@@ -71,23 +77,59 @@ def store_kind(request: pytest.FixtureRequest) -> str:
     return kind
 
 
-@pytest.fixture
-def make_store(store_kind: str, tmp_path: Path) -> Iterator[Any]:
-    opened: list[Store] = []
-    counter = iter(range(10**9))
+class Stores:
+    """Opens fresh stores of one kind (call it); :meth:`example` closes (and deletes) those
+    opened inside it when it ends, so a property keeps no store, file or thread per example."""
 
-    def make() -> Store:
-        store: Store = (
-            MemoryStore()
-            if store_kind == "memory"
-            else SQLiteStore(tmp_path / f"s{next(counter)}.db", synchronous="OFF")
-        )
-        opened.append(store)
+    def __init__(self, kind: str, folder: Path) -> None:
+        self.kind = kind
+        self.folder = folder
+        self.opened: list[Store] = []
+        self._counter = iter(range(10**9))
+
+    def __call__(self) -> Store:
+        store: Store
+        if self.kind == "memory":
+            store = MemoryStore()
+        else:
+            store = SQLiteStore(self.folder / f"s{next(self._counter)}.db", synchronous="OFF")
+        self.opened.append(store)
         return store
 
-    yield make
-    for s in opened:
-        s.close()
+    def close(self) -> None:
+        opened, self.opened = self.opened, []
+        for store in opened:
+            store.close()
+            if isinstance(store, SQLiteStore):
+                for suffix in ("", "-wal", "-shm", ".lifecycle-history"):
+                    Path(store.path + suffix).unlink(missing_ok=True)
+
+    @contextlib.contextmanager
+    def example(self) -> Iterator[None]:
+        try:
+            yield
+        finally:
+            self.close()
+
+
+@pytest.fixture
+def make_store(store_kind: str, tmp_path: Path) -> Iterator[Stores]:
+    stores = Stores(store_kind, tmp_path)
+    yield stores
+    stores.close()
+
+
+def library_threads() -> int:
+    """The library's background threads alive now (all are named ``lifecycle-...``)."""
+    return sum(t.name.startswith("lifecycle-") for t in threading.enumerate())
+
+
+def run_bounded(run: Callable[[], None]) -> None:
+    """Run a property; no example may leave a library thread behind (issue 35: a soak under
+    a memory cap ran out of address space with one marker thread per store opened)."""
+    before = library_threads()
+    run()
+    assert library_threads() <= before, "examples left library threads running"
 
 
 def ref_of(machine: Machine[Any]) -> ObjectRef:
@@ -170,7 +212,7 @@ PINNED: dict[str, list[tuple[str, Any, Any]]] = {
 
 
 @pytest.mark.parametrize("name", MACHINES)
-def test_hostile_observations_through_the_runner(name: str, make_store: Any) -> None:
+def test_hostile_observations_through_the_runner(name: str, make_store: Stores) -> None:
     machine = REGISTRY[name]
     ref = ref_of(machine)
 
@@ -186,22 +228,25 @@ def test_hostile_observations_through_the_runner(name: str, make_store: Any) -> 
     def run(
         before: list[Observation], args: tuple[Any, Any, Any], after: list[Observation], many: bool
     ) -> None:
-        runner = Runner(make_store())
-        seeded(machine, runner, ref, before)
-        try:
-            obs = machine.observation(*args)
-        except LifecycleError:
-            return
-        if observe_typed(runner, ref, obs, many):
-            keep_going(runner, machine, ref, after)
+        with make_store.example():
+            runner = Runner(make_store())
+            seeded(machine, runner, ref, before)
+            try:
+                obs = machine.observation(*args)
+            except LifecycleError:
+                return
+            if observe_typed(runner, ref, obs, many):
+                keep_going(runner, machine, ref, after)
 
     for args in PINNED.get(name, ()):
         run = hypothesis.example(before=[], args=args, after=[], many=False)(run)
-    run()
+    run_bounded(run)
 
 
 @pytest.mark.parametrize("name", MACHINES)
-def test_observations_built_in_python_are_checked_at_the_runner(name: str, make_store: Any) -> None:
+def test_observations_built_in_python_are_checked_at_the_runner(
+    name: str, make_store: Stores
+) -> None:
     machine = REGISTRY[name]
     ref = ref_of(machine)
 
@@ -217,16 +262,17 @@ def test_observations_built_in_python_are_checked_at_the_runner(name: str, make_
     def run(
         before: list[Observation], obs: Observation, after: list[Observation], many: bool
     ) -> None:
-        runner = Runner(make_store())
-        seeded(machine, runner, ref, before)
-        if observe_typed(runner, ref, obs, many):
-            keep_going(runner, machine, ref, after)
+        with make_store.example():
+            runner = Runner(make_store())
+            seeded(machine, runner, ref, before)
+            if observe_typed(runner, ref, obs, many):
+                keep_going(runner, machine, ref, after)
 
-    run()
+    run_bounded(run)
 
 
 @pytest.mark.parametrize("name", MACHINES)
-def test_hostile_refs_are_refused_with_a_typed_error(name: str, make_store: Any) -> None:
+def test_hostile_refs_are_refused_with_a_typed_error(name: str, make_store: Stores) -> None:
     machine = REGISTRY[name]
 
     @SETTINGS
@@ -235,12 +281,13 @@ def test_hostile_refs_are_refused_with_a_typed_error(name: str, make_store: Any)
         observation_sequences(machine, samples=SAMPLES, min_size=1, max_size=2),
     )
     def run(ref: ObjectRef, steps: list[Observation]) -> None:
-        runner = Runner(make_store())
-        for obs in steps:
-            observe_typed(runner, ref, obs)
-            observe_typed(runner, ref, obs, many=True)
+        with make_store.example():
+            runner = Runner(make_store())
+            for obs in steps:
+                observe_typed(runner, ref, obs)
+                observe_typed(runner, ref, obs, many=True)
 
-    run()
+    run_bounded(run)
 
 
 # -- the findings of issue 13, each pinned -----------------------------------------------------
@@ -248,7 +295,7 @@ RESTORE_AT = "2026-01-01T00:00:00Z"
 OPEN = {"pod_uid": "pod-1", "content_uid": "content-1", "container": "main"}
 
 
-def test_a_huge_restore_deadline_is_refused_not_committed(make_store: Any) -> None:
+def test_a_huge_restore_deadline_is_refused_not_committed(make_store: Stores) -> None:
     runner = Runner(make_store())
     with pytest.raises(InvalidObservation, match="target_facts_deadline_seconds: 1e\\+300"):
         RESTORE.observation(
@@ -270,7 +317,7 @@ def test_a_huge_restore_deadline_is_refused_not_committed(make_store: Any) -> No
 
 
 def test_the_longest_deadline_at_the_latest_time_keeps_the_object_working(
-    make_store: Any,
+    make_store: Stores,
 ) -> None:
     runner = Runner(make_store())
     ref = ObjectRef("RestoreAttempt", "ml", "trainer.main", "attempt-1")
@@ -291,7 +338,7 @@ def test_the_longest_deadline_at_the_latest_time_keeps_the_object_working(
     "at",
     ["9999-12-31T00:00:00Z", "9001-01-01T00:00:00Z", "1969-12-31T23:59:59Z", "2026-01-01T00:00"],
 )
-def test_an_observation_dated_outside_the_window_is_refused(at: str, make_store: Any) -> None:
+def test_an_observation_dated_outside_the_window_is_refused(at: str, make_store: Stores) -> None:
     runner = Runner(make_store())
     ref = ObjectRef("Pod", "ml", "trainer-0", "pod-a")
     with pytest.raises(InvalidObservation, match=r"InstanceAbsent\.at"):
@@ -310,7 +357,7 @@ def test_an_observation_dated_outside_the_window_is_refused(at: str, make_store:
         ("x" * 65_537, "more than 65536"),
     ],
 )
-def test_text_no_store_holds_alike_is_refused(value: str, problem: str, make_store: Any) -> None:
+def test_text_no_store_holds_alike_is_refused(value: str, problem: str, make_store: Stores) -> None:
     runner = Runner(make_store())
     ref = ObjectRef("Pod", "ml", "trainer-0", "pod-a")
     with pytest.raises(InvalidObservation, match=problem):
@@ -332,7 +379,7 @@ def test_text_no_store_holds_alike_is_refused(value: str, problem: str, make_sto
     ],
 )
 def test_a_bad_reference_is_refused_with_invalid_reference(
-    ref: ObjectRef, field: str, make_store: Any
+    ref: ObjectRef, field: str, make_store: Stores
 ) -> None:
     runner = Runner(make_store())
     obs = pod.CreateRequested(at=EPOCH)
@@ -371,7 +418,7 @@ def test_numbers_out_of_bounds_are_refused() -> None:
             job.observation("Submitted", EPOCH, fields)
 
 
-def test_a_machine_failure_is_a_typed_refusal_and_writes_nothing(make_store: Any) -> None:
+def test_a_machine_failure_is_a_typed_refusal_and_writes_nothing(make_store: Stores) -> None:
     class Broken(type(POD)):  # type: ignore[misc]
         def apply(self, status: Any, obs: Observation) -> Any:
             raise OverflowError("date value out of range")

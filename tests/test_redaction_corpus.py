@@ -137,6 +137,11 @@ AKIA = "AKIA" + r(string.ascii_uppercase + "234567", 16)
 ASIA = "ASIA" + r(string.ascii_uppercase + "234567", 16)
 JWT = jwt()
 SIG = r(HEX, 64)
+NPM_AUTH = b64(24)
+NPM_TOKEN = str(uuid.UUID(int=rng.getrandbits(128), version=4))
+MODAL_UNDERSCORE = "as-" + r(B62, 9) + "_" + r(B62, 12)
+MODAL_ID_UNDERSCORE = "ak-" + r(B62, 14) + "_" + r(B62, 7)
+FINGERPRINT = base64.b64encode(rng.randbytes(32)).decode().rstrip("=")
 
 CORPUS: tuple[Shape, ...] = (
     # -- URL userinfo ------------------------------------------------------------------------
@@ -262,6 +267,29 @@ CORPUS: tuple[Shape, ...] = (
     shape("x-api-key", "X-Api-Key: abcd1234efgh", "abcd1234efgh"),
     shape("docker-auth", '{"auths": {"r.io": {"auth": "dXNlcjpwYXNz"}}}', "dXNlcjpwYXNz"),
     shape("headers-repr", "headers={'Authorization': 'Bearer abcd1234efgh'}", "abcd1234efgh"),
+    # -- issue 35: the last shapes ---------------------------------------------------------------
+    shape("npmrc-auth", f"//registry.npmjs.org/:_auth={NPM_AUTH}", NPM_AUTH),
+    shape("npmrc-auth-bare", f"_auth = {NPM_AUTH}\nalways-auth = true", NPM_AUTH),
+    shape("npmrc-auth-token", f"//npm.example.com/:_authToken={NPM_TOKEN}", NPM_TOKEN),
+    shape("npmrc-password", f"//npm.example.com/:_password={NPM_AUTH}", NPM_AUTH),
+    shape(
+        "go-mysql-dsn-tcp",
+        'sql.Open("mysql", "app:Zq7;w,x_9@tcp(db.internal:3306)/orders?parseTime=true")',
+        "Zq7",
+        ";w,x_9",
+    ),
+    shape("go-mysql-dsn-unix", f"dsn=root:{PW}@unix(/var/run/mysqld/mysqld.sock)/app", PW),
+    shape("go-mysql-dsn-at-sign", "app:p@ss:w0rd@tcp(10.0.0.7)/db", "p@ss:w0rd"),
+    shape("redis-cli-a", "redis-cli -h cache -p 6379 -a Rd5;pw,x ping", "Rd5;pw,x"),
+    shape("redis-cli-a-quoted", "redis-cli -a 'rd pass 5' --no-auth-warning info", "rd pass 5"),
+    shape("redis-cli-pass", "redis-cli --pass Rd5pw-x info", "Rd5pw-x"),
+    shape("redis-cli-url", "redis-cli -u redis://:Rd5pw-x@cache:6379/0 ping", "Rd5pw-x"),
+    shape("redis-cli-url-user", "redis-cli -u redis://default:Rd5pw-x@cache:6379", "Rd5pw-x"),
+    shape("modal-secret-underscore", f"Token {MODAL_UNDERSCORE} is invalid", MODAL_UNDERSCORE),
+    shape("modal-id-underscore", f"token id {MODAL_ID_UNDERSCORE} unknown", MODAL_ID_UNDERSCORE),
+    shape("kv-semicolon-comma", "password=Ab3;cd,ef9 other=1", "Ab3", "cd,ef9"),
+    shape("kv-comma-then-key", "connect failed: pwd=Ab3,cd;ef9,user=app", "Ab3", "cd;ef9"),
+    shape("kv-env-semicolons", "DB_PASSWORD=Qx7;yW2;z9Q exported", "Qx7", "yW2", "z9Q"),
 )
 
 #: Text that is not secret and must come out unchanged.
@@ -286,6 +314,14 @@ ORDINARY = (
     "spot instance reclaimed (Server.SpotInstanceTermination)",
     "status checks of i-1: RequestLimitExceeded: slow down",
     "auth: UnauthorizedOperation [spot]: You are not authorized to perform this operation.",
+    # issue 35: an SSH host key's fingerprint is a public key's hash, not a secret
+    f"ED25519 key fingerprint is SHA256:{FINGERPRINT}.",
+    f"256 SHA256:{FINGERPRINT} ops@bastion (ED25519)",
+    "retried 3 times, waited 10s; gave up, node drained",
+    "token=, password=; nothing was set",
+    "ls -a /data; tar -a -cf out.tar.gz logs",
+    "node pool as-prod_gpu_cluster drained",
+    "dial tcp 10.0.0.7:3306: connect: connection refused",
 )
 
 
@@ -696,6 +732,16 @@ ADVERSARIAL: dict[str, Callable[[int], str]] = {
     "escaped-quotes": lambda n: 'password="' + '\\"' * (n // 2),
     "keys": lambda n: "key=" * (n // 4),
     "blobs": lambda n: " ".join(b64(30) for _ in range(n // 41)),
+    # issue 35's shapes
+    "dsn-users": lambda n: "=a:" * (n // 3) + "@tcp(",
+    "dsn-password": lambda n: "a:" + "b" * n + "@tcp(",
+    "redis-flags": lambda n: "redis-cli " + "-a x " * (n // 5),
+    "a-flags": lambda n: "-a " * (n // 3),
+    "value-commas": lambda n: "password=" + ",a" * (n // 2),
+    "value-keys": lambda n: "password=a" + ";b=" * (n // 3),
+    "underscore-keys": lambda n: "_auth=" * (n // 6),
+    "modal-underscores": lambda n: "as-" + "a_" * (n // 2),
+    "fingerprints": lambda n: "SHA256:" * (n // 7),
 }
 # Below this much CPU a slope is noise: a shape that fast at half a megabyte is measured at
 # twice, four times... the size (a quadratic pass over half a megabyte takes minutes).

@@ -32,6 +32,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from ._core import threads
 from ._core.errors import StoreError
 from ._core.transition import Transition
 from .emitters.base import Ack, Acknowledge, Emitter, delivery_key, emitter_name
@@ -122,6 +123,7 @@ class Delivery:
         "log",
         "mark_batch",
         "mark_interval",
+        "timer_refusals",
     )
 
     def __init__(
@@ -146,6 +148,9 @@ class Delivery:
         #: :meth:`mark_when_idle`), and the timer that will
         self._idle_mark: Mark | None = None
         self._timer: threading.Timer | None = None
+        #: times the timer could not be started (ADR 0140): acknowledgements were then
+        #: marked by the thread that received them
+        self.timer_refusals = 0
         #: acknowledgements received, per (emitter name, outcome)
         self.acks: collections.Counter[tuple[str, Ack]] = collections.Counter()
         self.emitters = tuple(emitters)
@@ -399,16 +404,28 @@ class Delivery:
             if f.waiting > 0:
                 return
             del self._flight[t.id]
+            inline: Mark | None = None
             if not f.failed:
                 if not self._acked:
                     self._acked_since = time.monotonic()
                     if self._idle_mark is not None and self._timer is None:
-                        self._timer = threading.Timer(self.mark_interval, self._on_timer)
-                        self._timer.daemon = True
-                        self._timer.name = "lifecycle-marks"
-                        self._timer.start()
+                        inline = self._start_timer()
                 self._acked[t.id] = t
             self._cond.notify_all()
+        if inline is not None:  # no timer thread: the acknowledging thread marks them itself
+            self.mark(self.take_acked(force=True), inline)
+
+    def _start_timer(self) -> Mark | None:
+        """Start the idle-mark timer (under ``_cond``); if no thread can be started (ADR
+        0140), the mark to write the acknowledgements with now, in the caller's thread."""
+        timer = threading.Timer(self.mark_interval, self._on_timer)
+        timer.daemon = True
+        timer.name = "lifecycle-marks"
+        if threads.start(timer, _NO_TIMER, log=not self.timer_refusals):
+            self._timer = timer
+            return None
+        self.timer_refusals += 1
+        return self._idle_mark
 
     def _failed_hand(self, t: Transition, emitter: object, e: Exception) -> None:
         self.log.warning(
@@ -431,6 +448,8 @@ class Delivery:
 
 
 _NONE_COUNTED = Redelivery(0)
+#: What delivery does without its idle-mark timer (the log line of ADR 0140).
+_NO_TIMER = "acknowledged deliveries are marked by the thread that receives each acknowledgement"
 
 
 def in_order(rows: Sequence[Transition]) -> list[Transition]:

@@ -162,6 +162,9 @@ _HARMLESS = frozenset(
         "tokenizer",
         "tokenizers",
         "tokenized",
+        # a flag about a secret (``redis-cli --no-auth-warning``)
+        "warning",
+        "warnings",
     }
 )
 _SEGMENT = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|[0-9]+")
@@ -195,13 +198,22 @@ _STEM = r"(?i:p(?:ass|w)|s(?:ecret|ig)|token|c(?:red|ookie)|key|auth|jwt|bearer|
 _KV = r"""
     (?P<{p}dash>--?)?
     (?=[\w.-]{{0,80}}?{stem})
-    (?P<{p}key>[A-Za-z][\w.-]{{0,80}}+)
+    (?P<{p}key>[A-Za-z_][\w.-]{{0,80}}+)
     (?P<{p}sep>(?:\\?["'])?[ \t]*(?:[:=]|(?:%22)?%3[DdAa](?:%22)?)[ \t]*
               |(?({p}dash)[ \t]+|(?!)))
 """
 #: What follows the ``@`` of URL userinfo: a host (name, IPv4 or [IPv6]), a port, then the
 #: end of the authority.
 _HOST = r"[A-Za-z0-9\[][A-Za-z0-9.:\[\]%-]{0,253}+(?:[/?#\s,;)'\"<>]|$)"
+#: The protocols of a Go MySQL DSN's address (``user:pass@tcp(host:3306)/db``).
+_GO_NET = r"(?:tcp6?|udp6?|unix(?:gram|packet)?|pipe|memory)\("
+#: A Go DSN's password: after ``user:`` (not a URL's ``//``), up to the ``@`` of the address.
+#: It may hold any character but a space or a quote (``;``, ``,``, ``@``, ``:`` too).
+_DSN = (
+    r"""| (?<!:)(?P<dsn_user>[\w.~+-]{1,64}+:)(?!//)(?P<dsn_pw>[^\s"'`]{1,128}?)(?=@"""
+    + _GO_NET
+    + ")"
+)
 #: Key ids and tokens of a fixed length and a prefix no word has: found even glued to a word
 #: (``keyAKIA...``, ``KEY_AKIA...``); each is bounded, so a search at every position is linear.
 _GLUED_SRC = r"""
@@ -228,9 +240,13 @@ _SCAN_SRC = (
     + r""")
   | (?=[\w+/-])(?<![\w-])(?:
       (?P<cli_u>(?:-u|--user)(?:[ \t]++|=)?)(?P<cli_uq>["'])?
-        [^\s:"'@]{1,128}+:(?P<cli_u_pw>(?(cli_uq)[^"'\r\n]|[^\s"'])++)
+        [^\s:"'@]{1,128}+:(?!//)(?P<cli_u_pw>(?(cli_uq)[^"'\r\n]|[^\s"'])++)
     | login[ \t]++[^\s]{1,256}+[ \t]++password[ \t]++(?P<netrc_pw>[^\s]++)
     | (?P<cli_p>-p[ \t]*+)(?P<cli_p_v>"[^"\r\n]*+"?|'[^'\r\n]*+'?|[^\s"'\-./~][^\s"']*+)
+    | (?P<cli_a>-a[ \t]++)(?P<cli_a_v>"[^"\r\n]*+"?|'[^'\r\n]*+'?|[^\s"'-][^\s"']*+)
+    """
+    + _DSN
+    + r"""
     |
       (?P<vendor>
         (?:AKIA|ASIA|AIDA|AROA|AGPA|ANPA|ANVA|AIPA|ABIA|ACCA)[A-Z0-9]{12,}+
@@ -253,7 +269,7 @@ _SCAN_SRC = (
       | [\w.~-]{3}\dQ~[\w.~-]{31,34}+
       | eyJ[\w-]{5,}+\.[\w-]{5,}+(?:\.[\w-]*+)?
       )
-    | (?P<loose>(?:sk-[\w-]{20,}+|(?:ak|as)-[A-Za-z0-9]{16,}+)(?![\w-]))
+    | (?P<loose>(?:sk-[\w-]{20,}+|(?:ak|as)-[A-Za-z0-9_]{16,}+)(?![\w-]))
     | (?P<scheme>(?i:bearer|basic)[ \t]{1,8}+)(?P<scheme_v>[\w.~+/-]{6,}+=*+)
     | (?<![.%])(?P<kv>"""
     + _KV.format(p="kv_", stem=_STEM)
@@ -265,15 +281,23 @@ _SCAN_SRC = (
     + r""")
     """
 )
+#: The scanner without the Go DSN rule; the whole ``_SCAN_SRC`` is used for a text that has a
+#: DSN's ``@tcp(`` (the rule tries up to 128 characters at each ``word:``: linear, but only
+#: paid where a DSN may be).
+_SCAN_PLAIN_SRC = _SCAN_SRC.replace(_DSN, "")
+_DSN_AT = re.compile("@" + _GO_NET, re.ASCII)
 
 #: The value after a secret key: quoted (to the closing quote), or bare (to the next
-#: whitespace or separator; an authorization scheme word is kept with its credential).
+#: whitespace or separator; an authorization scheme word is kept with its credential). A
+#: ``;`` or ``,`` is inside a bare value (``password=ab;cd,ef``) unless it ends the value: it
+#: is followed by a space, a quote, a bracket or the end (punctuation: ``password=x, then``),
+#: or by the next ``key=`` (``Pwd=x;Server=db``, ``password=x,db=app``) -- ADR 0140.
 _VALUE_SRC = r"""
     "(?P<dq>(?:[^"\\\r\n]|\\[^\r\n])*+)
   | '(?P<sq>[^'\r\n]*+)
   | \\"(?P<eq>(?:\\\\|[^\\"\r\n])*+)
   | (?P<bare>(?:(?i:bearer|basic|token|digest|negotiate|ntlm|aws4-hmac-sha256|sharedkey)[ \t]+)?
-             [^\s"'&,;<>(){}\[\]\\]++)
+             (?:[^\s"'&,;<>(){}\[\]\\]|[,;](?![\s"'&<>(){}\[\]\\]|$|[A-Za-z_][\w.-]{0,80}+=))++)
     """
 
 
@@ -403,6 +427,12 @@ _SHORT_LOWER = re.compile(r"(?<=[A-Z+/])[a-z]{1,2}(?=[A-Z+/])")
 _AFTER_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]{0,30}:\Z")
 
 
+#: ``SHA256:`` in front of a run: what ``ssh`` and ``ssh-keygen -l`` print a fingerprint with;
+#: the unpadded base64 length of each digest.
+_FINGERPRINT = re.compile(r"SHA(256|384|512):\Z")
+_DIGEST_CHARS = {"256": 43, "384": 64, "512": 86}
+
+
 def _name_like(body: str, *, loose: bool) -> bool:
     """Whether ``body`` reads as names (``/Users/Alice/ResNet50Weights/checkpoint2025``):
     its lowercase runs long and holding vowels, as words do; a random key's are short and
@@ -425,7 +455,12 @@ def _is_blob_secret(run: str, before: str = "") -> bool:
     of random data of its length. A run mixing the two base64 alphabets (``-_`` and ``+/``)
     is no one token, nor is a URL's host and path after its scheme (``s3://bucket/Key``):
     their ``/`` parts are judged one by one (``<uid>/<sandbox id>`` is two ids, not a key).
-    ``before`` is the text in front of the run."""
+    ``before`` is the text in front of the run. A key fingerprint (``SHA256:`` and the
+    unpadded base64 of a digest of that size, as ``ssh`` prints it) is a public key's hash,
+    not a secret."""
+    fingerprint = _FINGERPRINT.search(before)
+    if fingerprint is not None and len(run.rstrip("=")) == _DIGEST_CHARS[fingerprint[1]]:
+        return False
     if "-" in run and _UUID.search(run):  # GPU-<uuid>, <uid>-<suffix>: ids, judged apart
         return any(_is_blob_secret(part) for part in _UUID.split(run))
     if ("-" in run or "_" in run) and ("/" in run or "+" in run):
@@ -466,17 +501,41 @@ def _value_end(text: str, at: int, key: str, encoded: bool) -> tuple[int, int]:
     return m.span(group)
 
 
+class _RedisLine:
+    """Whether ``redis-cli`` comes earlier on the line of a position (its ``-a`` gives the
+    password). Asked at rising positions, each stretch of text is searched once: linear."""
+
+    __slots__ = ("looked", "on_line", "text")
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.looked = 0
+        self.on_line = False
+
+    def before(self, at: int) -> bool:
+        text, looked = self.text, self.looked
+        newline = max(text.rfind("\n", looked, at), text.rfind("\r", looked, at))
+        if newline >= 0:
+            self.on_line = False
+            looked = newline + 1
+        if not self.on_line:
+            self.on_line = text.find("redis-cli", looked, at) >= 0
+        self.looked = at
+        return self.on_line
+
+
 def redact(text: str) -> str:
     """``text`` with every credential and token in it replaced by ``<redacted>``.
 
     Idempotent, bounded (one linear pass), and it returns ``text`` itself when there is
     nothing to redact."""
-    scan = _compiled(_SCAN_SRC)
+    scan = _compiled(_SCAN_SRC if "@" in text and _DSN_AT.search(text) else _SCAN_PLAIN_SRC)
     m = scan.search(text)
     if m is None:
         return text
     out: list[str] = []
     pos = 0  # text[:pos] is dealt with
+    redis = _RedisLine(text)
     while m is not None:
         start = m.start()
         rule = m.lastgroup
@@ -499,8 +558,16 @@ def redact(text: str) -> str:
                     out.append(cleaned)
                     pos = m.end(f"{rule}_key")
                 resume = m.end(f"{rule}_key")
+        elif rule == "cli_a_v":  # ``-a PASS`` of redis-cli; elsewhere ``-a`` is a flag
+            if redis.before(start):
+                out.append(text[pos : m.start(rule)])
+                out.append(REDACTED)
+                pos = m.end(rule)
+            else:
+                resume = m.end("cli_a")
         elif (
             rule == "ui_pw"
+            or rule == "dsn_pw"
             or rule == "cli_u_pw"
             or rule == "netrc_pw"
             or (rule == "cli_p_v" and _a_password_flag(m.group("cli_p"), m.group("cli_p_v")))
@@ -528,9 +595,12 @@ def redact(text: str) -> str:
                 secret = _looks_random(token)
             else:  # Modal ak-/as- (22 random letters and digits), not a pool ``as-prod2025``
                 body = token[3:]
-                secret = _mixed_case(body) or (
-                    len(body) >= 20 and any(c.isdigit() for c in body) and not body.isdigit()
-                )
+                if "_" in body:  # a secret may hold ``_``; names joined by it read as words
+                    secret = _mixed_case(body) and not _name_like(body, loose=False)
+                else:
+                    secret = _mixed_case(body) or (
+                        len(body) >= 20 and any(c.isdigit() for c in body) and not body.isdigit()
+                    )
             if secret:
                 out.append(text[pos:start])
                 out.append(REDACTED)

@@ -17,6 +17,7 @@ from typing import Any, TypeAlias
 
 import attrs
 
+from .._core import threads
 from .._core.machine import Machine
 from . import _pgsql as sql
 from ._pgsql import psycopg
@@ -59,6 +60,12 @@ def snapshot_rows(machine: Machine[Any], rows: Sequence[Sequence[Any]]) -> list[
     return sql.status_rows(machine, rows, snapshots=True)
 
 
+#: What a store without its watchdog thread does (the log line of ADR 0140).
+_NO_WATCHDOG = "PostgreSQL calls are bounded only by the connection's TCP timeouts"
+#: What a store without its mark thread does (ADR 0140).
+_NO_MARK_THREAD = "PostgreSQL delivery marks are sent by the caller, or by the next commit"
+
+
 class Watchdog:
     """Bounds every call of the synchronous store: a connection still busy ``bound`` seconds
     after it was armed is severed (:func:`sever`), so the call fails with a connection error
@@ -72,14 +79,20 @@ class Watchdog:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.severed: set[int] = set()
+        #: times no watchdog thread could be started (ADR 0140): calls were then bounded
+        #: only by the connection's own timeouts; the next call tries again
+        self.refusals = 0
 
     def arm(self, conn: psycopg.Connection[Any]) -> int:
         key = next(self._keys)
         self._armed[key] = (time.monotonic() + self.bound, conn)
         if self._thread is None:
-            self._thread = threading.Thread(target=self._watch, name="lifecycle-pg-watchdog")
-            self._thread.daemon = True
-            self._thread.start()
+            thread = threading.Thread(target=self._watch, name="lifecycle-pg-watchdog")
+            thread.daemon = True
+            if threads.start(thread, _NO_WATCHDOG, log=not self.refusals):
+                self._thread = thread
+            else:
+                self.refusals += 1
         return key
 
     def disarm(self, key: int) -> bool:
@@ -240,14 +253,24 @@ class HeldMarks(_Held):
         self.sending = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        #: times no thread could be started (ADR 0140): the ids were then sent at once
+        self.refusals = 0
 
     def add(self, ids: Iterable[str]) -> None:
         with self._lock:
             self._hold(ids)
-            if self._thread is None and not self._stop.is_set():
-                self._thread = threading.Thread(target=self._watch, name="lifecycle-pg-marks")
-                self._thread.daemon = True
-                self._thread.start()
+            if self._thread is not None or self._stop.is_set():
+                return
+            thread = threading.Thread(target=self._watch, name="lifecycle-pg-marks")
+            thread.daemon = True
+            if threads.start(thread, _NO_MARK_THREAD, log=not self.refusals):
+                self._thread = thread
+                return
+            self.refusals += 1
+        with self.sending:  # no thread to send them later: sent now (the next add tries again)
+            held = self.take()
+            if held:
+                self._send(held)
 
     def take(self) -> list[str]:
         """Every held id (sorted, once each), now the caller's to mark (under

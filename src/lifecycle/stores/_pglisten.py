@@ -28,6 +28,7 @@ from typing import Any
 
 import psycopg
 
+from .._core import threads
 from .._log import get_logger
 from ._cache import StatusCache
 
@@ -48,6 +49,10 @@ _SILENT = 3 * _PING
 _BACKOFF = (0.05, 2.0)
 #: the listener's ``application_name``: how an operator finds it in ``pg_stat_activity``
 APPLICATION = "lifecycle-listen"
+
+
+#: What a store does without its listener thread (the log line of ADR 0140).
+_NO_LISTENER = "the status cache is unused: every read goes to the database"
 
 
 class Listener:
@@ -78,8 +83,20 @@ class Listener:
         #: found it silent since
         self.alive_at = time.monotonic()
         self._silenced = False
-        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
-        self._thread.start()
+        self._name = name
+        self._thread: threading.Thread | None = None
+        #: times no listener thread could be started (ADR 0140): the cache stays suspended
+        #: (every read goes to the database) and the next read through it tries again
+        self.refusals = 0
+        self._start()
+
+    def _start(self) -> None:
+        thread = threading.Thread(target=self._run, name=self._name, daemon=True)
+        if threads.start(thread, _NO_LISTENER, log=not self.refusals):
+            self._thread = thread
+        else:
+            self.refusals += 1
+            self._cache.suspend("no listener thread could be started")
 
     def _run(self) -> None:
         delay = _BACKOFF[0]
@@ -202,6 +219,9 @@ class Listener:
     def check(self) -> None:
         """Before a read through the cache: suspend it if the loop has been silent for
         :data:`_SILENT` (it resumes, empty, when the loop comes round again)."""
+        if self._thread is None and not self._stop.is_set():
+            self._start()
+            return
         if time.monotonic() - self.alive_at > _SILENT and not self._silenced:
             self._cache.suspend("the listener was silent")
             self._silenced = True  # after the suspension: the loop's resume follows it
@@ -212,4 +232,5 @@ class Listener:
 
     def close(self) -> None:
         self._stop.set()
-        self._thread.join(timeout=_TICK + 5.0)
+        if self._thread is not None:  # only a started thread can be joined
+            self._thread.join(timeout=_TICK + 5.0)

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import attrs
 
+from .._core import threads
 from .._core.bounds import INT_MAX, INT_MIN
 from .._core.errors import Conflict, IdentityMismatch, StoreError, preview
 from .._core.machine import Machine
@@ -258,6 +259,9 @@ class SQLiteStore:
         #: wakes the thread that writes held marks no commit took within ``_MARK_DELAY``
         self._held_waiting = threading.Event()
         self._marker: threading.Thread | None = None
+        #: Times a marker thread could not be started (ADR 0140): marks were then written
+        #: by the caller, or by the next commit, claim or close.
+        self.marker_refusals = 0
         self._stop_marker = threading.Event()
         self._closing = False
         self._reader: sqlite3.Connection | None = None
@@ -513,7 +517,7 @@ class SQLiteStore:
         if marks:
             with self._held_lock:
                 self._held[:0] = marks
-            self._wake_marker()
+                self._wake_marker()  # no thread: the next commit, claim or close takes them
 
     # -- group commit (ADR 0026) --------------------------------------------------------
     def _commit_grouped(self, group: _Group, row: _Row) -> int:
@@ -1189,10 +1193,9 @@ class SQLiteStore:
             with self._held_lock:
                 first = not self._held
                 self._held.extend(done)
-                if len(self._held) < _HELD_MARKS:
-                    if first:
-                        self._wake_marker()
+                if len(self._held) < _HELD_MARKS and (not first or self._wake_marker()):
                     return
+                # a full batch, or no marker thread to write them later: written now
                 done, self._held = self._held, []
             self._mark_now(done)
             return
@@ -1238,13 +1241,16 @@ class SQLiteStore:
         with self._held_lock:
             return len(self._held)
 
-    def _wake_marker(self) -> None:
+    def _wake_marker(self) -> bool:
         """Have held marks written within the mark delay if no commit takes them first:
         other stores on the file then never claim a delivered row (they wait out its lease,
-        far longer). One thread per store, started with the first held mark; it holds the
-        store only weakly, so a store nobody closes is still collected."""
+        far longer). One thread per store, started with the first held mark (under
+        ``_held_lock``); it ends when idle for ``_MARKER_IDLE`` seconds and holds the store
+        only weakly, so a store nobody closes is still collected. ``False``: no thread could
+        be started (ADR 0140; logged once per store), so the caller writes the marks itself
+        or leaves them to the next commit, claim or close -- the next wake tries again."""
         if self._marker is None and not self._closing:
-            self._marker = threading.Thread(
+            marker = threading.Thread(
                 target=_write_held_marks,
                 args=(
                     weakref.ref(self),
@@ -1255,8 +1261,22 @@ class SQLiteStore:
                 name="lifecycle-sqlite-marks",
                 daemon=True,
             )
-            self._marker.start()
+            told = self.marker_refusals > 0
+            if not threads.start(marker, _NO_MARKER, log=not told):
+                self.marker_refusals += 1
+                return False
+            self._marker = marker  # only a started thread: close joins it
         self._held_waiting.set()
+        return True
+
+    def _marker_idle(self) -> bool:
+        """The marker thread found nothing to do for ``_MARKER_IDLE`` seconds: it ends (and
+        the next held mark starts another) unless a wake came meanwhile."""
+        with self._held_lock:
+            if self._held_waiting.is_set() or self._marker is not threading.current_thread():
+                return False
+            self._marker = None
+            return True
 
     def flush_marks(self) -> None:
         """Write the delivery marks still held (ADR 0132) now: a process may exit right after
@@ -1324,6 +1344,12 @@ _HELD_MARKS = 256
 #: Seconds a held mark waits for a commit to carry it before it is written on its own (well
 #: inside any lease, so no other store claims a delivered row).
 _MARK_DELAY = 0.2
+#: Seconds the marker thread waits for a mark before it ends (the next mark starts another).
+_MARKER_IDLE = 30.0
+#: What a store without its marker thread does instead (the log line of ADR 0140).
+_NO_MARKER = (
+    "SQLite delivery marks are written by the caller, or by the next commit, claim or close"
+)
 
 
 def _write_held_marks(
@@ -1334,11 +1360,13 @@ def _write_held_marks(
 ) -> None:
     """The marker thread: after each wake, wait ``delay`` for a commit to take the held marks,
     then write what is left; ends at once when the store closes (``stop``; its close writes
-    what is held) or is collected."""
+    what is held) or is collected, and after ``_MARKER_IDLE`` seconds without a wake."""
     while not stop.is_set():
-        if not waiting.wait(timeout=30):
-            if store() is None:
+        if not waiting.wait(timeout=_MARKER_IDLE):
+            found = store()
+            if found is None or found._marker_idle():
                 return
+            del found
             continue
         waiting.clear()
         if stop.wait(delay):

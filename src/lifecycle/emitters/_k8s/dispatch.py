@@ -21,6 +21,7 @@ import threading
 import time
 from collections.abc import Callable
 
+from ..._core import threads
 from ..._core.redact import redact
 from .correlator import Correlator, Purpose, Send, Sent
 from .event import Event, EventKey
@@ -29,6 +30,12 @@ from .event import Event, EventKey
 EVENT_WORKERS = 8
 #: How long an idle worker waits before it looks at the timers again.
 _IDLE_WAIT = 60.0
+
+
+#: What the emitter does with fewer workers than asked for (the log line of ADR 0140).
+_FEWER_WORKERS = (
+    "Kubernetes Events are sent by the workers running; with none, they wait in the outbox"
+)
 
 
 class Dispatcher:
@@ -71,7 +78,11 @@ class Dispatcher:
         #: sends waiting: queued or parked (bounded by ``capacity``)
         self._waiting = 0
         self._stopping = False
+        self._started = False
         self._threads: list[threading.Thread] = []
+        #: times a worker could not be started (ADR 0140): fewer workers serve the lanes;
+        #: with none, the next submit tries again (what waits meanwhile stays in the outbox)
+        self.refusals = 0
 
     # -- admission ----------------------------------------------------------------------------
     @property
@@ -102,6 +113,8 @@ class Dispatcher:
         if send.purpose is not Purpose.RECORD and any(s.purpose is send.purpose for s in lane):
             return True  # the same timer send is already waiting in this lane
         lane.append(send)
+        if self._started and not self._threads and not self._stopping:
+            self._top_up()
         if len(lane) == 1 and send.key not in self._busy:
             self._ready.append(send.key)
         self._pending += 1
@@ -136,14 +149,23 @@ class Dispatcher:
     # -- workers ------------------------------------------------------------------------------
     def start(self) -> None:
         with self._cond:
-            if self._threads or self._stopping:
+            if self._started or self._stopping:
                 return
-            for n in range(self.workers):
-                thread = threading.Thread(
-                    target=self._work, name=f"lifecycle-k8s-events-{n}", daemon=True
-                )
-                self._threads.append(thread)
-                thread.start()
+            self._started = True
+            self._top_up()
+
+    def _top_up(self) -> None:
+        """Start the workers missing (with :attr:`lock` held); stop at the first the process
+        refuses (ADR 0140): the lanes are served by those running, and with none, the next
+        :meth:`submit` tries again."""
+        for n in range(len(self._threads), self.workers):
+            thread = threading.Thread(
+                target=self._work, name=f"lifecycle-k8s-events-{n}", daemon=True
+            )
+            if not threads.start(thread, _FEWER_WORKERS, log=not self.refusals):
+                self.refusals += 1
+                return
+            self._threads.append(thread)
 
     def _work(self) -> None:
         while True:

@@ -26,6 +26,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+from ..._core import threads
 from .correlator import SinkError
 
 _current = threading.local()
@@ -64,6 +65,10 @@ class Guard:
                 sock.shutdown(socket.SHUT_RDWR)
 
 
+#: What requests do without the deadline thread (the log line of ADR 0140).
+_NO_DEADLINES = "Kubernetes requests are bounded only by their socket timeouts"
+
+
 class Deadlines:
     """A watchdog thread that cuts the connection of every request past its deadline.
 
@@ -77,6 +82,9 @@ class Deadlines:
         self._seq = itertools.count()
         self._thread: threading.Thread | None = None
         self._closed = False
+        #: times no watchdog thread could be started (ADR 0140): requests were then bounded
+        #: only by their socket timeouts; the next request tries again
+        self.refusals = 0
 
     @contextlib.contextmanager
     def guard(self, seconds: float, limit: int) -> Iterator[Guard]:
@@ -89,10 +97,13 @@ class Deadlines:
                 raise RequestDeadline("the sink is closed: no further requests")
             heapq.heappush(self._heap, entry)
             if self._thread is None:
-                self._thread = threading.Thread(
+                thread = threading.Thread(
                     target=self._watch, name="lifecycle-k8s-deadlines", daemon=True
                 )
-                self._thread.start()
+                if threads.start(thread, _NO_DEADLINES, log=not self.refusals):
+                    self._thread = thread
+                else:
+                    self.refusals += 1
             self._cond.notify()
         _current.guard = g
         try:
