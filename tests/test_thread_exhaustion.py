@@ -226,7 +226,9 @@ def test_postgres_helpers_work_without_their_threads(
     marks.close()
 
     cache = StatusCache(8)
-    listener = Listener("dbname=none host=/nonexistent", "ch", cache, name="lifecycle-listen")
+    listener = Listener(
+        "dbname=none host=/nonexistent", "ch", cache, name="lifecycle-listen", guard="SELECT 1"
+    )
     assert not cache._usable  # no signal: the cache keeps nothing, reads go to the database
     listener.check()  # a read through the cache tries again
     assert listener.refusals == 2
@@ -245,6 +247,7 @@ def test_the_status_cache_listener_starts_on_a_later_read(no_threads: NoThreads)
         "ch",
         StatusCache(8),
         name="lifecycle-listen",
+        guard="SELECT 1",
     )
     no_threads.lift()
     listener.check()
