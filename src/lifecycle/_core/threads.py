@@ -19,8 +19,6 @@ from .logs import library_logger
 
 __all__ = ["start"]
 
-_log = library_logger("lifecycle.threads")
-
 
 def start(thread: threading.Thread, degraded: str, *, log: bool = True) -> bool:
     """Start ``thread``; ``False`` (and, with ``log``, a warning saying ``degraded``: what
@@ -31,8 +29,8 @@ def start(thread: threading.Thread, degraded: str, *, log: bool = True) -> bool:
     except (RuntimeError, MemoryError) as e:
         if isinstance(e, RuntimeError) and "new thread" not in str(e):
             raise  # not a refused start (started twice, say): the caller's bug, shown
-        if log:
-            _log.warning(
+        if log:  # the logger (and ``logging``) only once a start was refused (ADR 0139)
+            library_logger("lifecycle.threads").warning(
                 "could not start thread %s (%s); degraded: %s",
                 thread.name,
                 str(e) or type(e).__name__,
