@@ -262,9 +262,11 @@ def test_a_record_over_the_bound_is_refused_before_it_is_sent(server: FakeApiSer
     before = record_of(server, POD_A)
     writes = server.writes
     tiny = KubernetesStore(api(server), resources=RESOURCES, max_record_bytes=300)
-    error = Runner(tiny, [down], links=()).observe(
-        POD_A, pod.ProvisionSucceeded(at=AT, reserved=True, instance_id="i-1")
-    ).error
+    error = (
+        Runner(tiny, [down], links=())
+        .observe(POD_A, pod.ProvisionSucceeded(at=AT, reserved=True, instance_id="i-1"))
+        .error
+    )
     assert isinstance(error, RecordTooLarge), error
     assert "given up" in str(error)
     assert "max_record_bytes=300" in str(error)

@@ -12,7 +12,9 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import threading
 import zlib
+from collections import OrderedDict
 from typing import Any
 
 from .._core.redact import redact
@@ -82,9 +84,30 @@ def deflate(plain: str) -> str:
     return dumps({"format": DEFLATED, "zlib": data})
 
 
+_READ: OrderedDict[str, Any] = OrderedDict()
+_READ_LOCK = threading.Lock()
+
+
 def unpack(message: str) -> Any:
     """The record a condition message holds (a format 2 one inflated); ``ValueError`` when it
-    is not JSON, or not a deflated record that inflates within :data:`MAX_INFLATED`."""
+    is not JSON, or not a deflated record that inflates within :data:`MAX_INFLATED`. The
+    last few records read are kept (one object's record is read several times per commit):
+    what is returned is shared, never to be changed."""
+    with _READ_LOCK:
+        found = _READ.get(message)
+        if found is not None:
+            _READ.move_to_end(message)
+            return found
+    data = _unpack(message)
+    if len(message) > 256:  # worth keeping
+        with _READ_LOCK:
+            _READ[message] = data
+            while len(_READ) > 32:
+                _READ.popitem(last=False)
+    return data
+
+
+def _unpack(message: str) -> Any:
     data = json.loads(message)
     if not isinstance(data, dict) or data.get("format") != DEFLATED:
         return data

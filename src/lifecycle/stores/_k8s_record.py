@@ -507,7 +507,7 @@ class StatusCore:
         status.update(rendered)
         done = self.delivered(ref.uid)
         kept = stored.outbox if stored is not None else ()
-        outbox = [encoding.cut_row(r) for r in (*kept, *rows) if _row_id(r) not in done]
+        outbox = [encoding.cut_row(r) for r in (*kept, *rows) if not done or _row_id(r) not in done]
         record = {
             "format": RECORD_FORMAT,
             "machine": machine.name,
@@ -859,7 +859,11 @@ def _record_condition(obj: Any) -> dict[str, Any] | None:
 
 
 def _row_id(row: Mapping[str, Any]) -> str:
-    return transition_from_row(dict(row)).id
+    """The id of the event an outbox row holds (:attr:`Transition.id`, without building
+    one: an outbox is never a fallback or an action)."""
+    epoch = row.get("epoch")
+    tid = f"{row['ref'][3]}:{int(row['version'])}:{int(row['n'])}"
+    return f"{tid}@{epoch}" if epoch else tid
 
 
 def _data_in(condition: Mapping[str, Any]) -> dict[str, Any]:
@@ -880,7 +884,7 @@ def _without(
 ) -> dict[str, Any]:
     """``obj`` with the ids in ``done`` removed from its record's outbox (nothing else
     changes: a mark keeps the version)."""
-    data = _data_in(found)
+    data = dict(_data_in(found))  # a copy: what is read is shared
     data["outbox"] = [r for r in data.get("outbox") or () if _row_id(r) not in done]
     plain = encoding.dumps(data)
     message = encoding.pack(data, bound) or encoding.deflate(plain)  # smaller than before

@@ -243,6 +243,23 @@ class KubernetesStore:
         self._reading = _Reading(reader)
         self._sleep = sleep
 
+    @property
+    def record_bytes(self) -> int:
+        """The bound on one object's record (``max_record_bytes``): what the runners check
+        the machines' declared limits against at start-up (ADR 0144)."""
+        return self.core.max_record_bytes
+
+    def record_size(self, machine: Machine[Any], status: Any) -> int:
+        """The bytes the record of ``status`` takes here with nothing undelivered."""
+        return self.core.record_size(machine, status)
+
+    @property
+    def events_given_up(self) -> int:
+        """Undelivered events this store gave up so that a status could be written (the
+        outbox would not fit the record otherwise: the Events are down); each object's
+        record keeps one Warning that counts its own (ADR 0145)."""
+        return self.core.events_given_up
+
     def _run(self, steps: Steps) -> Any:
         try:
             step = next(steps)
@@ -367,6 +384,23 @@ class AsyncKubernetesStore:
             _ThreadTransport(ApiTransport(api)) if transport is None else transport
         )
         self._reading = _Reading(reader)
+
+    @property
+    def record_bytes(self) -> int:
+        """The bound on one object's record (``max_record_bytes``): what the runners check
+        the machines' declared limits against at start-up (ADR 0144)."""
+        return self.core.max_record_bytes
+
+    def record_size(self, machine: Machine[Any], status: Any) -> int:
+        """The bytes the record of ``status`` takes here with nothing undelivered."""
+        return self.core.record_size(machine, status)
+
+    @property
+    def events_given_up(self) -> int:
+        """Undelivered events this store gave up so that a status could be written (the
+        outbox would not fit the record otherwise: the Events are down); each object's
+        record keeps one Warning that counts its own (ADR 0145)."""
+        return self.core.events_given_up
 
     async def _run(self, steps: Steps) -> Any:
         try:
