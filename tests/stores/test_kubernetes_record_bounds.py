@@ -23,13 +23,14 @@ from lifecycle.emitters.kubernetes import KubernetesEmitter
 from lifecycle.machines import POD, pod
 from lifecycle.stores._k8s_encoding import unpack
 from lifecycle.stores.kubernetes import (
+    PODS,
     RECORD_CONDITION,
     AsyncKubernetesStore,
     KubernetesStore,
 )
 from lifecycle.testing import FailingEmitter, FakeApiServer
 
-from .test_kubernetes_store import AT, POD_A, RESOURCES, add, api, serve, stored
+from .test_kubernetes_store import AT, POD_A, add, api, serve, stored
 
 
 @pytest.fixture
@@ -78,7 +79,7 @@ def test_a_60000_character_provider_error_commits_and_its_event_note_is_cut(
     server: FakeApiServer,
 ) -> None:
     add(server, POD_A)
-    store = KubernetesStore(api(server), resources=RESOURCES, sleep=lambda _: None)
+    store = KubernetesStore(api(server), resources={"Pod": PODS}, sleep=lambda _: None)
     events = emitter(server)
     runner = Runner(store, [events], links=())
     error = provider_error()
@@ -98,7 +99,7 @@ def test_a_60000_character_provider_error_commits_and_its_event_note_is_cut(
     for row in data["outbox"]:
         assert len(row["message"]) <= 1024
     # what the store loads is what the API holds: the same state, the error cut
-    loaded = KubernetesStore(api(server), resources=RESOURCES).load(POD, POD_A)
+    loaded = KubernetesStore(api(server), resources={"Pod": PODS}).load(POD, POD_A)
     assert loaded is not None
     assert loaded.version == 2
     assert loaded.status.state == "ProvisionFailed"
@@ -118,7 +119,7 @@ def test_the_asyncio_store_commits_a_60000_character_provider_error(
     add(server, POD_A)
 
     async def go() -> Any:
-        store = AsyncKubernetesStore(api(server), resources=RESOURCES)
+        store = AsyncKubernetesStore(api(server), resources={"Pod": PODS})
         runner = AsyncRunner(store, links=())
         await runner.observe(POD_A, pod.CreateRequested(at=AT, pool="gpu", provider="fake"))
         result = await runner.observe(POD_A, pod.ProvisionRejected(at=AT, error=provider_error()))
@@ -137,7 +138,7 @@ def test_a_large_record_that_compresses_is_deflated_and_read_back(
     """A record over the bound as JSON but not deflated is written deflated (format 2) and
     nothing is cut: the status loads whole."""
     add(server, POD_A)
-    store = KubernetesStore(api(server), resources=RESOURCES)
+    store = KubernetesStore(api(server), resources={"Pod": PODS})
     runner = Runner(store, links=())
     error = "AccessDenied: " + "not authorized to perform ec2:RunInstances; " * 1200
     runner.observe(POD_A, pod.CreateRequested(at=AT, pool="gpu", provider="fake"))
@@ -145,7 +146,7 @@ def test_a_large_record_that_compresses_is_deflated_and_read_back(
     assert result.error is None
     assert json.loads(message_of(server, POD_A))["format"] == 2
     assert error in json.dumps(record(server, POD_A)["status"])
-    fresh = KubernetesStore(api(server), resources=RESOURCES)
+    fresh = KubernetesStore(api(server), resources={"Pod": PODS})
     loaded = fresh.load(POD, POD_A)
     assert loaded is not None
     assert loaded.status == result.status
@@ -165,7 +166,7 @@ def test_a_thousand_flips_with_the_events_api_down_keep_the_status_current(
     add(server, POD_A)
     store = KubernetesStore(
         api(server),
-        resources=RESOURCES,
+        resources={"Pod": PODS},
         sleep=lambda _: None,
         reader=lambda r, namespace, name: server.object(r.plural, namespace, name),  # informer
         max_record_bytes=8192,  # deflated, 32 KiB holds about 1 500 flips: lost sooner here
@@ -223,7 +224,7 @@ def test_the_warning_standing_for_given_up_events_keeps_one_id_however_often_rew
     server: FakeApiServer,
 ) -> None:
     add(server, POD_A)
-    store = KubernetesStore(api(server), resources=RESOURCES, max_record_bytes=1500)
+    store = KubernetesStore(api(server), resources={"Pod": PODS}, max_record_bytes=1500)
     runner = Runner(store, [FailingEmitter(10**6)], links=())
     runner.observe(POD_A, pod.CreateRequested(at=AT, pool="gpu", provider="fake"))
     ids: set[str] = set()

@@ -243,11 +243,11 @@ class KubernetesStore:
         self._reading = _Reading(reader)
         self._sleep = sleep
 
-    @property
-    def record_bytes(self) -> int:
-        """The bound on one object's record (``max_record_bytes``): what the runners check
-        the machines' declared limits against at start-up (ADR 0144)."""
-        return self.core.max_record_bytes
+    def record_limit(self, kind: str) -> int | None:
+        """The most bytes one record of ``kind`` takes here (``max_record_bytes``; ``None``
+        for a kind ``resources`` does not map): the runners check the machines' declared
+        limits against it at start-up (ADR 0144)."""
+        return self.core.max_record_bytes if kind in self.core.resources else None
 
     def record_size(self, machine: Machine[Any], status: Any) -> int:
         """The bytes the record of ``status`` takes here with nothing undelivered."""
@@ -385,11 +385,11 @@ class AsyncKubernetesStore:
         )
         self._reading = _Reading(reader)
 
-    @property
-    def record_bytes(self) -> int:
-        """The bound on one object's record (``max_record_bytes``): what the runners check
-        the machines' declared limits against at start-up (ADR 0144)."""
-        return self.core.max_record_bytes
+    def record_limit(self, kind: str) -> int | None:
+        """The most bytes one record of ``kind`` takes here (``max_record_bytes``; ``None``
+        for a kind ``resources`` does not map): the runners check the machines' declared
+        limits against it at start-up (ADR 0144)."""
+        return self.core.max_record_bytes if kind in self.core.resources else None
 
     def record_size(self, machine: Machine[Any], status: Any) -> int:
         """The bytes the record of ``status`` takes here with nothing undelivered."""
