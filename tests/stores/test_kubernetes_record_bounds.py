@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 from kubernetes import client as kubernetes_client  # type: ignore[import-untyped]
+from prometheus_client import CollectorRegistry, generate_latest
 
 from lifecycle import AsyncRunner, ObjectRef, Runner
 from lifecycle.emitters.kubernetes import KubernetesEmitter
@@ -28,6 +29,7 @@ from lifecycle.stores.kubernetes import (
     AsyncKubernetesStore,
     KubernetesStore,
 )
+from lifecycle.telemetry.prometheus import PrometheusTelemetry
 from lifecycle.testing import FailingEmitter, FakeApiServer
 
 from .test_kubernetes_store import AT, POD_A, add, api, serve, stored
@@ -235,6 +237,15 @@ def test_the_warning_standing_for_given_up_events_keeps_one_id_however_often_rew
     (tid,) = ids
     assert tid.endswith("@undelivered")
     assert record(server, POD_A)["version"] == 101
+    # the loss is counted where operators look: the Prometheus telemetry
+    registry = CollectorRegistry()
+    PrometheusTelemetry(registry).watch(store)
+    exposed = generate_latest(registry).decode()
+    assert store.events_given_up > 0
+    assert (
+        f'lifecycle_store_events_given_up_total{{store="kubernetes"}} '
+        f"{float(store.events_given_up)}"
+    ) in exposed
     # delivered, it leaves the outbox; the next loss starts another Warning
     store.mark_delivered([tid])
     for i in range(100, 200):
