@@ -86,6 +86,7 @@ FACE = {
     *("LifecycleError", "InvalidObservation", "InvalidTransition", "InvalidReference"),
     *("StoreError", "Conflict", "CommitUnknown", "IdentityMismatch", "TableError"),
     *("TraceError", "UnknownMachine", "UnknownObservation", "UnknownSchema", "SchemaRefused"),
+    "StoreTooSmall",
 }
 
 
