@@ -7,6 +7,7 @@ once the API is back."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import random
@@ -16,13 +17,16 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from kubernetes import client as kubernetes_client  # type: ignore[import-untyped]
 from prometheus_client import CollectorRegistry, generate_latest
 
 from lifecycle import AsyncRunner, ObjectRef, Runner
 from lifecycle.emitters.kubernetes import KubernetesEmitter
 from lifecycle.machines import POD, pod
-from lifecycle.stores._k8s_encoding import unpack
+from lifecycle.stores._k8s_encoding import cut_row, unpack
+from lifecycle.stores._k8s_record import StatusCore
 from lifecycle.stores.kubernetes import (
     PODS,
     RECORD_CONDITION,
@@ -254,3 +258,65 @@ def test_the_warning_standing_for_given_up_events_keeps_one_id_however_often_rew
     assert len(later) == 1
     assert later != ids
     store.close()
+
+
+# -- the record's encoding, as a property ----------------------------------------------------
+def _row(i: int, message: str) -> dict[str, Any]:
+    return {
+        "ref": ["Pod", "ml", "trainer-0", "uid-a"],
+        "machine": "pod",
+        "from": "Pending" if i % 2 else "Running",
+        "to": "Running" if i % 2 else "Pending",
+        "reason": "Running" if i % 2 else "Pending",
+        "type": "Normal",
+        "message": message,
+        "version": i + 1,
+        "at": (AT + timedelta(seconds=i)).isoformat(),
+        "n": 0,
+        "condition": "",
+        "controller": "",
+    }
+
+
+@functools.cache
+def noise() -> str:
+    return provider_error(66_000)
+
+
+texts = st.text(alphabet=string.ascii_letters + " é€", max_size=3000) | st.builds(
+    lambda n, start: noise()[start : start + n], st.integers(0, 65_536), st.integers(0, 400)
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    error=texts,
+    messages=st.lists(texts, max_size=300),
+    bound=st.integers(1_500, 32_768),
+)
+def test_a_record_is_packed_within_its_bound_and_reads_back(
+    error: str, messages: list[str], bound: int
+) -> None:
+    """Whatever the status's text and however many undelivered events: the message fits the
+    bound and reads back; the status is whole unless it could not fit, every event is either
+    kept (its message cut to a note's 1 KiB) or counted in the one Warning, oldest first."""
+    core = StatusCore({"Pod": PODS}, max_record_bytes=bound)
+    status = {"state": "ProvisionFailed", "error": error}
+    outbox = [cut_row(_row(i, m)) for i, m in enumerate(messages)]
+    record = {"format": 1, "machine": "pod", "version": 9, "status": status, "outbox": outbox}
+    message, given_up = core._pack(POD_A, record)
+    assert len(message.encode()) <= bound
+    data = unpack(message)
+    assert data["status"] == status or "characters]" in json.dumps(data["status"])
+    rows = data["outbox"]
+    summaries = [r for r in rows if r["reason"] == "EventsNotDelivered"]
+    kept = [r for r in rows if r["reason"] != "EventsNotDelivered"]
+    assert all(len(r["message"]) <= 1024 for r in kept)
+    assert kept == outbox[given_up:]  # the oldest were given up, the rest kept in order
+    if given_up:
+        assert len(summaries) == 1
+        assert summaries[0]["lost"]["count"] == given_up
+        assert summaries[0]["lost"]["first"]["version"] == 1
+        assert summaries[0]["lost"]["last"]["version"] == given_up
+    else:
+        assert summaries == []

@@ -28,6 +28,8 @@ NOTE_CHARS = 1024
 #: A string of the stored status is cut past this many characters, when the record does not
 #: fit the bound otherwise.
 TEXT_CHARS = 4096
+#: The cuts tried in turn on the status's strings until the record fits.
+TEXT_CUTS = (TEXT_CHARS, 1024, 256)
 #: The most a deflated record may inflate to (a hostile record is refused, not inflated).
 MAX_INFLATED = 16 * 1024 * 1024
 

@@ -546,17 +546,19 @@ class StatusCore:
     def _pack(self, ref: ObjectRef, record: dict[str, Any]) -> tuple[str, int]:
         """The record's message within ``max_record_bytes``, and how many undelivered events
         were given up for it (ADR 0144, 0145): as it is; else deflated; else with the
-        status's long strings cut; else without the oldest undelivered events, one Warning
-        standing for them (:func:`_giving_up`). Link intents are never given up: a record
-        they alone overflow is :class:`RecordTooLarge`, nothing written."""
+        status's long strings cut (to 4 096 characters, then shorter); else without the
+        oldest undelivered events, one Warning standing for them (:func:`_giving_up`). Link
+        intents are never given up: a record they alone overflow is :class:`RecordTooLarge`,
+        nothing written."""
         bound = self.max_record_bytes
         message = encoding.pack(record, bound)
         if message is not None:
             return message, 0
-        record = {**record, "status": encoding.cut_strings(record["status"])}
-        message = encoding.pack(record, bound)
-        if message is not None:
-            return message, 0
+        for limit in encoding.TEXT_CUTS:
+            record = {**record, "status": encoding.cut_strings(record["status"], limit)}
+            message = encoding.pack(record, bound)
+            if message is not None:
+                return message, 0
         outbox: list[dict[str, Any]] = record["outbox"]
         events = [
             i
