@@ -28,7 +28,7 @@ from lifecycle import (
 )
 from lifecycle._store_bounds import GROWTH
 from lifecycle.machines import default_registry, workflow
-from lifecycle.stores.kubernetes import PODS, KubernetesStore, Reply
+from lifecycle.stores.kubernetes import PODS, AsyncKubernetesStore, KubernetesStore, Reply
 from lifecycle.testing import EPOCH, FakeApiServer, hostile_counts
 
 from .test_kubernetes_store import CLAIM_SPEC, RESOURCES, api, serve
@@ -41,6 +41,11 @@ class NoCalls:
     """A transport for a store that must not be called (the check is made at construction)."""
 
     def send(self, call: Any) -> Reply:
+        raise AssertionError(f"the start-up check sent {call}")
+
+
+class NoAsyncCalls:
+    async def send(self, call: Any) -> Reply:
         raise AssertionError(f"the start-up check sent {call}")
 
 
@@ -77,6 +82,12 @@ def test_a_workflow_at_its_default_group_limit_refuses_the_runners_on_a_32_kib_r
 
     with pytest.raises(StoreTooSmall, match=r"limits\['groups'\] = 10000"):
         asyncio.run(start())
+
+    async def start_async_store() -> None:
+        AsyncRunner(AsyncKubernetesStore(resources=RESOURCES, transport=NoAsyncCalls()))
+
+    with pytest.raises(StoreTooSmall, match=r"limits\['groups'\] = 10000"):
+        asyncio.run(start_async_store())
 
 
 def test_stores_without_a_bound_and_kinds_not_mapped_start(tmp_path: Path) -> None:
