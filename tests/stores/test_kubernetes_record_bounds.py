@@ -14,7 +14,7 @@ import random
 import string
 from collections.abc import Iterator
 from datetime import timedelta
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 from hypothesis import given, settings
@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 from kubernetes import client as kubernetes_client  # type: ignore[import-untyped]
 from prometheus_client import CollectorRegistry, generate_latest
 
-from lifecycle import AsyncRunner, ObjectRef, Runner
+from lifecycle import AsyncRunner, MachineRegistry, ObjectRef, Runner
 from lifecycle.emitters.kubernetes import KubernetesEmitter
 from lifecycle.machines import POD, pod
 from lifecycle.stores._k8s_encoding import cut_row, unpack
@@ -31,12 +31,14 @@ from lifecycle.stores.kubernetes import (
     PODS,
     RECORD_CONDITION,
     AsyncKubernetesStore,
+    CustomResource,
     KubernetesStore,
 )
+from lifecycle.tables import Upcaster
 from lifecycle.telemetry.prometheus import PrometheusTelemetry
-from lifecycle.testing import FailingEmitter, FakeApiServer
+from lifecycle.testing import FailingEmitter, FakeApiServer, conditions_crd_schema
 
-from .test_kubernetes_store import AT, POD_A, add, api, serve, stored
+from .test_kubernetes_store import AT, GROUP, POD_A, add, api, serve, stored
 
 
 @pytest.fixture
@@ -320,3 +322,46 @@ def test_a_record_is_packed_within_its_bound_and_reads_back(
         assert summaries[0]["lost"]["last"]["version"] == given_up
     else:
         assert summaries == []
+
+
+def test_an_upcaster_that_changes_what_it_is_given_reads_each_record_once(
+    server: FakeApiServer,
+) -> None:
+    """Records read are kept for the next read (one object's record is read several times a
+    commit): a host's upcaster that changes the data it is given must not change them."""
+    from tests.test_schema_versions import DoorMachineV1, Opened
+
+    class Door(DoorMachineV1):
+        def kubernetes_status(self, status: Any) -> dict[str, Any]:
+            return {}  # only the record is written
+
+    v1 = Door()
+
+    def exclaim(data: dict[str, Any]) -> dict[str, Any]:
+        data["message"] += "!"  # not idempotent: a second pass would show
+        return data
+
+    class Exclaimed(Door):
+        schema_version: ClassVar[int] = 2
+        upcasters: ClassVar[dict[int, Upcaster]] = {
+            1: Upcaster(fingerprint=v1.schema.fingerprint, status=exclaim)
+        }
+
+    server.register_crd(GROUP, "v1", "doors", "Door", conditions_crd_schema("Door"))
+    door = ObjectRef("Door", "default", "front", "door-1")
+    server.add_object("doors", door.namespace, door.name, uid=door.uid)
+    resources = {"Door": CustomResource(GROUP, "v1", "doors")}
+    old = KubernetesStore(api(server), resources=resources)
+    result = Runner(old, machines=MachineRegistry([v1]), links=()).observe(
+        door, Opened(at=AT, by="me")
+    )
+    assert result.error is None, result
+    new = KubernetesStore(api(server), resources=resources)
+    v2 = Exclaimed()
+    first, second = new.load(v2, door), new.load(v2, door)
+    assert first is not None
+    assert second is not None
+    assert first.status.message.count("!") == 1
+    assert second.status == first.status
+    old.close()
+    new.close()

@@ -358,8 +358,11 @@ class StatusCore:
         return stored
 
     def record(self, machine: Machine[Any], ref: ObjectRef, stored: _Stored) -> Record:
+        data = stored.status
+        if stored.schema != (machine.schema.version, machine.schema.fingerprint):
+            data = copy.deepcopy(data)  # a host's upcaster may change it; what is read is shared
         try:
-            status = load_status(machine, stored.status, *stored.schema)
+            status = load_status(machine, data, *stored.schema)
         except Exception as e:
             raise StoreError(f"{ref.uid}: its stored status does not load: {e}") from e
         return Record(ref, machine.name, status, stored.version)
