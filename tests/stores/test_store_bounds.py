@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -28,10 +29,17 @@ from lifecycle import (
 )
 from lifecycle._store_bounds import GROWTH
 from lifecycle.machines import default_registry, workflow
-from lifecycle.stores.kubernetes import PODS, AsyncKubernetesStore, KubernetesStore, Reply
+from lifecycle.stores.kubernetes import (
+    PODS,
+    RECORD_CONDITION,
+    AsyncKubernetesStore,
+    CustomResource,
+    KubernetesStore,
+    Reply,
+)
 from lifecycle.testing import EPOCH, FakeApiServer, hostile_counts
 
-from .test_kubernetes_store import CLAIM_SPEC, RESOURCES, api, serve
+from .test_kubernetes_store import CLAIM_SPEC, GROUP, RESOURCES, api, serve
 
 REGISTRY = default_registry()
 MACHINES = sorted(REGISTRY)
@@ -212,3 +220,42 @@ def test_observations_at_each_declared_limit_commit_on_every_store(
     finally:
         for store in stores.values():
             store.close()
+
+
+def test_a_record_field_the_crd_declares_holds_a_workflow_at_its_default_limit(
+    server: FakeApiServer,
+) -> None:
+    """Where the Workflow CRD declares a status field for the record (``record_field``), the
+    record may take 1 MiB: the runner starts at the default 10 000 groups, and a Workflow of
+    10 000 groups commits and reads back, its condition pointing at the field."""
+    resources = {
+        **RESOURCES,
+        "Workflow": CustomResource(GROUP, "v1", "workflows", record_field="lifecycleRecord"),
+    }
+    store = KubernetesStore(api(server), resources=resources, sleep=lambda _: None)
+    assert store.record_limit("Workflow") == 1024 * 1024
+    assert workflow.Partitioned.limits["groups"] == 10_000
+    runner = Runner(store)  # the default limits fit
+    ref = ObjectRef("Workflow", "default", "wf-fleet", "wf-fleet-uid")
+    server.add_object("workflows", ref.namespace, ref.name, uid=ref.uid)
+    partition = workflow.Partitioned(at=EPOCH, nodes=10_000, groups=10_000, nodes_per_job=1)
+    result = runner.observe(ref, partition)
+    assert result.error is None, result.error
+    status = server.status("workflows", ref.namespace, ref.name)
+    assert status is not None
+    (condition,) = [c for c in status["conditions"] if c["type"] == RECORD_CONDITION]
+    assert json.loads(condition["message"]) == {"field": "lifecycleRecord", "format": 3}
+    assert len(status["lifecycleRecord"]) <= 1024 * 1024
+    fresh = KubernetesStore(api(server), resources=resources)
+    loaded = fresh.load(REGISTRY["workflow"], ref)
+    assert loaded is not None
+    assert loaded.status == result.status
+    assert len(loaded.status.groups) == 10_000
+    fresh.close()
+    store.close()
+
+
+def test_a_record_field_that_is_not_a_field_name_is_refused() -> None:
+    for bad in ("status.record", "conditions", "récord", "a b"):
+        with pytest.raises(ValueError, match="record_field"):
+            CustomResource(GROUP, "v1", "workflows", record_field=bad)

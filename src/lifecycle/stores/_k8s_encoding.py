@@ -23,6 +23,9 @@ from .._core.redact import redact
 PLAIN = 1
 #: The record's JSON deflated (zlib) and base64-encoded: ``{"format": 2, "zlib": "..."}``.
 DEFLATED = 2
+#: The condition's message when the record is in a status field of its own:
+#: ``{"field": "<name>", "format": 3}``.
+IN_FIELD = 3
 #: An outbox row's message is cut past this many characters (an Event's note holds 1 KiB).
 NOTE_CHARS = 1024
 #: A string of the stored status is cut past this many characters, when the record does not
@@ -88,6 +91,24 @@ def deflate(plain: str) -> str:
 
 _READ: OrderedDict[str, Any] = OrderedDict()
 _READ_LOCK = threading.Lock()
+
+
+def pointer(field: str) -> str:
+    """The condition message that points at the record in ``status.<field>``."""
+    return dumps({"field": field, "format": IN_FIELD})
+
+
+def pointed(message: str) -> str | None:
+    """The status field a condition message points at, or ``None`` (it is the record)."""
+    if len(message) > 200 or not message.startswith('{"field":'):
+        return None
+    try:
+        data = json.loads(message)
+    except ValueError:
+        return None
+    field = data.get("field") if isinstance(data, dict) else None
+    ok = isinstance(field, str) and data.get("format") == IN_FIELD and field.isidentifier()
+    return field if ok else None
 
 
 def unpack(message: str) -> Any:

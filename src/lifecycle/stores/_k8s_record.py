@@ -54,6 +54,9 @@ UNDELIVERED_EPOCH = "undelivered"
 MAX_RECORD_BYTES = 32768
 #: A write token as long as any (what :meth:`StatusCore.record_size` measures with).
 _A_TOKEN = "5f0c8a3e9b7d41c2a6e8f0b4d3c1a97e"
+#: The bound on a record kept in a status field of its own (``CustomResource.record_field``):
+#: 1 MiB, within the 1.5 MiB the API server's etcd takes for the whole object.
+FIELD_RECORD_BYTES = 1024 * 1024
 #: Objects a list asks for at a time (its ``limit``; the ``continue`` token pages on).
 LIST_PAGE = 500
 
@@ -92,8 +95,18 @@ class CustomResource:
     #: ``False`` for a cluster-scoped resource (a Karpenter NodeClaim): its refs have no
     #: namespace.
     namespaced: bool = True
+    #: A status field of the resource's own schema (a string) to hold the record, where the
+    #: CRD declares one (``lifecycleRecord``): the record condition then only points at it,
+    #: and the record may take :data:`FIELD_RECORD_BYTES` instead of a condition message's
+    #: 32 KiB (ADR 0144). ``""``: the record is the condition's message.
+    record_field: str = ""
 
     def __attrs_post_init__(self) -> None:
+        field = self.record_field
+        if field and (not field.isascii() or not field.isidentifier() or field == "conditions"):
+            raise ValueError(
+                f"CustomResource.record_field must be a status field name, got {field!r}"
+            )
         for name in ("version", "plural"):
             value = getattr(self, name)
             if not value or "/" in value or not value.isascii():
@@ -247,6 +260,11 @@ class StatusCore:
             known = ", ".join(sorted(self.resources))
             raise StoreError(f"no resource is configured for kind {kind!r} (known: {known})")
         return resource
+
+    def bound(self, kind: str) -> int:
+        """The most bytes one record of ``kind`` takes (ADR 0144)."""
+        field = self._resource(kind).record_field
+        return FIELD_RECORD_BYTES if field else self.max_record_bytes
 
     def _remember(self, ref: ObjectRef, obj: dict[str, Any]) -> None:
         with self._lock:
@@ -476,7 +494,8 @@ class StatusCore:
             raise StatusRefused(
                 f"{ref.kind} {ref.namespace}/{ref.name}: the API server kept the status "
                 f"without the {RECORD_CONDITION} condition: the resource's schema must keep "
-                "status.conditions (metav1.Condition items)"
+                "status.conditions (metav1.Condition items), and the record_field a "
+                "CustomResource names (a string)"
             )
         self._remember(ref, reply.body)
         with self._lock:
@@ -526,6 +545,10 @@ class StatusCore:
         }
         since = stored.since if stored is not None and stored.since else kubernetes_time(at)
         message, given_up = self._pack(ref, record)
+        field = self._resource(ref.kind).record_field
+        if field:  # the record in its own field; the condition points at it
+            status[field] = message
+            message = encoding.pointer(field)
         condition = {
             "type": RECORD_CONDITION,
             "status": "True",
@@ -553,7 +576,7 @@ class StatusCore:
         oldest undelivered events, one Warning standing for them (:func:`_giving_up`). Link
         intents are never given up: a record they alone overflow is :class:`RecordTooLarge`,
         nothing written."""
-        bound = self.max_record_bytes
+        bound = self.bound(ref.kind)
         message = encoding.pack(record, bound)
         if message is not None:
             return message, 0
@@ -584,8 +607,8 @@ class StatusCore:
             f"{ref.kind} {ref.namespace}/{ref.name}: its record would be "
             f"{encoding.size(least)} bytes deflated, with its long text cut and all "
             f"{len(events)} undelivered events given up ({len(outbox) - len(events)} rows "
-            f"kept: link intents and the undelivered-events Warning), over max_record_bytes="
-            f"{self.max_record_bytes}: nothing written"
+            f"kept: link intents and the undelivered-events Warning), over its bound of "
+            f"{bound} bytes (max_record_bytes={self.max_record_bytes}): nothing written"
         )
 
     def record_size(self, machine: Machine[Any], status: Any) -> int:
@@ -678,7 +701,7 @@ class StatusCore:
                     else:
                         self._delivered.pop(uid, None)
                 return
-            new = _without(obj, found, done, self.max_record_bytes)
+            new = _without(obj, found, done, self.bound(ref.kind))
             call = Call("PUT", resource.path(ref.namespace, ref.name) + "/status", new)
             reply = yield from self.request(call)
             if reply.code in (200, 201) and isinstance(reply.body, dict):
@@ -861,10 +884,15 @@ def _giving_up(record: dict[str, Any], indices: Sequence[int]) -> dict[str, Any]
 
 
 def _record_condition(obj: Any) -> dict[str, Any] | None:
+    """The library's condition in ``obj``'s status; when it points at a status field of its
+    own (``CustomResource.record_field``), a copy whose message is that field's."""
     status = obj.get("status") if isinstance(obj, dict) else None
     for c in (status or {}).get("conditions") or ():
         if isinstance(c, dict) and c.get("type") == RECORD_CONDITION:
-            return c
+            field = encoding.pointed(str(c.get("message") or ""))
+            if field is None:
+                return c
+            return {**c, "message": str((status or {}).get(field) or "")}
     return None
 
 
@@ -901,7 +929,11 @@ def _without(
     new = copy.deepcopy(obj)
     for c in new["status"]["conditions"]:
         if c.get("type") == RECORD_CONDITION:
-            c["message"] = message
+            field = encoding.pointed(str(c.get("message") or ""))
+            if field is None:
+                c["message"] = message
+            else:
+                new["status"][field] = message
     return new
 
 

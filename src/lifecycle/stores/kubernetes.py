@@ -244,10 +244,10 @@ class KubernetesStore:
         self._sleep = sleep
 
     def record_limit(self, kind: str) -> int | None:
-        """The most bytes one record of ``kind`` takes here (``max_record_bytes``; ``None``
-        for a kind ``resources`` does not map): the runners check the machines' declared
-        limits against it at start-up (ADR 0144)."""
-        return self.core.max_record_bytes if kind in self.core.resources else None
+        """The most bytes one record of ``kind`` takes here (``max_record_bytes``, or 1 MiB
+        in a resource's ``record_field``; ``None`` for a kind ``resources`` does not map):
+        the runners check the machines' declared limits against it at start-up (ADR 0144)."""
+        return self.core.bound(kind) if kind in self.core.resources else None
 
     def record_size(self, machine: Machine[Any], status: Any) -> int:
         """The bytes the record of ``status`` takes here with nothing undelivered."""
@@ -386,10 +386,10 @@ class AsyncKubernetesStore:
         self._reading = _Reading(reader)
 
     def record_limit(self, kind: str) -> int | None:
-        """The most bytes one record of ``kind`` takes here (``max_record_bytes``; ``None``
-        for a kind ``resources`` does not map): the runners check the machines' declared
-        limits against it at start-up (ADR 0144)."""
-        return self.core.max_record_bytes if kind in self.core.resources else None
+        """The most bytes one record of ``kind`` takes here (``max_record_bytes``, or 1 MiB
+        in a resource's ``record_field``; ``None`` for a kind ``resources`` does not map):
+        the runners check the machines' declared limits against it at start-up (ADR 0144)."""
+        return self.core.bound(kind) if kind in self.core.resources else None
 
     def record_size(self, machine: Machine[Any], status: Any) -> int:
         """The bytes the record of ``status`` takes here with nothing undelivered."""
