@@ -78,10 +78,10 @@ class StatusRefused(StoreError):
 
 
 class RecordTooLarge(StoreError):
-    """The record (status and undelivered events) is over the store's bound, or the object
-    over the API server's: the write is refused before it is sent, nothing written. Deliver
-    the outbox (the emitter is failing?) or raise ``max_record_bytes`` where the schema
-    allows it."""
+    """The record is over the store's bound even deflated, its long text cut and its
+    undelivered events given up (link intents are kept; ADR 0144, 0145), or the object over
+    the API server's: the write is refused before it is sent, nothing written. Raise
+    ``max_record_bytes``, or name a ``record_field`` where the schema allows it."""
 
 
 @attrs.frozen(slots=True)
