@@ -122,10 +122,10 @@ def unpack(message: str) -> Any:
             _READ.move_to_end(message)
             return found
     data = _unpack(message)
-    if len(message) > 256:  # worth keeping
+    if 256 < len(message) <= 64 * 1024:  # worth keeping, and a condition's size at most
         with _READ_LOCK:
             _READ[message] = data
-            while len(_READ) > 32:
+            while len(_READ) > 16:
                 _READ.popitem(last=False)
     return data
 
