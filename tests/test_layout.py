@@ -87,6 +87,7 @@ FACE = {
     *("StoreError", "Conflict", "CommitUnknown", "IdentityMismatch", "TableError"),
     *("TraceError", "UnknownMachine", "UnknownObservation", "UnknownSchema", "SchemaRefused"),
     "MissingExtra",  # what needs an optional extra that is not installed (ADR 0136)
+    "StoreTooSmall",
 }
 
 

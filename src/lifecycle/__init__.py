@@ -37,6 +37,7 @@ if TYPE_CHECKING:  # for type checkers; at run time each name is imported on fir
     from ._core.transition import Transition
     from ._k8s_status import kubernetes_status
     from ._link import Link
+    from ._store_bounds import StoreTooSmall
     from .aio import AsyncRunner, AsyncStore, ThreadedStore, open_async_store
     from .dispatch import Dispatcher
     from .emitters import Emitter, LogEmitter, MemoryEmitter
@@ -84,6 +85,7 @@ _HOMES: dict[str, tuple[str, ...]] = {
     "._core.transition": ("Transition",),
     "._k8s_status": ("kubernetes_status",),
     "._link": ("Link",),
+    "._store_bounds": ("StoreTooSmall",),
     ".aio": (
         "AsyncRunner",
         "AsyncStore",
@@ -166,6 +168,7 @@ __all__ = [
     "SchemaRefused",
     "Store",
     "StoreError",
+    "StoreTooSmall",
     "Table",
     "TableError",
     "ThreadedStore",

@@ -37,6 +37,7 @@ from ._delivery import Redelivery
 from ._link import Link
 from ._log import get_logger
 from ._protocol import Result, RetryPolicy, WriteProtocol
+from ._store_bounds import check_bounds
 from .emitters.base import Emitter
 from .machines import MachineRegistry
 from .stores.base import CommitItem, CommitStore, JournalEntry, Record
@@ -308,6 +309,7 @@ class AsyncRunner:
         # The start-up check (ADR 0088): a synchronous store is checked here, an asyncio one
         # before the first call that reads it (``await runner.check_schema()`` to do it now).
         self._schema_checked = not check_schema
+        check_bounds(store, self.machines)  # what the machines accept, the store holds (0144)
         if isinstance(self.store, ThreadedStore) and check_schema:
             checked(self.telemetry, check_store, self.store.store, self.machines)
             self._schema_checked = True

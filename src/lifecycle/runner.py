@@ -27,6 +27,7 @@ from ._link import Link
 from ._link_intents import PendingIntents
 from ._log import get_logger
 from ._protocol import Outcome, Result, RetryPolicy, Write, WriteProtocol
+from ._store_bounds import check_bounds
 from .emitters.base import Emitter
 from .machines import MachineRegistry
 from .stores.base import CommitStore, Store
@@ -118,6 +119,7 @@ class Runner:
         )
         if check_schema:  # refuse a store holding records these machines cannot read (ADR 0088)
             checked(self.telemetry, check_store, chosen, self.machines)
+        check_bounds(chosen, self.machines)  # what the machines accept, the store holds (0144)
         self.store = chosen
         self._applying_links = False
         if self.telemetry is not None:

@@ -17,7 +17,6 @@ writes all of it, so the events a commit causes are in the same atomic write as 
 from __future__ import annotations
 
 import copy
-import json
 import math
 import threading
 import uuid
@@ -32,21 +31,33 @@ from .._core.errors import CommitUnknown, Conflict, IdentityMismatch, StoreError
 from .._core.machine import Machine
 from .._core.observation import Observation
 from .._core.printable import escape
-from .._core.refs import ObjectRef
+from .._core.refs import EventType, ObjectRef
 from .._core.schema import load_status
 from .._core.serde import parse_time
-from .._core.transition import Transition
+from .._core.transition import EMPTY, Transition
 from .._k8s_status import NoStatusBody, kubernetes_status, kubernetes_time
 from .._log import get_logger
+from . import _k8s_encoding as encoding
 from .base import OutboxSummary, Record, transition_from_row, transition_to_row
 
 #: The condition type of the library's record in ``status.conditions`` (a qualified name, as
 #: the API requires of a condition type that is not a well-known one).
 RECORD_CONDITION = "lifecycle-machines.io/Record"
-#: The format of the record's JSON (its ``format`` field).
+#: The format of the record's JSON (its ``format`` field; a record that does not fit as it is
+#: is written deflated, format 2 around it: :mod:`lifecycle.stores._k8s_encoding`).
 RECORD_FORMAT = 1
+#: The reason of the one Warning that stands for the events given up while the Events API
+#: was unavailable (ADR 0145); its id is the first given-up event's with ``@undelivered``.
+UNDELIVERED_REASON = "EventsNotDelivered"
+#: The epoch that marks that Warning's id apart from every committed event's.
+UNDELIVERED_EPOCH = "undelivered"
 #: The default bound on the record's JSON: ``metav1.Condition`` caps a message at 32768.
 MAX_RECORD_BYTES = 32768
+#: A write token as long as any (what :meth:`StatusCore.record_size` measures with).
+_A_TOKEN = "5f0c8a3e9b7d41c2a6e8f0b4d3c1a97e"
+#: The bound on a record kept in a status field of its own (``CustomResource.record_field``):
+#: 1 MiB, within the 1.5 MiB the API server's etcd takes for the whole object.
+FIELD_RECORD_BYTES = 1024 * 1024
 #: Objects a list asks for at a time (its ``limit``; the ``continue`` token pages on).
 LIST_PAGE = 500
 
@@ -68,10 +79,10 @@ class StatusRefused(StoreError):
 
 
 class RecordTooLarge(StoreError):
-    """The record (status and undelivered events) is over the store's bound, or the object
-    over the API server's: the write is refused before it is sent, nothing written. Deliver
-    the outbox (the emitter is failing?) or raise ``max_record_bytes`` where the schema
-    allows it."""
+    """The record is over the store's bound even deflated, its long text cut and its
+    undelivered events given up (link intents are kept; ADR 0144, 0145), or the object over
+    the API server's: the write is refused before it is sent, nothing written. Raise
+    ``max_record_bytes``, or name a ``record_field`` where the schema allows it."""
 
 
 @attrs.frozen(slots=True)
@@ -85,8 +96,18 @@ class CustomResource:
     #: ``False`` for a cluster-scoped resource (a Karpenter NodeClaim): its refs have no
     #: namespace.
     namespaced: bool = True
+    #: A status field of the resource's own schema (a string) to hold the record, where the
+    #: CRD declares one (``lifecycleRecord``): the record condition then only points at it,
+    #: and the record may take :data:`FIELD_RECORD_BYTES` instead of a condition message's
+    #: 32 KiB (ADR 0144). ``""``: the record is the condition's message.
+    record_field: str = ""
 
     def __attrs_post_init__(self) -> None:
+        field = self.record_field
+        if field and (not field.isascii() or not field.isidentifier() or field == "conditions"):
+            raise ValueError(
+                f"CustomResource.record_field must be a status field name, got {field!r}"
+            )
         for name in ("version", "plural"):
             value = getattr(self, name)
             if not value or "/" in value or not value.isascii():
@@ -229,6 +250,9 @@ class StatusCore:
         self._objects: OrderedDict[str, dict[str, Any]] = OrderedDict()
         self._where: OrderedDict[str, tuple[str, str, str]] = OrderedDict()
         self._delivered: dict[str, set[str]] = {}
+        #: Undelivered events given up so that the status could be written (ADR 0145).
+        self.events_given_up = 0
+        self._giving_up = False  # logged once per outage: until a summary is delivered
 
     # -- what is remembered -------------------------------------------------------------------
     def _resource(self, kind: str) -> CustomResource:
@@ -237,6 +261,11 @@ class StatusCore:
             known = ", ".join(sorted(self.resources))
             raise StoreError(f"no resource is configured for kind {kind!r} (known: {known})")
         return resource
+
+    def bound(self, kind: str) -> int:
+        """The most bytes one record of ``kind`` takes (ADR 0144)."""
+        field = self._resource(kind).record_field
+        return FIELD_RECORD_BYTES if field else self.max_record_bytes
 
     def _remember(self, ref: ObjectRef, obj: dict[str, Any]) -> None:
         with self._lock:
@@ -323,7 +352,7 @@ class StatusCore:
         if found is None:
             return None
         try:
-            data = json.loads(str(found.get("message") or ""))
+            data = encoding.unpack(str(found.get("message") or ""))
             if data.get("format") != RECORD_FORMAT:
                 raise ValueError(f"record format {data.get('format')!r}, this store reads 1")
             schema = data["schema"]
@@ -338,7 +367,7 @@ class StatusCore:
                 str(data.get("token") or ""),
                 str(found.get("lastTransitionTime") or ""),
             )
-        except (ValueError, KeyError, TypeError, IndexError) as e:
+        except (ValueError, KeyError, TypeError, IndexError, AttributeError) as e:
             raise StoreError(
                 f"{ref.uid}: the {RECORD_CONDITION} condition is not a record: {e}"
             ) from e
@@ -348,8 +377,11 @@ class StatusCore:
         return stored
 
     def record(self, machine: Machine[Any], ref: ObjectRef, stored: _Stored) -> Record:
+        data = stored.status
+        if stored.schema != (machine.schema.version, machine.schema.fingerprint):
+            data = copy.deepcopy(data)  # a host's upcaster may change it; what is read is shared
         try:
-            status = load_status(machine, stored.status, *stored.schema)
+            status = load_status(machine, data, *stored.schema)
         except Exception as e:
             raise StoreError(f"{ref.uid}: its stored status does not load: {e}") from e
         return Record(ref, machine.name, status, stored.version)
@@ -429,13 +461,15 @@ class StatusCore:
                 raise Conflict(ref.uid, expected, actual)
             if attempt == MAX_RACES:
                 break  # the last round only read: how the lost write ended
-            new = self._written(
+            new, given_up = self._written(
                 machine, ref, obj, stored, body, dumped, rows, expected + 1, token, observation.at
             )
             call = Call("PUT", resource.path(ref.namespace, ref.name) + "/status", new)
             reply = yield from self.request(call, retry=False)
             if reply.code in (200, 201):
                 self._accepted(ref, reply, token)
+                if given_up:
+                    self._gave_up(ref, given_up)
                 return expected + 1
             if reply.code == 409:
                 obj = None  # another writer's: re-read
@@ -455,13 +489,14 @@ class StatusCore:
         """Keep the object the server stored; refuse a write that came back without the
         record (the resource's schema pruned or rewrote it)."""
         found = _record_condition(reply.body) if isinstance(reply.body, dict) else None
-        kept = found is not None and f'"token":"{token}"' in str(found.get("message") or "")
+        kept = found is not None and _data_in(found).get("token") == token
         if found is None or not kept:
             self._forget(ref.uid)
             raise StatusRefused(
                 f"{ref.kind} {ref.namespace}/{ref.name}: the API server kept the status "
                 f"without the {RECORD_CONDITION} condition: the resource's schema must keep "
-                "status.conditions (metav1.Condition items)"
+                "status.conditions (metav1.Condition items), and the record_field a "
+                "CustomResource names (a string)"
             )
         self._remember(ref, reply.body)
         with self._lock:
@@ -485,7 +520,7 @@ class StatusCore:
         version: int,
         token: str,
         at: datetime,
-    ) -> dict[str, Any]:
+    ) -> tuple[dict[str, Any], int]:
         """``obj`` with the new status: the rendered body over what was there (fields this
         store wrote before and no longer renders are removed; others' conditions kept), and
         the record with the outbox (delivered ids dropped, ``rows`` appended)."""
@@ -493,60 +528,135 @@ class StatusCore:
         for name in stored.fields if stored is not None else ():
             status.pop(name, None)
         rendered = dict(body)
-        ours = list(rendered.pop("conditions", []))
+        ours = [_cut_message(c) for c in rendered.pop("conditions", [])]
         status.update(rendered)
         done = self.delivered(ref.uid)
         kept = stored.outbox if stored is not None else ()
-        outbox = [r for r in kept if _row_id(r) not in done]
+        outbox = [encoding.cut_row(r) for r in (*kept, *rows) if not done or _row_id(r) not in done]
         record = {
             "format": RECORD_FORMAT,
             "machine": machine.name,
             "version": version,
             "schema": [machine.schema.version, machine.schema.fingerprint],
             "status": dumped,
-            "outbox": [*outbox, *rows],
+            "outbox": outbox,
             "fields": sorted(rendered),
             "conditions": [c["type"] for c in ours],
             "token": token,
         }
         since = stored.since if stored is not None and stored.since else kubernetes_time(at)
-        condition = self._condition(ref, record, since)
-        owned = {*(c["type"] for c in ours), RECORD_CONDITION}
-        owned.update(stored.conditions if stored is not None else ())
-        others = [c for c in status.get("conditions") or () if c.get("type") not in owned]
-        status["conditions"] = [*others, *ours, condition]
-        return {
-            "apiVersion": obj.get("apiVersion"),
-            "kind": obj.get("kind"),
-            "metadata": obj.get("metadata") or {},
-            "spec": obj.get("spec"),
-            "status": status,
-        }
-
-    def _condition(self, ref: ObjectRef, record: dict[str, Any], since: str) -> dict[str, Any]:
-        message = json.dumps(record, separators=(",", ":"), sort_keys=True, ensure_ascii=False)
-        size = len(message.encode("utf-8"))
-        if size > self.max_record_bytes:
-            raise RecordTooLarge(
-                f"{ref.kind} {ref.namespace}/{ref.name}: its record would be {size} bytes "
-                f"({len(record['outbox'])} undelivered events), over max_record_bytes="
-                f"{self.max_record_bytes}: nothing written"
-            )
-        return {
+        message, given_up = self._pack(ref, record)
+        field = self._resource(ref.kind).record_field
+        if field:  # the record in its own field; the condition points at it
+            status[field] = message
+            message = encoding.pointer(field)
+        condition = {
             "type": RECORD_CONDITION,
             "status": "True",
             "reason": "Committed",
             "message": message,
             "lastTransitionTime": since,
         }
+        owned = {*(c["type"] for c in ours), RECORD_CONDITION}
+        owned.update(stored.conditions if stored is not None else ())
+        others = [c for c in status.get("conditions") or () if c.get("type") not in owned]
+        status["conditions"] = [*others, *ours, condition]
+        new = {
+            "apiVersion": obj.get("apiVersion"),
+            "kind": obj.get("kind"),
+            "metadata": obj.get("metadata") or {},
+            "spec": obj.get("spec"),
+            "status": status,
+        }
+        return new, given_up
+
+    def _pack(self, ref: ObjectRef, record: dict[str, Any]) -> tuple[str, int]:
+        """The record's message within ``max_record_bytes``, and how many undelivered events
+        were given up for it (ADR 0144, 0145): as it is; else deflated; else with the
+        status's long strings cut (to 4 096 characters, then shorter); else without the
+        oldest undelivered events, one Warning standing for them (:func:`_giving_up`). Link
+        intents are never given up: a record they alone overflow is :class:`RecordTooLarge`,
+        nothing written."""
+        bound = self.bound(ref.kind)
+        message = encoding.pack(record, bound)
+        if message is not None:
+            return message, 0
+        for limit in encoding.TEXT_CUTS:
+            record = {**record, "status": encoding.cut_strings(record["status"], limit)}
+            message = encoding.pack(record, bound)
+            if message is not None:
+                return message, 0
+        outbox: list[dict[str, Any]] = record["outbox"]
+        events = [
+            i
+            for i, r in enumerate(outbox)
+            if "intent" not in r and r.get("epoch") != UNDELIVERED_EPOCH
+        ]
+        found: tuple[str, int] | None = None
+        low, high = 1, len(events)
+        while low <= high:  # the fewest oldest events whose giving up makes it fit
+            k = (low + high) // 2
+            message = encoding.pack(_giving_up(record, events[:k]), bound)
+            if message is not None:
+                found, high = (message, k), k - 1
+            else:
+                low = k + 1
+        if found is not None:
+            return found
+        least = encoding.deflate(encoding.dumps(_giving_up(record, events)))
+        raise RecordTooLarge(
+            f"{ref.kind} {ref.namespace}/{ref.name}: its record would be "
+            f"{encoding.size(least)} bytes deflated, with its long text cut and all "
+            f"{len(events)} undelivered events given up ({len(outbox) - len(events)} rows "
+            f"kept: link intents and the undelivered-events Warning), over its bound of "
+            f"{bound} bytes (max_record_bytes={self.max_record_bytes}): nothing written"
+        )
+
+    def record_size(self, machine: Machine[Any], status: Any) -> int:
+        """The bytes the record of ``status`` takes in this store with nothing undelivered
+        (deflated when that is smaller; no text cut): what the start-up check of a machine's
+        declared limits measures (ADR 0144)."""
+        try:
+            body = dict(kubernetes_status(machine, status))
+        except NoStatusBody:
+            body = {}
+        record = {
+            "format": RECORD_FORMAT,
+            "machine": machine.name,
+            "version": 2**31,
+            "schema": [machine.schema.version, machine.schema.fingerprint],
+            "status": machine.dump_status(status),
+            "outbox": [],
+            "fields": sorted(k for k in body if k != "conditions"),
+            "conditions": [c["type"] for c in body.get("conditions", ())],
+            "token": _A_TOKEN,  # the same each time: one status, one size
+        }
+        plain = encoding.dumps(record)
+        return min(encoding.size(plain), encoding.size(encoding.deflate(plain)))
 
     # -- the outbox ---------------------------------------------------------------------------
+    def _gave_up(self, ref: ObjectRef, n: int) -> None:
+        with self._lock:
+            self.events_given_up += n
+            first, self._giving_up = not self._giving_up, True
+        if first:  # once per outage; each object's record holds its own count
+            _log.warning(
+                "undelivered events given up so that statuses can be written: the Events "
+                "are not being delivered (one Warning per object will count them once "
+                "delivery is back)",
+                uid=ref.uid,
+                given_up=n,
+                max_record_bytes=self.max_record_bytes,
+            )
+
     def mark(self, ids: Iterable[str]) -> Steps:
         """Note ``ids`` delivered: they ride each object's next write, or are written now once
         ``pending_marks`` objects wait (a delivered id's Event already exists: a crash before
         the write only redelivers it, and the API answers AlreadyExists)."""
         with self._lock:
             for tid in ids:
+                if tid.endswith("@" + UNDELIVERED_EPOCH):
+                    self._giving_up = False  # a summary is delivered: the outage is over
                 uid = tid.rsplit(":", 2)[0] if tid.count(":") >= 2 else ""
                 if uid and uid in self._where:
                     self._delivered.setdefault(uid, set()).add(tid)
@@ -592,7 +702,7 @@ class StatusCore:
                     else:
                         self._delivered.pop(uid, None)
                 return
-            new = _without(obj, found, done)
+            new = _without(obj, found, done, self.bound(ref.kind))
             call = Call("PUT", resource.path(ref.namespace, ref.name) + "/status", new)
             reply = yield from self.request(call)
             if reply.code in (200, 201) and isinstance(reply.body, dict):
@@ -660,7 +770,7 @@ class StatusCore:
             found = _record_condition(obj)
             if found is None:
                 return None
-            data = json.loads(str(found.get("message") or ""))
+            data = encoding.unpack(str(found.get("message") or ""))
             if machines is not None and data.get("machine") not in machines:
                 return None
             return ref, obj, data
@@ -715,36 +825,116 @@ class StatusCore:
         return OutboxSummary(count, oldest)
 
 
+def _cut_message(condition: dict[str, Any]) -> dict[str, Any]:
+    """A rendered condition whose message fits ``metav1.Condition`` (32768 bytes)."""
+    message = condition.get("message")
+    if isinstance(message, str) and len(message) > 8192:
+        return {**condition, "message": encoding.cut(message, 8192)}
+    return condition
+
+
+def _brief(row: Mapping[str, Any]) -> dict[str, Any]:
+    """What the undelivered-events Warning says of one event given up."""
+    keys = ("version", "n", "reason", "from", "to", "condition", "at")
+    return {k: row.get(k, "") for k in keys}
+
+
+def _flip(brief: Mapping[str, Any]) -> str:
+    text = f"{brief.get('from') or EMPTY} → {brief.get('to') or EMPTY}"
+    return f"{brief['condition']}: {text}" if brief.get("condition") else text
+
+
+def _giving_up(record: dict[str, Any], indices: Sequence[int]) -> dict[str, Any]:
+    """``record`` without the outbox rows at ``indices`` (the oldest undelivered events),
+    one Warning standing for them and for those given up before (its id: the first one's
+    with ``@undelivered``, so it is delivered once however often it is rewritten)."""
+    outbox: list[dict[str, Any]] = record["outbox"]
+    if not indices:
+        return record
+    gone = [outbox[i] for i in indices]
+    skip = set(indices)
+    old = next((r for r in outbox if r.get("epoch") == UNDELIVERED_EPOCH), None)
+    rest = [r for i, r in enumerate(outbox) if i not in skip and r is not old]
+    lost = (old or {}).get("lost") or {}
+    first = lost.get("first") or _brief(gone[0])
+    last = _brief(gone[-1])
+    count = int(lost.get("count") or 0) + len(gone)
+    head = old or gone[0]
+    summary = {
+        "ref": head["ref"],
+        "machine": head["machine"],
+        "from": first["from"],
+        "to": last["to"],
+        "reason": UNDELIVERED_REASON,
+        "type": EventType.WARNING.value,
+        "message": (
+            f"{count} transitions were not delivered while the Events API was unavailable: "
+            f"first {_flip(first)} ({first['reason']}, version {first['version']}) at "
+            f"{first['at']}, last {_flip(last)} ({last['reason']}, version "
+            f"{last['version']}) at {last['at']}"
+        ),
+        "version": first["version"],
+        "at": last["at"],
+        "n": first["n"],
+        "condition": "",
+        "controller": "",
+        "epoch": UNDELIVERED_EPOCH,
+        "lost": {"count": count, "first": first, "last": last},
+    }
+    return {**record, "outbox": [summary, *rest]}
+
+
 def _record_condition(obj: Any) -> dict[str, Any] | None:
+    """The library's condition in ``obj``'s status; when it points at a status field of its
+    own (``CustomResource.record_field``), a copy whose message is that field's."""
     status = obj.get("status") if isinstance(obj, dict) else None
     for c in (status or {}).get("conditions") or ():
         if isinstance(c, dict) and c.get("type") == RECORD_CONDITION:
-            return c
+            field = encoding.pointed(str(c.get("message") or ""))
+            if field is None:
+                return c
+            return {**c, "message": str((status or {}).get(field) or "")}
     return None
 
 
 def _row_id(row: Mapping[str, Any]) -> str:
-    return transition_from_row(dict(row)).id
+    """The id of the event an outbox row holds (:attr:`Transition.id`, without building
+    one: an outbox is never a fallback or an action)."""
+    epoch = row.get("epoch")
+    tid = f"{row['ref'][3]}:{int(row['version'])}:{int(row['n'])}"
+    return f"{tid}@{epoch}" if epoch else tid
+
+
+def _data_in(condition: Mapping[str, Any]) -> dict[str, Any]:
+    """The record a condition holds (``{}`` when it holds none that can be read)."""
+    try:
+        data = encoding.unpack(str(condition.get("message") or ""))
+    except ValueError:
+        return {}
+    return data if isinstance(data, dict) else {}
 
 
 def _ids_in(condition: Mapping[str, Any]) -> set[str]:
-    try:
-        data = json.loads(str(condition.get("message") or ""))
-    except ValueError:
-        return set()
-    return {_row_id(r) for r in data.get("outbox") or ()}
+    return {_row_id(r) for r in _data_in(condition).get("outbox") or ()}
 
 
-def _without(obj: dict[str, Any], found: dict[str, Any], done: set[str]) -> dict[str, Any]:
+def _without(
+    obj: dict[str, Any], found: dict[str, Any], done: set[str], bound: int
+) -> dict[str, Any]:
     """``obj`` with the ids in ``done`` removed from its record's outbox (nothing else
     changes: a mark keeps the version)."""
-    data = json.loads(str(found.get("message") or ""))
+    data = dict(_data_in(found))  # a copy: what is read is shared
     data["outbox"] = [r for r in data.get("outbox") or () if _row_id(r) not in done]
-    message = json.dumps(data, separators=(",", ":"), sort_keys=True, ensure_ascii=False)
+    plain = encoding.dumps(data)
+    message = encoding.pack(data, bound) or encoding.deflate(plain)  # smaller than before
     new = copy.deepcopy(obj)
     for c in new["status"]["conditions"]:
         if c.get("type") == RECORD_CONDITION:
-            c["message"] = message
+            field = encoding.pointed(str(c.get("message") or ""))
+            if field is None:
+                c["message"] = message
+            else:
+                new["status"][field] = message
     return new
 
 
@@ -774,8 +964,8 @@ def _version_in(obj: Mapping[str, Any] | None) -> int:
     if found is None:
         return 0
     try:
-        return int(json.loads(str(found.get("message") or "")).get("version") or 0)
-    except (ValueError, TypeError, AttributeError):
+        return int(_data_in(found).get("version") or 0)
+    except (ValueError, TypeError):
         return 0
 
 

@@ -1240,6 +1240,11 @@ class PgSettings:
         self._sql = Statements(self.target.schema, journal=journal)
         return configure_sql(synchronous_commit)
 
+    def record_limit(self, kind: str) -> int | None:
+        """No bound a machine's declared limits reach (ADR 0144): a status is one ``json``
+        value, which PostgreSQL holds up to 1 GB."""
+        return None
+
     def _pool_options(self, pool_size: int, name: str) -> dict[str, Any]:
         """The connection-pool arguments both drivers use (``name`` tells them apart)."""
         return {

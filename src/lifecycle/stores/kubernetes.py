@@ -244,6 +244,23 @@ class KubernetesStore:
         self._reading = _Reading(reader)
         self._sleep = sleep
 
+    def record_limit(self, kind: str) -> int | None:
+        """The most bytes one record of ``kind`` takes here (``max_record_bytes``, or 1 MiB
+        in a resource's ``record_field``; ``None`` for a kind ``resources`` does not map):
+        the runners check the machines' declared limits against it at start-up (ADR 0144)."""
+        return self.core.bound(kind) if kind in self.core.resources else None
+
+    def record_size(self, machine: Machine[Any], status: Any) -> int:
+        """The bytes the record of ``status`` takes here with nothing undelivered."""
+        return self.core.record_size(machine, status)
+
+    @property
+    def events_given_up(self) -> int:
+        """Undelivered events this store gave up so that a status could be written (the
+        outbox would not fit the record otherwise: the Events are down); each object's
+        record keeps one Warning that counts its own (ADR 0145)."""
+        return self.core.events_given_up
+
     def _run(self, steps: Steps) -> Any:
         try:
             step = next(steps)
@@ -368,6 +385,23 @@ class AsyncKubernetesStore:
             _ThreadTransport(ApiTransport(api)) if transport is None else transport
         )
         self._reading = _Reading(reader)
+
+    def record_limit(self, kind: str) -> int | None:
+        """The most bytes one record of ``kind`` takes here (``max_record_bytes``, or 1 MiB
+        in a resource's ``record_field``; ``None`` for a kind ``resources`` does not map):
+        the runners check the machines' declared limits against it at start-up (ADR 0144)."""
+        return self.core.bound(kind) if kind in self.core.resources else None
+
+    def record_size(self, machine: Machine[Any], status: Any) -> int:
+        """The bytes the record of ``status`` takes here with nothing undelivered."""
+        return self.core.record_size(machine, status)
+
+    @property
+    def events_given_up(self) -> int:
+        """Undelivered events this store gave up so that a status could be written (the
+        outbox would not fit the record otherwise: the Events are down); each object's
+        record keeps one Warning that counts its own (ADR 0145)."""
+        return self.core.events_given_up
 
     async def _run(self, steps: Steps) -> Any:
         try:

@@ -249,6 +249,10 @@ class MemoryStore:
             rows = list(self._outbox.values())
         return OutboxSummary(len(rows), min((t.at for t in rows), default=None))
 
+    def record_limit(self, kind: str) -> int | None:
+        """No bound on a record (ADR 0144): whatever a machine accepts is held."""
+        return None
+
     def close(self) -> None:
         pass
 

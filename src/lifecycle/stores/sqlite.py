@@ -1318,6 +1318,11 @@ class SQLiteStore:
             except sqlite3.Error as e:
                 raise self._fail("history", e) from e
 
+    def record_limit(self, kind: str) -> int | None:
+        """No bound a machine's declared limits reach (ADR 0144): a record is one TEXT value,
+        which SQLite holds up to 1 GB (``SQLITE_MAX_LENGTH``)."""
+        return None
+
     def close(self) -> None:
         """Close the store: a new history tag ends this session (so a copy of the file taken
         while it was open is recognised as older if it is ever restored; ADR 0037)."""

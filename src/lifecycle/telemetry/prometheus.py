@@ -102,6 +102,11 @@ METRICS: dict[str, tuple[str, str]] = {
     "link_intents_pending": ("gauge", "Link intents waiting for their target's write."),
     "store_epochs": ("gauge", "History epochs a store has started (a lost history), by store."),
     "store_rewinds_total": ("counter", "Acknowledged writes a store found lost, by store."),
+    "store_events_given_up_total": (
+        "counter",
+        "Undelivered events a store gave up so that a status could be written (its record "
+        "was full while the Events were not delivered; one Warning counts them), by store.",
+    ),
     "telemetry_failures_total": ("counter", "Telemetry calls that raised (ignored)."),
 }
 
@@ -387,6 +392,7 @@ class PrometheusTelemetry(Collector):
         oldest: dict[tuple[str], float] = {}
         epochs: dict[tuple[str], float] = {}
         rewinds: dict[tuple[str], int] = {}
+        given_up: dict[tuple[str], int] = {}
         now = time.time()
         databases: set[tuple[object, ...]] = set()
         for store in stores:
@@ -394,6 +400,9 @@ class PrometheusTelemetry(Collector):
             found = getattr(store, "rewinds", None)  # what this handle found lost: its own
             if isinstance(found, list):
                 rewinds[label] = rewinds.get(label, 0) + len(found)
+            lost = getattr(store, "events_given_up", None)  # this handle's own count
+            if isinstance(lost, int):
+                given_up[label] = given_up.get(label, 0) + lost
             where = _database(store)
             if where in databases:  # the outbox and epochs of a database are counted once
                 continue
@@ -411,6 +420,7 @@ class PrometheusTelemetry(Collector):
         yield _gauge(p, "outbox_oldest_age_seconds", ("store",), oldest)
         yield _gauge(p, "store_epochs", ("store",), epochs)
         yield _counter(p, "store_rewinds_total", ("store",), rewinds)
+        yield _counter(p, "store_events_given_up_total", ("store",), given_up)
         pending = sum(len(getattr(r, "pending", ())) for r in runners)
         yield _gauge(p, "link_intents_pending", (), {(): pending})
         broken = sum(

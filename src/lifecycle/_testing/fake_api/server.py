@@ -222,7 +222,8 @@ class FakeApiServer:
     :meth:`object`, :meth:`status` and :meth:`events_regarding`; script faults with
     :meth:`fail`, :meth:`fail_path` and :meth:`fail_when` (a status code, ``"hang"``,
     ``"drop"``, ``"reset"``, ``("slow", s)``, ``("drip", s)``, ``("huge", n)``,
-    ``("landed", then)``), :meth:`hold` and ``delay``. Every request is kept in
+    ``("landed", then)``), :meth:`hold` and ``delay``; take a whole API down for a while
+    with :meth:`outage` and bring it back with :meth:`restore`. Every request is kept in
     ``requests``. Use it as a context manager, or call :meth:`close`. What it cannot show:
     ADR 0138."""
 
@@ -231,6 +232,7 @@ class FakeApiServer:
         self.requests: list[Request] = []
         self.refused: list[tuple[Request, list[str]]] = []
         self._script: list[tuple[Predicate, Answer]] = []
+        self._outages: list[tuple[str, int]] = []
         self._lock = threading.Lock()
         self._released = threading.Event()
         self._version = 0
@@ -332,6 +334,18 @@ class FakeApiServer:
         )
         with self._lock:
             self._script.extend((predicate, a) for a in answers)
+
+    def outage(self, substring: str, code: int = 503) -> None:
+        """Answer every request whose path holds ``substring`` with ``code`` until
+        :meth:`restore` (``outage("/events")``: the Events API is down, objects still
+        answer)."""
+        with self._lock:
+            self._outages.append((substring, code))
+
+    def restore(self) -> None:
+        """End every :meth:`outage`: those requests are answered normally again."""
+        with self._lock:
+            self._outages.clear()
 
     def verbs(self) -> list[str]:
         """The method of every request so far, in order."""
@@ -474,6 +488,10 @@ class FakeApiServer:
             answer = next(((i, a) for i, (p, a) in enumerate(self._script) if p(request)), None)
             if answer is not None:
                 del self._script[answer[0]]
+            down = next((code for part, code in self._outages if part in request.path), None)
+        if down is not None and answer is None:
+            self._status(h, down, "ServiceUnavailable" if down == 503 else "Scripted")
+            return
         if self.delay and (self.delayed is None or self.delayed(request)):
             time.sleep(self.delay)
         if answer is not None:
