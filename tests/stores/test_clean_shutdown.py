@@ -37,6 +37,7 @@ from lifecycle.stores.kubernetes import AsyncKubernetesStore, KubernetesStore
 from lifecycle.testing import FailingEmitter, FaultyStore, observation_sequences
 
 from .test_kubernetes_store import AT, RESOURCES, add, api, serve
+from .test_kubernetes_store import groups_that_fit as groups_that_fit  # autouse: ADR 0144
 
 #: A minute: no mark is written by a timer while a test runs (only by a write or a close).
 LONG = 60.0
