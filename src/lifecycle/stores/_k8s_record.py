@@ -38,6 +38,7 @@ from .._core.serde import parse_time
 from .._core.transition import Transition
 from .._k8s_status import NoStatusBody, kubernetes_status, kubernetes_time
 from .._log import get_logger
+from ._k8s_rewinds import RewindWatch
 from .base import OutboxSummary, Record, transition_from_row, transition_to_row
 
 #: The condition type of the library's record in ``status.conditions`` (a qualified name, as
@@ -229,6 +230,8 @@ class StatusCore:
         self._objects: OrderedDict[str, dict[str, Any]] = OrderedDict()
         self._where: OrderedDict[str, tuple[str, str, str]] = OrderedDict()
         self._delivered: dict[str, set[str]] = {}
+        #: this handle's epoch and the rewinds it found (ADR 0146)
+        self.watch = RewindWatch()
 
     # -- what is remembered -------------------------------------------------------------------
     def _resource(self, kind: str) -> CustomResource:
@@ -376,6 +379,7 @@ class StatusCore:
         if obj is None:
             return None
         stored = self.stored(machine, ref, obj)
+        self.watch.seen(ref, None if stored is None else stored.version)
         self._remember(ref, obj)
         return None if stored is None else self.record(machine, ref, stored)
 
@@ -389,6 +393,8 @@ class StatusCore:
         transitions: Sequence[Transition],
     ) -> Steps:
         self.check_where(machine, ref)
+        if self.watch.stale(transitions):  # stamped before this handle found a rewind
+            raise Conflict(ref.uid, expected, expected)
         resource = self._resource(ref.kind)
         rows = [transition_to_row(t) for t in transitions]
         body = _rendered(machine, ref, status)
@@ -414,7 +420,19 @@ class StatusCore:
             actual = 0 if stored is None else stored.version
             if stored is not None and stored.token == token:
                 self._remember(ref, obj)
+                self.watch.acknowledged(ref.uid, expected + 1)
                 return expected + 1  # the write whose answer was lost landed
+            if not cached:  # read from the API server: behind what this handle wrote?
+                self.watch.seen(ref, None if stored is None else actual)
+            if self.watch.stale(transitions):  # a rewind found: stamp the new epoch's ids
+                self._remember(ref, obj)
+                if lost:
+                    raise CommitUnknown(
+                        (ref.uid,),
+                        f"{ref.uid}: a write's answer was lost "
+                        "and the record has gone back since (a rewind)",
+                    )
+                raise Conflict(ref.uid, expected, actual)
             if actual != expected and cached:
                 obj = None  # the copy may be older than the object: confirm with a read
                 continue
@@ -436,6 +454,7 @@ class StatusCore:
             reply = yield from self.request(call, retry=False)
             if reply.code in (200, 201):
                 self._accepted(ref, reply, token)
+                self.watch.acknowledged(ref.uid, expected + 1)
                 return expected + 1
             if reply.code == 409:
                 obj = None  # another writer's: re-read

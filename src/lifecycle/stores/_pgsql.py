@@ -30,6 +30,7 @@ from .._core.transition import Transition
 from .._log import adopt_pool_logs, get_logger
 from .._store_urls import POSTGRES_PARAMETERS
 from ._cache import StatusCache
+from ._rewind import Rewind
 from .base import (
     CommitItem,
     JournalEntry,
@@ -1076,25 +1077,6 @@ def verified_epoch(target: Target, row: Sequence[Any] | None) -> tuple[str, str,
             "it takes no writes"
         )
     return tag, history, current
-
-
-@attrs.frozen(slots=True)
-class Rewind:
-    """History went backwards: this store handle acknowledged ``uid`` at ``acknowledged``,
-    and the database now holds it at ``found`` (``None``: not at all) -- a failover to a
-    standby that had not received those commits. ``epoch`` is the store's epoch now."""
-
-    uid: str
-    acknowledged: int
-    found: int | None
-    epoch: str
-
-    def __str__(self) -> str:
-        found = "nothing" if self.found is None else f"v{self.found}"
-        return (
-            f"{self.uid}: v{self.acknowledged} was acknowledged, the store now holds {found} "
-            f"(epoch {self.epoch or '(first)'}): acknowledged writes were lost"
-        )
 
 
 def journal_from(machine: Machine[Any], rows: Sequence[Sequence[Any]]) -> list[JournalEntry]:

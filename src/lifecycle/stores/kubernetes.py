@@ -64,6 +64,7 @@ from ._k8s_record import (
     StatusRefused,
     Steps,
 )
+from ._rewind import Rewind
 from .base import JournalEntry, OutboxSummary, Record
 
 __all__ = [
@@ -244,6 +245,22 @@ class KubernetesStore:
         self._reading = _Reading(reader)
         self._sleep = sleep
 
+    @property
+    def epoch(self) -> str:
+        """The epoch this handle stamps events with (ADR 0146): drawn at random when the store
+        is made and again whenever it finds a record behind what it wrote."""
+        return self.core.watch.epoch
+
+    @property
+    def rewinds(self) -> list[Rewind]:
+        """The latest records this handle found behind what it wrote (bounded)."""
+        return list(self.core.watch.rewinds)
+
+    @property
+    def rewind_count(self) -> int:
+        """Every rewind this handle found (``lifecycle_store_rewinds_total``)."""
+        return self.core.watch.rewind_count
+
     def _run(self, steps: Steps) -> Any:
         try:
             step = next(steps)
@@ -368,6 +385,22 @@ class AsyncKubernetesStore:
             _ThreadTransport(ApiTransport(api)) if transport is None else transport
         )
         self._reading = _Reading(reader)
+
+    @property
+    def epoch(self) -> str:
+        """The epoch this handle stamps events with (ADR 0146): drawn at random when the store
+        is made and again whenever it finds a record behind what it wrote."""
+        return self.core.watch.epoch
+
+    @property
+    def rewinds(self) -> list[Rewind]:
+        """The latest records this handle found behind what it wrote (bounded)."""
+        return list(self.core.watch.rewinds)
+
+    @property
+    def rewind_count(self) -> int:
+        """Every rewind this handle found (``lifecycle_store_rewinds_total``)."""
+        return self.core.watch.rewind_count
 
     async def _run(self, steps: Steps) -> Any:
         try:
