@@ -390,10 +390,12 @@ class PostgresStore(sql.PgSettings):
             conn.execute(self._sql.epoch_lock, (f"lifecycle-epoch:{self.target.schema}",))
             cur = conn.execute(self._sql.epoch_verify)
             tag, history, current = sql.verified_epoch(self.target, cur.fetchone())
-            if history != current:
+            if history != current or self._recreated(tag, current):
+                self._restored(history, current)
                 tag = sql.new_epoch_tag(current)
                 conn.execute(self._sql.epoch_add, (tag, self.owner))
                 conn.execute(self._sql.epoch_verify)
+        self._history_seen = current
         old = self.epoch
         self._new_epoch(old, tag, current)
         if tag != old and self._acked:

@@ -391,10 +391,12 @@ class AsyncPostgresStore(sql.PgSettings):
             await conn.execute(self._sql.epoch_lock, (f"lifecycle-epoch:{self.target.schema}",))
             cur = await conn.execute(self._sql.epoch_verify)
             tag, history, current = sql.verified_epoch(self.target, await cur.fetchone())
-            if history != current:
+            if history != current or self._recreated(tag, current):
+                self._restored(history, current)
                 tag = sql.new_epoch_tag(current)
                 await conn.execute(self._sql.epoch_add, (tag, self.owner))
                 await conn.execute(self._sql.epoch_verify)
+        self._history_seen = current
         old = self.epoch
         self._new_epoch(old, tag, current)
         if tag != old and self._acked:
