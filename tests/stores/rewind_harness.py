@@ -82,7 +82,8 @@ def second(runner: Runner) -> RunResult:
 def second_again(runner: Runner) -> RunResult:
     """Version 2 handed out again after the rewind, for other content: a Warning."""
     result = observe(runner, pod.ConfigInvalid(at=AT + timedelta(seconds=2), error="bad pool"))
-    assert result.committed and result.version == 2, result
+    assert result.committed, result
+    assert result.version == 2, result
     return result
 
 
@@ -115,3 +116,23 @@ def put_status(server: FakeApiServer, path: str, status: dict[str, Any]) -> None
     )
     with urllib.request.urlopen(req) as r:
         assert r.status == 200
+
+
+def scraped(store: Any, name: str) -> float:
+    """The value of metric ``name`` (summed over labels) with a Prometheus telemetry
+    watching ``store``."""
+    from prometheus_client import CollectorRegistry
+    from prometheus_client.exposition import generate_latest
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from lifecycle.telemetry.prometheus import PrometheusTelemetry
+
+    registry = CollectorRegistry()
+    PrometheusTelemetry(registry).watch(store)
+    text = generate_latest(registry).decode()
+    return sum(
+        s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+        if s.name == name
+    )

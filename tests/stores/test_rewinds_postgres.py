@@ -30,6 +30,7 @@ from .rewind_harness import (
     events_in_api,
     first,
     runner_on,
+    scraped,
     second,
     second_again,
 )
@@ -89,7 +90,8 @@ def test_a_pg_dump_restore_under_a_running_store_starts_an_epoch_logged_and_coun
         restore(pg_server, pg_schema, tmp_path / "dump.sql")
         new = second_again(runner)
         check_the_new_event_is_in_the_api(server, old, new)
-        assert store.epoch and new.transitions[0].epoch == store.epoch
+        assert store.epoch
+        assert new.transitions[0].epoch == store.epoch
         assert emitter_of(runner).stats.reused_ids == 0
     # the object found behind what this handle wrote, and the store restored under it
     assert [(r.uid, r.acknowledged, r.found) for r in store.rewinds] == [(REF.uid, 2, 1)]
@@ -117,6 +119,7 @@ def test_a_pg_dump_restore_is_recognised_after_a_restart(
     store = PostgresStore(pg_url)  # the controller restarted
     assert store.epoch.startswith("t")
     assert store.rewind_count == 1
+    assert scraped(store, "lifecycle_store_rewinds_total") == 1
     assert restored_reports(caplog) == 1
     with runner_on(store, server, host="node-b") as runner:
         new = second_again(runner)
@@ -167,7 +170,8 @@ def test_a_schema_made_again_before_a_restart_is_a_new_store_the_emitter_keeps_r
         new = second_again(runner)
         (o,), (n,) = old.transitions, new.transitions
         assert (n.reason, n.type.value, n.message) in events_in_api(server)
-        assert o.id == n.id and emitter_of(runner).stats.reused_ids == 1
+        assert o.id == n.id
+        assert emitter_of(runner).stats.reused_ids == 1
     assert store.rewind_count == 0
     store.close()
 

@@ -261,6 +261,12 @@ class KubernetesStore:
         """Every rewind this handle found (``lifecycle_store_rewinds_total``)."""
         return self.core.watch.rewind_count
 
+    @property
+    def epochs_started(self) -> int:
+        """Epochs started after a rewind (the handle's first is its own, not a lost history:
+        ``lifecycle_store_epochs``)."""
+        return self.core.watch.rewind_count
+
     def _run(self, steps: Steps) -> Any:
         try:
             step = next(steps)
@@ -400,6 +406,12 @@ class AsyncKubernetesStore:
     @property
     def rewind_count(self) -> int:
         """Every rewind this handle found (``lifecycle_store_rewinds_total``)."""
+        return self.core.watch.rewind_count
+
+    @property
+    def epochs_started(self) -> int:
+        """Epochs started after a rewind (the handle's first is its own, not a lost history:
+        ``lifecycle_store_epochs``)."""
         return self.core.watch.rewind_count
 
     async def _run(self, steps: Steps) -> Any:
