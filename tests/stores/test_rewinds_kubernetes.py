@@ -11,12 +11,13 @@ import copy
 import logging
 from collections.abc import Iterator
 from datetime import timedelta
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from lifecycle import Conflict, LifecycleError, Transition
+from lifecycle import Conflict, LifecycleError, Observation, Transition
 from lifecycle._core.transition import stamp
 from lifecycle.emitters._k8s.event import event_name, id_suffix
 from lifecycle.machines import POD, pod
@@ -55,13 +56,13 @@ def server() -> Iterator[FakeApiServer]:
     s.close()
 
 
-def status_now(server: FakeApiServer) -> dict:
+def status_now(server: FakeApiServer) -> dict[str, Any]:
     obj = server.object("pods", REF.namespace, REF.name)
     assert obj is not None
     return copy.deepcopy(obj.get("status") or {})
 
 
-def rewind(server: FakeApiServer, way: str, saved: dict) -> None:
+def rewind(server: FakeApiServer, way: str, saved: dict[str, Any]) -> None:
     """Another writer: puts the saved (older) status back, or replaces the conditions
     wholesale (the record condition is gone)."""
     if way == "older-status-written-back":
@@ -89,8 +90,7 @@ def test_a_rewind_seen_by_the_running_store_is_a_new_epoch_logged_and_counted(
     server: FakeApiServer, way: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.ERROR, logger="lifecycle.stores")
-    with api_client(server) as api, runner_on(store_on(api), server) as runner:
-        store = runner.store
+    with api_client(server) as api, runner_on(store := store_on(api), server) as runner:
         first(runner)
         saved = status_now(server)
         old = second(runner)
@@ -127,15 +127,16 @@ def test_after_a_restart_the_new_handles_epoch_keeps_ids_fresh(
             old = second(runner)
             runner.store.close()
         rewind(server, way, saved)
-        with runner_on(store_on(api), server, host="node-b") as runner:  # restarted
+        restarted = store_on(api)
+        with runner_on(restarted, server, host="node-b") as runner:
             if way == "record-condition-replaced":
                 first(runner)
             new = second_again(runner)
             check_the_new_event_is_in_the_api(server, old, new)
             assert emitter_of(runner).stats.reused_ids == 0
             # the new handle never wrote version 2: nothing for it to count, nothing reused
-            assert runner.store.rewind_count == 0
-            assert scraped(runner.store, "lifecycle_store_epochs") == 0
+            assert restarted.rewind_count == 0
+            assert scraped(restarted, "lifecycle_store_epochs") == 0
 
 
 def test_a_commit_stamped_before_a_rewind_is_a_conflict_and_writes_nothing(
@@ -202,7 +203,7 @@ STEPS: st.SearchStrategy[Step] = st.one_of(
 )
 
 
-def _observation(i: int, n: int) -> object:
+def _observation(i: int, n: int) -> Observation:
     at = AT + timedelta(seconds=n)
     if i == 0:
         return pod.CreateRequested(at=at)
@@ -221,7 +222,7 @@ def test_no_interleaving_of_commits_rewinds_and_restarts_leaves_an_event_of_othe
     server = FakeApiServer()
     server.add_object("pods", REF.namespace, REF.name, uid=REF.uid)
     committed: list[Transition] = []
-    saved: list[dict] = [status_now(server)]
+    saved: list[dict[str, Any]] = [status_now(server)]
     try:
         with api_client(server) as api:
             store = store_on(api)

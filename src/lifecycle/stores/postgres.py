@@ -58,6 +58,7 @@ from ._pgsql import (
     psycopg,
     translate,
 )
+from ._rewind import Rewind
 from .base import (
     CommitItem,
     JournalEntry,
@@ -409,7 +410,7 @@ class PostgresStore(sql.PgSettings):
         if rewind is not None and conn is not None:
             self._report(conn, rewind)
 
-    def _report(self, conn: Conn, rewind: sql.Rewind) -> None:
+    def _report(self, conn: Conn, rewind: Rewind) -> None:
         """Record a rewind in the store, for ``lifecycle db check`` (best effort)."""
         with contextlib.suppress(psycopg.Error):
             conn.execute(

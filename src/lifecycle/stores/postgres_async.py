@@ -48,6 +48,7 @@ from ._pgsql import (
     psycopg,
     translate,
 )
+from ._rewind import Rewind
 from .base import (
     CommitItem,
     JournalEntry,
@@ -412,7 +413,7 @@ class AsyncPostgresStore(sql.PgSettings):
         if rewind is not None and conn is not None:
             await self._report(conn, rewind)
 
-    async def _report(self, conn: AsyncConn, rewind: sql.Rewind) -> None:
+    async def _report(self, conn: AsyncConn, rewind: Rewind) -> None:
         """Record a rewind in the store, for ``lifecycle db check`` (best effort)."""
         with contextlib.suppress(psycopg.Error):
             await conn.execute(
