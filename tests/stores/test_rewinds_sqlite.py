@@ -14,15 +14,23 @@ from __future__ import annotations
 import logging
 import shutil
 import sqlite3
+import tempfile
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
-from lifecycle import SQLiteStore
+from lifecycle import LifecycleError, Observation, SQLiteStore, Transition
+from lifecycle.emitters._k8s.event import event_name, id_suffix
+from lifecycle.machines import pod
 from lifecycle.testing import FakeApiServer
 
 from .rewind_harness import (
+    AT,
+    REF,
     check_the_new_event_is_in_the_api,
     emitter_of,
     events_in_api,
@@ -116,3 +124,77 @@ def test_what_the_store_cannot_see_the_emitter_keeps_right_and_counts(
         assert emitter_of(runner).stats.reused_ids == 1  # counted, and logged, by the emitter
     assert store.rewind_count == 0
     store.close()
+
+
+# -- the property ------------------------------------------------------------------------------
+Step = tuple[str, int]
+STEPS: st.SearchStrategy[Step] = st.one_of(
+    st.tuples(st.just("observe"), st.integers(0, 5)),
+    st.tuples(st.just("back-up"), st.just(0)),
+    st.tuples(st.just("restore"), st.integers(0, 20)),
+    st.tuples(st.just("restart"), st.just(0)),
+)
+
+
+def _observation(i: int, n: int) -> Observation:
+    at = AT + timedelta(seconds=n)
+    if i == 0:
+        return pod.CreateRequested(at=at)
+    if i == 1:
+        return pod.ProvisionSucceeded(at=at, reserved=True, instance_id=f"i-{n}")
+    return pod.ConfigInvalid(at=at, error=f"bad pool {i}.{n}")
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(steps=st.lists(STEPS, min_size=1, max_size=14))
+def test_no_interleaving_of_commits_restores_and_restarts_leaves_an_event_of_other_content(
+    steps: list[Step],
+) -> None:
+    """Commits, backups of the database, restores of one of them (the database alone, with
+    every process stopped, as SQLite requires) and restarts, in any order: the Event under
+    each committed transition's name holds that transition's content."""
+    server = FakeApiServer()
+    committed: list[Transition] = []
+    with tempfile.TemporaryDirectory() as folder:
+        db = Path(folder) / "store.db"
+        backups: list[Path] = []
+        host = 0
+        try:
+            store = SQLiteStore(db)
+            context = runner_on(store, server)
+            runner = context.__enter__()
+            try:
+                for n, (kind, arg) in enumerate(steps):
+                    if kind == "observe":
+                        try:
+                            result = runner.observe(REF, _observation(arg % 3, n))
+                        except LifecycleError:
+                            continue
+                        assert emitter_of(runner).flush(20)
+                        if result.committed:
+                            committed.extend(result.transitions)
+                    elif kind == "back-up":
+                        backups.append(Path(folder) / f"backup-{n}.db")
+                        copy_of(db, backups[-1])
+                    else:  # a restart, restoring a backup first if asked and there is one
+                        context.__exit__(None, None, None)
+                        store.close()
+                        if kind == "restore" and backups:
+                            put_in_place(backups[arg % len(backups)], db)
+                        host += 1
+                        store = SQLiteStore(db)
+                        context = runner_on(store, server, host=f"node-{host}")
+                        runner = context.__enter__()
+            finally:
+                context.__exit__(None, None, None)
+                store.close()
+            contents: dict[str, tuple[str, str, str]] = {}
+            for t in committed:
+                content = (t.reason, t.type.value, t.message)
+                assert contents.setdefault(t.id, content) == content, f"{t.id} names two events"
+                event = server.events.get((REF.namespace, event_name(REF.name, id_suffix(t.id))))
+                assert event is not None, f"{t.id}: no Event under its name"
+                assert (event["reason"], event["type"], event["note"]) == content
+        finally:
+            server.release()
+            server.close()
