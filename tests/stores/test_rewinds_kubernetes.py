@@ -264,3 +264,29 @@ def test_no_interleaving_of_commits_rewinds_and_restarts_leaves_an_event_of_othe
     finally:
         server.release()
         server.close()
+
+
+def test_a_lagging_reader_is_no_rewind_once_the_stores_copy_is_forgotten(
+    server: FakeApiServer,
+) -> None:
+    """A host's informer that lags behind what this handle wrote, with the handle's own copy
+    of the object evicted, is read past (a fresh GET), not taken for a rewind."""
+    snapshot: dict[str, Any] = {}
+
+    def informer(res: Any, ns: str, name: str) -> dict[str, Any] | None:
+        return snapshot.get(name) or server.object(res.plural, ns, name)
+
+    with api_client(server) as api:
+        store = KubernetesStore(api, resources={"Pod": PODS}, reader=informer)
+        with runner_on(store, server) as runner:
+            first(runner)
+            snapshot[REF.name] = server.object("pods", REF.namespace, REF.name)
+            second(runner)
+            epoch = store.epoch
+            store.core._forget(REF.uid)  # evicted from the handle's bounded copies
+            record = store.load(POD, REF)
+            assert record is not None
+            assert record.version == 2
+            assert store.rewind_count == 0
+            assert store.epoch == epoch
+        store.close()

@@ -374,7 +374,10 @@ class StatusCore:
     def load(self, machine: Machine[Any], ref: ObjectRef) -> Steps:
         self.check_where(machine, ref)
         obj = yield from self.read(ref, fresh=False)
-        if obj is not None and not _newer_or_same(obj, self._cached(ref.uid)):
+        if obj is not None and (
+            not _newer_or_same(obj, self._cached(ref.uid))
+            or self.watch.behind(ref.uid, _version_in(obj))
+        ):
             obj = yield from self.read(ref)  # the reader lags behind what this store wrote
         if obj is None:
             return None

@@ -67,6 +67,13 @@ class RewindWatch:
             while len(self._acked) > ACKED_LIMIT:
                 self._acked.popitem(last=False)
 
+    def behind(self, uid: str, version: int) -> bool:
+        """Whether a record at ``version`` (0: none) is behind what this handle wrote of
+        ``uid`` -- a host's cache that lags, or a rewind: read the API server to tell."""
+        with self._lock:
+            acked = self._acked.get(uid)
+        return acked is not None and version < acked
+
     def seen(self, ref: ObjectRef, found: int | None) -> Rewind | None:
         """A read of the API server found ``ref``'s record at ``found`` (``None``: the object
         is there without a record). Behind what this handle wrote: a rewind, and a new epoch."""
