@@ -5,6 +5,7 @@ store's epoch once; an unverified session refreshes it and commits without a con
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -196,7 +197,10 @@ def test_an_unverified_session_refreshes_its_epoch_and_commits_without_a_conflic
     assert runner.observe(ref, pod.CreateRequested(at=t(0))).committed
     setting = store._sql.epoch_setting
     with store._pool.connection() as conn:
-        assert conn.execute(f"SELECT current_setting('{setting}')").fetchone() == ("e:",)
+        row = conn.execute(f"SELECT current_setting('{setting}')").fetchone()
+        assert row is not None
+        (verified,) = row
+        assert re.fullmatch(r"e:\d+:", verified)  # "e:IDENTITY:TAG" (ADR 0146), tag ""
         conn.execute(f"RESET {setting}")  # as if the session had never verified the epoch
     result = runner.observe(ref, pod.ProvisionSucceeded(at=t(1), reserved=True, instance_id="i"))
     assert result.committed
@@ -204,7 +208,10 @@ def test_an_unverified_session_refreshes_its_epoch_and_commits_without_a_conflic
     assert result.transitions[0].id == "unverified:2:0"  # same epoch, same id form
     assert len(raw(store, "SELECT tag FROM {s}epochs")) == 1  # no new epoch
     with store._pool.connection() as conn:
-        assert conn.execute(f"SELECT current_setting('{setting}')").fetchone() == ("e:",)
+        row = conn.execute(f"SELECT current_setting('{setting}')").fetchone()
+        assert row is not None
+        (verified,) = row
+        assert re.fullmatch(r"e:\d+:", verified)  # "e:IDENTITY:TAG" (ADR 0146), tag ""
     store.close()
 
 

@@ -38,6 +38,7 @@ from .._core.transition import EMPTY, Transition
 from .._k8s_status import NoStatusBody, kubernetes_status, kubernetes_time
 from .._log import get_logger
 from . import _k8s_encoding as encoding
+from ._k8s_rewinds import RewindWatch
 from .base import OutboxSummary, Record, transition_from_row, transition_to_row
 
 #: The condition type of the library's record in ``status.conditions`` (a qualified name, as
@@ -253,6 +254,8 @@ class StatusCore:
         #: Undelivered events given up so that the status could be written (ADR 0145).
         self.events_given_up = 0
         self._giving_up = False  # logged once per outage: until a summary is delivered
+        #: this handle's epoch and the rewinds it found (ADR 0146)
+        self.watch = RewindWatch()
 
     # -- what is remembered -------------------------------------------------------------------
     def _resource(self, kind: str) -> CustomResource:
@@ -403,11 +406,15 @@ class StatusCore:
     def load(self, machine: Machine[Any], ref: ObjectRef) -> Steps:
         self.check_where(machine, ref)
         obj = yield from self.read(ref, fresh=False)
-        if obj is not None and not _newer_or_same(obj, self._cached(ref.uid)):
+        if obj is not None and (
+            not _newer_or_same(obj, self._cached(ref.uid))
+            or self.watch.behind(ref.uid, _version_in(obj))
+        ):
             obj = yield from self.read(ref)  # the reader lags behind what this store wrote
         if obj is None:
             return None
         stored = self.stored(machine, ref, obj)
+        self.watch.seen(ref, None if stored is None else stored.version)
         self._remember(ref, obj)
         return None if stored is None else self.record(machine, ref, stored)
 
@@ -421,6 +428,8 @@ class StatusCore:
         transitions: Sequence[Transition],
     ) -> Steps:
         self.check_where(machine, ref)
+        if self.watch.stale(transitions):  # stamped before this handle found a rewind
+            raise Conflict(ref.uid, expected, expected)
         resource = self._resource(ref.kind)
         rows = [transition_to_row(t) for t in transitions]
         body = _rendered(machine, ref, status)
@@ -446,7 +455,19 @@ class StatusCore:
             actual = 0 if stored is None else stored.version
             if stored is not None and stored.token == token:
                 self._remember(ref, obj)
+                self.watch.acknowledged(ref.uid, expected + 1)
                 return expected + 1  # the write whose answer was lost landed
+            if not cached:  # read from the API server: behind what this handle wrote?
+                self.watch.seen(ref, None if stored is None else actual)
+            if self.watch.stale(transitions):  # a rewind found: stamp the new epoch's ids
+                self._remember(ref, obj)
+                if lost:
+                    raise CommitUnknown(
+                        (ref.uid,),
+                        f"{ref.uid}: a write's answer was lost "
+                        "and the record has gone back since (a rewind)",
+                    )
+                raise Conflict(ref.uid, expected, actual)
             if actual != expected and cached:
                 obj = None  # the copy may be older than the object: confirm with a read
                 continue
@@ -470,6 +491,7 @@ class StatusCore:
                 self._accepted(ref, reply, token)
                 if given_up:
                     self._gave_up(ref, given_up)
+                self.watch.acknowledged(ref.uid, expected + 1)
                 return expected + 1
             if reply.code == 409:
                 obj = None  # another writer's: re-read

@@ -30,6 +30,7 @@ from .._core.transition import Transition
 from .._log import adopt_pool_logs, get_logger
 from .._store_urls import POSTGRES_PARAMETERS
 from ._cache import StatusCache
+from ._rewind import Rewind
 from .base import (
     CommitItem,
     JournalEntry,
@@ -363,6 +364,17 @@ MIGRATIONS: tuple[tuple[int, str, tuple[str, ...]], ...] = (
             "ALTER TABLE {s}.objects ENABLE ALWAYS TRIGGER lifecycle_notify_truncate",
         ),
     ),
+    (
+        6,
+        "the store's own identity in its history (ADR 0146)",
+        # The current epoch's history gains the identity of this schema's epochs table
+        # (:func:`history_sql`): a schema restored from pg_dump or dropped and migrated again
+        # has another, so its first writer starts an epoch instead of reusing ids.
+        (
+            "UPDATE {s}.epochs SET history = history || '/' || {identity} "
+            "WHERE seq = (SELECT max(seq) FROM {s}.epochs) AND history NOT LIKE '%/%/%'",
+        ),
+    ),
 )
 LATEST = MIGRATIONS[-1][0]
 
@@ -399,6 +411,19 @@ HISTORY = (
     "((SELECT system_identifier::text FROM pg_control_system()) || '/' || "
     "substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))"
 )
+
+
+def identity_sql(s: str) -> str:
+    """The identity of the store in schema ``s`` (quoted): the object id of its epochs table,
+    which a restore from ``pg_dump`` or a schema dropped and migrated again changes (``''``
+    while there is none). Not a setting the store writes: nothing restores it (ADR 0146)."""
+    return f"coalesce(to_regclass('{s}.epochs')::oid::text, '')"
+
+
+def history_sql(s: str) -> str:
+    """The history a store in schema ``s`` (quoted) is on: the server's (:data:`HISTORY`) and
+    the store's own identity (:func:`identity_sql`), ``SYSID/TIMELINE/IDENTITY``."""
+    return f"({HISTORY} || '/' || {identity_sql(s)})"
 
 
 def q(schema: str) -> str:
@@ -438,7 +463,8 @@ def pending(applied: Sequence[int], target: Target) -> list[tuple[int, str, list
             v,
             desc,
             [
-                stmt.replace("{s}", s)
+                stmt.replace("{identity}", identity_sql(s))
+                .replace("{s}", s)
                 .replace("{history}", HISTORY)
                 .replace("{channel}", channel_of(target.schema))
                 .replace("{notify_body}", NOTIFY_BODY)
@@ -502,14 +528,19 @@ class Statements:
             WHERE t.tgrelid = to_regclass('{s}.objects')
               AND t.tgname IN ('lifecycle_notify', 'lifecycle_notify_truncate')"""
         self.qualified_migrations = f"{schema}.schema_migrations"
-        #: The session setting holding the epoch this session verified ("e:TAG"), per schema.
+        #: The session setting holding the epoch this session verified, per schema.
         self.epoch_setting = f"lifecycle.epoch_{schema}"
         setting = f"current_setting('{self.epoch_setting}', true)"
+        history = history_sql(s)
+        # The session setting names the store it verified (its identity) and the epoch:
+        # "e:IDENTITY:TAG"; a schema restored or made again under the session is another store.
+        verified = f"'e:' || {identity_sql(s)} || ':'"
         #: Whether a write stamped with ``%(epoch)s`` (NULL: no events, any epoch will do) may
         #: land on this session: it verified the store's epoch against its server's history.
         self.epoch_ok = (
-            f"SELECT coalesce(c.s LIKE 'e:%%' AND (%(epoch)s::text IS NULL "
-            f"OR c.s = 'e:' || %(epoch)s::text), false) AS ok FROM (SELECT {setting} AS s) c"
+            f"SELECT coalesce(c.s LIKE {verified} || '%%' AND (%(epoch)s::text IS NULL "
+            f"OR c.s = {verified} || %(epoch)s::text), false) AS ok "
+            f"FROM (SELECT {setting} AS s) c"
         )
         # Run once per session (each new pooled connection) and by every epoch refresh: the
         # current epoch, the history it belongs to and the server's, in one snapshot; the
@@ -518,8 +549,9 @@ class Statements:
         self.epoch_verify = f"""
             SELECT e.tag, e.history, h.now,
                    set_config('{self.epoch_setting}',
-                              CASE WHEN e.history = h.now THEN 'e:' || e.tag ELSE '' END, false)
-            FROM (SELECT CASE WHEN pg_is_in_recovery() THEN '' ELSE {HISTORY} END AS now) h,
+                              CASE WHEN e.history = h.now THEN {verified} || e.tag ELSE '' END,
+                              false)
+            FROM (SELECT CASE WHEN pg_is_in_recovery() THEN '' ELSE {history} END AS now) h,
                  (SELECT tag, history FROM {s}.epochs ORDER BY seq DESC LIMIT 1) e"""
         journal_cte = (
             f""", j AS (
@@ -602,8 +634,9 @@ class Statements:
                                          status, at, observation, fields, events, token,
                                          epoch, sv, sfp, i)
             ), ok AS (
-                SELECT b.i, coalesce(c.s LIKE 'e:%%'
-                                     AND (b.epoch IS NULL OR c.s = 'e:' || b.epoch), false) AS ok
+                SELECT b.i, coalesce(c.s LIKE {verified} || '%%'
+                                     AND (b.epoch IS NULL OR c.s = {verified} || b.epoch),
+                                     false) AS ok
                 FROM b, (SELECT {setting} AS s) c
             ), bad AS (
                 SELECT EXISTS (
@@ -676,7 +709,7 @@ class Statements:
             LEFT JOIN {s}.objects o ON o.uid = x.uid
             LEFT JOIN {s}.journal j ON j.uid = x.uid AND j.version = x.version"""
         self.epoch_now = (
-            f"SELECT e.tag, e.history, {HISTORY} FROM {s}.epochs e ORDER BY e.seq DESC LIMIT 1"
+            f"SELECT e.tag, e.history, {history} FROM {s}.epochs e ORDER BY e.seq DESC LIMIT 1"
         )
         self.epoch_lock = "SELECT pg_advisory_xact_lock(hashtext(%s))"
         #: end a backend of ours that still runs a lost write (waits up to %s ms for it)
@@ -685,7 +718,7 @@ class Statements:
             "WHERE a.pid = %s AND a.usename = current_user AND a.pid <> pg_backend_pid()"
         )
         self.epoch_add = (
-            f"INSERT INTO {s}.epochs (tag, history, detected_by) VALUES (%s, {HISTORY}, %s)"
+            f"INSERT INTO {s}.epochs (tag, history, detected_by) VALUES (%s, {history}, %s)"
         )
         self.epochs = (
             f"SELECT seq, tag, history, started_at, detected_by FROM {s}.epochs ORDER BY seq"
@@ -1110,7 +1143,8 @@ def batch_outcomes(
 def new_epoch_tag(history: str) -> str:
     """A fresh epoch tag: the timeline it starts on, and random bits (unique even if this
     epoch's own start is lost in another failover)."""
-    timeline = history.rsplit("/", 1)[-1]
+    parts = history.split("/")
+    timeline = parts[1] if len(parts) > 1 else ""
     try:
         number = int(timeline, 16)
     except ValueError:
@@ -1130,25 +1164,6 @@ def verified_epoch(target: Target, row: Sequence[Any] | None) -> tuple[str, str,
             "it takes no writes"
         )
     return tag, history, current
-
-
-@attrs.frozen(slots=True)
-class Rewind:
-    """History went backwards: this store handle acknowledged ``uid`` at ``acknowledged``,
-    and the database now holds it at ``found`` (``None``: not at all) -- a failover to a
-    standby that had not received those commits. ``epoch`` is the store's epoch now."""
-
-    uid: str
-    acknowledged: int
-    found: int | None
-    epoch: str
-
-    def __str__(self) -> str:
-        found = "nothing" if self.found is None else f"v{self.found}"
-        return (
-            f"{self.uid}: v{self.acknowledged} was acknowledged, the store now holds {found} "
-            f"(epoch {self.epoch or '(first)'}): acknowledged writes were lost"
-        )
 
 
 def journal_from(machine: Machine[Any], rows: Sequence[Sequence[Any]]) -> list[JournalEntry]:
@@ -1188,7 +1203,12 @@ class PgSettings:
     #: changed); event ids carry it as ``@TAG``
     epoch: str
     #: acknowledged writes this handle found lost (history went backwards), oldest first
+    #: (the latest :data:`_REWINDS_KEPT`)
     rewinds: list[Rewind]
+    #: every rewind this handle found (``lifecycle_store_rewinds_total``)
+    rewind_count: int
+    #: the history (server and store identity) this handle last verified its epoch on
+    _history_seen: str
     _lease: float
     _timeout: float
     _connect_timeout: float
@@ -1228,8 +1248,10 @@ class PgSettings:
         self.owner = owner if owner is not None else uuid.uuid4().hex
         self.epoch = ""
         self.rewinds = []
+        self.rewind_count = 0
         self.cache = None
         self._acked = {}
+        self._history_seen = ""
         self._lease = float(lease_seconds)
         self._timeout = timeout
         found = conninfo_to_dict(target.conninfo).get("connect_timeout")
@@ -1280,6 +1302,7 @@ class PgSettings:
             self.cache.drop("a rewind")
         self._acked.pop(uid, None)
         self.rewinds.append(rewind)
+        self.rewind_count += 1
         del self.rewinds[:-_REWINDS_KEPT]
         _log.error(
             "acknowledged writes lost: the store's history went backwards",
@@ -1312,6 +1335,34 @@ class PgSettings:
             if rewind is not None:
                 out.append(rewind)
         return out
+
+    def _recreated(self, tag: str, current: str) -> bool:
+        """Whether the store under this handle was made again (its schema dropped and
+        migrated again: the same epoch tag on another store identity) -- a new epoch is due
+        though the epochs table agrees with the server (ADR 0146)."""
+        seen = self._history_seen
+        if not seen or tag != self.epoch or seen == current:
+            return False
+        return seen.split("/")[:2] == current.split("/")[:2]
+
+    def _restored(self, history: str, current: str) -> None:
+        """Before this handle starts an epoch: when the epochs table names another store
+        identity than the one the server holds (a schema restored from ``pg_dump``, or
+        dropped and migrated again), writes after the copy are lost -- a rewind of the whole
+        store, logged at error level and counted (ADR 0146)."""
+        was, now = history.split("/"), current.split("/")
+        seen = self._history_seen.split("/")
+        restored = len(was) == 3 and len(now) == 3 and was[2] != now[2]
+        if not restored and not (len(seen) == 3 and len(now) == 3 and seen[2] != now[2]):
+            return
+        self.rewind_count += 1
+        _log.error(
+            "the store was restored or made again (its schema is another than the one its "
+            "history names): writes made after the copy are lost; new store epoch",
+            store=self.target.where,
+            history=history,
+            now=current,
+        )
 
     def _new_epoch(self, old: str, new: str, history: str) -> None:
         if new != old:

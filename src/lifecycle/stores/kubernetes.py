@@ -64,6 +64,7 @@ from ._k8s_record import (
     StatusRefused,
     Steps,
 )
+from ._rewind import Rewind
 from .base import JournalEntry, OutboxSummary, Record
 
 __all__ = [
@@ -261,6 +262,28 @@ class KubernetesStore:
         record keeps one Warning that counts its own (ADR 0145)."""
         return self.core.events_given_up
 
+    @property
+    def epoch(self) -> str:
+        """The epoch this handle stamps events with (ADR 0146): drawn at random when the store
+        is made and again whenever it finds a record behind what it wrote."""
+        return self.core.watch.epoch
+
+    @property
+    def rewinds(self) -> list[Rewind]:
+        """The latest records this handle found behind what it wrote (bounded)."""
+        return list(self.core.watch.rewinds)
+
+    @property
+    def rewind_count(self) -> int:
+        """Every rewind this handle found (``lifecycle_store_rewinds_total``)."""
+        return self.core.watch.rewind_count
+
+    @property
+    def epochs_started(self) -> int:
+        """Epochs started after a rewind (the handle's first is its own, not a lost history:
+        ``lifecycle_store_epochs``)."""
+        return self.core.watch.rewind_count
+
     def _run(self, steps: Steps) -> Any:
         try:
             step = next(steps)
@@ -402,6 +425,28 @@ class AsyncKubernetesStore:
         outbox would not fit the record otherwise: the Events are down); each object's
         record keeps one Warning that counts its own (ADR 0145)."""
         return self.core.events_given_up
+
+    @property
+    def epoch(self) -> str:
+        """The epoch this handle stamps events with (ADR 0146): drawn at random when the store
+        is made and again whenever it finds a record behind what it wrote."""
+        return self.core.watch.epoch
+
+    @property
+    def rewinds(self) -> list[Rewind]:
+        """The latest records this handle found behind what it wrote (bounded)."""
+        return list(self.core.watch.rewinds)
+
+    @property
+    def rewind_count(self) -> int:
+        """Every rewind this handle found (``lifecycle_store_rewinds_total``)."""
+        return self.core.watch.rewind_count
+
+    @property
+    def epochs_started(self) -> int:
+        """Epochs started after a rewind (the handle's first is its own, not a lost history:
+        ``lifecycle_store_epochs``)."""
+        return self.core.watch.rewind_count
 
     async def _run(self, steps: Steps) -> Any:
         try:

@@ -58,6 +58,7 @@ from ._pgsql import (
     psycopg,
     translate,
 )
+from ._rewind import Rewind
 from .base import (
     CommitItem,
     JournalEntry,
@@ -399,10 +400,12 @@ class PostgresStore(sql.PgSettings):
             conn.execute(self._sql.epoch_lock, (f"lifecycle-epoch:{self.target.schema}",))
             cur = conn.execute(self._sql.epoch_verify)
             tag, history, current = sql.verified_epoch(self.target, cur.fetchone())
-            if history != current:
+            if history != current or self._recreated(tag, current):
+                self._restored(history, current)
                 tag = sql.new_epoch_tag(current)
                 conn.execute(self._sql.epoch_add, (tag, self.owner))
                 conn.execute(self._sql.epoch_verify)
+        self._history_seen = current
         old = self.epoch
         self._new_epoch(old, tag, current)
         if tag != old and self._acked:
@@ -416,7 +419,7 @@ class PostgresStore(sql.PgSettings):
         if rewind is not None and conn is not None:
             self._report(conn, rewind)
 
-    def _report(self, conn: Conn, rewind: sql.Rewind) -> None:
+    def _report(self, conn: Conn, rewind: Rewind) -> None:
         """Record a rewind in the store, for ``lifecycle db check`` (best effort)."""
         with contextlib.suppress(psycopg.Error):
             conn.execute(

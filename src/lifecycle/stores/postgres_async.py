@@ -48,6 +48,7 @@ from ._pgsql import (
     psycopg,
     translate,
 )
+from ._rewind import Rewind
 from .base import (
     CommitItem,
     JournalEntry,
@@ -400,10 +401,12 @@ class AsyncPostgresStore(sql.PgSettings):
             await conn.execute(self._sql.epoch_lock, (f"lifecycle-epoch:{self.target.schema}",))
             cur = await conn.execute(self._sql.epoch_verify)
             tag, history, current = sql.verified_epoch(self.target, await cur.fetchone())
-            if history != current:
+            if history != current or self._recreated(tag, current):
+                self._restored(history, current)
                 tag = sql.new_epoch_tag(current)
                 await conn.execute(self._sql.epoch_add, (tag, self.owner))
                 await conn.execute(self._sql.epoch_verify)
+        self._history_seen = current
         old = self.epoch
         self._new_epoch(old, tag, current)
         if tag != old and self._acked:
@@ -419,7 +422,7 @@ class AsyncPostgresStore(sql.PgSettings):
         if rewind is not None and conn is not None:
             await self._report(conn, rewind)
 
-    async def _report(self, conn: AsyncConn, rewind: sql.Rewind) -> None:
+    async def _report(self, conn: AsyncConn, rewind: Rewind) -> None:
         """Record a rewind in the store, for ``lifecycle db check`` (best effort)."""
         with contextlib.suppress(psycopg.Error):
             await conn.execute(

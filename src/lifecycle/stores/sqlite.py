@@ -273,6 +273,8 @@ class SQLiteStore:
         self.epoch = ""
         #: The older copies this handle found at open (logged at error level too).
         self.rewinds: list[HistoryRewind] = []
+        #: Every rewind this handle found (``lifecycle_store_rewinds_total``; ADR 0146).
+        self.rewind_count = 0
         #: ``unwritten`` (no write yet: the history tag is advanced before the first),
         #: ``written`` (advanced again at close), ``closed`` -- or ``none``: no history file
         self._history = "closed"
@@ -296,6 +298,7 @@ class SQLiteStore:
                 )
             if rewind is not None:
                 self.rewinds.append(rewind)
+                self.rewind_count += 1
             self._history = "unwritten"
             if group_commit:
                 self._reader = sqlite3.connect(

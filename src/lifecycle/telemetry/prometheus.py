@@ -101,7 +101,10 @@ METRICS: dict[str, tuple[str, str]] = {
     ),
     "link_intents_pending": ("gauge", "Link intents waiting for their target's write."),
     "store_epochs": ("gauge", "History epochs a store has started (a lost history), by store."),
-    "store_rewinds_total": ("counter", "Acknowledged writes a store found lost, by store."),
+    "store_rewinds_total": (
+        "counter",
+        "Rewinds a store found: acknowledged writes lost, a store or record restored, by store.",
+    ),
     "store_events_given_up_total": (
         "counter",
         "Undelivered events a store gave up so that a status could be written (its record "
@@ -397,9 +400,12 @@ class PrometheusTelemetry(Collector):
         databases: set[tuple[object, ...]] = set()
         for store in stores:
             label = (store_name(store),)
-            found = getattr(store, "rewinds", None)  # what this handle found lost: its own
-            if isinstance(found, list):
-                rewinds[label] = rewinds.get(label, 0) + len(found)
+            found = getattr(store, "rewind_count", None)  # what this handle found: its own
+            if not isinstance(found, int):  # a store keeping only the list of them
+                listed = getattr(store, "rewinds", None)
+                found = len(listed) if isinstance(listed, list) else None
+            if found is not None:
+                rewinds[label] = rewinds.get(label, 0) + found
             lost = getattr(store, "events_given_up", None)  # this handle's own count
             if isinstance(lost, int):
                 given_up[label] = given_up.get(label, 0) + lost
@@ -413,8 +419,11 @@ class PrometheusTelemetry(Collector):
                 depth[label] = depth.get(label, 0) + count
                 age = max(0.0, now - first) if first is not None else 0.0
                 oldest[label] = max(oldest.get(label, 0.0), age)
+            started = getattr(store, "epochs_started", None)  # a handle's own epochs (ADR 0146)
             epoch = getattr(store, "epoch", None)
-            if isinstance(epoch, str):
+            if isinstance(started, int):
+                epochs[label] = epochs.get(label, 0) + started
+            elif isinstance(epoch, str):
                 epochs[label] = epochs.get(label, 0) + (1 if epoch else 0)
         yield _gauge(p, "outbox_undelivered", ("store",), depth)
         yield _gauge(p, "outbox_oldest_age_seconds", ("store",), oldest)
