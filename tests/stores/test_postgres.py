@@ -136,7 +136,7 @@ def test_an_older_schema_is_upgraded_and_keeps_its_rows(pg_url: str, pg_server: 
     assert schema_version(pg_url) == 1
     with pytest.raises(StoreError, match="db migrate"):
         PostgresStore(pg_url, migrate=False)
-    assert migrate(pg_url) == [2, 3, 4, 5]
+    assert migrate(pg_url) == [2, 3, 4, 5, 6]
     store = PostgresStore(pg_url, migrate=False)
     record = store.load(POD, pod_ref("old"))
     assert record is not None
