@@ -251,7 +251,10 @@ def poll(status: PodStatus, obs: Any, row: Row) -> PodStatus:
         and status.start_time is not None
     ):
         return status
-    return PodStatus(
+    # evolved from the status, never rebuilt field by field: a field poll does not own
+    # (deletion_timestamp, pool, provider, and any added later) survives every poll
+    return _evolve(
+        status,
         state=state,
         phase=_PHASE[state],
         message=message,
@@ -261,9 +264,6 @@ def poll(status: PodStatus, obs: Any, row: Row) -> PodStatus:
         endpoint=endpoint,
         exit_code=exit_code,
         start_time=status.start_time or obs.at,
-        deletion_timestamp=status.deletion_timestamp,
-        pool=status.pool,
-        provider=status.provider,
     )
 
 
