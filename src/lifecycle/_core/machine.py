@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Hashable, Iterable, Mapping
 from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
@@ -16,6 +17,7 @@ from .errors import (
     UnknownObservation,
     preview,
 )
+from .kubernetes_shape import kubernetes_conditions
 from .observation import Observation
 from .redact import redact
 from .refs import Condition, EventType, ObjectRef
@@ -181,6 +183,33 @@ def replace(status: R, /, **changes: Any) -> R:
     return copy
 
 
+def enter(
+    status: R,
+    obs: Observation,
+    row: Row,
+    /,
+    *,
+    context: Mapping[str, Any] | None = None,
+    **changes: Any,
+) -> R:
+    """What a row's effect returns when it takes the row as the default does and sets more:
+    the row's target (the state kept for ``SAME``), its reason (else the status's), its
+    message rendered from ``obs`` (and ``context``), and ``changes`` -- evolved from
+    ``status``, so every field neither the row nor ``changes`` names survives (ADR 0147)::
+
+        def attaching(status, obs, row):
+            return enter(status, obs, row, node=obs.node)
+    """
+    state = status.state if row.target == SAME else row.target  # type: ignore[attr-defined]
+    return replace(
+        status,
+        state=state,
+        reason=row.reason or status.reason,  # type: ignore[attr-defined]
+        message=row.render(obs, context or {}),
+        **changes,
+    )
+
+
 _EVOLVERS: dict[type[Any], Callable[..., Any]] = {}
 _KEEP = object()
 #: The names the generated ``evolve`` uses besides the fields' own (and the comprehension's).
@@ -267,8 +296,22 @@ class Machine(Generic[S]):
     verdicts: ClassVar[tuple[Verdict[Any], ...]] = ()
     #: States whose entry is a Warning event (everything else is Normal).
     warning_states: ClassVar[frozenset[str]] = frozenset()
-    #: The reporting controller stamped on this machine's events (``""``: not named).
+    #: The reporting controller stamped on this machine's events (``""``: not named; the
+    #: Kubernetes emitter then reports them as :attr:`reporting_controller`).
     controller: ClassVar[str] = ""
+    #: The ``apiVersion`` of this machine's objects in Kubernetes (``"v1"``,
+    #: ``"example.com/v1alpha1"``; ``""``: not a Kubernetes object): the Kubernetes emitter
+    #: names it in each Event's ``regarding``, and the Kubernetes store finds the object's
+    #: resource from it and :attr:`plural` when the host maps no resource for the kind.
+    api_version: ClassVar[str] = ""
+    #: The resource's plural name in the API (``""``: the kind in lower case, plus ``s``).
+    plural: ClassVar[str] = ""
+    #: Whether the objects live in a namespace (``False``: cluster-scoped, as a NodeClaim).
+    namespaced: ClassVar[bool] = True
+    #: Field values the property suite (``lifecycle.testing``) draws observations from, as
+    #: its ``samples=`` takes them (``{"Class.field": [...], "field": [...]}``): what drives
+    #: this machine into every state where a field's type alone rarely does.
+    samples: ClassVar[Mapping[str, Any]] = {}
     #: Write attempts this machine allows per observation (``None``: the runner's policy).
     #: ``1`` is a direct write: a conflict is not retried, the next observation re-reads.
     write_attempts: ClassVar[int | None] = None
@@ -479,6 +522,33 @@ class Machine(Generic[S]):
                 message,
                 controller=self.controller,
             ),
+        )
+
+    @property
+    def description(self) -> str:
+        """What this machine's reference page says of it (``lifecycle docs``): its module's
+        docstring, where a machine explains its behaviour, else its class's (``""``: none)."""
+        module = sys.modules.get(type(self).__module__)
+        text = getattr(module, "__doc__", None) or type(self).__doc__
+        return text or ""
+
+    @property
+    def reporting_controller(self) -> str:
+        """Who reports this machine's Events: :attr:`controller`, else ``<name>-controller``."""
+        return self.controller or f"{self.name}-controller"
+
+    def kubernetes_status(self, status: S) -> dict[str, Any]:
+        """The status subresource body (the API's camelCase names, JSON-ready) ``status``
+        writes to Kubernetes (ADR 0099). The default writes a status's ``conditions`` as
+        ``metav1.Condition`` s; a machine of another shape (the Pod's phase and Ready, the
+        NodeClaim's phase) overrides it. Raises :class:`ValueError` for a status with no
+        Kubernetes shape."""
+        conditions = getattr(status, "conditions", None)
+        if isinstance(conditions, tuple) and all(isinstance(c, Condition) for c in conditions):
+            return {"conditions": kubernetes_conditions(conditions)}
+        raise ValueError(
+            f"machine {self.name!r}: a {type(status).__name__} has no Kubernetes status shape "
+            "(give the machine a kubernetes_status(status) method)"
         )
 
     def fallback_message(self, ref: ObjectRef, flip: Flip, error: Exception) -> str:

@@ -123,6 +123,7 @@ def cmd_docs(args: argparse.Namespace, out: TextIO) -> int:
     from ..docs import run
 
     try:
-        return run(args.out, args.check, out)
+        machines = registry_named(getattr(args, "machines", None), "--machines")
+        return run(args.out, args.check, out, list(machines.values()))
     except ImportError as e:  # the pages' diagrams need transitions
         return _missing_extra(e, "lifecycle docs")

@@ -164,6 +164,13 @@ def _add_replay(sub: Any) -> None:
         "returning one) and show where the events differ; exit 1 when they do",
     )
     rp.add_argument(
+        "--machines",
+        metavar="REFERENCE",
+        default=None,
+        help="the machines the trace's objects are of: MODULE:NAME or FILE.py:NAME, as db "
+        "check takes it (default: the shipped ones)",
+    )
+    rp.add_argument(
         "--update",
         action="store_true",
         help="with --expect: write the replay's lines to the file instead of comparing",
@@ -213,6 +220,13 @@ def _add_describe(sub: Any) -> None:
     gp = sub.add_parser("docs", help="generate docs/machines/<machine>.md for every machine")
     gp.add_argument("--out", default="docs/machines", help="folder (default docs/machines)")
     gp.add_argument("--check", action="store_true", help="write nothing; exit 1 if a page is stale")
+    gp.add_argument(
+        "--machines",
+        metavar="REFERENCE",
+        default=None,
+        help="the machines to document: MODULE:NAME or FILE.py:NAME, as db check takes it "
+        "(default: the shipped ones)",
+    )
     gp.set_defaults(func=later("describe", "cmd_docs"))
 
 

@@ -17,6 +17,7 @@ from typing import Any, ClassVar, Protocol
 import attrs
 
 from .._core.errors import preview
+from .._core.kubernetes_shape import NoStatusBody
 from .._core.machine import Machine, evolver
 from .._core.observation import Observation, Tick
 from .._core.refs import EventType, ObjectRef
@@ -460,8 +461,18 @@ class NodeClaimMachine(Machine[NodeClaimStatus]):
 
     name: ClassVar[str] = "nodeclaim"
     kind: ClassVar[str] = "NodeClaim"
+    api_version: ClassVar[str] = "nebula.inftyai.com/v1alpha1"
+    namespaced: ClassVar[bool] = False
     status_type: ClassVar[type[Any]] = NodeClaimStatus
     table: ClassVar[Table] = TABLE
+
+    def kubernetes_status(self, status: NodeClaimStatus) -> dict[str, Any]:
+        """``phase`` and ``instanceID``; a deleted NodeClaim has no body
+        (:class:`~lifecycle._core.kubernetes_shape.NoStatusBody`)."""
+        if status.state == "Deleted":
+            raise NoStatusBody("a deleted NodeClaim has no status to write")
+        body = {"phase": status.state, "instanceID": status.instance_id}
+        return {k: v for k, v in body.items() if v}
 
     def initial(self, ref: ObjectRef) -> NodeClaimStatus:
         return NodeClaimStatus()

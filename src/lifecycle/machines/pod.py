@@ -26,6 +26,7 @@ from typing import Any, ClassVar
 import attrs
 
 from .._core.analysis import allow_refused
+from .._core.kubernetes_shape import kubernetes_conditions, kubernetes_time
 from .._core.machine import Machine, evolver
 from .._core.observation import Observation
 from .._core.refs import Condition, EventType, ObjectRef, set_condition
@@ -487,6 +488,7 @@ class PodMachine(Machine[PodStatus]):
 
     name: ClassVar[str] = "pod"
     kind: ClassVar[str] = "Pod"
+    api_version: ClassVar[str] = "v1"
     status_type: ClassVar[type[Any]] = PodStatus
     signature_names: ClassVar[tuple[str, ...]] = ("phase", "reason", "Ready", "podIP")
     table: ClassVar[Table] = TABLE
@@ -496,6 +498,20 @@ class PodMachine(Machine[PodStatus]):
         PRE_PLACEMENT,
         (ProvisionSucceeded, ProvisionRejected, ProvisionErrored),
     )
+
+    def kubernetes_status(self, status: PodStatus) -> dict[str, Any]:
+        """``phase``, ``reason``, ``message``, ``conditions`` (``Ready`` once a poll set it),
+        ``podIP``, ``startTime``: what the virtual node writes; empty fields left out."""
+        body: dict[str, Any] = {
+            "phase": status.phase,
+            "reason": status.state,
+            "message": status.message,
+            "conditions": kubernetes_conditions([status.ready], pod=True),
+            "podIP": status.pod_ip,
+        }
+        if status.start_time is not None:
+            body["startTime"] = kubernetes_time(status.start_time)
+        return {k: v for k, v in body.items() if v not in ("", [])}
 
     def initial(self, ref: ObjectRef) -> PodStatus:
         return PodStatus()
