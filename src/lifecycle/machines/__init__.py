@@ -13,10 +13,8 @@ import importlib
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
-from .._core.errors import UnknownMachine, preview
-from .._core.machine import Machine
-
 if TYPE_CHECKING:  # for type checkers; at run time each is imported on first access
+    from .._core.machine import Machine
     from .certification import CERTIFICATION, CertificationMachine, CertificationStatus
     from .job import JOB, JobMachine, JobStatus
     from .nodeclaim import NODECLAIM, NodeClaimMachine, NodeClaimStatus
@@ -94,7 +92,7 @@ def __dir__() -> list[str]:
     return sorted({*globals(), *__all__})
 
 
-class MachineRegistry(Mapping[str, Machine[Any]]):
+class MachineRegistry(Mapping[str, "Machine[Any]"]):
     """Machines by name (``"pod"``); :meth:`for_kind` finds one by object kind (``"Pod"``)."""
 
     def __init__(self, machines: Iterable[Machine[Any]]) -> None:
@@ -146,6 +144,8 @@ class MachineRegistry(Mapping[str, Machine[Any]]):
             return machine
         if name in self._pending:
             return self._load(name)
+        from .._core.errors import UnknownMachine, preview
+
         known = ", ".join(sorted(self._order))
         raise UnknownMachine(f"unknown machine {preview(name)}; known: {known}")
 
@@ -165,6 +165,8 @@ class MachineRegistry(Mapping[str, Machine[Any]]):
         name = self._kinds.get(kind)
         if name is not None:
             return self[name]
+        from .._core.errors import UnknownMachine, preview
+
         known = ", ".join(sorted(self._kinds))
         raise UnknownMachine(f"no machine handles kind {preview(kind)}; known: {known}")
 
@@ -181,12 +183,14 @@ class MachineFacts(Mapping[str, str]):
         self, registry: MachineRegistry, fact: Callable[[Machine[Any]], str], *, by: str
     ) -> None:
         if by not in ("name", "kind"):
-            raise ValueError(f"MachineFacts: by must be 'name' or 'kind', got {preview(by)}")
+            raise ValueError(f"MachineFacts: by must be 'name' or 'kind', got {by!r}")
         self._registry = registry
         self._fact = fact
         self._by_kind = by == "kind"
 
     def __getitem__(self, key: str) -> str:
+        from .._core.errors import UnknownMachine
+
         try:
             machine = self._registry.for_kind(key) if self._by_kind else self._registry[key]
         except (UnknownMachine, TypeError):

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import hashlib
 from collections import Counter
-from collections.abc import Iterable
-from datetime import datetime
+from collections.abc import Iterable, Mapping
+from datetime import UTC, datetime, timedelta
 from typing import Any, ClassVar, Protocol
 
 import attrs
@@ -452,6 +452,10 @@ TABLE = Table(
 )
 
 
+#: Where the property suite's generated time starts (``lifecycle.testing.EPOCH``).
+_SAMPLE_EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
+
+
 class NodeClaimMachine(Machine[NodeClaimStatus]):
     """The NodeClaim machine (:data:`~lifecycle.machines.NODECLAIM`): the claim on an instance
     behind a virtual node, fed by its Pod.
@@ -463,6 +467,36 @@ class NodeClaimMachine(Machine[NodeClaimStatus]):
     kind: ClassVar[str] = "NodeClaim"
     api_version: ClassVar[str] = "nebula.inftyai.com/v1alpha1"
     namespaced: ClassVar[bool] = False
+    #: Values that drive the NodeClaim into every state (the property suite's): committed
+    #: Pod phases and reasons (``Initializing`` counts as existence), mostly its own pod's UID.
+    samples: ClassVar[Mapping[str, Any]] = {
+        "PodObserved.phase": ("Pending", "Running", "Failed", "Succeeded"),
+        "PodObserved.reason": (
+            "Provisioning",
+            "ConfigError",
+            "Initializing",
+            "Running",
+            "ProvisionFailed",
+            "Failed",
+            "Terminated",
+        ),
+        "ClaimAdopted.phase": (
+            "",
+            "Provisioning",
+            "Bound",
+            "Terminating",
+            "Terminated",
+            "Initializing",
+        ),
+        "pod_uid": ("pod-a", "pod-a", "pod-a", "pod-b", ""),
+        "instance_id": ("i-0a1", ""),
+        "grace_seconds": (0.0, 15.0, 60.0),
+        # the property suite's epoch (lifecycle.testing.EPOCH), and half a minute before it
+        "created_at": (None, _SAMPLE_EPOCH - timedelta(seconds=30), _SAMPLE_EPOCH),
+        "error": ("quota exceeded", "connection reset by peer", "pool 'gpu' not found", ""),
+        "pool": ("default", "gpu"),
+        "provider": ("fake", "modal"),
+    }
     status_type: ClassVar[type[Any]] = NodeClaimStatus
     table: ClassVar[Table] = TABLE
 

@@ -489,6 +489,16 @@ class PodMachine(Machine[PodStatus]):
     name: ClassVar[str] = "pod"
     kind: ClassVar[str] = "Pod"
     api_version: ClassVar[str] = "v1"
+    #: Values that drive the Pod into every state (the property suite's, ``lifecycle.testing``).
+    samples: ClassVar[Mapping[str, Any]] = {
+        "instance_id": ("i-0a1", "i-0a1", "i-0b2", ""),
+        "endpoint": ("10.0.0.7", "sandbox-1.modal.run", ""),
+        "exit_code": (None, 0, 1, 124, 137),
+        "detail": ("", "OOMKilled"),
+        "error": ("quota exceeded", "connection reset by peer", "pool 'gpu' not found", ""),
+        "pool": ("default", "gpu"),
+        "provider": ("fake", "modal", "aws"),
+    }
     status_type: ClassVar[type[Any]] = PodStatus
     signature_names: ClassVar[tuple[str, ...]] = ("phase", "reason", "Ready", "podIP")
     table: ClassVar[Table] = TABLE
