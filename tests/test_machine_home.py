@@ -163,3 +163,14 @@ def test_the_registry_lists_every_machine_once_in_its_order() -> None:
     registry = default_registry()
     assert list(registry) == [e[0] for e in SHIPPED]
     assert [registry[e[0]].kind for e in SHIPPED] == [e[1] for e in SHIPPED]
+
+
+def test_a_row_reads_back_what_it_was_given() -> None:
+    """``Row(to=...)`` was read back only as ``.target``."""
+    from lifecycle import EventType, Observation, Row
+
+    class Seen(Observation):
+        pass
+
+    row = Row("a", Seen, to="b", reason="Seen", event=EventType.NORMAL)
+    assert (row.to, row.target) == ("b", "b")

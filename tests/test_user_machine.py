@@ -136,3 +136,20 @@ def test_the_kubernetes_emitter_sends_a_users_machine_with_its_own_api_version(
     status = runner.store.load(volume, ref)
     assert status is not None
     assert kubernetes_status(volume, status.status) == {"phase": "Failed", "message": "no slot"}
+
+
+def test_the_property_suite_takes_a_users_machine(tmp_path: Path) -> None:
+    """``lifecycle.testing`` on the Volume: every row reached, every property held; its
+    ``samples`` (declared on the machine) are used without naming it anywhere."""
+    from lifecycle.testing import check_machine, row_paths
+
+    volume = load_volume(tmp_path)
+    check_machine(volume, max_examples=10)
+    type(volume).samples = {"node": ("node-from-samples",)}
+    try:
+        paths, unreached = row_paths(volume)
+        assert not unreached
+        nodes = {getattr(o, "node", None) for p in paths for o in p.observations}
+        assert nodes - {None} == {"node-from-samples"}
+    finally:
+        del type(volume).samples
