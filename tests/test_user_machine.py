@@ -153,3 +153,15 @@ def test_the_property_suite_takes_a_users_machine(tmp_path: Path) -> None:
         assert nodes - {None} == {"node-from-samples"}
     finally:
         del type(volume).samples
+
+
+def test_a_file_in_a_folder_named_as_another_package_still_loads(tmp_path: Path) -> None:
+    """A folder with ``__init__.py`` whose name another package holds (``json``): the file is
+    not that package's module, so it is loaded on its own, as before."""
+    folder = tmp_path / "json"
+    folder.mkdir()
+    (folder / "__init__.py").write_text("", encoding="utf-8")
+    write_volume(folder)
+    code, out = run("table", f"{folder / 'volume.py'}:VOLUME")
+    assert code == 0, out
+    assert "AttachFailed" in out

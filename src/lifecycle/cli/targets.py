@@ -71,7 +71,11 @@ def _module(where: str, option: str) -> Any:
                 raise UnknownMachine(f"{option} {preview(where)}: no such file")
             inside = _package_of(path)
             if inside is not None:  # a module of a package: its relative imports work
-                return _package_module(path, *inside)
+                try:
+                    return _package_module(path, *inside)
+                except ModuleNotFoundError as e:  # the package itself is another one's name
+                    if not e.name or not inside[1].startswith(e.name):
+                        raise
             module_name = f"_lifecycle_user_{path.stem}"
             spec = importlib.util.spec_from_file_location(module_name, path)
             if spec is None or spec.loader is None:
