@@ -128,3 +128,23 @@ def test_the_property_finds_an_effect_that_rebuilds_its_status() -> None:
     machine = _Rebuilding()
     lost = survivors(machine, [_Bumped(at=EPOCH), _Bumped(at=EPOCH)])
     assert lost == ["rebuilding: a|b x _Bumped -> b lost a field it does not own"] * 2
+
+
+def test_a_field_setter_sets_its_fields_and_keeps_the_rest() -> None:
+    from lifecycle._core.machine import field_setter
+
+    set_count = field_setter(_Status, "state", "count")
+    before = _Status("a", "Why", "words", 1)
+    assert set_count(before, "b", 2) == _Status("b", "Why", "words", 2)
+    probe = with_probe(before)
+    after: Any = set_count(probe, "b", 3)  # a subclass keeps its class and its own field
+    assert (type(after), after.probe, after.count, after.message) == (
+        type(probe),
+        PROBE,
+        3,
+        "words",
+    )
+    with pytest.raises(TypeError, match="not distinct init fields"):
+        field_setter(_Status, "state", "nope")
+    with pytest.raises(TypeError, match="not distinct init fields"):
+        field_setter(_Status, "state", "state")

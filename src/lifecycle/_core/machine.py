@@ -242,6 +242,38 @@ def evolver(cls: type[R]) -> Callable[..., R]:
     return evolve
 
 
+def field_setter(cls: type[R], *names: str) -> Callable[..., R]:
+    """A copy of a status of ``cls`` with the init fields ``names`` set, given positionally
+    in that order: ``set_fields(status, *values)``, compiled to one constructor call in
+    which every other field is the status's own. An effect that sets most of a status (the
+    Pod's poll) costs what building it field by field costs, and a field it does not name --
+    one added later among them -- survives (ADR 0147). A status of a subclass is handed to
+    :func:`replace` (it keeps its class and its own fields)."""
+    fields = [f for f in attrs.fields(cls) if f.init]  # type: ignore[arg-type]
+    aliases = {f.alias for f in fields}
+    unknown = [n for n in names if n not in aliases]
+    if unknown or len(set(names)) != len(names):
+        raise TypeError(f"field_setter({cls.__name__}): not distinct init fields: {names}")
+    if ({f.alias for f in fields} | {f.name for f in fields}) & _EVOLVER_NAMES:
+        return lambda status, /, *values: attrs.evolve(
+            status, **dict(zip(names, values, strict=True))
+        )
+    given = ", ".join(f"{n}={n}" for n in names)
+    args = ", ".join(
+        f"{f.alias}={f.alias}" if f.alias in names else f"{f.alias}=_s_.{f.name}" for f in fields
+    )
+    source = (
+        f"def set_fields(_s_, {', '.join(names)}):\n"
+        "    if _s_.__class__ is not _cls_:\n"
+        f"        return _replace_(_s_, {given})\n"
+        f"    return _cls_({args})\n"
+    )
+    namespace: dict[str, Any] = {"_cls_": cls, "_replace_": replace}
+    owner = f"set_fields[{cls.__module__}.{cls.__qualname__}]"
+    set_fields: Callable[..., R] = compile_function("set_fields", source, namespace, owner=owner)
+    return set_fields
+
+
 def _bound_apply(machine: Machine[Any]) -> Callable[[Any, Any], Any]:
     """:meth:`Machine.apply` for ``machine``: its compiled steps, one dict lookup and a call."""
     steps = machine._steps

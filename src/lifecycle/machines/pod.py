@@ -27,7 +27,7 @@ import attrs
 
 from .._core.analysis import allow_refused
 from .._core.kubernetes_shape import kubernetes_conditions, kubernetes_time
-from .._core.machine import Machine, evolver
+from .._core.machine import Machine, evolver, field_setter
 from .._core.observation import Observation
 from .._core.refs import Condition, EventType, ObjectRef, set_condition
 from .._core.table import ANY, SAME, Row, Table, ignore
@@ -159,6 +159,19 @@ class PodStatus:
 
 
 _evolve = evolver(PodStatus)
+#: What a poll sets (:func:`poll`), in this order; every other field is the status's own.
+_set_polled = field_setter(
+    PodStatus,
+    "state",
+    "phase",
+    "message",
+    "ready",
+    "pod_ip",
+    "instance_id",
+    "endpoint",
+    "exit_code",
+    "start_time",
+)
 
 
 # -- guards -----------------------------------------------------------------------------------
@@ -252,19 +265,19 @@ def poll(status: PodStatus, obs: Any, row: Row) -> PodStatus:
         and status.start_time is not None
     ):
         return status
-    # evolved from the status, never rebuilt field by field: a field poll does not own
-    # (deletion_timestamp, pool, provider, and any added later) survives every poll
-    return _evolve(
+    # the fields poll owns, set on the status: never rebuilt field by field, so a field poll
+    # does not own (deletion_timestamp, pool, provider, and any added later) survives
+    return _set_polled(
         status,
-        state=state,
-        phase=_PHASE[state],
-        message=message,
-        ready=ready,
-        pod_ip=pod_ip,
-        instance_id=instance_id,
-        endpoint=endpoint,
-        exit_code=exit_code,
-        start_time=status.start_time or obs.at,
+        state,
+        _PHASE[state],
+        message,
+        ready,
+        pod_ip,
+        instance_id,
+        endpoint,
+        exit_code,
+        status.start_time or obs.at,
     )
 
 
