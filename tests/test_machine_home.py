@@ -13,6 +13,7 @@ from __future__ import annotations
 import ast
 import re
 from pathlib import Path
+from typing import Any
 
 from lifecycle.machines import SHIPPED, default_registry
 
@@ -174,3 +175,77 @@ def test_a_row_reads_back_what_it_was_given() -> None:
 
     row = Row("a", Seen, to="b", reason="Seen", event=EventType.NORMAL)
     assert (row.to, row.target) == ("b", "b")
+
+
+def _returning_machine(reason: str) -> tuple[Any, Any, Any, Any]:
+    """A volume that returns to Detached two ways: detached as asked (Normal), or forced off
+    a failed node (Warning, with ``reason``)."""
+    from typing import ClassVar
+
+    import attrs
+
+    from lifecycle import EventType, Machine, ObjectRef, Observation, Row, Table
+
+    @attrs.frozen
+    class Status:
+        state: str = "Detaching"
+        reason: str = ""
+        message: str = ""
+
+    class Detached(Observation):
+        pass
+
+    class NodeLost(Observation):
+        pass
+
+    class Returning(Machine[Status]):
+        name: ClassVar[str] = "returning"
+        kind: ClassVar[str] = "Returning"
+        status_type: ClassVar[type[Any]] = Status
+        table: ClassVar[Table] = Table(
+            "returning",
+            states=("Detaching", "Failed", "Detached"),
+            initial="Detaching",
+            terminal=(),
+            observations=(Detached, NodeLost),
+            rows=(
+                Row("Detaching", NodeLost, to="Failed", reason="NodeLost", event=EventType.WARNING),
+                Row(
+                    "Detaching", Detached, to="Detached", reason="Detached", event=EventType.NORMAL
+                ),
+                Row("Failed", Detached, to="Detached", reason=reason, event=EventType.WARNING),
+            ),
+        )
+
+        def initial(self, ref: ObjectRef) -> Status:
+            return Status()
+
+    return Returning(), Status, Detached, NodeLost
+
+
+def test_a_row_returning_to_a_state_has_its_own_event_type() -> None:
+    """The event type was per state: a second way into Detached, as a Warning, needed an
+    ``event_type`` override. Now a row giving its own reason decides its own type."""
+    from lifecycle import EventType
+    from lifecycle.testing import EPOCH
+
+    machine, status_type, detached, node_lost = _returning_machine("ForceDetached")
+    asked = machine.apply(status_type(), detached(at=EPOCH))
+    (flip,) = machine.flips(status_type(), asked)
+    assert (flip.reason, flip.type) == ("Detached", EventType.NORMAL)
+    failed = machine.apply(status_type(), node_lost(at=EPOCH))
+    forced = machine.apply(failed, detached(at=EPOCH))
+    (flip,) = machine.flips(failed, forced)
+    assert (flip.reason, flip.type) == ("ForceDetached", EventType.WARNING)
+    assert machine.event_type(forced) is EventType.WARNING
+
+
+def test_rows_of_both_types_giving_one_reason_still_need_an_override() -> None:
+    import pytest
+
+    from lifecycle import TableError
+
+    with pytest.raises(TableError, match="entered as Normal and as Warning with the reason"):
+        _returning_machine("Detached")
+    with pytest.raises(TableError, match="by a row giving no reason"):
+        _returning_machine("")

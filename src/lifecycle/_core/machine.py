@@ -389,6 +389,8 @@ class Machine(Generic[S]):
         # Entering a state is an event whose type depends on the state alone unless a
         # subclass decides otherwise; then flips can be memoised by their content.
         self._type_by_state = type(self).event_type is Machine.event_type
+        self._mixed: frozenset[str] = frozenset()
+        self._warning_reasons: frozenset[tuple[str, str]] = frozenset()
         self._warning_states = self._declared_warnings() if self._type_by_state else None
         self._flip_memo: dict[tuple[str, str, str, str], tuple[Flip, ...]] = {}
         # A machine declaring a wider flip signature (the Pod) also flips without a change of
@@ -593,20 +595,37 @@ class Machine(Generic[S]):
 
     def _declared_warnings(self) -> frozenset[str]:
         """The states whose entry the table declares a Warning: the table is the source of
-        event types. A state entered by rows of both types needs an ``event_type`` override
-        (the Pod's Terminated is one), and a ``warning_states`` that disagrees is an error."""
-        declared: dict[str, EventType] = {}
+        event types. A state its rows enter with both types is decided per row, by the
+        reason the row gives (a row returning to a state as a Warning beside a Normal one:
+        ADR 0147); rows of both types giving one reason need an ``event_type`` override (the
+        Pod's Terminated is one), and a ``warning_states`` that disagrees is an error."""
+        by_state: dict[str, set[EventType]] = {}
+        by_reason: dict[tuple[str, str], set[EventType]] = {}
         reachable = {id(r): r for rows in self._by_pair.values() for r in rows}
         for row in reachable.values():
             if row.ignore or row.event is None or row.target == SAME:
                 continue
-            seen = declared.setdefault(row.target, row.event)
-            if seen is not row.event:
+            by_state.setdefault(row.target, set()).add(row.event)
+            by_reason.setdefault((row.target, row.reason), set()).add(row.event)
+        mixed = {state for state, kinds in by_state.items() if len(kinds) > 1}
+        for (state, reason), kinds in by_reason.items():
+            if state in mixed and (len(kinds) > 1 or not reason):
                 raise TableError(
-                    f"{self.name} table: state {row.target!r} is entered as {seen.value} and as "
-                    f"{row.event.value}; override event_type to decide from the status"
+                    f"{self.name} table: state {state!r} is entered as Normal and as Warning "
+                    + (f"with the reason {reason!r}" if reason else "by a row giving no reason")
+                    + "; give each row its own reason, or override event_type to decide from "
+                    "the status"
                 )
-        warnings = frozenset(s for s, kind in declared.items() if kind is EventType.WARNING)
+        # states entered with both types, and the (state, reason) pairs of them that warn
+        self._mixed = frozenset(mixed)
+        self._warning_reasons = frozenset(
+            key
+            for key, kinds in by_reason.items()
+            if key[0] in mixed and EventType.WARNING in kinds
+        )
+        warnings = frozenset(
+            s for s, kinds in by_state.items() if s not in mixed and EventType.WARNING in kinds
+        )
         if self.warning_states and self.warning_states != warnings:
             raise TableError(
                 f"{self.name}: warning_states {sorted(self.warning_states)} disagrees with the "
@@ -615,7 +634,11 @@ class Machine(Generic[S]):
         return warnings
 
     def event_type(self, status: S) -> EventType:
-        """The type of the event for entering ``status``'s state, as the table declares it."""
+        """The type of the event for entering ``status``'s state, as the table declares it:
+        by the state, or for a state entered with both types by the reason its row gave."""
+        if status.state in self._mixed:
+            warns = (status.state, status.reason) in self._warning_reasons
+            return EventType.WARNING if warns else EventType.NORMAL
         warnings = self._warning_states or self.warning_states
         return EventType.WARNING if status.state in warnings else EventType.NORMAL
 
