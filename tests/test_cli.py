@@ -386,14 +386,12 @@ def test_machines_json_lists_every_machine() -> None:
     assert pod["reasons"]["ProvisionFailed"] == ["Warning"]
     assert pod["reasons"]["Terminated"] == ["Normal", "Warning"]  # DeletePod vs poll
     # fallbacks only where a row declares one: upstream's three sites (ADR 0091)
-    assert {d["name"]: d["fallback_reasons"] for d in described.values()} == {
-        "pod": [],
-        "nodeclaim": [],
-        "job": [],
+    assert set(described) == set(default_registry())  # every machine, and only those
+    assert {
+        d["name"]: d["fallback_reasons"] for d in described.values() if d["fallback_reasons"]
+    } == {
         "workflow": ["OverrideErrorStatusUpdateFailed", "HeterogeneousPlatformStatusUpdateFailed"],
-        "certification": [],
         "workloadrun": ["BuildFailedStatusUpdateFailed"],
-        "restore": [],
     }
     assert sorted(pod["terminal"]) == ["Failed", "ProvisionFailed", "Terminated"]
     claim = described["nodeclaim"]

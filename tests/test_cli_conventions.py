@@ -205,7 +205,7 @@ def test_table_and_diagram_take_the_references_check_takes() -> None:
 def test_a_registry_reference_works_in_every_command() -> None:
     """``examples/proposed_tables.py:proposed`` (a function returning a registry) is taken
     by ``--compare-with``, and so by ``check``, ``table``, ``machines`` and ``db``; a diagram
-    draws one machine, so it refuses a reference to seven, naming them."""
+    draws one machine, so it refuses a reference to all of them, naming them."""
     ref = "examples/proposed_tables.py:proposed"
     assert cli("check", ref).returncode == 0
     table = cli("table", ref)
@@ -215,7 +215,7 @@ def test_a_registry_reference_works_in_every_command() -> None:
     assert cli("db", "check", "--store", "memory://", "--machines", ref).returncode == 0
     diagram = cli("diagram", ref)
     assert diagram.returncode == 2
-    assert "names 7 machines (pod, nodeclaim" in diagram.stderr
+    assert f"names {len(SHIPPED)} machines (pod, nodeclaim" in diagram.stderr
 
 
 # -- help ------------------------------------------------------------------------------------

@@ -200,7 +200,7 @@ class PlainMachine(GateMachine):
 class OwnShapeMachine(PlainMachine):
     name: ClassVar[str] = "own"
 
-    def kubernetes_status(self, status: PlainStatus) -> dict[str, Any]:
+    def kubernetes_status(self, status: PlainStatus) -> dict[str, Any]:  # type: ignore[override]
         return {"phase": status.state}
 
 

@@ -258,7 +258,7 @@ def page(machine: Machine[Any]) -> str:
         "",
         f"# {machine.kind} (`{machine.name}`)",
         "",
-        prose(module.__doc__),
+        prose(machine.description),
         f"Source: `{module.__name__}`; upstream behaviour in [`docs/upstream/`](../upstream/).",
         "",
         "## Diagram",
@@ -394,10 +394,16 @@ def stale(out: str | Path, machines: Sequence[Machine[Any]] | None = None) -> li
     return problems
 
 
-def run(out: str | Path, check: bool, stream: typing.TextIO) -> int:
-    """``lifecycle docs``: write the pages, or with ``check`` report stale ones (exit 1)."""
+def run(
+    out: str | Path,
+    check: bool,
+    stream: typing.TextIO,
+    machines: Sequence[Machine[Any]] | None = None,
+) -> int:
+    """``lifecycle docs``: write the pages of ``machines`` (default: the shipped ones), or
+    with ``check`` report stale ones (exit 1)."""
     if check:
-        problems = stale(out)
+        problems = stale(out, machines)
         for p in problems:
             stream.write(f"{p}\n")
         if problems:
@@ -405,7 +411,7 @@ def run(out: str | Path, check: bool, stream: typing.TextIO) -> int:
             return 1
         stream.write(f"{out}: up to date\n")
         return 0
-    for path in write(out):
+    for path in write(out, machines):
         stream.write(f"wrote {path}\n")
     return 0
 

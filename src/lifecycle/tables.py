@@ -16,13 +16,18 @@ is the rest of a table's vocabulary::
 - :class:`Schema` and :class:`Upcaster` (a machine's record version and how older records are
   read, ADR 0088);
 - :class:`Limits` and :func:`within_limit` (a record's declared limits on the numbers that
-  size work, and the validator that holds them, ADR 0100).
+  size work, and the validator that holds them, ADR 0100);
+- :func:`enter` (what a row's effect returns to take the row and set more fields, evolved
+  from the status so the fields it does not name survive);
+- :func:`allow` and :func:`allow_refused` (a machine's ``analysis_allowances``: findings of
+  ``lifecycle check`` that are deliberate, each with its reason, ADR 0085).
 """
 
 from __future__ import annotations
 
+from ._core.analysis import allow, allow_refused
 from ._core.limits import Limits, within_limit
-from ._core.machine import Machine, Verdict
+from ._core.machine import Machine, Verdict, enter
 from ._core.refs import Condition, EventType
 from ._core.schema import Schema, Upcaster
 from ._core.table import ANY, SAME, Action, Effect, Guard, Row, Table, ignore
@@ -44,6 +49,9 @@ __all__ = [
     "Table",
     "Upcaster",
     "Verdict",
+    "allow",
+    "allow_refused",
+    "enter",
     "ignore",
     "within_limit",
 ]

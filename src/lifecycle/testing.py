@@ -44,8 +44,9 @@ same suite as a Hypothesis rule-based state machine.
 
 Field values come from the field types, the table's own strings (states, reasons, and the
 constants its guards compare against: :func:`table_strings`) and per-field ``samples``
-(``{"Class.field": [...], "field": [...]}``, values or a strategy). :data:`SAMPLES` holds the
-shipped machines' samples, by machine name. Needs Hypothesis (a test dependency).
+(``{"Class.field": [...], "field": [...]}``, values or a strategy): a machine's own
+(:attr:`~lifecycle.Machine.samples`), then :data:`SAMPLES` (a host's, by machine name), then
+the call's. Needs Hypothesis (a test dependency).
 
 A host that implements its own :class:`~lifecycle.stores.Store` checks it with
 :func:`check_store` (``check_store(lambda: MyStore(...))``): compare-and-set, the journal, the

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Hashable, Iterable, Mapping
 from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
@@ -16,6 +17,7 @@ from .errors import (
     UnknownObservation,
     preview,
 )
+from .kubernetes_shape import kubernetes_conditions
 from .observation import Observation
 from .redact import redact
 from .refs import Condition, EventType, ObjectRef
@@ -181,6 +183,33 @@ def replace(status: R, /, **changes: Any) -> R:
     return copy
 
 
+def enter(
+    status: R,
+    obs: Observation,
+    row: Row,
+    /,
+    *,
+    context: Mapping[str, Any] | None = None,
+    **changes: Any,
+) -> R:
+    """What a row's effect returns when it takes the row as the default does and sets more:
+    the row's target (the state kept for ``SAME``), its reason (else the status's), its
+    message rendered from ``obs`` (and ``context``), and ``changes`` -- evolved from
+    ``status``, so every field neither the row nor ``changes`` names survives (ADR 0147)::
+
+        def attaching(status, obs, row):
+            return enter(status, obs, row, node=obs.node)
+    """
+    state = status.state if row.target == SAME else row.target  # type: ignore[attr-defined]
+    return replace(
+        status,
+        state=state,
+        reason=row.reason or status.reason,  # type: ignore[attr-defined]
+        message=row.render(obs, context or {}),
+        **changes,
+    )
+
+
 _EVOLVERS: dict[type[Any], Callable[..., Any]] = {}
 _KEEP = object()
 #: The names the generated ``evolve`` uses besides the fields' own (and the comprehension's).
@@ -211,6 +240,38 @@ def evolver(cls: type[R]) -> Callable[..., R]:
     owner = f"evolve[{cls.__module__}.{cls.__qualname__}]"
     evolve: Callable[..., R] = compile_function("evolve", source, namespace, owner=owner)
     return evolve
+
+
+def field_setter(cls: type[R], *names: str) -> Callable[..., R]:
+    """A copy of a status of ``cls`` with the init fields ``names`` set, given positionally
+    in that order: ``set_fields(status, *values)``, compiled to one constructor call in
+    which every other field is the status's own. An effect that sets most of a status (the
+    Pod's poll) costs what building it field by field costs, and a field it does not name --
+    one added later among them -- survives (ADR 0147). A status of a subclass is handed to
+    :func:`replace` (it keeps its class and its own fields)."""
+    fields = [f for f in attrs.fields(cls) if f.init]  # type: ignore[arg-type]
+    aliases = {f.alias for f in fields}
+    unknown = [n for n in names if n not in aliases]
+    if unknown or len(set(names)) != len(names):
+        raise TypeError(f"field_setter({cls.__name__}): not distinct init fields: {names}")
+    if ({f.alias for f in fields} | {f.name for f in fields}) & _EVOLVER_NAMES:
+        return lambda status, /, *values: attrs.evolve(
+            status, **dict(zip(names, values, strict=True))
+        )
+    given = ", ".join(f"{n}={n}" for n in names)
+    args = ", ".join(
+        f"{f.alias}={f.alias}" if f.alias in names else f"{f.alias}=_s_.{f.name}" for f in fields
+    )
+    source = (
+        f"def set_fields(_s_, {', '.join(names)}):\n"
+        "    if _s_.__class__ is not _cls_:\n"
+        f"        return _replace_(_s_, {given})\n"
+        f"    return _cls_({args})\n"
+    )
+    namespace: dict[str, Any] = {"_cls_": cls, "_replace_": replace}
+    owner = f"set_fields[{cls.__module__}.{cls.__qualname__}]"
+    set_fields: Callable[..., R] = compile_function("set_fields", source, namespace, owner=owner)
+    return set_fields
 
 
 def _bound_apply(machine: Machine[Any]) -> Callable[[Any, Any], Any]:
@@ -267,8 +328,22 @@ class Machine(Generic[S]):
     verdicts: ClassVar[tuple[Verdict[Any], ...]] = ()
     #: States whose entry is a Warning event (everything else is Normal).
     warning_states: ClassVar[frozenset[str]] = frozenset()
-    #: The reporting controller stamped on this machine's events (``""``: not named).
+    #: The reporting controller stamped on this machine's events (``""``: not named; the
+    #: Kubernetes emitter then reports them as :attr:`reporting_controller`).
     controller: ClassVar[str] = ""
+    #: The ``apiVersion`` of this machine's objects in Kubernetes (``"v1"``,
+    #: ``"example.com/v1alpha1"``; ``""``: not a Kubernetes object): the Kubernetes emitter
+    #: names it in each Event's ``regarding``, and the Kubernetes store finds the object's
+    #: resource from it and :attr:`plural` when the host maps no resource for the kind.
+    api_version: ClassVar[str] = ""
+    #: The resource's plural name in the API (``""``: the kind in lower case, plus ``s``).
+    plural: ClassVar[str] = ""
+    #: Whether the objects live in a namespace (``False``: cluster-scoped, as a NodeClaim).
+    namespaced: ClassVar[bool] = True
+    #: Field values the property suite (``lifecycle.testing``) draws observations from, as
+    #: its ``samples=`` takes them (``{"Class.field": [...], "field": [...]}``): what drives
+    #: this machine into every state where a field's type alone rarely does.
+    samples: ClassVar[Mapping[str, Any]] = {}
     #: Write attempts this machine allows per observation (``None``: the runner's policy).
     #: ``1`` is a direct write: a conflict is not retried, the next observation re-reads.
     write_attempts: ClassVar[int | None] = None
@@ -314,6 +389,8 @@ class Machine(Generic[S]):
         # Entering a state is an event whose type depends on the state alone unless a
         # subclass decides otherwise; then flips can be memoised by their content.
         self._type_by_state = type(self).event_type is Machine.event_type
+        self._mixed: frozenset[str] = frozenset()
+        self._warning_reasons: frozenset[tuple[str, str]] = frozenset()
         self._warning_states = self._declared_warnings() if self._type_by_state else None
         self._flip_memo: dict[tuple[str, str, str, str], tuple[Flip, ...]] = {}
         # A machine declaring a wider flip signature (the Pod) also flips without a change of
@@ -481,6 +558,33 @@ class Machine(Generic[S]):
             ),
         )
 
+    @property
+    def description(self) -> str:
+        """What this machine's reference page says of it (``lifecycle docs``): its module's
+        docstring, where a machine explains its behaviour, else its class's (``""``: none)."""
+        module = sys.modules.get(type(self).__module__)
+        text = getattr(module, "__doc__", None) or type(self).__doc__
+        return text or ""
+
+    @property
+    def reporting_controller(self) -> str:
+        """Who reports this machine's Events: :attr:`controller`, else ``<name>-controller``."""
+        return self.controller or f"{self.name}-controller"
+
+    def kubernetes_status(self, status: S) -> dict[str, Any]:
+        """The status subresource body (the API's camelCase names, JSON-ready) ``status``
+        writes to Kubernetes (ADR 0099). The default writes a status's ``conditions`` as
+        ``metav1.Condition`` s; a machine of another shape (the Pod's phase and Ready, the
+        NodeClaim's phase) overrides it. Raises :class:`ValueError` for a status with no
+        Kubernetes shape."""
+        conditions = getattr(status, "conditions", None)
+        if isinstance(conditions, tuple) and all(isinstance(c, Condition) for c in conditions):
+            return {"conditions": kubernetes_conditions(conditions)}
+        raise ValueError(
+            f"machine {self.name!r}: a {type(status).__name__} has no Kubernetes status shape "
+            "(give the machine a kubernetes_status(status) method)"
+        )
+
     def fallback_message(self, ref: ObjectRef, flip: Flip, error: Exception) -> str:
         """The message of the fallback Warning sent when the write carrying ``flip`` failed.
         It names both the cause and the error (redacted: a store error can quote a connection
@@ -491,20 +595,37 @@ class Machine(Generic[S]):
 
     def _declared_warnings(self) -> frozenset[str]:
         """The states whose entry the table declares a Warning: the table is the source of
-        event types. A state entered by rows of both types needs an ``event_type`` override
-        (the Pod's Terminated is one), and a ``warning_states`` that disagrees is an error."""
-        declared: dict[str, EventType] = {}
+        event types. A state its rows enter with both types is decided per row, by the
+        reason the row gives (a row returning to a state as a Warning beside a Normal one:
+        ADR 0147); rows of both types giving one reason need an ``event_type`` override (the
+        Pod's Terminated is one), and a ``warning_states`` that disagrees is an error."""
+        by_state: dict[str, set[EventType]] = {}
+        by_reason: dict[tuple[str, str], set[EventType]] = {}
         reachable = {id(r): r for rows in self._by_pair.values() for r in rows}
         for row in reachable.values():
             if row.ignore or row.event is None or row.target == SAME:
                 continue
-            seen = declared.setdefault(row.target, row.event)
-            if seen is not row.event:
+            by_state.setdefault(row.target, set()).add(row.event)
+            by_reason.setdefault((row.target, row.reason), set()).add(row.event)
+        mixed = {state for state, kinds in by_state.items() if len(kinds) > 1}
+        for (state, reason), kinds in by_reason.items():
+            if state in mixed and (len(kinds) > 1 or not reason):
                 raise TableError(
-                    f"{self.name} table: state {row.target!r} is entered as {seen.value} and as "
-                    f"{row.event.value}; override event_type to decide from the status"
+                    f"{self.name} table: state {state!r} is entered as Normal and as Warning "
+                    + (f"with the reason {reason!r}" if reason else "by a row giving no reason")
+                    + "; give each row its own reason, or override event_type to decide from "
+                    "the status"
                 )
-        warnings = frozenset(s for s, kind in declared.items() if kind is EventType.WARNING)
+        # states entered with both types, and the (state, reason) pairs of them that warn
+        self._mixed = frozenset(mixed)
+        self._warning_reasons = frozenset(
+            key
+            for key, kinds in by_reason.items()
+            if key[0] in mixed and EventType.WARNING in kinds
+        )
+        warnings = frozenset(
+            s for s, kinds in by_state.items() if s not in mixed and EventType.WARNING in kinds
+        )
         if self.warning_states and self.warning_states != warnings:
             raise TableError(
                 f"{self.name}: warning_states {sorted(self.warning_states)} disagrees with the "
@@ -513,7 +634,11 @@ class Machine(Generic[S]):
         return warnings
 
     def event_type(self, status: S) -> EventType:
-        """The type of the event for entering ``status``'s state, as the table declares it."""
+        """The type of the event for entering ``status``'s state, as the table declares it:
+        by the state, or for a state entered with both types by the reason its row gave."""
+        if status.state in self._mixed:
+            warns = (status.state, status.reason) in self._warning_reasons
+            return EventType.WARNING if warns else EventType.NORMAL
         warnings = self._warning_states or self.warning_states
         return EventType.WARNING if status.state in warnings else EventType.NORMAL
 

@@ -93,6 +93,12 @@ class Row:
     fallback: bool = False
 
     @property
+    def to(self) -> str:
+        """The state the row goes to, under the name it was given (``Row(..., to=...)``);
+        the same as :attr:`target`."""
+        return self.target
+
+    @property
     def guard_name(self) -> str:
         """The guard's name (``""``: no guard)."""
         return "" if self.guard is None else name_of(self.guard)

@@ -26,7 +26,7 @@ from .._core.machine import Machine
 from .._core.observation import Observation
 from .._core.refs import ObjectRef
 from .._core.table import Row
-from .strategies import EPOCH, SAMPLES, Samples, default_ref, table_strings
+from .strategies import EPOCH, Samples, default_ref, machine_samples, table_strings
 
 #: Seconds between steps tried by the search: same instant, and across grace windows.
 TIME_STEPS = (0, 1, 16, 61, 3600)
@@ -138,8 +138,7 @@ def row_paths(
     ``budget`` expansions. Returns the paths found and the rows never reached.
     """
     table = machine.table
-    merged: dict[str, Any] = dict(SAMPLES.get(machine.name, {}))
-    merged.update(samples or {})
+    merged = machine_samples(machine, samples)
     strings = table_strings(machine)
     candidates: dict[type[Observation], list[dict[str, Any]]] = {}
     for cls in table.observations:

@@ -18,6 +18,8 @@ from .._core.machine import Machine
 from .._core.observation import Observation
 from .._core.refs import ObjectRef
 from .._core.table import SAME
+from ..machines.nodeclaim import NodeClaimMachine
+from ..machines.pod import PodMachine
 from .doubles import FailEmitter, InjectFault, Redeliver, Step
 
 _T = TypeVar("_T")
@@ -28,52 +30,26 @@ EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
 #: Per-field value overrides: ``"Class.field"`` or ``"field"`` -> values or a strategy.
 Samples = Mapping[str, Sequence[Any] | st.SearchStrategy[Any]]
 
-_POD_STATES = (
-    "Provisioning",
-    "ConfigError",
-    "Initializing",
-    "Running",
-    "ProvisionFailed",
-    "Failed",
-    "Terminated",
-)
-_ERRORS = ("quota exceeded", "connection reset by peer", "pool 'gpu' not found", "")
+#: Values that drive the shipped Pod machine into every state (the machine's own
+#: :attr:`~lifecycle.Machine.samples`).
+POD_SAMPLES: Samples = PodMachine.samples
 
-#: Values that drive the shipped Pod machine into every state.
-POD_SAMPLES: Samples = {
-    "instance_id": ("i-0a1", "i-0a1", "i-0b2", ""),
-    "endpoint": ("10.0.0.7", "sandbox-1.modal.run", ""),
-    "exit_code": (None, 0, 1, 124, 137),
-    "detail": ("", "OOMKilled"),
-    "error": _ERRORS,
-    "pool": ("default", "gpu"),
-    "provider": ("fake", "modal", "aws"),
-}
+#: Values that drive the shipped NodeClaim machine into every state (the machine's own).
+NODECLAIM_SAMPLES: Samples = NodeClaimMachine.samples
 
-#: Values that drive the shipped NodeClaim machine into every state: committed Pod phases
-#: and reasons (``Initializing`` counts as existence), mostly its own pod's UID.
-NODECLAIM_SAMPLES: Samples = {
-    "PodObserved.phase": ("Pending", "Running", "Failed", "Succeeded"),
-    "PodObserved.reason": _POD_STATES,
-    "ClaimAdopted.phase": (
-        "",
-        "Provisioning",
-        "Bound",
-        "Terminating",
-        "Terminated",
-        "Initializing",
-    ),
-    "pod_uid": ("pod-a", "pod-a", "pod-a", "pod-b", ""),
-    "instance_id": ("i-0a1", ""),
-    "grace_seconds": (0.0, 15.0, 60.0),
-    "created_at": (None, EPOCH - timedelta(seconds=30), EPOCH),
-    "error": _ERRORS,
-    "pool": ("default", "gpu"),
-    "provider": ("fake", "modal"),
-}
+#: Samples a host adds for a machine, by machine name, over the machine's own
+#: :attr:`~lifecycle.Machine.samples` (a machine's own are the place for them: ADR 0147).
+SAMPLES: dict[str, Samples] = {}
 
-#: The samples used for a machine when none are given, by machine name. Add your own.
-SAMPLES: dict[str, Samples] = {"pod": POD_SAMPLES, "nodeclaim": NODECLAIM_SAMPLES}
+
+def machine_samples(machine: Machine[Any], samples: Samples | None) -> dict[str, Any]:
+    """The samples for ``machine``: its own, then :data:`SAMPLES`' for its name, then
+    ``samples`` (each over the one before)."""
+    merged: dict[str, Any] = dict(machine.samples)
+    merged.update(SAMPLES.get(machine.name, {}))
+    merged.update(samples or {})
+    return merged
+
 
 #: Seconds between consecutive observations: repeats at the same instant, and steps that
 #: cross typical grace windows.
@@ -245,8 +221,7 @@ class _Vocabulary:
         self.ref = ref if ref is not None else default_ref(machine)
         self.start = start
         self.step = step if step is not None else _STEP_SECONDS
-        merged: dict[str, Any] = dict(SAMPLES.get(machine.name, {}))
-        merged.update(samples or {})
+        merged = machine_samples(machine, samples)
         known = table_strings(machine)
         strings: st.SearchStrategy[str] = (
             st.one_of(st.sampled_from(known), text(max_size=10)) if known else text()

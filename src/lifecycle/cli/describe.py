@@ -127,4 +127,6 @@ def cmd_table(args: argparse.Namespace, out: TextIO) -> int:
 def cmd_docs(args: argparse.Namespace, out: TextIO) -> int:
     from ..docs import run
 
-    return run(args.out, args.check, out)  # the pages' SVG drawings need no extra (ADR 0137)
+    machines = registry_named(getattr(args, "machines", None), "--machines")
+    # the pages' SVG drawings need no extra (ADR 0137)
+    return run(args.out, args.check, out, list(machines.values()))

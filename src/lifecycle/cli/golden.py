@@ -140,7 +140,7 @@ def _compare(args: argparse.Namespace, out: TextIO, progress: Progress, run: Rep
     except UnknownMachine as e:
         raise UnknownMachine(str(e).replace("--machines", "--compare-with", 1)) from None
     today: list[bytes] = []
-    code = run(args, out, progress, capture=today)
+    code = run(args, out, progress, capture=today)  # the shipped tables, or --machines
     if code:
         return code
     theirs: list[bytes] = []

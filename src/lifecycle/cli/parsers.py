@@ -15,6 +15,7 @@ from typing import Any, TextIO
 
 from .._store_urls import store_help
 from .._version import __version__
+from ..machines import SHIPPED
 from .common import EXIT_CODES, REPLAY_EXIT_CODES
 
 __all__ = ["STORE_HELP", "Command", "build_parser", "later"]
@@ -31,8 +32,9 @@ MAX_LINE_BYTES = 1 << 20
 #: (seconds): ``--max-undelivered``, ``--max-undelivered-age``.
 MAX_UNDELIVERED = 10_000
 MAX_UNDELIVERED_AGE = 3600.0
-#: The shipped machines' names (``lifecycle.machines.SHIPPED``; a test keeps them equal).
-SHIPPED_NAMES = "pod, nodeclaim, job, workflow, certification, workloadrun, restore"
+#: The shipped machines' names, read from the registry (``lifecycle.machines.SHIPPED``, which
+#: imports no machine).
+SHIPPED_NAMES = ", ".join(entry[0] for entry in SHIPPED)
 MACHINE_HELP = (
     f"a shipped machine ({SHIPPED_NAMES}), or MODULE:NAME or FILE.py:NAME: a machine "
     "(class or instance), a MachineRegistry, a mapping or list of machines, or a function "
@@ -164,6 +166,13 @@ def _add_replay(sub: Any) -> None:
         "returning one) and show where the events differ; exit 1 when they do",
     )
     rp.add_argument(
+        "--machines",
+        metavar="REFERENCE",
+        default=None,
+        help="the machines the trace's objects are of: MODULE:NAME or FILE.py:NAME, as db "
+        "check takes it (default: the shipped ones)",
+    )
+    rp.add_argument(
         "--update",
         action="store_true",
         help="with --expect: write the replay's lines to the file instead of comparing",
@@ -214,6 +223,13 @@ def _add_describe(sub: Any) -> None:
     gp = sub.add_parser("docs", help="generate docs/machines/<machine>.md for every machine")
     gp.add_argument("--out", default="docs/machines", help="folder (default docs/machines)")
     gp.add_argument("--check", action="store_true", help="write nothing; exit 1 if a page is stale")
+    gp.add_argument(
+        "--machines",
+        metavar="REFERENCE",
+        default=None,
+        help="the machines to document: MODULE:NAME or FILE.py:NAME, as db check takes it "
+        "(default: the shipped ones)",
+    )
     gp.set_defaults(func=later("describe", "cmd_docs"))
 
 

@@ -19,7 +19,7 @@ from .._core.printable import escape, shown
 from .._core.redact import scrub
 from .._core.refs import ObjectRef
 from .._core.transition import EMPTY, Transition
-from ..machines import MachineRegistry, default_registry
+from ..machines import MachineRegistry
 from ..runner import Result
 from ..stores import MemoryStore, open_store, parse_sqlite_url, redact_url
 from ..stores.base import Store
@@ -39,6 +39,7 @@ from .common import EXIT_MISSING_EXTRA, EXIT_OK, EXIT_REFUSED, EXIT_WRITE_FAILED
 from .golden import _at, _compare, _event_row, _expect, _json_line, _jsonl_line
 from .progress import PROGRESS_NOTE_BYTES, Progress, _isatty, _no_cyclic_gc, _trace_size
 from .spool import LOGS, Spool
+from .targets import registry_named
 
 
 class _Collector:
@@ -268,7 +269,8 @@ def _replay(
     """Replay ``args.trace`` under ``machines`` (the shipped ones by default) and print it.
     With ``capture``, the output's JSON lines (events, Event rows, final statuses) are
     appended there instead, and nothing else is printed: a golden comparison reads them."""
-    machines = machines if machines is not None else default_registry()
+    if machines is None:  # --machines: a host's own machines, loaded from where they live
+        machines = registry_named(getattr(args, "machines", None), "--machines")
     # A memory store is fresh and gone when the command ends: instead of a dry run, replay
     # once as the file is read, hold the output back, and show it only if every line was
     # accepted (ADR 0009). Any other store gets the whole trace checked before it is touched.
@@ -457,7 +459,9 @@ def _replay(
             # on the trace's clock: a trace orders each object's lines, not all of them; a
             # restarted process (crash-after-commit) starts with an empty correlation cache
             rows = [
-                row for lifetime in kubernetes for row in simulate_events(sorted(lifetime, key=_at))
+                row
+                for lifetime in kubernetes
+                for row in simulate_events(sorted(lifetime, key=_at), machines=machines)
             ]
             rows.sort(key=_first_time)
             if table:

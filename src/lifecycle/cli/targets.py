@@ -69,6 +69,13 @@ def _module(where: str, option: str) -> Any:
             path = Path(where)
             if not path.is_file():
                 raise UnknownMachine(f"{option} {preview(where)}: no such file")
+            inside = _package_of(path)
+            if inside is not None:  # a module of a package: its relative imports work
+                try:
+                    return _package_module(path, *inside)
+                except ModuleNotFoundError as e:  # the package itself is another one's name
+                    if not e.name or not inside[1].startswith(e.name):
+                        raise
             module_name = f"_lifecycle_user_{path.stem}"
             spec = importlib.util.spec_from_file_location(module_name, path)
             if spec is None or spec.loader is None:
@@ -92,6 +99,41 @@ def _module(where: str, option: str) -> Any:
         raise UnknownMachine(
             f"{option} {preview(where)}: cannot import it: {type(e).__name__}: {brief(e)}"
         ) from None
+
+
+def _package_of(path: Path) -> tuple[Path, str] | None:
+    """For a file inside a package (its folder has ``__init__.py``): the folder above the
+    outermost package, and the file's dotted module name; else ``None``."""
+    path = path.resolve()
+    parts = [] if path.stem == "__init__" else [path.stem]
+    folder = path.parent
+    while (folder / "__init__.py").is_file():
+        parts.insert(0, folder.name)
+        folder = folder.parent
+    if folder == path.parent:
+        return None
+    return folder, ".".join(parts)
+
+
+def _package_module(path: Path, root: Path, dotted: str) -> Any:
+    """The module ``dotted`` at ``path``, imported as a module of its package (so ``from .x
+    import y`` works, as ``MODULE:NAME`` does). Where the package is already imported from
+    another folder, the file is loaded beside that package's modules, under a name of its own."""
+    if str(root) not in sys.path:
+        sys.path.insert(0, str(root))
+    module = importlib.import_module(dotted)
+    where = getattr(module, "__file__", None)
+    if where is not None and Path(where).resolve() == path.resolve():
+        return module
+    parent = dotted.rpartition(".")[0] if path.stem != "__init__" else dotted
+    name = f"{parent}._lifecycle_user_{path.stem}"
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise UnknownMachine(f"{preview(str(path))}: cannot load it as Python")
+    loaded = importlib.util.module_from_spec(spec)
+    sys.modules[name] = loaded
+    spec.loader.exec_module(loaded)
+    return loaded
 
 
 def machines_named(found: Any, spec: str, option: str) -> list[Machine[Any]]:

@@ -37,14 +37,16 @@ import random
 import socket
 import threading
 import time
-from collections.abc import Callable, Hashable, Iterable, Mapping
+from collections.abc import Callable, Hashable, Iterable, Mapping, MutableMapping
 from datetime import datetime, timedelta
 from types import TracebackType
-from typing import Any
+from typing import Any, cast
 
+from .._core.machine import Machine
 from .._core.redact import redact
 from .._core.refs import ObjectRef
 from .._core.transition import Transition
+from ..machines import MachineFacts, default_registry
 from ._k8s.collector import EventCollector, EventRow, project
 from ._k8s.correlator import (
     DELIVERED,
@@ -149,33 +151,25 @@ __all__ = [
 #: client-go's ``maxQueuedEvents``.
 MAX_QUEUED_EVENTS = 1000
 
-#: The reporting controller of each machine's Events (the recorder names upstream).
-#: Pod and NodeClaim follow the same ``<machine>-controller`` rule: upstream Nebula records no
-#: Events of its own, and virtual-kubelet's ``nebula-<provider>/pod-controller`` names a
-#: provider a transition does not carry.
-CONTROLLERS: Mapping[str, str] = {
-    "pod": "pod-controller",
-    "nodeclaim": "nodeclaim-controller",
-    "job": "job-controller",
-    "workflow": "workflow-controller",
-    "certification": "certification-controller",
-    "workloadrun": "workloadrun-controller",
-    "restore": "restore-controller",
-}
+#: The reporting controller of each shipped machine's Events, read from the machine
+#: (:attr:`~lifecycle.Machine.reporting_controller`: its ``controller``, else
+#: ``<machine>-controller``; ADR 0147). Pod and NodeClaim follow the ``<machine>-controller``
+#: rule: upstream Nebula records no Events of its own, and virtual-kubelet's
+#: ``nebula-<provider>/pod-controller`` names a provider a transition does not carry.
+CONTROLLERS: Mapping[str, str] = MachineFacts(
+    default_registry(), lambda m: m.reporting_controller, by="name"
+)
 
 #: Transitions one machine's object undergoes but another controller reports: the Workflow's
 #: timeout write on a Job (transition site 16) is ``JobTimedOut`` from ``workflow-controller``.
 REPORTED_BY: Mapping[tuple[str, str], str] = {("job", "JobTimedOut"): "workflow-controller"}
 
-#: ``regarding.apiVersion`` by kind; a kind not listed gets ``""`` unless the host maps it.
-API_VERSIONS: Mapping[str, str] = {
-    "Pod": "v1",
-    "NodeClaim": "nebula.inftyai.com/v1alpha1",
-    "Job": "nvcre.nvidia.com/v1alpha1",
-    "Workflow": "nvcre.nvidia.com/v1alpha1",
-    "Certification": "nvcre.nvidia.com/v1alpha1",
-    "WorkloadRun": "nvcre.nvidia.com/v1alpha1",
-}
+#: ``regarding.apiVersion`` by kind: each shipped machine's own
+#: :attr:`~lifecycle.Machine.api_version` (ADR 0147). A machine given to the emitter
+#: (``machines=``) brings its own; a kind of neither gets ``""`` unless the host maps it.
+API_VERSIONS: Mapping[str, str] = MachineFacts(
+    default_registry(), lambda m: m.api_version, by="kind"
+)
 
 _FALLBACK_SUFFIX = "StatusUpdateFailed"
 
@@ -188,6 +182,16 @@ _FALLBACK_SUFFIX = "StatusUpdateFailed"
 #: must answer from memory (a cache fed by a list and a watch), never call the API.
 #: :meth:`lifecycle.stores.kubernetes.ObjectCache.resolve` is one.
 Resolver = Callable[[ObjectRef], tuple[str, str] | None]
+
+
+def _api_versions(
+    machines: Iterable[Machine[Any]] | Mapping[str, Machine[Any]] | None,
+) -> dict[str, str]:
+    """Each given machine's kind -> its own apiVersion (where it declares one)."""
+    if machines is None:
+        return {}
+    found = machines.values() if isinstance(machines, Mapping) else machines
+    return {m.kind: m.api_version for m in found if m.api_version}
 
 
 def _content_token(t: Transition) -> str:
@@ -264,7 +268,9 @@ class KubernetesEmitter:
     resourceVersion is left out, never invented (``resource_version``, a function of the
     transition, may supply it instead). Events of different transitions still correlate apart,
     through the store version (:attr:`ObjectReference.store_version`, never sent).
-    ``api_versions`` is merged over :data:`API_VERSIONS`.
+    ``machines`` (machines, or a :class:`~lifecycle.MachineRegistry`) give each kind's
+    apiVersion from the machine (:attr:`~lifecycle.Machine.api_version`): a host's own
+    machine needs nothing else; ``api_versions`` is merged over them and :data:`API_VERSIONS`.
 
     ``clock``, ``sleep`` and ``jitter`` are injectable. By default a send waiting for its
     retry is parked (no worker waits) and closing the emitter ends the wait; a ``sleep`` given
@@ -292,6 +298,7 @@ class KubernetesEmitter:
         resource_version: Callable[[Transition], str] | None = None,
         resolve: Resolver | None = None,
         api_versions: Mapping[str, str] | None = None,
+        machines: Iterable[Machine[Any]] | Mapping[str, Machine[Any]] | None = None,
         hostname: str | None = None,
         clock: Clock = utc_now,
         sleep: Callable[[float], None] | None = None,
@@ -323,7 +330,12 @@ class KubernetesEmitter:
             self._controller = mapped
         self._resource_version = resource_version
         self._resolve = resolve
-        self.api_versions = {**API_VERSIONS, **(api_versions or {})}
+        # the given machines' and the host's, over the shipped machines' (read, never written)
+        shipped = cast("MutableMapping[str, str]", API_VERSIONS)
+        self.api_versions: Mapping[str, str] = collections.ChainMap(
+            {**_api_versions(machines), **(api_versions or {})}, shipped
+        )
+        self._api_by_kind: dict[str, str] = {}
         self.hostname = hostname if hostname is not None else socket.gethostname()
         self.clock = clock
         self._stopping = threading.Event()
@@ -513,10 +525,17 @@ class KubernetesEmitter:
             name=t.ref.name,
             namespace=t.ref.namespace,
             uid=uid,
-            api_version=self.api_versions.get(t.ref.kind, ""),
+            api_version=self._api_version(t.ref.kind),
             resource_version=rv,
             store_version=store_version,
         )
+
+    def _api_version(self, kind: str) -> str:
+        """``kind``'s apiVersion, looked up once (a shipped machine is imported on first use)."""
+        found = self._api_by_kind.get(kind)
+        if found is None:
+            found = self._api_by_kind[kind] = self.api_versions.get(kind, "")
+        return found
 
     def record(
         self,
@@ -719,6 +738,7 @@ def simulate_events(
     controller: Mapping[str, str] | Callable[[Transition], str] | None = None,
     resolve: Callable[[ObjectRef], tuple[str, str] | None] | None = None,
     api_versions: Mapping[str, str] | None = None,
+    machines: Iterable[Machine[Any]] | Mapping[str, Machine[Any]] | None = None,
 ) -> list[EventTableRow]:
     """The Event table the transitions would leave, correlated as the Kubernetes emitter
     does on the transitions' clock (each one recorded at its ``at``).
@@ -728,8 +748,8 @@ def simulate_events(
     an outbox redelivery. The finish and refresh timers fire whenever the clock reaches
     them. With ``settle`` the clock then runs on until every series has had its final patch,
     so counts are final; without it the table is as of the last transition. Rows are sorted
-    by first time, then name. ``controller``, ``resolve`` and ``api_versions`` are the
-    emitter's options; ``hostname`` makes the ``reportingInstance``.
+    by first time, then name. ``controller``, ``resolve``, ``api_versions`` and ``machines``
+    are the emitter's options; ``hostname`` makes the ``reportingInstance``.
     """
 
     def make(sink: MemoryEventSink, clock: Callable[[], datetime]) -> KubernetesEmitter:
@@ -738,6 +758,7 @@ def simulate_events(
             controller=controller,
             resolve=resolve,
             api_versions=api_versions,
+            machines=machines,
             hostname=hostname,
             clock=clock,
             sleep=lambda _: None,

@@ -13,10 +13,8 @@ import importlib
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
-from .._core.errors import UnknownMachine, preview
-from .._core.machine import Machine
-
 if TYPE_CHECKING:  # for type checkers; at run time each is imported on first access
+    from .._core.machine import Machine
     from .certification import CERTIFICATION, CertificationMachine, CertificationStatus
     from .job import JOB, JobMachine, JobStatus
     from .nodeclaim import NODECLAIM, NodeClaimMachine, NodeClaimStatus
@@ -37,6 +35,7 @@ __all__ = [
     "CertificationStatus",
     "JobMachine",
     "JobStatus",
+    "MachineFacts",
     "MachineRegistry",
     "NodeClaimMachine",
     "NodeClaimStatus",
@@ -93,7 +92,7 @@ def __dir__() -> list[str]:
     return sorted({*globals(), *__all__})
 
 
-class MachineRegistry(Mapping[str, Machine[Any]]):
+class MachineRegistry(Mapping[str, "Machine[Any]"]):
     """Machines by name (``"pod"``); :meth:`for_kind` finds one by object kind (``"Pod"``)."""
 
     def __init__(self, machines: Iterable[Machine[Any]]) -> None:
@@ -145,6 +144,8 @@ class MachineRegistry(Mapping[str, Machine[Any]]):
             return machine
         if name in self._pending:
             return self._load(name)
+        from .._core.errors import UnknownMachine, preview
+
         known = ", ".join(sorted(self._order))
         raise UnknownMachine(f"unknown machine {preview(name)}; known: {known}")
 
@@ -164,8 +165,52 @@ class MachineRegistry(Mapping[str, Machine[Any]]):
         name = self._kinds.get(kind)
         if name is not None:
             return self[name]
+        from .._core.errors import UnknownMachine, preview
+
         known = ", ".join(sorted(self._kinds))
         raise UnknownMachine(f"no machine handles kind {preview(kind)}; known: {known}")
+
+
+class MachineFacts(Mapping[str, str]):
+    """One fact of each machine of a registry, read from the machine itself (ADR 0147): by
+    machine name (``by="name"``) or object kind (``by="kind"``). A machine is imported when
+    its key is first looked up; a machine whose fact is ``""`` is not in the view. The
+    Kubernetes emitter's :data:`~lifecycle.emitters.kubernetes.API_VERSIONS` and
+    :data:`~lifecycle.emitters.kubernetes.CONTROLLERS` are two such views of the shipped
+    machines: nothing beside the machine lists them."""
+
+    def __init__(
+        self, registry: MachineRegistry, fact: Callable[[Machine[Any]], str], *, by: str
+    ) -> None:
+        if by not in ("name", "kind"):
+            raise ValueError(f"MachineFacts: by must be 'name' or 'kind', got {by!r}")
+        self._registry = registry
+        self._fact = fact
+        self._by_kind = by == "kind"
+
+    def __getitem__(self, key: str) -> str:
+        from .._core.errors import UnknownMachine
+
+        try:
+            machine = self._registry.for_kind(key) if self._by_kind else self._registry[key]
+        except (UnknownMachine, TypeError):
+            raise KeyError(key) from None
+        value = self._fact(machine)
+        if not value:
+            raise KeyError(key)
+        return value
+
+    def __iter__(self) -> Iterator[str]:
+        for name in self._registry:
+            machine = self._registry[name]
+            if self._fact(machine):
+                yield machine.kind if self._by_kind else name
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+    def __repr__(self) -> str:
+        return f"MachineFacts({dict(self)!r})"
 
 
 def _loader(module: str, constant: str) -> Callable[[], Machine[Any]]:

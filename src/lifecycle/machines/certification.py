@@ -582,6 +582,7 @@ class CertificationMachine(ConditionMachine[CertificationStatus]):
 
     name: ClassVar[str] = "certification"
     kind: ClassVar[str] = "Certification"
+    api_version: ClassVar[str] = "nvcre.nvidia.com/v1alpha1"
     status_type: ClassVar[type[Any]] = CertificationStatus
     table: ClassVar[Table] = TABLE
     controller: ClassVar[str] = CERTIFICATION_CONTROLLER

@@ -613,6 +613,7 @@ class JobMachine(ConditionMachine[JobStatus]):
 
     name: ClassVar[str] = "job"
     kind: ClassVar[str] = "Job"
+    api_version: ClassVar[str] = "nvcre.nvidia.com/v1alpha1"
     status_type: ClassVar[type[Any]] = JobStatus
     table: ClassVar[Table] = TABLE
     controller: ClassVar[str] = JOB_CONTROLLER

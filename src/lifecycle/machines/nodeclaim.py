@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import hashlib
 from collections import Counter
-from collections.abc import Iterable
-from datetime import datetime
+from collections.abc import Iterable, Mapping
+from datetime import UTC, datetime, timedelta
 from typing import Any, ClassVar, Protocol
 
 import attrs
 
 from .._core.errors import preview
+from .._core.kubernetes_shape import NoStatusBody
 from .._core.machine import Machine, evolver
 from .._core.observation import Observation, Tick
 from .._core.refs import EventType, ObjectRef
@@ -451,6 +452,10 @@ TABLE = Table(
 )
 
 
+#: Where the property suite's generated time starts (``lifecycle.testing.EPOCH``).
+_SAMPLE_EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
+
+
 class NodeClaimMachine(Machine[NodeClaimStatus]):
     """The NodeClaim machine (:data:`~lifecycle.machines.NODECLAIM`): the claim on an instance
     behind a virtual node, fed by its Pod.
@@ -460,8 +465,48 @@ class NodeClaimMachine(Machine[NodeClaimStatus]):
 
     name: ClassVar[str] = "nodeclaim"
     kind: ClassVar[str] = "NodeClaim"
+    api_version: ClassVar[str] = "nebula.inftyai.com/v1alpha1"
+    namespaced: ClassVar[bool] = False
+    #: Values that drive the NodeClaim into every state (the property suite's): committed
+    #: Pod phases and reasons (``Initializing`` counts as existence), mostly its own pod's UID.
+    samples: ClassVar[Mapping[str, Any]] = {
+        "PodObserved.phase": ("Pending", "Running", "Failed", "Succeeded"),
+        "PodObserved.reason": (
+            "Provisioning",
+            "ConfigError",
+            "Initializing",
+            "Running",
+            "ProvisionFailed",
+            "Failed",
+            "Terminated",
+        ),
+        "ClaimAdopted.phase": (
+            "",
+            "Provisioning",
+            "Bound",
+            "Terminating",
+            "Terminated",
+            "Initializing",
+        ),
+        "pod_uid": ("pod-a", "pod-a", "pod-a", "pod-b", ""),
+        "instance_id": ("i-0a1", ""),
+        "grace_seconds": (0.0, 15.0, 60.0),
+        # the property suite's epoch (lifecycle.testing.EPOCH), and half a minute before it
+        "created_at": (None, _SAMPLE_EPOCH - timedelta(seconds=30), _SAMPLE_EPOCH),
+        "error": ("quota exceeded", "connection reset by peer", "pool 'gpu' not found", ""),
+        "pool": ("default", "gpu"),
+        "provider": ("fake", "modal"),
+    }
     status_type: ClassVar[type[Any]] = NodeClaimStatus
     table: ClassVar[Table] = TABLE
+
+    def kubernetes_status(self, status: NodeClaimStatus) -> dict[str, Any]:
+        """``phase`` and ``instanceID``; a deleted NodeClaim has no body
+        (:class:`~lifecycle._core.kubernetes_shape.NoStatusBody`)."""
+        if status.state == "Deleted":
+            raise NoStatusBody("a deleted NodeClaim has no status to write")
+        body = {"phase": status.state, "instanceID": status.instance_id}
+        return {k: v for k, v in body.items() if v}
 
     def initial(self, ref: ObjectRef) -> NodeClaimStatus:
         return NodeClaimStatus()

@@ -26,7 +26,8 @@ from typing import Any, ClassVar
 import attrs
 
 from .._core.analysis import allow_refused
-from .._core.machine import Machine, evolver
+from .._core.kubernetes_shape import kubernetes_conditions, kubernetes_time
+from .._core.machine import Machine, evolver, field_setter
 from .._core.observation import Observation
 from .._core.refs import Condition, EventType, ObjectRef, set_condition
 from .._core.table import ANY, SAME, Row, Table, ignore
@@ -158,6 +159,19 @@ class PodStatus:
 
 
 _evolve = evolver(PodStatus)
+#: What a poll sets (:func:`poll`), in this order; every other field is the status's own.
+_set_polled = field_setter(
+    PodStatus,
+    "state",
+    "phase",
+    "message",
+    "ready",
+    "pod_ip",
+    "instance_id",
+    "endpoint",
+    "exit_code",
+    "start_time",
+)
 
 
 # -- guards -----------------------------------------------------------------------------------
@@ -251,19 +265,19 @@ def poll(status: PodStatus, obs: Any, row: Row) -> PodStatus:
         and status.start_time is not None
     ):
         return status
-    return PodStatus(
-        state=state,
-        phase=_PHASE[state],
-        message=message,
-        ready=ready,
-        pod_ip=pod_ip,
-        instance_id=instance_id,
-        endpoint=endpoint,
-        exit_code=exit_code,
-        start_time=status.start_time or obs.at,
-        deletion_timestamp=status.deletion_timestamp,
-        pool=status.pool,
-        provider=status.provider,
+    # the fields poll owns, set on the status: never rebuilt field by field, so a field poll
+    # does not own (deletion_timestamp, pool, provider, and any added later) survives
+    return _set_polled(
+        status,
+        state,
+        _PHASE[state],
+        message,
+        ready,
+        pod_ip,
+        instance_id,
+        endpoint,
+        exit_code,
+        status.start_time or obs.at,
     )
 
 
@@ -487,6 +501,17 @@ class PodMachine(Machine[PodStatus]):
 
     name: ClassVar[str] = "pod"
     kind: ClassVar[str] = "Pod"
+    api_version: ClassVar[str] = "v1"
+    #: Values that drive the Pod into every state (the property suite's, ``lifecycle.testing``).
+    samples: ClassVar[Mapping[str, Any]] = {
+        "instance_id": ("i-0a1", "i-0a1", "i-0b2", ""),
+        "endpoint": ("10.0.0.7", "sandbox-1.modal.run", ""),
+        "exit_code": (None, 0, 1, 124, 137),
+        "detail": ("", "OOMKilled"),
+        "error": ("quota exceeded", "connection reset by peer", "pool 'gpu' not found", ""),
+        "pool": ("default", "gpu"),
+        "provider": ("fake", "modal", "aws"),
+    }
     status_type: ClassVar[type[Any]] = PodStatus
     signature_names: ClassVar[tuple[str, ...]] = ("phase", "reason", "Ready", "podIP")
     table: ClassVar[Table] = TABLE
@@ -496,6 +521,20 @@ class PodMachine(Machine[PodStatus]):
         PRE_PLACEMENT,
         (ProvisionSucceeded, ProvisionRejected, ProvisionErrored),
     )
+
+    def kubernetes_status(self, status: PodStatus) -> dict[str, Any]:
+        """``phase``, ``reason``, ``message``, ``conditions`` (``Ready`` once a poll set it),
+        ``podIP``, ``startTime``: what the virtual node writes; empty fields left out."""
+        body: dict[str, Any] = {
+            "phase": status.phase,
+            "reason": status.state,
+            "message": status.message,
+            "conditions": kubernetes_conditions([status.ready], pod=True),
+            "podIP": status.pod_ip,
+        }
+        if status.start_time is not None:
+            body["startTime"] = kubernetes_time(status.start_time)
+        return {k: v for k, v in body.items() if v not in ("", [])}
 
     def initial(self, ref: ObjectRef) -> PodStatus:
         return PodStatus()

@@ -582,6 +582,7 @@ class WorkflowMachine(ConditionMachine[WorkflowStatus]):
 
     name: ClassVar[str] = "workflow"
     kind: ClassVar[str] = "Workflow"
+    api_version: ClassVar[str] = "nvcre.nvidia.com/v1alpha1"
     status_type: ClassVar[type[Any]] = WorkflowStatus
     table: ClassVar[Table] = TABLE
     controller: ClassVar[str] = WORKFLOW_CONTROLLER

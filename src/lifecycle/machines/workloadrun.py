@@ -326,6 +326,7 @@ class WorkloadRunMachine(ConditionMachine[WorkloadRunStatus]):
 
     name: ClassVar[str] = "workloadrun"
     kind: ClassVar[str] = "WorkloadRun"
+    api_version: ClassVar[str] = "nvcre.nvidia.com/v1alpha1"
     status_type: ClassVar[type[Any]] = WorkloadRunStatus
     table: ClassVar[Table] = TABLE
     controller: ClassVar[str] = WORKLOADRUN_CONTROLLER

@@ -227,8 +227,6 @@ class StatusCore:
         cache_size: int = 4096,
         pending_marks: int = 256,
     ) -> None:
-        if not resources:
-            raise ValueError("resources: map at least one kind to its CustomResource")
         for kind, resource in resources.items():
             if not isinstance(resource, CustomResource):
                 raise TypeError(f"resources[{kind!r}] must be a CustomResource, got {resource!r}")
@@ -294,10 +292,24 @@ class StatusCore:
         namespace or name is refused before any request."""
         if not ref.uid:
             raise StoreError(f"{ref.kind} {ref.namespace}/{ref.name}: a ref needs the object's uid")
+        if machine.kind not in self.resources:
+            self.learn(machine)
         with self._lock:
             known = self._where.get(ref.uid)
         if known is not None and known != (ref.kind, ref.namespace, ref.name):
             raise IdentityMismatch(ref.uid, known, (ref.kind, ref.namespace, ref.name))
+
+    def learn(self, machine: Machine[Any]) -> None:
+        """Map ``machine``'s kind to the resource the machine declares (its
+        :attr:`~lifecycle.Machine.api_version`, ``plural`` and ``namespaced``; ADR 0147),
+        unless the host mapped the kind itself or the machine declares no apiVersion."""
+        if machine.kind in self.resources or not machine.api_version:
+            return
+        group, _, version = machine.api_version.rpartition("/")
+        plural = machine.plural or f"{machine.kind.lower()}s"
+        resource = CustomResource(group, version, plural, namespaced=machine.namespaced)
+        with self._lock:
+            self.resources.setdefault(machine.kind, resource)
 
     def delivered(self, uid: str) -> set[str]:
         with self._lock:
@@ -755,9 +767,11 @@ class StatusCore:
         answered before a write of this store's must not bring back what it removed).
         ``machines`` (by name): only their records. A record that cannot be read is logged
         and skipped."""
+        for machine in (machines or {}).values():
+            self.learn(machine)
         seen: set[CustomResource] = set()
         out: list[tuple[ObjectRef, dict[str, Any], dict[str, Any]]] = []
-        for kind, resource in self.resources.items():
+        for kind, resource in list(self.resources.items()):
             if resource in seen:
                 continue
             seen.add(resource)

@@ -208,7 +208,9 @@ class _Reading:
 class KubernetesStore:
     """The store on the status subresource (see the module); ``resources`` maps each ref
     kind to its :class:`CustomResource` (``{"Pod": PODS, "Certification":
-    CustomResource("gpu.example.com", "v1", "certifications")}``). ``api``: an
+    CustomResource("gpu.example.com", "v1", "certifications")}``); a kind it does not map
+    has the resource its machine declares (:attr:`~lifecycle.Machine.api_version`,
+    ``plural``, ``namespaced``), learnt when the store is first handed the machine. ``api``: an
     ``ApiClient``, or ``None`` for the client's loaded default configuration. ``namespace``:
     where the outbox is listed (``None``: every namespace). ``reader``: a :data:`Reader` that
     answers a load's first read from the host's cache (:meth:`ObjectCache.get`); the refs
@@ -222,7 +224,7 @@ class KubernetesStore:
         self,
         api: Any = None,
         *,
-        resources: Mapping[str, CustomResource],
+        resources: Mapping[str, CustomResource] | None = None,
         namespace: str | None = None,
         reader: Reader | None = None,
         max_record_bytes: int = MAX_RECORD_BYTES,
@@ -233,7 +235,7 @@ class KubernetesStore:
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         self.core = StatusCore(
-            resources,
+            resources or {},
             namespace=namespace,
             max_record_bytes=max_record_bytes,
             max_tries=max_tries,
@@ -386,7 +388,7 @@ class AsyncKubernetesStore:
         self,
         api: Any = None,
         *,
-        resources: Mapping[str, CustomResource],
+        resources: Mapping[str, CustomResource] | None = None,
         namespace: str | None = None,
         reader: Reader | None = None,
         max_record_bytes: int = MAX_RECORD_BYTES,
@@ -396,7 +398,7 @@ class AsyncKubernetesStore:
         transport: AsyncTransport | None = None,
     ) -> None:
         self.core = StatusCore(
-            resources,
+            resources or {},
             namespace=namespace,
             max_record_bytes=max_record_bytes,
             max_tries=max_tries,

@@ -22,6 +22,7 @@ from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from ..._core.analysis import allow_refused
+from ..._core.kubernetes_shape import kubernetes_conditions
 from ..._core.machine import Machine
 from ..._core.observation import Observation, Tick
 from ..._core.refs import EventType, ObjectRef
@@ -366,6 +367,11 @@ class RestoreMachine(Machine[RestoreStatus]):
             (RestoreCompleted, RestoreErrored),
         ),
     }
+
+    def kubernetes_status(self, status: RestoreStatus) -> dict[str, Any]:
+        """The Pod conditions the host writes (``SnapshotRestoreCompatible``, ``Restored``),
+        as a ``conditions`` list to merge into the Pod's status by type."""
+        return {"conditions": kubernetes_conditions([status.compatible, status.restored], pod=True)}
 
     def initial(self, ref: ObjectRef) -> RestoreStatus:
         return RestoreStatus()
