@@ -27,7 +27,6 @@ from lifecycle import (
     StoreError,
     StoreTooSmall,
 )
-from lifecycle._store_bounds import GROWTH
 from lifecycle.machines import default_registry, workflow
 from lifecycle.stores.kubernetes import (
     PODS,
@@ -122,7 +121,8 @@ def test_at_the_count_the_refusal_names_the_largest_workflow_commits(
     refused.value.limits.set(refused.value.field, fits)
     runner = Runner(store)  # now it starts
     machine = REGISTRY["workflow"]
-    largest = GROWTH["workflow"].build(machine, fits)
+    assert machine.growth is not None
+    largest = machine.growth.build(machine, fits)
     assert store.record_size(machine, largest) <= 32768
     ref = ObjectRef("Workflow", "default", "wf-largest", "wf-largest-uid")
     server.add_object("workflows", ref.namespace, ref.name, uid=ref.uid)

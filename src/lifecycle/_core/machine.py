@@ -18,6 +18,7 @@ from .errors import (
     preview,
 )
 from .kubernetes_shape import kubernetes_conditions
+from .limits import Limits
 from .observation import Observation
 from .redact import redact
 from .refs import Condition, EventType, ObjectRef
@@ -314,6 +315,18 @@ def _memoised_flips(machine: Machine[Any]) -> Callable[[Any, Any], tuple[Flip, .
     return flips
 
 
+@attrs.frozen(slots=True)
+class Growth:
+    """A machine whose status grows with one declared limit (ADR 0144): ``limits()`` is the
+    :class:`~lifecycle.tables.Limits` holding it, ``field`` the limit's name, and
+    ``build(machine, n)`` the largest status with ``n`` of them. A runner on a store that
+    bounds its records measures it at start-up and refuses a store too small for the limit."""
+
+    limits: Callable[[], Limits]
+    field: str
+    build: Callable[[Any, int], Any]
+
+
 class Machine(Generic[S]):
     """A pure, table-driven lifecycle. Subclasses set the class attributes and ``initial``.
 
@@ -344,6 +357,9 @@ class Machine(Generic[S]):
     #: its ``samples=`` takes them (``{"Class.field": [...], "field": [...]}``): what drives
     #: this machine into every state where a field's type alone rarely does.
     samples: ClassVar[Mapping[str, Any]] = {}
+    #: How this machine's status grows with one of its declared limits, for the stores that
+    #: bound a record (``None``: it does not grow with any); see :class:`Growth`.
+    growth: ClassVar[Growth | None] = None
     #: Write attempts this machine allows per observation (``None``: the runner's policy).
     #: ``1`` is a direct write: a conflict is not retried, the next observation re-reads.
     write_attempts: ClassVar[int | None] = None

@@ -502,7 +502,7 @@ class NodeClaimMachine(Machine[NodeClaimStatus]):
 
     def kubernetes_status(self, status: NodeClaimStatus) -> dict[str, Any]:
         """``phase`` and ``instanceID``; a deleted NodeClaim has no body
-        (:class:`~lifecycle._core.kubernetes_shape.NoStatusBody`)."""
+        (``NoStatusBody``)."""
         if status.state == "Deleted":
             raise NoStatusBody("a deleted NodeClaim has no status to write")
         body = {"phase": status.state, "instanceID": status.instance_id}

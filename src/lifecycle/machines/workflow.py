@@ -15,12 +15,17 @@ Windows and timeouts are decided on :class:`~lifecycle.Tick` only (a zero grace:
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Mapping
+from datetime import UTC, datetime, timedelta
 from typing import Any, ClassVar
+
+import attrs
 
 from .._core.analysis import allow_refused
 from .._core.errors import InvalidObservation
-from .._core.machine import replace
+from .._core.limits import Limits
+from .._core.machine import Growth, replace
 from .._core.observation import Observation, Tick
 from .._core.redact import redact
 from .._core.refs import EventType, ObjectRef
@@ -573,6 +578,39 @@ TABLE = Table(
 )
 
 
+def _group_limits() -> Limits:
+    return Partitioned.limits
+
+
+def _largest_status(machine: Any, groups: int) -> WorkflowStatus:
+    """A Workflow of ``groups`` groups, each with a Job of the longest name Kubernetes takes
+    (63 characters) and its uid launched, started and failed: the most a status holds at that
+    many groups (the stores that bound a record measure it, ADR 0144)."""
+    at = datetime(2026, 1, 1, tzinfo=UTC)
+    ref = ObjectRef("Workflow", "n" * 63, "w" * 63, str(uuid.UUID(int=0)))
+    start = [
+        Submitted(at=at, owner_kind="WorkloadRun", owner="o" * 63, owner_uid=ref.uid),
+        Partitioned(at=at, nodes=groups, groups=groups, nodes_per_job=1),
+    ]
+    status: WorkflowStatus = machine.fold(ref, start)
+    filled = tuple(
+        attrs.evolve(
+            group,
+            state="Running",
+            job=f"{'j' * 50}-{i:012d}",
+            job_uid=str(uuid.UUID(int=(i + 1) * 0x9E3779B97F4A7C15 % (1 << 128))),
+            retries=i % 7,
+            started_at=at + timedelta(seconds=i),
+            job_state="Failed",
+            job_reason="BackoffLimitExceeded",
+            workload_start_time=at + timedelta(seconds=i, microseconds=i),
+            failed_at=at + timedelta(seconds=2 * i + 1),
+        )
+        for i, group in enumerate(status.groups)
+    )
+    return attrs.evolve(status, groups=filled)
+
+
 class WorkflowMachine(ConditionMachine[WorkflowStatus]):
     """The Workflow machine (:data:`~lifecycle.machines.WORKFLOW`): node discovery, partitioning and
     the Jobs of a certification run.
@@ -586,6 +624,8 @@ class WorkflowMachine(ConditionMachine[WorkflowStatus]):
     status_type: ClassVar[type[Any]] = WorkflowStatus
     table: ClassVar[Table] = TABLE
     controller: ClassVar[str] = WORKFLOW_CONTROLLER
+    #: A status keeps a record per group: it grows with ``Partitioned.limits['groups']``.
+    growth: ClassVar[Growth | None] = Growth(_group_limits, "groups", _largest_status)
     analysis_allowances: ClassVar[Mapping[str, str]] = allow_refused(
         "a Job is launched for a planned group: before Partitioned there is none, so a launch "
         "is a host bug, refused loudly",
