@@ -469,3 +469,37 @@ def test_due_on_a_store_without_records_is_a_clear_error() -> None:
 
     with pytest.raises(TypeError, match="no records"):
         asyncio.run(main())
+
+
+def forgotten(status: KettleStatus, obs: Observation) -> bool:
+    return status.since is not None and obs.at - status.since >= timedelta(hours=1)
+
+
+def test_each_timer_row_is_held_to_its_own_deadline() -> None:
+    """A row whose deadline says "never" but that fires an hour on is found, though the
+    kettle's next_tick (the boil, earlier) is right."""
+    never = Row(
+        "heating",
+        Tick,
+        to="boiled",
+        reason="Forgotten",
+        event=EventType.NORMAL,
+        guard=forgotten,
+        deadline=lambda status: None,
+    )
+    rows = _kettle_rows(boil_deadline)
+    kettle = _kettle(boil_deadline)
+    kettle_cls = type(kettle)
+    kettle_cls.table = Table(
+        "kettle",
+        states=("cold", "heating", "boiled"),
+        initial="cold",
+        terminal=("boiled",),
+        observations=(Boil, Tick),
+        rows=[rows[0], never, *rows[1:]],
+    )
+    kettle = kettle_cls()  # compiled from the new table
+    heating = kettle.apply(KettleStatus(), Boil(at=EPOCH))
+    assert kettle.next_tick(heating) == EPOCH + timedelta(seconds=90)
+    with pytest.raises(AssertionError, match=r"heating x Tick \[forgotten\].*before its deadline"):
+        check_next_tick(kettle, heating, EPOCH)

@@ -49,9 +49,13 @@ def check_next_tick(machine: Machine[Any], status: Any, now: datetime) -> dateti
     :func:`~lifecycle.tables.no_timer`), and one at ``max(d, now)`` changes the status. Without
     one: a ``Tick`` at ``now`` and ten years on changes nothing (but by such a row). An
     ``AssertionError`` says which.
+
+    Each timer row is held to its own deadline too: a ``Tick`` that takes it at ``now`` or a
+    microsecond before its deadline (or, with none, ten years on) changes nothing.
     """
     due = machine.next_tick(status)
     name = machine.name
+    _check_rows(machine, status, now)
     if due is None:
         for at in (now, now + _FAR):
             assert not _timed_change(machine, status, at), (
@@ -71,6 +75,20 @@ def check_next_tick(machine: Machine[Any], status: Any, now: datetime) -> dateti
         "is early (a host would wake for nothing, again and again)"
     )
     return due
+
+
+def _check_rows(machine: Machine[Any], status: Any, now: datetime) -> None:
+    for row in machine.table.by_pair.get((status.state, Tick), ()):
+        if row.deadline is None or row.deadline is no_timer:
+            continue
+        own = row.deadline(status)
+        probes = {now, now + _FAR} if own is None else {now, own - _STEP}
+        for at in sorted(p for p in probes if p >= now and (own is None or p < own)):
+            if machine.select(status, Tick(at=at)) is row:
+                assert _tick(machine, status, at) == status, (
+                    f"{machine.name}: {row.label} changes the status at {at}, before its "
+                    f"deadline {own}: the deadline is late"
+                )
 
 
 def _restates(machine: Machine[Any], status: Any, at: datetime) -> bool:
