@@ -503,3 +503,33 @@ def test_each_timer_row_is_held_to_its_own_deadline() -> None:
     assert kettle.next_tick(heating) == EPOCH + timedelta(seconds=90)
     with pytest.raises(AssertionError, match=r"heating x Tick \[forgotten\].*before its deadline"):
         check_next_tick(kettle, heating, EPOCH)
+
+
+def test_due_reads_through_the_telemetry_wrapper() -> None:
+    """A runner with telemetry wraps its store; due still reads the records (or refuses)."""
+    from lifecycle.testing import RecordingTelemetry
+
+    store = MemoryStore()
+    _stalling(Runner(store))
+    later = EPOCH + timedelta(seconds=6)
+    assert Runner(store, telemetry=RecordingTelemetry()).due(later) == [JOB_REF]
+    with pytest.raises(TypeError, match="no records"):
+        Runner(_CommitOnly(), telemetry=RecordingTelemetry()).due(later)
+
+    async def main() -> list[ObjectRef]:
+        runner = AsyncRunner(store, owns_store=False, telemetry=RecordingTelemetry())
+        try:
+            return await runner.due(later)
+        finally:
+            await runner.close()
+
+    async def refused() -> None:
+        runner = AsyncRunner(_CommitOnly(), owns_store=False, telemetry=RecordingTelemetry())
+        try:
+            await runner.due(later)
+        finally:
+            await runner.close()
+
+    assert asyncio.run(main()) == [JOB_REF]
+    with pytest.raises(TypeError, match="no records"):
+        asyncio.run(refused())

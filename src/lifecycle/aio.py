@@ -47,6 +47,7 @@ from .telemetry._instrument import (
     instrument,
     reporting_emitters,
     reporting_store,
+    unreported,
 )
 from .telemetry._port import Guarded, Telemetry
 
@@ -326,7 +327,8 @@ class AsyncRunner:
         from . import _requeue
 
         records = getattr(self.store, "records", None)
-        inner = self.store.store if isinstance(self.store, ThreadedStore) else self.store
+        base = unreported(self.store)
+        inner = base.store if isinstance(base, ThreadedStore) else base
         if records is None or not hasattr(inner, "records"):
             raise TypeError(
                 f"{type(inner).__name__} has no records(machine): AsyncRunner.due reads them; "
