@@ -230,8 +230,31 @@ def test_a_state_left_only_on_a_tick_is_reported() -> None:
         )
     )
     report = check_table(table)
-    assert [f.key for f in report.findings] == ["tick-only: b"]
+    assert [f.key for f in report.findings] == [
+        "tick-only: b",
+        "no-deadline: b x Tick [expired] -> c",
+    ]
     assert report.findings[0].message.startswith("b is left only on Tick")
+
+
+def test_a_timer_row_without_a_deadline_is_reported() -> None:
+    """A timer row must say when: else a host cannot requeue from the table (ADR 0149)."""
+    rows = (
+        Row("a", Go, to="b", reason="Waiting", event=N),
+        Row("a", Stop, to="c", reason="Done", event=N),
+        Row("b", Stop, to="c", reason="Done", event=N),
+        ignore("b", Go, "waiting"),
+        ignore(("a", "c"), Tick, "no timer"),
+        ignore("c", Go, "done"),
+        ignore("c", Stop, "done"),
+    )
+    timed = Row("b", Tick, to="c", reason="TimedOut", event=N, guard=expired)
+    report = check_table(spec((*rows, timed, ignore("b", Tick, "not yet"))))
+    (finding,) = report.findings
+    assert finding.key == "no-deadline: b x Tick [expired] -> c"
+    assert "declares no deadline" in finding.message
+    dated = attrs.evolve(timed, deadline=lambda status: None)
+    assert not check_table(spec((*rows, dated, ignore("b", Tick, "not yet")))).findings
 
 
 def test_every_pair_with_neither_row_nor_ignore_is_listed_at_once() -> None:

@@ -30,6 +30,7 @@ from __future__ import annotations
 import enum
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from datetime import datetime
 from typing import Any, NamedTuple
 
 import attrs
@@ -130,6 +131,23 @@ class Result(NamedTuple):
     @property
     def committed(self) -> bool:
         return self.outcome is Outcome.COMMITTED
+
+    @property
+    def next_tick(self) -> datetime | None:
+        """When this object next needs a :class:`~lifecycle.Tick`, from its machine's timer
+        rows (a timeout, a grace window, a stall threshold), or ``None``: no timer runs (or
+        the write failed, ``status`` is ``None``: retry by your own backoff). Computed when
+        read, never on the hot path (ADR 0149)."""
+        from ._requeue import next_tick
+
+        return next_tick(self.status)
+
+    def requeue_after(self, now: datetime) -> float | None:
+        """Seconds from ``now`` until :attr:`next_tick` (0.0: due already), or ``None``: no
+        ``Tick`` is needed -- what a controller returns as its requeue delay (ADR 0149)."""
+        from ._requeue import seconds_until
+
+        return seconds_until(self.next_tick, now)
 
     @property
     def cascade(self) -> tuple[Result, ...]:

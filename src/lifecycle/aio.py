@@ -23,6 +23,7 @@ import functools
 import inspect
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from datetime import datetime
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from . import _batch
@@ -47,6 +48,7 @@ from .telemetry._instrument import (
     instrument,
     reporting_emitters,
     reporting_store,
+    unreported,
 )
 from .telemetry._port import Guarded, Telemetry
 
@@ -319,6 +321,26 @@ class AsyncRunner:
                 reporting_emitters(self.protocol.delivery.emitters, self.telemetry)
             )
             instrument(self, self.telemetry, nested=False)
+
+    async def due(self, now: datetime) -> list[ObjectRef]:
+        """:meth:`Runner.due <lifecycle.Runner.due>`, awaited: the objects in the store whose
+        next :class:`~lifecycle.Tick` is due at ``now``, read from the store's ``records``
+        (a store without them is a ``TypeError``; ADR 0149)."""
+        from . import _requeue
+
+        records = getattr(self.store, "records", None)
+        base = unreported(self.store)
+        inner = base.store if isinstance(base, ThreadedStore) else base
+        if records is None or not hasattr(inner, "records"):
+            raise TypeError(
+                f"{type(inner).__name__} has no records(machine): AsyncRunner.due reads them; "
+                "requeue each object from its Result.next_tick instead"
+            )
+        out: list[ObjectRef] = []
+        for machine in self.machines.values():
+            if machine.table.timers:
+                out += _requeue.due_among(machine, await records(machine), now)
+        return out
 
     async def check_schema(self) -> None:
         """Refuse (:class:`~lifecycle.SchemaRefused`) a store holding records these machines

@@ -5,8 +5,9 @@
     assert report.ok, report.text()
 
 A table is checked for states it cannot reach, rows it never takes, states it cannot leave for
-a terminal one (or only on a ``Tick``), (state, observation) pairs that raise at run time,
-and terminal states left by a row not declared a recovery row. Linked machines are checked
+a terminal one (or only on a ``Tick``), timer rows that declare no ``deadline`` (ADR 0149),
+(state, observation) pairs that raise at run time, and terminal states left by a row not
+declared a recovery row. Linked machines are checked
 together: a combination in which one object waits forever for another is reported.
 
 A finding that is deliberate carries an allowance: ``Machine.analysis_allowances`` maps the

@@ -385,6 +385,27 @@ class Runner:
         finally:
             self._applying_links = outer
 
+    def due(self, now: datetime) -> list[ObjectRef]:
+        """The objects in the store whose next :class:`~lifecycle.Tick` is due at ``now``
+        (each machine's :meth:`~lifecycle.Machine.next_tick` at or before ``now``), machine
+        by machine: feed each a ``Tick(at=now)``.
+
+        Read from the store's records (``records``, a :class:`~lifecycle.stores.JournalStore`
+        capability; a store without it is a ``TypeError``), so the answer survives a restart
+        and the hot path keeps no per-object state. It reads every record of every machine
+        with a timer row: a host with many objects requeues each from its
+        :attr:`Result.next_tick <lifecycle.Result.next_tick>` and calls this once at start-up
+        (ADR 0149)."""
+        from . import _requeue
+
+        records = getattr(self._store, "records", None)
+        if records is None:
+            raise TypeError(
+                f"{type(self._store).__name__} has no records(machine): Runner.due reads them; "
+                "requeue each object from its Result.next_tick instead"
+            )
+        return _requeue.due(self.machines.values(), records, now)
+
     def resync(self, ref: ObjectRef, at: datetime) -> tuple[Result, ...]:
         """Feed ``ref``'s committed status to the machines linked to it again, as of ``at``.
 

@@ -8,7 +8,9 @@ is the rest of a table's vocabulary::
 
 - :data:`ANY` (a row matching every source state) and :data:`SAME` (a target keeping the
   state), :class:`Action` (an action event a row sends before the write, ADR 0012);
-- the ``Guard`` and ``Effect`` signatures a row's ``guard=`` and ``effect=`` functions have;
+- the ``Guard`` and ``Effect`` signatures a row's ``guard=`` and ``effect=`` functions have,
+  and ``Deadline``, a timer row's ``deadline=`` (when a ``Tick`` next changes the status), with
+  :func:`no_timer` for a ``Tick`` row that only restates the status (ADR 0149);
 - :class:`Verdict` (a declared verdict a machine flips besides its exclusive state, ADR 0001)
   and :class:`Flip` (one flip of a status, what a ``flips`` function returns);
 - :class:`Condition` (a Kubernetes-style condition in a status, ADR 0010) and
@@ -30,7 +32,7 @@ from ._core.limits import Limits, within_limit
 from ._core.machine import Machine, Verdict, enter
 from ._core.refs import Condition, EventType
 from ._core.schema import Schema, Upcaster
-from ._core.table import ANY, SAME, Action, Effect, Guard, Row, Table, ignore
+from ._core.table import ANY, SAME, Action, Deadline, Effect, Guard, Row, Table, ignore, no_timer
 from ._core.transition import Flip
 
 __all__ = [
@@ -38,6 +40,7 @@ __all__ = [
     "SAME",
     "Action",
     "Condition",
+    "Deadline",
     "Effect",
     "EventType",
     "Flip",
@@ -53,5 +56,6 @@ __all__ = [
     "allow_refused",
     "enter",
     "ignore",
+    "no_timer",
     "within_limit",
 ]

@@ -63,6 +63,10 @@ each event it took acknowledged once, ``close`` within its bound.
 pods asked, terminate idempotent, failures as typed and redacted observations, and every answer
 accepted by the Pod machine a runner drives -- the check the fake, Modal and AWS adapters pass.
 
+A machine's timers are checked with :func:`check_next_tick` (a status against its
+``next_tick``, to the microsecond) and :func:`check_requeue` (a host ticking only when due sees
+every change a host ticking every second sees, at the same times; ADR 0149).
+
 A Kubernetes controller is tested against :class:`FakeApiServer`: a validating fake API server
 on loopback for the real ``kubernetes`` client (Events, Pods and CRDs with their status
 subresource, ``resourceVersion`` conflicts, schema checks, watches, scripted faults), the one
@@ -111,6 +115,7 @@ from ._testing.hostile import (
     hostile_values,
 )
 from ._testing.provider import check_async_provider, check_provider
+from ._testing.requeue import Change, check_next_tick, check_requeue
 from ._testing.stateful import stateful_test
 from ._testing.store import check_store
 from ._testing.strategies import (
@@ -135,6 +140,7 @@ __all__ = [
     "NODECLAIM_SAMPLES",
     "POD_SAMPLES",
     "SAMPLES",
+    "Change",
     "Checker",
     "FailEmitter",
     "FailingEmitter",
@@ -153,7 +159,9 @@ __all__ = [
     "check_async_provider",
     "check_emitter",
     "check_machine",
+    "check_next_tick",
     "check_provider",
+    "check_requeue",
     "check_rows",
     "check_scenario",
     "check_store",

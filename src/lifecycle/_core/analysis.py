@@ -30,6 +30,7 @@ KINDS = (
     "no-terminal",
     "stuck",
     "tick-only",
+    "no-deadline",
     "implicit-error",
     "terminal-exit",
     "waits",
@@ -285,6 +286,7 @@ def analyse_table(
             )
     found += _dead_rows(model, seen)
     found += _stuck(model, seen)
+    found += _undated_timers(model)
     found += _implicit_errors(model, seen)
     found += _terminal_exits(model)
     return found
@@ -344,6 +346,24 @@ def _stuck(model: TableModel, seen: Mapping[str, Witness]) -> list[Finding]:
                     "(a host that sends no ticks leaves it there)",
                     w.path,
                     w.assumes,
+                )
+            )
+    return out
+
+
+def _undated_timers(model: TableModel) -> list[Finding]:
+    """Timer rows (non-ignore ``Tick`` rows) that declare no ``deadline`` (ADR 0149)."""
+    out: list[Finding] = []
+    for i, row in enumerate(model.rows):
+        if is_tick(row.observation) and not row.ignore and row.deadline is None:
+            label = model.label(i)
+            out.append(
+                Finding(
+                    "no-deadline",
+                    f"no-deadline: {label}",
+                    f"timer row {label} declares no deadline: when an object there next "
+                    "needs a Tick is not known (Machine.next_tick raises; give the row "
+                    "deadline=, or no_timer if it only restates the status)",
                 )
             )
     return out

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable, Hashable, Iterable, Mapping
+from datetime import datetime
 from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
 import attrs
@@ -538,6 +539,12 @@ class Machine(Generic[S]):
             raise AssertionError("unreachable")  # pragma: no cover
         result: S = step(status, obs)
         return result
+
+    def next_tick(self, status: S) -> datetime | None:
+        """When ``status`` next needs a :class:`~lifecycle.Tick`, from the deadlines its
+        table's timer rows declare (:meth:`Table.next_tick`), or ``None``: no timer runs.
+        A host requeues the object for then (ADR 0149)."""
+        return self.table.next_tick(status)
 
     def enter(self, status: S, obs: Observation, row: Row) -> S:
         """The default effect: take the row's target, reason and message."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Iterable, Mapping
+from datetime import datetime
 from typing import Any
 
 import attrs
@@ -28,6 +29,8 @@ FALLBACK_SUFFIX = "StatusUpdateFailed"
 
 Guard = Callable[[Any, Any], bool]
 Effect = Callable[[Any, Any, "Row"], Any]
+#: A timer row's deadline: ``deadline(status) -> datetime | None`` (ADR 0149).
+Deadline = Callable[[Any], "datetime | None"]
 
 
 @attrs.frozen(slots=True)
@@ -41,6 +44,13 @@ class Action:
     reason: str
     type: EventType
     message: str = ""
+
+
+def no_timer(status: Any) -> datetime | None:
+    """The deadline of a ``Tick`` row that only restates the status (a message counting down
+    the time left, say): it is no timer, so no host is woken for it, and a ``Tick`` taking it
+    may change the status before :meth:`Table.next_tick` (ADR 0149)."""
+    return None
 
 
 def name_of(fn: Callable[..., Any]) -> str:
@@ -76,6 +86,11 @@ class Row:
     the runner sends one ``<Reason>StatusUpdateFailed`` Warning in its place (the row must
     enter a state with a Warning event); elsewhere the next pass redoes the write and sends
     the real Warning, and a fallback would say the same thing twice (ADR 0091).
+
+    ``deadline`` belongs to a timer row (one on a ``Tick``): ``deadline(status)`` is the
+    earliest moment at which a ``Tick`` taking this row can change ``status``, or ``None``
+    while it never can. A table whose non-ignore ``Tick`` rows all declare one answers
+    :meth:`Table.next_tick`; a host requeues the object for then (ADR 0149).
     """
 
     source: str | tuple[str, ...] = attrs.field(kw_only=False)
@@ -91,6 +106,7 @@ class Row:
     recovery: bool = False
     action: Action | None = None
     fallback: bool = False
+    deadline: Deadline | None = attrs.field(default=None, repr=_show_callable)
 
     @property
     def to(self) -> str:
@@ -190,6 +206,8 @@ class Table:
         "rows",
         "states",
         "terminal",
+        "timers",
+        "untimed",
     )
 
     def __init__(
@@ -226,6 +244,21 @@ class Table:
         )
         #: The rows tried, in order, for each (state, observation type) pair the table names.
         self.by_pair = self._compile()
+        #: Per state, the deadlines of the timer rows a ``Tick`` can take from it (ADR 0149);
+        #: a state with none is absent.
+        self.timers: dict[str, tuple[Deadline, ...]] = {}
+        #: Per state, a timer row a ``Tick`` can take from it that declares no deadline: there
+        #: :meth:`next_tick` cannot answer (``lifecycle check`` reports it).
+        self.untimed: dict[str, Row] = {}
+        for (state, obs), rows in self.by_pair.items():
+            if not obs.is_tick:
+                continue
+            found = tuple(r.deadline for r in rows if r.deadline is not None)
+            if found:
+                self.timers[state] = tuple(dict.fromkeys(self.timers.get(state, ()) + found))
+            bare = next((r for r in rows if not r.ignore and r.deadline is None), None)
+            if bare is not None:
+                self.untimed.setdefault(state, bare)
         for what, functions in (("guards", self.guards), ("effects", self.effects)):
             names = [name_of(f) for f in functions]
             twice = sorted({n for n in names if names.count(n) > 1})
@@ -260,7 +293,10 @@ class Table:
                 raise self._fail(f"{where}: unknown target state {row.target!r}")
             if row.ignore and row.target != SAME:
                 raise self._fail(f"{where}: an ignore row cannot change state")
-            for what, fn in (("guard", row.guard), ("effect", row.effect)):
+            if row.deadline is not None and (row.ignore or not row.observation.is_tick):
+                raise self._fail(f"{where}: only a non-ignore Tick row has a deadline")
+            checked = (("guard", row.guard), ("effect", row.effect), ("deadline", row.deadline))
+            for what, fn in checked:
                 if fn is not None and not callable(fn):
                     raise self._fail(f"{where}: the {what} must be a function, got {preview(fn)}")
             if not row.ignore and row.target != SAME and row.event is None:
@@ -310,6 +346,28 @@ class Table:
                     )
                 by_pair[(state, obs)] = tuple(rows[: unguarded[0] + 1])
         return by_pair
+
+    def next_tick(self, status: Any) -> datetime | None:
+        """When ``status`` next needs a ``Tick``: the earliest deadline of the timer rows a
+        ``Tick`` can take from its state, or ``None`` (no timer runs: a terminal state, or
+        every deadline is ``None``). A ``Tick`` before it changes nothing; one at it (or
+        later) does (ADR 0149). A state with a timer row that declares no deadline cannot
+        answer: :class:`~lifecycle.TableError` names the row."""
+        state = status.state
+        deadlines = self.timers.get(state)
+        if state in self.untimed:
+            raise self._fail(
+                f"{self.untimed[state].label} declares no deadline, so when a status in "
+                f"{state!r} next needs a Tick is not known; give the row deadline=..."
+            )
+        if deadlines is None:
+            return None
+        soonest: datetime | None = None
+        for deadline in deadlines:
+            at = deadline(status)
+            if at is not None and (soonest is None or at < soonest):
+                soonest = at
+        return soonest
 
     def rows_from(self, state: str) -> list[Row]:
         """Every reachable row (in the order they are tried) whose source is ``state``."""

@@ -22,6 +22,7 @@ import attrs
 
 from .._core.machine import replace
 from ._conditions import FAILED, SUCCEEDED, TERMINAL, seconds
+from ._timers import EARLIEST, expiry
 
 PENDING = "Pending"
 RUNNING = "Running"
@@ -118,6 +119,36 @@ def settle(spec: Spec, g: Group, at: datetime, tick: bool) -> Group:
         if start is not None and seconds(at, start) > limit:
             return replace(g, timed_out=True)
     return g
+
+
+def deadline(spec: Spec, groups: Sequence[Group]) -> datetime | None:
+    """The first moment a Tick moves a Running group (its drain grace or its timeout runs
+    out), or ``None``: no Running group has a timer (ADR 0149)."""
+    found = [d for g in groups if g.state == RUNNING and (d := _deadline(spec, g)) is not None]
+    return min(found, default=None)
+
+
+def _deadline(spec: Spec, g: Group) -> datetime | None:
+    """When :func:`settle` on a Tick first changes ``g`` (its branches, in its order)."""
+
+    def moves(at: datetime) -> bool:
+        return settle(spec, g, at, True) != g
+
+    if g.job_state == SUCCEEDED and g.awaiting_validation and not g.job_failed:
+        return None
+    if g.job_failed:
+        if g.failed_at is None:  # the drain window opens on the next Tick
+            return EARLIEST
+        return expiry(g.failed_at, spec.drain_grace_s, moves)
+    if g.job_state == SUCCEEDED:
+        return EARLIEST
+    limit = spec.timeout_per_job_s
+    if limit is None or g.timed_out or g.job_terminal:
+        return None
+    start = g.workload_start_time
+    if start is None and not g.workload_exists:
+        start = g.started_at
+    return None if start is None else expiry(start, limit, moves)
 
 
 def plan(spec: Spec, groups: Sequence[Group], at: datetime, tick: bool) -> Plan:

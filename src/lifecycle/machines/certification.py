@@ -30,7 +30,7 @@ from .._core.errors import InvalidObservation, preview
 from .._core.machine import replace
 from .._core.observation import Observation, Tick
 from .._core.refs import Condition, EventType
-from .._core.table import SAME, Action, Row, Table, ignore
+from .._core.table import SAME, Action, Row, Table, ignore, no_timer
 from ._conditions import (
     FAILED,
     IN_PROGRESS,
@@ -52,6 +52,7 @@ from ._conditions import (
 from ._conditions import (
     SpecUpdated as SpecUpdated,  # re-exported: part of this vocabulary
 )
+from ._timers import EARLIEST, expiry, ticked
 
 CERTIFICATION_CONTROLLER = "certification-controller"
 PENDING = "Pending"
@@ -279,6 +280,15 @@ def waiting_expired(status: CertificationStatus, obs: Observation) -> bool:
     return waiting(status, obs) and not within_window(status, obs)
 
 
+def window_deadline(status: CertificationStatus) -> datetime | None:
+    """When the wait for schedulable nodes runs out (ADR 0149); ``None`` while not waiting."""
+    if status.reason != WAITING_FOR_NODES:
+        return None
+    if status.created_at is None:  # its age reads 0: out of the window at once, or never
+        return EARLIEST if status.node_wait_s <= 0 else None
+    return expiry(status.created_at, status.node_wait_s, ticked(waiting_expired, status))
+
+
 def other_workflow(status: CertificationStatus, obs: WorkflowObserved) -> bool:
     """A report from a Workflow that is not the one this category runs (by uid)."""
     c = status.category(obs.category)
@@ -440,6 +450,7 @@ ROWS: tuple[Row, ...] = (
         message=MSG_NO_NODES,
         guard=waiting_expired,
         effect=enter,
+        deadline=window_deadline,
     ),
     Row(
         IP,
@@ -449,6 +460,8 @@ ROWS: tuple[Row, ...] = (
         message=MSG_WAITING,
         guard=waiting,
         effect=enter,
+        deadline=no_timer,
+        note="the message counts the window down; the window's end is the timer",
     ),
     ignore(LIVE, Tick, "no window open"),
     # Workflows, one category after another

@@ -118,6 +118,7 @@ from ._thresholds import (
     merge,
     missing_keys,
 )
+from ._timers import expiry, ticked
 
 #: The machine, its table and status, and its observation vocabulary (defined in
 #: ``_job_records.py``, importable from here).
@@ -262,6 +263,38 @@ def measurement_timed_out(status: JobStatus, obs: Observation) -> bool:
     succeeded = status.condition(SUCCEEDED)
     since = None if succeeded is None else succeeded.last_transition_time
     return since is not None and seconds(obs.at, since) >= status.measurement_timeout_s
+
+
+# -- deadlines: when each timer row's guard first holds (ADR 0149) ----------------------------
+def startup_deadline(status: JobStatus) -> datetime | None:
+    limit, since = status.startup_timeout_s, status.running_since
+    if limit is None or since is None or status.last_step_at is not None:
+        return None
+    return expiry(since, limit, ticked(stalled_at_startup, status))
+
+
+def stall_deadline(status: JobStatus) -> datetime | None:
+    limit, last = status.stall_threshold_s, status.last_step_at
+    if limit is None or last is None:
+        return None
+    return expiry(last, limit, ticked(stalled, status))
+
+
+def restart_deadline(status: JobStatus) -> datetime | None:
+    if not (status.checkpoint and status.restarts < status.max_restarts):  # can_restart
+        return None
+    found = [d for d in (startup_deadline(status), stall_deadline(status)) if d is not None]
+    return min(found, default=None)
+
+
+def measurement_deadline(status: JobStatus) -> datetime | None:
+    if not status.awaiting_validation or not missing_keys(status.thresholds, status.measurements):
+        return None
+    succeeded = status.condition(SUCCEEDED)
+    since = None if succeeded is None else succeeded.last_transition_time
+    if since is None:
+        return None
+    return expiry(since, status.measurement_timeout_s, ticked(measurement_timed_out, status))
 
 
 def new_failed_node(status: JobStatus, obs: HardwareFault) -> bool:
@@ -499,6 +532,7 @@ ROWS: tuple[Row, ...] = (
         message=MSG_RESTARTING,
         guard=stalled_can_restart,
         effect=restart,
+        deadline=restart_deadline,
     ),
     Row(
         IP,
@@ -509,6 +543,7 @@ ROWS: tuple[Row, ...] = (
         message=MSG_STALLED_AT_STARTUP,
         guard=stalled_at_startup,
         effect=enter,
+        deadline=startup_deadline,
     ),
     Row(
         IP,
@@ -519,6 +554,7 @@ ROWS: tuple[Row, ...] = (
         message=MSG_STALLED,
         guard=stalled,
         effect=enter,
+        deadline=stall_deadline,
     ),
     ignore(IP, Tick, "no stall"),
     ignore(NEW, Tick, "no timer before the workload exists"),
@@ -558,7 +594,14 @@ ROWS: tuple[Row, ...] = (
     Row(LIVE, MeasurementsReported, to=SAME, effect=measured, note="kept for the verdict"),
     Row(S, MeasurementsReported, to=SAME, guard=awaiting_validation, effect=measured_validate),
     ignore(TERMINAL, MeasurementsReported, "no verdict is pending"),
-    Row(S, Tick, to=SAME, guard=measurement_timed_out, effect=measurement_timeout),
+    Row(
+        S,
+        Tick,
+        to=SAME,
+        guard=measurement_timed_out,
+        effect=measurement_timeout,
+        deadline=measurement_deadline,
+    ),
     ignore(TERMINAL, Tick, "no timer runs for a decided Job"),
     action_row(
         MeasurementCreateFailed,

@@ -22,6 +22,7 @@ from .._core.machine import Machine, evolver
 from .._core.observation import Observation, Tick
 from .._core.refs import EventType, ObjectRef
 from .._core.table import SAME, Guard, Row, Table, ignore
+from ._timers import EARLIEST, expiry, ticked
 
 NEW = ""
 PROVISIONING = "Provisioning"
@@ -165,6 +166,16 @@ def within_grace(status: NodeClaimStatus, obs: Observation) -> bool:
 
 def grace_expired(status: NodeClaimStatus, obs: Observation) -> bool:
     return status.pod_absent_since is not None and not within_grace(status, obs)
+
+
+def grace_deadline(status: NodeClaimStatus) -> datetime | None:
+    """When the grace window of a never-observed claim runs out (ADR 0149); ``None`` while no
+    pod is missing or the claim is being deleted (a Tick then only tears down)."""
+    if status.pod_absent_since is None or status.deleting:
+        return None
+    if status.created_at is None:  # its age reads 0: out of grace at once, or never
+        return EARLIEST if grace_expired(status, Tick(at=status.pod_absent_since)) else None
+    return expiry(status.created_at, status.grace_seconds, ticked(grace_expired, status))
 
 
 def other_pod(status: NodeClaimStatus, obs: PodObserved) -> bool:
@@ -419,6 +430,7 @@ ROWS: tuple[Row, ...] = (
         event=N,
         message=MSG_ORPHAN,
         guard=grace_expired,
+        deadline=grace_deadline,
         note="the grace window ran out with the pod still absent",
     ),
     ignore(LIVE, Tick, "only a young, never-observed claim has a timer"),

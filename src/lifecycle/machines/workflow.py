@@ -227,6 +227,12 @@ def context(status: WorkflowStatus) -> dict[str, Any]:
     }
 
 
+def group_timer(status: WorkflowStatus) -> datetime | None:
+    """When a Tick next moves a Running group: a drain grace or a timeout runs out (ADR 0149).
+    Every Tick row of InProgress is taken then; the first whose guard holds decides."""
+    return _groups.deadline(status, status.groups)
+
+
 # -- guards -----------------------------------------------------------------------------------
 def _outcome(status: WorkflowStatus, obs: Observation) -> Plan:
     return plan(status, obs)
@@ -377,6 +383,7 @@ STOP = "a terminal Workflow returns early: no write, no event"
 
 def _outcome_rows(obs: type[Observation]) -> tuple[Row, ...]:
     """The rows a Job report or a Tick can take from InProgress; the first match wins."""
+    timer = group_timer if obs.is_tick else None
     return (
         Row(
             IP,
@@ -387,6 +394,7 @@ def _outcome_rows(obs: type[Observation]) -> tuple[Row, ...]:
             message=MSG_COMPLETED,
             guard=finishes_succeeded,
             effect=advance,
+            deadline=timer,
         ),
         Row(
             IP,
@@ -397,6 +405,7 @@ def _outcome_rows(obs: type[Observation]) -> tuple[Row, ...]:
             message=MSG_FAILED,
             guard=finishes_failed_hardware,
             effect=advance,
+            deadline=timer,
         ),
         Row(
             IP,
@@ -407,6 +416,7 @@ def _outcome_rows(obs: type[Observation]) -> tuple[Row, ...]:
             message=MSG_FAILED,
             guard=finishes_failed_validation,
             effect=advance,
+            deadline=timer,
             note="the Workflow's own ValidationFailed rides on this write (no event)",
         ),
         Row(
@@ -418,6 +428,7 @@ def _outcome_rows(obs: type[Observation]) -> tuple[Row, ...]:
             message=MSG_FAILED,
             guard=finishes_failed,
             effect=advance,
+            deadline=timer,
         ),
         Row(
             IP,
@@ -427,6 +438,7 @@ def _outcome_rows(obs: type[Observation]) -> tuple[Row, ...]:
             message=MSG_ITERATION,
             guard=finishes_iteration,
             effect=advance,
+            deadline=timer,
         ),
         Row(
             IP,
@@ -435,6 +447,7 @@ def _outcome_rows(obs: type[Observation]) -> tuple[Row, ...]:
             reason=JOB_RUNNING,
             message=MSG_RUNNING,
             effect=advance,
+            deadline=timer,
             note="groups move (drain, retry, timeout), or nothing changes and nothing is written",
         ),
     )

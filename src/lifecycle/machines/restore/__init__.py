@@ -59,6 +59,7 @@ from ._guards import (
     records_restored,
     records_unknown,
     refused_earlier,
+    retry_deadline,
     retry_expired,
     skip_annotation,
     target_expired,
@@ -280,7 +281,8 @@ ROWS: tuple[Row, ...] = (
     Row(GATE_B, TargetFactsUnavailable, to=SAME, effect=unavailable, note="T10: retrying"),
     ignore(DECIDED, TargetFactsUnavailable, "gate B has decided"),
     Row(GATE_B, Tick, to=RECORDING, reason=RESTORE_FAILED, event=W, guard=retry_expired,
-        effect=unavailable, note="T10: the deadline passed while retrying"),
+        effect=unavailable, deadline=retry_deadline,
+        note="T10: the deadline passed while retrying"),
     ignore(ANY, Tick, "only gate B's retry has a deadline"),
     # -- restore -----------------------------------------------------------------------------------
     Row(RESTORING, RestoreCompleted, to=RECORDING, reason=RESTORE_SUCCEEDED, event=N,

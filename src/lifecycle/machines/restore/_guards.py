@@ -10,6 +10,7 @@ from typing import Any
 
 from ..._core.observation import Observation
 from ..._core.table import Guard
+from .._timers import expiry, ticked
 from ._checks import FAIL, UNKNOWN, GateReport, evaluate
 from ._facts import (
     TARGET_FACTS_UNAVAILABLE,
@@ -122,6 +123,14 @@ def _deadline(s: RestoreStatus, at: datetime) -> bool:
 
 def retry_expired(s: RestoreStatus, o: Observation) -> bool:
     return s.unavailable_since is not None and _deadline(s, o.at)
+
+
+def retry_deadline(s: RestoreStatus) -> datetime | None:
+    """When gate B's retry for the target's facts runs out (ADR 0149); ``None``: not retrying."""
+    if s.unavailable_since is None:
+        return None
+    limit = s.policy.target_facts_deadline_seconds
+    return expiry(s.unavailable_since, limit, ticked(retry_expired, s))
 
 
 def target_unavailable(s: RestoreStatus, o: Observation) -> bool:
