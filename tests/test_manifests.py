@@ -13,8 +13,9 @@ import urllib.error
 import urllib.request
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
+import attrs
 import pytest
 import yaml  # type: ignore[import-untyped]
 from hypothesis import HealthCheck, given, settings
@@ -24,8 +25,10 @@ from lifecycle import LifecycleError, ObjectRef, Runner
 from lifecycle._testing.fake_api.schema import decode_custom, validate_custom
 from lifecycle.cli import main
 from lifecycle.emitters.kubernetes import KubernetesEmitter
-from lifecycle.machines import JOB, POD, default_registry, job, pod
+from lifecycle.machines import JOB, POD, WorkflowMachine, default_registry, job, pod
 from lifecycle.manifests import (
+    DEFAULT_GROUP,
+    DEFAULT_VERSION,
     HEALTH_PORT,
     LIVE_PATH,
     READY_PATH,
@@ -46,6 +49,7 @@ from lifecycle.stores.kubernetes import (
     KubernetesStore,
     ObjectCache,
 )
+from lifecycle.tables import Condition
 from lifecycle.testing import FakeApiServer, nodeclaim_crd_schema, observation_sequences
 
 AT = datetime(2026, 11, 30, 10, 0, tzinfo=UTC)
@@ -303,6 +307,95 @@ def test_pods_and_nodeclaims_get_no_crd_and_a_status_without_shape_is_refused() 
         status_schema(POD)
     assert api_resource(machine("restore")) == api_resource(POD)
     assert api_resource(machine("nodeclaim")).namespaced is False
+
+
+# -- host machines ------------------------------------------------------------------------------
+@attrs.frozen
+class GateStatus:
+    state: str = ""
+    conditions: tuple[Condition, ...] = ()
+
+
+@attrs.frozen
+class PlainStatus:
+    state: str = ""
+    attempts: int = 0
+    since: datetime | None = None
+    ratio: float = 0.0
+    nodes: tuple[str, ...] = ()
+    flagged: bool = False
+
+
+class GateMachine(WorkflowMachine):
+    """A host's machine (the shipped Workflow's table, another name, kind and status)."""
+
+    name: ClassVar[str] = "gate"
+    kind: ClassVar[str] = "Gate"
+    status_type: ClassVar[type[Any]] = GateStatus
+
+
+class PlainMachine(GateMachine):
+    name: ClassVar[str] = "plain"
+    kind: ClassVar[str] = "Plain"
+    status_type: ClassVar[type[Any]] = PlainStatus
+
+
+class OwnShapeMachine(PlainMachine):
+    name: ClassVar[str] = "own"
+    kind: ClassVar[str] = "Own"
+
+    def kubernetes_status(self, status: PlainStatus) -> dict[str, Any]:
+        return {"phase": status.state}
+
+
+class DeclaredShapeMachine(OwnShapeMachine):
+    name: ClassVar[str] = "declared"
+    kind: ClassVar[str] = "Declared"
+
+    def kubernetes_status_schema(self) -> dict[str, Any]:
+        return {"type": "object", "properties": {"phase": {"type": "string"}}}
+
+
+def test_a_host_machine_with_conditions_gets_its_own_group_and_plural() -> None:
+    doc = crd(GateMachine())
+    assert doc["metadata"]["name"] == f"gates.{DEFAULT_GROUP}"
+    assert doc["spec"]["versions"][0]["name"] == DEFAULT_VERSION
+    assert schema_of(doc)["properties"]["status"] == status_schema(JOB)
+
+
+def test_a_host_body_is_typed_from_its_annotations_or_its_declared_schema() -> None:
+    status = status_schema(OwnShapeMachine())
+    assert status["x-kubernetes-preserve-unknown-fields"] is True  # its own names are kept
+    assert {k: v for k, v in status["properties"].items() if k != "conditions"} == {
+        "state": {"type": "string"},
+        "attempts": {"type": "integer", "format": "int64"},
+        "since": {"type": "string", "format": "date-time"},
+        "ratio": {"type": "number"},
+        "nodes": {"type": "array", "items": {"type": "string"}},
+        "flagged": {"type": "boolean"},
+    }
+    assert status["properties"]["conditions"] == status_schema(JOB)["properties"]["conditions"]
+    declared = status_schema(DeclaredShapeMachine())
+    assert set(declared["properties"]) == {"conditions", "phase"}
+    assert structural_problems(schema_of(crd(DeclaredShapeMachine()))) == []
+    with pytest.raises(ManifestError, match=r"'plain': its status \(PlainStatus\) has no"):
+        manifests([PlainMachine()])
+
+
+def test_the_command_refuses_a_host_machine_without_a_kubernetes_shape(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "host.py").write_text(
+        "from tests.test_manifests import PlainMachine\nMACHINE = PlainMachine()\n"
+    )
+    assert run_cli(f"{tmp_path / 'host.py'}:MACHINE") == (2, "")
+    assert "no Kubernetes shape" in capsys.readouterr().err
+    (tmp_path / "gate.py").write_text(
+        "from tests.test_manifests import GateMachine\nMACHINE = GateMachine()\n"
+    )
+    code, text = run_cli(f"{tmp_path / 'gate.py'}:MACHINE")
+    assert code == 0
+    assert next(yaml.safe_load_all(text))["metadata"]["name"] == f"gates.{DEFAULT_GROUP}"
 
 
 # -- RBAC: every request the controller makes is allowed ----------------------------------------

@@ -211,14 +211,21 @@ _ANY: dict[str, Any] = {"x-kubernetes-preserve-unknown-fields": True}
 def status_schema(machine: Machine[Any]) -> dict[str, Any]:
     """The ``status`` schema of ``machine``'s kind: the body
     :func:`~lifecycle.kubernetes_status` writes. A status that is its conditions:
-    ``conditions`` alone. A machine with its own ``kubernetes_status(status)``: its status
-    type's fields (camelCase, typed from the attrs annotations) and ``conditions``, unknown
-    fields kept (the body is the host's). Raises :class:`ManifestError` for a status with no
-    Kubernetes shape."""
+    ``conditions`` alone. A machine with its own ``kubernetes_status(status)``: the schema its
+    ``kubernetes_status_schema()`` returns, if it has one, else its status type's fields
+    (camelCase, typed from the attrs annotations), unknown fields kept (the body is the
+    host's); ``conditions`` added to either (the store's record lives there). Raises
+    :class:`ManifestError` for a status with no Kubernetes shape."""
     status_type: Any = getattr(machine, "status_type", None)
     own = callable(getattr(machine, "kubernetes_status", None))
     shaped = isinstance(status_type, type) and attrs.has(status_type)
     names = {f.name for f in attrs.fields(status_type)} if shaped else set()
+    declared = getattr(machine, "kubernetes_status_schema", None)
+    if callable(declared):  # the host says what its own body is
+        body = dict(declared())
+        body.setdefault("type", "object")
+        body["properties"] = {"conditions": _conditions_schema(), **body.get("properties", {})}
+        return body
     if own and shaped:
         body = _object_schema(status_type)
         body["properties"]["conditions"] = _conditions_schema()
