@@ -154,7 +154,7 @@ def _camel(name: str) -> str:
 
 def _conditions_schema() -> dict[str, Any]:
     """``status.conditions``: ``metav1.Condition`` items (their fields typed from
-    :class:`~lifecycle.Condition`'s, named as the API names them), a map keyed by type."""
+    :class:`~lifecycle.tables.Condition`'s, named as the API names them), a map keyed by type."""
     item = _object_schema(Condition)
     for name, limits in _CONDITION_LIMITS.items():
         item["properties"][name].update(limits)
