@@ -9,6 +9,8 @@ from __future__ import annotations
 import io
 import json
 import re
+import subprocess
+import sys
 import urllib.error
 import urllib.request
 from datetime import UTC, datetime
@@ -575,3 +577,20 @@ def test_the_command_refuses_a_bad_machine_a_bad_namespace_and_an_unwritable_fol
     assert "cannot write" in capsys.readouterr().err
     assert run_cli("math:pi")[0] == 2  # a reference naming no machine
     assert "names no machines" in capsys.readouterr().err
+
+
+def test_the_command_runs_on_the_core_install_without_any_sdk() -> None:
+    """No extra needed: with the optional SDKs unimportable (``kubernetes`` among them) the
+    command writes the same YAML."""
+    root = Path(__file__).resolve().parents[1]
+    script = str(root / "scripts" / "core_check.py")
+    done = subprocess.run(
+        [sys.executable, script, "--run", "--block", "lifecycle", "manifests", "job", "pod"],
+        capture_output=True,
+        text=True,
+        cwd=root,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert list(yaml.safe_load_all(done.stdout)) == manifests([JOB, POD])
