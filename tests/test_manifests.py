@@ -28,6 +28,7 @@ from lifecycle._testing.fake_api.schema import decode_custom, validate_custom
 from lifecycle.cli import main
 from lifecycle.emitters.kubernetes import KubernetesEmitter
 from lifecycle.machines import JOB, POD, WorkflowMachine, default_registry, job, pod
+from lifecycle.machines.restore import AttemptOpened
 from lifecycle.manifests import (
     DEFAULT_GROUP,
     DEFAULT_VERSION,
@@ -56,7 +57,7 @@ from lifecycle.testing import FakeApiServer, nodeclaim_crd_schema, observation_s
 
 AT = datetime(2026, 11, 30, 10, 0, tzinfo=UTC)
 #: The shipped machines whose kind the library defines (a CRD each).
-DEFINED = ("job", "workflow", "certification", "workloadrun")
+DEFINED = ("job", "workflow", "certification", "workloadrun", "restore")
 SHIPPED = ("pod", "nodeclaim", "job", "workflow", "certification", "workloadrun", "restore")
 
 
@@ -122,7 +123,10 @@ def test_every_status_the_store_writes_validates_against_the_generated_crd(
     name: str, data: Any
 ) -> None:
     m = machine(name)
-    observations = data.draw(observation_sequences(m, max_size=12))
+    observations = data.draw(observation_sequences(m, max_size=12, start=AT))
+    if name == "restore":  # the generated ones alone never open an attempt
+        opened = AttemptOpened(at=AT, pod_uid="pod-1", content_uid="content-1", container="main")
+        observations = [opened, *observations]
     server, resources = serve(name)
     try:
         r = api_resource(m)
@@ -304,13 +308,28 @@ def test_printer_columns_show_state_reason_and_age_first_match_is_the_machines()
 
 
 def test_pods_and_nodeclaims_get_no_crd_and_a_status_without_shape_is_refused() -> None:
-    for name in ("pod", "nodeclaim", "restore"):
+    for name in ("pod", "nodeclaim"):
         with pytest.raises(ManifestError, match="no CRD"):
             crd(machine(name))
     with pytest.raises(ManifestError, match="no Kubernetes shape"):
         status_schema(POD)
-    assert api_resource(machine("restore")) == api_resource(POD)
     assert api_resource(machine("nodeclaim")).namespaced is False
+
+
+def test_the_restore_attempt_gets_its_crd_and_its_controller_the_pods() -> None:
+    """Its record needs an object of its own (a RestoreAttempt); its conditions are the Pod's
+    as a Pod writes them (no reason needed), and the host merges them into the Pod too."""
+    restore = machine("restore")
+    assert crd(restore)["metadata"]["name"] == f"restoreattempts.{DEFAULT_GROUP}"
+    item = status_schema(restore)["properties"]["conditions"]["items"]
+    assert item["required"] == ["type", "status"]
+    pod_condition = {"type": "Restored", "status": "False"}
+    assert validate_custom(pod_condition, item, "c") == []
+    assert validate_custom({**pod_condition, "reason": ""}, item, "c") == []
+    assert validate_custom({**pod_condition, "reason": "no good"}, item, "c") != []
+    [cluster] = [d for d in rbac([restore]) if d["kind"] == "ClusterRole"]
+    assert allowed(cluster["rules"], ("", "pods/status", "patch"))
+    assert allowed(cluster["rules"], (DEFAULT_GROUP, "restoreattempts/status", "update"))
 
 
 # -- host machines ------------------------------------------------------------------------------

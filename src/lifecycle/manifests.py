@@ -13,7 +13,8 @@ its controller needs and a Deployment whose probes the host's :class:`Health` an
   :func:`~lifecycle.kubernetes_status` writes it (``conditions``: ``metav1.Condition`` items,
   a map keyed by ``type``, which also holds the store's record condition), printer columns
   for the state, the reason and the age. Pods are built in and Karpenter publishes the
-  NodeClaim CRD: for those only RBAC.
+  NodeClaim CRD: for those only RBAC. The Restore machine's ``RestoreAttempt`` holds Pod
+  conditions (as a Pod writes them) and its controller also writes the Pod's.
 - **RBAC**: a ServiceAccount; a ClusterRole with ``get/list/watch`` on each kind,
   ``update/patch`` on its ``status`` and ``create/patch`` on ``events.k8s.io`` Events (what
   :class:`~lifecycle.stores.kubernetes.KubernetesStore` and
@@ -81,6 +82,7 @@ _CONDITION_TYPE_PATTERN = (
     r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])$"
 )
 _REASON_PATTERN = r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$"
+_OPTIONAL_REASON_PATTERN = r"^([A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?|)$"
 _CONDITION_LIMITS: dict[str, dict[str, Any]] = {
     "type": {"maxLength": 316, "pattern": _CONDITION_TYPE_PATTERN},
     "status": {"enum": ["True", "False", "Unknown"]},
@@ -118,6 +120,11 @@ class ApiResource:
         return f"{self.plural}.{self.group}"
 
 
+_PODS = ApiResource("", "v1", "Pod", "pods", defined_here=False)
+#: Machines whose status body the host also merges into a Pod's status (its RBAC needs Pods).
+_WRITES_PODS = frozenset({"restore"})
+
+
 def _api_version(machine: Machine[Any]) -> str:
     """The ``apiVersion`` of ``machine``'s kind, as its Events name it: the one place that
     reads it (``api_version`` on the machine when it has one, else the emitter's table)."""
@@ -130,14 +137,15 @@ def _api_version(machine: Machine[Any]) -> str:
 
 
 def api_resource(machine: Machine[Any]) -> ApiResource:
-    """The resource ``machine``'s objects live in. Pods (and the Restore machine, whose
-    conditions are the Pod's) are core ``v1``; NodeClaims are Karpenter's, cluster-scoped;
-    every other kind is a custom resource of the group its Events name (a host machine's
-    kind: :data:`DEFAULT_GROUP`/:data:`DEFAULT_VERSION`), plural ``<kind lowercased>s``."""
+    """The resource ``machine``'s objects live in. Pods are core ``v1``; NodeClaims are
+    Karpenter's, cluster-scoped; every other kind (the Restore machine's ``RestoreAttempt``
+    among them: its record needs an object of its own) is a custom resource of the group its
+    Events name (else :data:`DEFAULT_GROUP`/:data:`DEFAULT_VERSION`), plural
+    ``<kind lowercased>s``."""
     if not isinstance(machine, Machine):
         raise TypeError(f"api_resource: expected a Machine, got {preview(machine)}")
-    if machine.name in ("pod", "restore"):
-        return ApiResource("", "v1", "Pod", "pods", defined_here=False)
+    if machine.name == "pod":
+        return _PODS
     group, _, version = _api_version(machine).rpartition("/")
     if machine.name == "nodeclaim":
         return ApiResource(group, version, "NodeClaim", "nodeclaims", False, False)
@@ -152,13 +160,19 @@ def _camel(name: str) -> str:
     return head + "".join(part[:1].upper() + part[1:] for part in rest)
 
 
-def _conditions_schema() -> dict[str, Any]:
+def _conditions_schema(*, pod: bool = False) -> dict[str, Any]:
     """``status.conditions``: ``metav1.Condition`` items (their fields typed from
-    :class:`~lifecycle.tables.Condition`'s, named as the API names them), a map keyed by type."""
+    :class:`~lifecycle.tables.Condition`'s, named as the API names them), a map keyed by type.
+    ``pod``: as a Pod's conditions are written (an empty reason or message left out, a time
+    only when known): only type and status required, a reason may be empty."""
     item = _object_schema(Condition)
     for name, limits in _CONDITION_LIMITS.items():
         item["properties"][name].update(limits)
     item["required"] = list(_CONDITION_REQUIRED)
+    if pod:
+        item["required"] = ["type", "status"]
+        del item["properties"]["reason"]["minLength"]
+        item["properties"]["reason"]["pattern"] = _OPTIONAL_REASON_PATTERN
     item["description"] = (
         "metav1.Condition; the library's record is the condition of type "
         f"{RECORD_CONDITION} (its message: at most {MAX_RECORD_BYTES} bytes of JSON)"
@@ -218,6 +232,9 @@ def status_schema(machine: Machine[Any]) -> dict[str, Any]:
     :class:`ManifestError` for a status with no Kubernetes shape."""
     status_type: Any = getattr(machine, "status_type", None)
     own = callable(getattr(machine, "kubernetes_status", None))
+    if machine.name in _WRITES_PODS and not own:
+        # the Pod conditions the host writes (kubernetes_status), and the record beside them
+        return {"type": "object", "properties": {"conditions": _conditions_schema(pod=True)}}
     shaped = isinstance(status_type, type) and attrs.has(status_type)
     names = {f.name for f in attrs.fields(status_type)} if shaped else set()
     declared = getattr(machine, "kubernetes_status_schema", None)
@@ -311,10 +328,10 @@ def _checked(value: str, what: str) -> str:
 def _resources(machines: Sequence[Machine[Any]]) -> list[ApiResource]:
     found: dict[tuple[str, str], ApiResource] = {}
     for m in machines:
-        r = api_resource(m)
-        seen = found.setdefault((r.group, r.plural), r)
-        if seen != r:
-            raise ManifestError(f"{r.crd_name}: two machines define it differently")
+        for r in (api_resource(m), *((_PODS,) if m.name in _WRITES_PODS else ())):
+            seen = found.setdefault((r.group, r.plural), r)
+            if seen != r:
+                raise ManifestError(f"{r.crd_name}: two machines define it differently")
     return list(found.values())
 
 
