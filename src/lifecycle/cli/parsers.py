@@ -96,6 +96,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_describe(sub)
     _add_db(sub)
     _add_check(sub)
+    _add_manifests(sub)
     restore = sub.add_parser(
         "restore",
         help="offline tools of the Restore compatibility gate",
@@ -312,3 +313,18 @@ def _add_check(sub: Any) -> None:
         help='allowances: a JSON object {"machine": {"finding key": "reason"}}',
     )
     ck.set_defaults(func=later("check", "cmd_check"))
+
+
+def _add_manifests(sub: Any) -> None:
+    mf = sub.add_parser(
+        "manifests",
+        help="write the CRDs, RBAC and Deployment a controller of the machines needs (YAML)",
+    )
+    mf.add_argument("machine", nargs="+", help=MACHINE_HELP + " (several: one set of manifests)")
+    mf.add_argument("--namespace", default="default", help="the controller's namespace")
+    mf.add_argument(
+        "--name", default="lifecycle", help="the ServiceAccount, roles and Deployment's name"
+    )
+    mf.add_argument("--image", default=None, help="the controller's image")
+    mf.add_argument("-o", "--out", metavar="DIR", default=None, help="write one file each into DIR")
+    mf.set_defaults(func=later("manifests", "cmd_manifests"))
