@@ -33,6 +33,8 @@ LINKED: dict[str, set[str]] = {
     "machines/_workflow_records.py": {"job"},
     "machines/restore/_rules.py": {"pod"},
     "machines/_claims.py": {"nodeclaim"},  # a Pod's NodeClaim ref (the Pod -> NodeClaim link)
+    # the core API's Pods, whose status a machine with `writes_pod_conditions` also patches
+    "manifests.py": {"pod"},
     # provider adapters: what a cloud reports, as the Pod machine's observations
     "adapters/_aws_mapping.py": {"pod"},
     "adapters/aws.py": {"pod"},

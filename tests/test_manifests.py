@@ -55,6 +55,8 @@ from lifecycle.stores.kubernetes import (
 from lifecycle.tables import Condition
 from lifecycle.testing import FakeApiServer, nodeclaim_crd_schema, observation_sequences
 
+from .stores.test_kubernetes_store import groups_that_fit as groups_that_fit  # autouse: ADR 0144
+
 AT = datetime(2026, 11, 30, 10, 0, tzinfo=UTC)
 #: The shipped machines whose kind the library defines (a CRD each).
 DEFINED = ("job", "workflow", "certification", "workloadrun", "restore")
@@ -312,7 +314,7 @@ def test_pods_and_nodeclaims_get_no_crd_and_a_status_without_shape_is_refused() 
         with pytest.raises(ManifestError, match="no CRD"):
             crd(machine(name))
     with pytest.raises(ManifestError, match="no Kubernetes shape"):
-        status_schema(POD)
+        status_schema(PlainMachine())  # neither conditions nor a body of its own
     assert api_resource(machine("nodeclaim")).namespaced is False
 
 
@@ -354,6 +356,8 @@ class GateMachine(WorkflowMachine):
 
     name: ClassVar[str] = "gate"
     kind: ClassVar[str] = "Gate"
+    api_version: ClassVar[str] = ""  # not the Workflow's: the library's default group
+    growth = None  # its status keeps no groups
     status_type: ClassVar[type[Any]] = GateStatus
 
 
@@ -367,7 +371,7 @@ class OwnShapeMachine(PlainMachine):
     name: ClassVar[str] = "own"
     kind: ClassVar[str] = "Own"
 
-    def kubernetes_status(self, status: PlainStatus) -> dict[str, Any]:
+    def kubernetes_status(self, status: PlainStatus) -> dict[str, Any]:  # type: ignore[override]
         return {"phase": status.state}
 
 

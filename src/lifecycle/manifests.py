@@ -121,19 +121,12 @@ class ApiResource:
 
 
 _PODS = ApiResource("", "v1", "Pod", "pods", defined_here=False)
-#: Machines whose status body the host also merges into a Pod's status (its RBAC needs Pods).
-_WRITES_PODS = frozenset({"restore"})
 
 
 def _api_version(machine: Machine[Any]) -> str:
-    """The ``apiVersion`` of ``machine``'s kind, as its Events name it: the one place that
-    reads it (``api_version`` on the machine when it has one, else the emitter's table)."""
-    own = getattr(machine, "api_version", None)
-    if isinstance(own, str) and own:
-        return own
-    from .emitters.kubernetes import API_VERSIONS
-
-    return API_VERSIONS.get(machine.kind, "")
+    """The ``apiVersion`` of ``machine``'s kind, as its Events name it (the machine's own,
+    ADR 0147)."""
+    return machine.api_version
 
 
 def api_resource(machine: Machine[Any]) -> ApiResource:
@@ -144,14 +137,13 @@ def api_resource(machine: Machine[Any]) -> ApiResource:
     ``<kind lowercased>s``."""
     if not isinstance(machine, Machine):
         raise TypeError(f"api_resource: expected a Machine, got {preview(machine)}")
-    if machine.name == "pod":
-        return _PODS
     group, _, version = _api_version(machine).rpartition("/")
-    if machine.name == "nodeclaim":
-        return ApiResource(group, version, "NodeClaim", "nodeclaims", False, False)
     if not version:
         group, version = DEFAULT_GROUP, DEFAULT_VERSION
-    return ApiResource(group, version, machine.kind, machine.kind.lower() + "s")
+    plural = machine.plural or machine.kind.lower() + "s"
+    return ApiResource(
+        group, version, machine.kind, plural, machine.namespaced, machine.defines_resource
+    )
 
 
 # -- the status schema ---------------------------------------------------------------------------
@@ -231,8 +223,9 @@ def status_schema(machine: Machine[Any]) -> dict[str, Any]:
     host's); ``conditions`` added to either (the store's record lives there). Raises
     :class:`ManifestError` for a status with no Kubernetes shape."""
     status_type: Any = getattr(machine, "status_type", None)
-    own = callable(getattr(machine, "kubernetes_status", None))
-    if machine.name in _WRITES_PODS and not own:
+    # its own body: a machine overriding the default (conditions only) of ``Machine``
+    own = getattr(type(machine), "kubernetes_status", None) is not Machine.kubernetes_status
+    if machine.writes_pod_conditions:
         # the Pod conditions the host writes (kubernetes_status), and the record beside them
         return {"type": "object", "properties": {"conditions": _conditions_schema(pod=True)}}
     shaped = isinstance(status_type, type) and attrs.has(status_type)
@@ -328,7 +321,7 @@ def _checked(value: str, what: str) -> str:
 def _resources(machines: Sequence[Machine[Any]]) -> list[ApiResource]:
     found: dict[tuple[str, str], ApiResource] = {}
     for m in machines:
-        for r in (api_resource(m), *((_PODS,) if m.name in _WRITES_PODS else ())):
+        for r in (api_resource(m), *((_PODS,) if m.writes_pod_conditions else ())):
             seen = found.setdefault((r.group, r.plural), r)
             if seen != r:
                 raise ManifestError(f"{r.crd_name}: two machines define it differently")

@@ -354,6 +354,12 @@ class Machine(Generic[S]):
     plural: ClassVar[str] = ""
     #: Whether the objects live in a namespace (``False``: cluster-scoped, as a NodeClaim).
     namespaced: ClassVar[bool] = True
+    #: Whether the library defines this kind's resource (``lifecycle manifests`` writes its
+    #: CRD); ``False`` for a kind another project defines (a Pod, Karpenter's NodeClaim).
+    defines_resource: ClassVar[bool] = True
+    #: Whether the host also merges this machine's conditions into a Pod's status (its
+    #: controller then needs to patch Pods, and its conditions are written as a Pod's are).
+    writes_pod_conditions: ClassVar[bool] = False
     #: Field values the property suite (``lifecycle.testing``) draws observations from, as
     #: its ``samples=`` takes them (``{"Class.field": [...], "field": [...]}``): what drives
     #: this machine into every state where a field's type alone rarely does.

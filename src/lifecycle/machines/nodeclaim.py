@@ -479,6 +479,7 @@ class NodeClaimMachine(Machine[NodeClaimStatus]):
     kind: ClassVar[str] = "NodeClaim"
     api_version: ClassVar[str] = "nebula.inftyai.com/v1alpha1"
     namespaced: ClassVar[bool] = False
+    defines_resource: ClassVar[bool] = False
     #: Values that drive the NodeClaim into every state (the property suite's): committed
     #: Pod phases and reasons (``Initializing`` counts as existence), mostly its own pod's UID.
     samples: ClassVar[Mapping[str, Any]] = {

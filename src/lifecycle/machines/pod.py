@@ -502,6 +502,7 @@ class PodMachine(Machine[PodStatus]):
     name: ClassVar[str] = "pod"
     kind: ClassVar[str] = "Pod"
     api_version: ClassVar[str] = "v1"
+    defines_resource: ClassVar[bool] = False
     #: Values that drive the Pod into every state (the property suite's, ``lifecycle.testing``).
     samples: ClassVar[Mapping[str, Any]] = {
         "instance_id": ("i-0a1", "i-0a1", "i-0b2", ""),

@@ -339,6 +339,7 @@ class RestoreMachine(Machine[RestoreStatus]):
 
     name: ClassVar[str] = "restore"
     kind: ClassVar[str] = "RestoreAttempt"
+    writes_pod_conditions: ClassVar[bool] = True  # the host merges them into the Pod
     status_type: ClassVar[type[Any]] = RestoreStatus
     table: ClassVar[Table] = TABLE
     #: An attempt's steps come in order; a step's result before the step is a host bug.
