@@ -100,12 +100,12 @@ def test_the_statuses_stored_by_a_chunked_replay_are_those_of_a_line_by_line_one
             want = {r.ref.uid: (r.version, r.status) for r in plain.records(machine)}
             got = {r.ref.uid: (r.version, r.status) for r in chunked.records(machine)}
             assert got == want, machine.name
-        for machine, uid in (("workflow", "wf-nccl"), ("certification", "cert-h100")):
+        for name, uid in (("workflow", "wf-nccl"), ("certification", "cert-h100")):
             (record,) = [
                 r for r in chunked.records(default_registry()[machine]) if r.ref.uid == uid
             ]
             failed = record.status.condition("Failed")
-            assert failed is not None, machine
-            assert failed.last_transition_time == FAILED_AT, machine
+            assert failed is not None, name
+            assert failed.last_transition_time == FAILED_AT, name
     finally:
         chunked.close()
