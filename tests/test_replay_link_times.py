@@ -101,9 +101,7 @@ def test_the_statuses_stored_by_a_chunked_replay_are_those_of_a_line_by_line_one
             got = {r.ref.uid: (r.version, r.status) for r in chunked.records(machine)}
             assert got == want, machine.name
         for name, uid in (("workflow", "wf-nccl"), ("certification", "cert-h100")):
-            (record,) = [
-                r for r in chunked.records(default_registry()[machine]) if r.ref.uid == uid
-            ]
+            (record,) = [r for r in chunked.records(default_registry()[name]) if r.ref.uid == uid]
             failed = record.status.condition("Failed")
             assert failed is not None, name
             assert failed.last_transition_time == FAILED_AT, name
