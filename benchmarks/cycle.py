@@ -76,14 +76,19 @@ class Fleet:
             [(r, pod.InstanceRunning(at=START, instance_id=r.uid)) for r in self.refs],
         ]
 
-    def next(self) -> list[tuple[ObjectRef, pod.InstanceRunning]]:
-        """The next cycle's polls, every Pod once."""
+    def advance(self) -> datetime:
+        """The next cycle: flip this cycle's window; the time it polls at."""
         self.cycles += 1
         n = len(self.refs)
         first = (self.cycles * self.width) % n
         for i in range(first, first + self.width):
             self.ready[i % n] = not self.ready[i % n]
-        at = START + timedelta(seconds=self.cycles)
+        return START + timedelta(seconds=self.cycles)
+
+    def next(self) -> list[tuple[ObjectRef, pod.InstanceRunning]]:
+        """The next cycle's polls, every Pod once, as the library takes them: a host builds
+        an observation per poll (its cost is the library's, as a host pays it)."""
+        at = self.advance()
         return [
             (r, pod.InstanceRunning(at=at, instance_id=r.uid, readiness_confirmed=ready))
             for r, ready in zip(self.refs, self.ready, strict=True)
@@ -121,16 +126,18 @@ class _Handj:
         self.known = {r.uid: [1, True] for r in self.fleet.refs}
 
     def changes(self) -> list[tuple[str, int, str, str]]:
+        """The cycle's polls (what a poll reads: the Pod's readiness), decided in the dict."""
         rows = []
         known = self.known
-        for ref, obs in self.fleet.next():
+        fleet = self.fleet
+        at = fleet.advance().isoformat()
+        for ref, ready in zip(fleet.refs, fleet.ready, strict=True):
             mine = known[ref.uid]
-            if mine[1] != obs.readiness_confirmed:
+            if mine[1] != ready:
                 mine[0] += 1
-                mine[1] = obs.readiness_confirmed
-                state = "Running" if mine[1] else "Initializing"
-                at = obs.at.isoformat()
-                status = json.dumps({"state": state, "ready": mine[1], "since": at})
+                mine[1] = ready
+                state = "Running" if ready else "Initializing"
+                status = json.dumps({"state": state, "ready": ready, "since": at})
                 event = json.dumps({"reason": state, "at": at, "version": mine[0]})
                 rows.append((ref.uid, mine[0], status, event))
         return rows
