@@ -25,16 +25,16 @@ def run(trace: list[TraceLine], store: Store, batch: int) -> tuple[list[Any], di
 
     def each(record: TraceLine, result: Any) -> None:
         if hasattr(result, "all_transitions"):
-            lines.append((record.line, [t.id for t in result.all_transitions()]))
+            lines.append((record.line, [tuple(t) for t in result.all_transitions()]))
 
     replay(trace, store, [events], on_result=each, batch=batch, keep_results=False)
     final: dict[str, Any] = {}
     for machine in default_registry().values():
         for record in store.records(machine):
             final[record.ref.uid] = (record.version, record.status)
-    by_object: dict[str, list[str]] = {}
-    for t in events.events:
-        by_object.setdefault(t.ref.uid, []).append(t.id)
+    by_object: dict[str, list[Any]] = {}
+    for t in events.events:  # every field of every event: its time too (issue 37)
+        by_object.setdefault(t.ref.uid, []).append(tuple(t))
     return [lines, by_object], final
 
 

@@ -91,17 +91,16 @@ class _Item:
     actions: tuple[Transition, ...] = ()
 
 
-def _waves(items: list[_Item]) -> list[list[_Item]]:
-    """Split so that no wave holds an object twice; an object's items keep their order."""
-    waves: list[list[_Item]] = []
-    seen: dict[str, int] = {}
-    for item in items:
-        n = seen.get(item.ref.uid, 0)
-        seen[item.ref.uid] = n + 1
-        if n == len(waves):
-            waves.append([])
-        waves[n].append(item)
-    return waves
+def _wave(queue: list[_Item]) -> int:
+    """How many of ``queue``'s first items form the next wave: up to the first object seen
+    twice. Waves are runs of the items in their order, so that whatever an item's write
+    leads to (its link intents) lands before anything a later item's does."""
+    seen: set[str] = set()
+    for n, item in enumerate(queue):
+        if item.ref.uid in seen:
+            return n
+        seen.add(item.ref.uid)
+    return len(queue)
 
 
 def observe(
@@ -128,95 +127,135 @@ def observe(
                 retried = tuple(r for r in found if r is not None)
         finally:
             pending.retrying.release()
-    for wave in _waves(work):
-        todo = wave
-        while todo:
-            for item in todo:
-                item.attempt += 1
-            try:
-                records: list[Record | IdentityMismatch | None] = yield Load(
-                    tuple((i.machine, i.ref) for i in todo)
-                )
-            except StoreError as e:
+    queue = work
+    deferred: list[tuple[_Item, int]] = []  # committed, their links wait for an earlier retry
+    try:
+        while queue:
+            size = _wave(queue)
+            todo, queue = queue[:size], queue[size:]
+            first = True
+            while todo:
                 for item in todo:
-                    results[item.index] = _lost(protocol, item, e, reading=True)
-                break
-            writes: list[_Item] = []
-            for item, record in zip(todo, records, strict=True):
-                if isinstance(record, IdentityMismatch):  # bad input: no write, no fallback
-                    if refuse:
-                        raise record
-                    results[item.index] = protocol.refused(
-                        item.ref, 0, record, item.attempt, item.actions
-                    )
-                    continue
-                result = _decide(protocol, item, record, refuse)
-                if result is None:
-                    writes.append(item)
-                else:
-                    results[item.index] = result
-            if not writes:
-                break
-            try:
-                outcomes: list[int | StoreError | IdentityMismatch] = yield Commit(
-                    tuple(
-                        CommitItem(i.machine, i.ref, i.version, w.after, i.observation, w.written)
-                        for i in writes
-                        if (w := i.write) is not None
-                    )
-                )
-            except StoreError as e:
-                outcomes = [e] * len(writes)
-            retry: list[_Item] = []
-            pause: RetryPolicy | None = None
-            committed: list[tuple[_Item, int]] = []
-            for item, outcome in zip(writes, outcomes, strict=True):
-                if isinstance(outcome, IdentityMismatch):
-                    if refuse:
-                        raise outcome
-                    results[item.index] = protocol.refused(
-                        item.ref, 0, outcome, item.attempt, item.actions
-                    )
-                elif isinstance(outcome, StoreError):
-                    policy = protocol.again(item.machine, item.observation, outcome, item.attempt)
-                    if policy is None:
-                        results[item.index] = _lost(protocol, item, outcome)
-                    else:
-                        pause = pause or policy
-                        retry.append(item)
-                else:
-                    committed.append((item, outcome))
-            if committed:
+                    item.attempt += 1
                 try:
+                    records: list[Record | IdentityMismatch | None] = yield Load(
+                        tuple((i.machine, i.ref) for i in todo)
+                    )
+                except StoreError as e:
+                    for item in todo:
+                        results[item.index] = _lost(protocol, item, e, reading=True)
+                    break
+                writes: list[_Item] = []
+                reached: frozenset[str] = frozenset()  # machines this wave's links may write
+                for n, (item, record) in enumerate(zip(todo, records, strict=True)):
+                    if first and item.machine.name in reached:
+                        # an earlier item's links may write this object: it waits for them,
+                        # as it would behind that item's own observe (read again next wave)
+                        for later in todo[n:]:
+                            later.attempt -= 1
+                        queue = todo[n:] + queue
+                        todo = todo[:n]
+                        break
+                    if isinstance(record, IdentityMismatch):  # bad input: no write, no fallback
+                        if refuse:
+                            raise record
+                        results[item.index] = protocol.refused(
+                            item.ref, 0, record, item.attempt, item.actions
+                        )
+                        continue
+                    result = _decide(protocol, item, record, refuse)
+                    if result is None:
+                        writes.append(item)
+                        if _written(item).intents:
+                            reached |= protocol.reach.get(item.machine.name, frozenset())
+                    else:
+                        results[item.index] = result
+                first = False
+                if not writes:
+                    break
+                try:
+                    outcomes: list[int | StoreError | IdentityMismatch] = yield Commit(
+                        tuple(
+                            CommitItem(
+                                i.machine, i.ref, i.version, w.after, i.observation, w.written
+                            )
+                            for i in writes
+                            if (w := i.write) is not None
+                        )
+                    )
+                except StoreError as e:
+                    outcomes = [e] * len(writes)
+                retry: list[_Item] = []
+                pause: RetryPolicy | None = None
+                committed: list[tuple[_Item, int]] = []
+                for item, outcome in zip(writes, outcomes, strict=True):
+                    if isinstance(outcome, IdentityMismatch):
+                        if refuse:
+                            raise outcome
+                        results[item.index] = protocol.refused(
+                            item.ref, 0, outcome, item.attempt, item.actions
+                        )
+                    elif isinstance(outcome, StoreError):
+                        policy = protocol.again(
+                            item.machine, item.observation, outcome, item.attempt
+                        )
+                        if policy is None:
+                            results[item.index] = _lost(protocol, item, outcome)
+                        else:
+                            pause = pause or policy
+                            retry.append(item)
+                    else:
+                        committed.append((item, outcome))
+                # Links are followed in the items' order: those of an item behind one that
+                # retries wait for it (its own links land first, as one observe each would).
+                deferred = sorted([*deferred, *committed], key=lambda c: c[0].index)
+                if committed:
                     yield from deliver(
                         protocol.delivery,
                         [t for i, _ in committed for t in _written(i).transitions],
                         protocol.backlog,
                     )
-                except BaseException:  # interrupted (ADR 0105): no intent was applied yet
-                    protocol.unfinished((), [t for i, _ in committed for t in _written(i).intents])
-                    raise
-                linked = yield from _follow(protocol, [i for i, _ in committed], batch=not refuse)
-                for (item, version), fed in zip(committed, linked, strict=True):
-                    write = _written(item)
-                    results[item.index] = Result(
-                        Outcome.COMMITTED,
-                        item.ref,
-                        write.after,
-                        version,
-                        write.transitions,
-                        attempts=item.attempt,
-                        linked=fed,
-                        actions=item.actions,
-                    )
-            if pause is not None:
-                yield Pause(pause, pause.delay())
-            todo = retry
+                cut = min((i.index for i in retry), default=len(results))
+                now = [c for c in deferred if c[0].index < cut]
+                deferred = deferred[len(now) :]
+                yield from _settle(protocol, now, results, refuse)
+                if pause is not None:
+                    yield Pause(pause, pause.delay())
+                todo = retry
+            now, deferred = deferred, []  # the retry that held them ended without a write
+            yield from _settle(protocol, now, results, refuse)
+    except BaseException:  # interrupted (ADR 0105): committed writes' intents stay pending
+        protocol.unfinished((), [t for i, _ in deferred for t in _written(i).intents])
+        raise
     done = [r for r in results if r is not None]
     assert len(done) == len(results)
     if retried and done:
         done[0] = done[0]._replace(caught_up=retried)
     return done
+
+
+def _settle(
+    protocol: WriteProtocol,
+    committed: list[tuple[_Item, int]],
+    results: list[Result | None],
+    refuse: bool,
+) -> Generator[Request, Any, None]:
+    """Follow the links of ``committed`` (in their order) and put each one's result."""
+    if not committed:
+        return
+    linked = yield from _follow(protocol, [i for i, _ in committed], batch=not refuse)
+    for (item, version), fed in zip(committed, linked, strict=True):
+        write = _written(item)
+        results[item.index] = Result(
+            Outcome.COMMITTED,
+            item.ref,
+            write.after,
+            version,
+            write.transitions,
+            attempts=item.attempt,
+            linked=fed,
+            actions=item.actions,
+        )
 
 
 def _decide(

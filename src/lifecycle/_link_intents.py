@@ -77,6 +77,25 @@ def derive(
     return tuple(out)
 
 
+def reach(links: Iterable[Link]) -> dict[str, frozenset[str]]:
+    """Per source machine, every machine its links lead to, directly or through others (a
+    machine linked to itself, directly or round a cycle, reaches itself)."""
+    step: dict[str, set[str]] = {}
+    for link in links:
+        step.setdefault(link.source, set()).add(link.target)
+    out: dict[str, frozenset[str]] = {}
+    for source in step:
+        seen: set[str] = set()
+        todo = list(step[source])
+        while todo:
+            name = todo.pop()
+            if name not in seen:
+                seen.add(name)
+                todo.extend(step.get(name, ()))
+        out[source] = frozenset(seen)
+    return out
+
+
 def observation_of(machine: Machine[Any], t: Transition) -> Observation:
     """The observation an intent carries: the one this process derived, or its stored form
     rebuilt by the target's machine."""
@@ -141,7 +160,9 @@ class Rounds:
             key = lane(self.intents[i])
             if key in self.blocked:
                 self.pending.hold(self.intents[i])
-            elif key in lanes or (chosen and not self.batch):
+            elif later or key in lanes or (chosen and not self.batch):
+                # (a batch round is a run of the intents in order: one of a lane applied
+                # twice ends it, so no later intent overtakes that lane's second one)
                 later.append(i)
             else:
                 lanes.add(key)

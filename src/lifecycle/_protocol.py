@@ -209,12 +209,16 @@ class WriteProtocol:
         #: Per source machine name, the links that name their target from the source's ref
         #: alone (``Link.by_ref``): that target is checked when the source is admitted.
         self.named_by_ref: dict[str, tuple[Link, ...]] = {}
-        for link in links:
+        links_seen = list(links)
+        for link in links_seen:
             self.links.setdefault(link.source, []).append(link)
             direct |= link.direct
             if link.by_ref and link.fan_out is None:
                 found = self.named_by_ref.get(link.source, ())
                 self.named_by_ref[link.source] = (*found, link)
+        #: Per source machine name, the machines its links reach, directly or not: what a
+        #: batch's cascade may write (``lifecycle._batch``: an object it reaches waits).
+        self.reach = _link_intents.reach(links_seen)
         #: Refs whose by-ref targets were checked (by identity, as ``check_ref`` remembers).
         self._targets_checked: dict[int, ObjectRef] = {}
         #: Observations that are another controller's direct write: one attempt (ADR 0090).

@@ -268,7 +268,9 @@ class Runner:
         with its own compare-and-set. A conflict retries that object alone (its machine's
         budget); a store error or an exhausted budget fails it with :meth:`observe`'s fallback.
         Committed events are delivered after the commit, then links are followed (as one batch
-        again). Several items for one object are applied in order, in successive rounds.
+        again). Several items for one object are applied in order, in successive rounds; every
+        object gets the results, events and status one :meth:`observe` per item, in order,
+        would give it, linked objects included (ADR 0148).
 
         An observation a machine does not know raises before anything is read or written; an
         observation its table refuses in the object's state is that item's failed result

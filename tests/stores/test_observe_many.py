@@ -172,6 +172,13 @@ def test_a_batch_gives_what_observe_gives_object_by_object(
         want = [reference.observe(r, o) for r, o in batch]
         assert [shape(g) for g in got] == [shape(w) for w in want]
     assert sorted(emitter.ids()) == sorted(reference.emitters[0].ids())  # type: ignore[attr-defined]
+    by_object: dict[str, list[Any]] = {}
+    for e in emitter.events:  # each object's events in its order, every field (times too)
+        by_object.setdefault(e.ref.uid, []).append(tuple(e))
+    want_by_object: dict[str, list[Any]] = {}
+    for e in reference.emitters[0].events:  # type: ignore[attr-defined]
+        want_by_object.setdefault(e.ref.uid, []).append(tuple(e))
+    assert by_object == want_by_object
     check_invariants(store, [*refs, *(r.ref for r in store.records(NODECLAIM))])
     assert store.claim_undelivered() == []
 

@@ -1,0 +1,440 @@
+"""A controller's poll cycle at the physical floor, with the defaults (issue 37).
+
+    python -m benchmarks.cycle [--quick] [--no-postgres] [--json]
+
+The workload: a fleet of Pods on the shipped Pod machine, running; each cycle polls every Pod
+once (``InstanceRunning``) and 2 % of them change (their readiness flips: Running <->
+Initializing), a different 2 % each cycle. Contenders run interleaved in this one process
+(``benchmarks.fair``'s rotation, one cycle per chunk), each timed on the wall clock and on
+this thread's CPU clock:
+
+- **floors** ("handj"): hand-written, one dict of what each Pod is (its version and
+  readiness), every poll decided against it in memory, the cycle's changes written in *one*
+  batched statement -- a status upsert and a journal row per change: SQLite ``FULL`` and
+  ``NORMAL`` (one transaction, WAL, as the library's store) and PostgreSQL (one ``INSERT ...
+  ON CONFLICT`` and the journal ``INSERT`` in one statement: one round trip a cycle);
+- **the library, as the README shows it**: ``Runner(store)`` -- the shipped machines and
+  links (a Pod's change also writes its NodeClaim) -- on ``MemoryStore()``,
+  ``SQLiteStore(path)`` (``synchronous=FULL``, no cache) and ``PostgresStore(url)`` (no cache),
+  polled by an ``observe`` loop and by ``observe_many`` in pages of 500.
+
+Rows: each contender's cycle ÷ its floor, wall and client CPU (SQLite and memory ÷ the SQLite
+FULL floor, PostgreSQL ÷ the PostgreSQL floor); round trips per cycle on PostgreSQL (counted
+in libpq's protocol trace on a one-connection pool, ``postgres_floor.traced``); and the
+growth -- cost per Pod at 100 000 Pods ÷ at 1 000, the floor's beside it (full suite only).
+Informational: these measure what separates the defaults from the floor, they set no target.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import sqlite3
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from lifecycle import MemoryStore, ObjectRef, Runner, SQLiteStore
+from lifecycle.machines import pod
+
+from .fair import Metric, metric, ratios
+
+CHANGING = 0.02
+PAGE = 500
+START = datetime(2026, 12, 1, tzinfo=UTC)
+
+#: a contender: runs one cycle
+Cycle = Callable[[], None]
+
+
+class Fleet:
+    """The Pods and what they report: cycle ``c`` flips the readiness of a window of 2 % of
+    them (a different window each cycle); every other Pod reports what it reported before.
+    Every contender gets its own fleet and so the same polls."""
+
+    def __init__(self, n: int, prefix: str) -> None:
+        self.refs = [ObjectRef("Pod", "fleet", f"{prefix}-{i}", f"{prefix}-{i}") for i in range(n)]
+        self.ready = [True] * n
+        self.cycles = 0
+        self.width = max(1, int(n * CHANGING))
+
+    def boot(self) -> list[list[tuple[ObjectRef, Any]]]:
+        """The observations that bring every Pod to Running (ready), in three steps."""
+        return [
+            [(r, pod.CreateRequested(at=START)) for r in self.refs],
+            [
+                (r, pod.ProvisionSucceeded(at=START, reserved=True, instance_id=r.uid))
+                for r in self.refs
+            ],
+            [(r, pod.InstanceRunning(at=START, instance_id=r.uid)) for r in self.refs],
+        ]
+
+    def advance(self) -> datetime:
+        """The next cycle: flip this cycle's window; the time it polls at."""
+        self.cycles += 1
+        n = len(self.refs)
+        first = (self.cycles * self.width) % n
+        for i in range(first, first + self.width):
+            self.ready[i % n] = not self.ready[i % n]
+        return START + timedelta(seconds=self.cycles)
+
+    def next(self) -> list[tuple[ObjectRef, pod.InstanceRunning]]:
+        """The next cycle's polls, every Pod once, as the library takes them: a host builds
+        an observation per poll (its cost is the library's, as a host pays it)."""
+        at = self.advance()
+        return [
+            (r, pod.InstanceRunning(at=at, instance_id=r.uid, readiness_confirmed=ready))
+            for r, ready in zip(self.refs, self.ready, strict=True)
+        ]
+
+
+# -- the library --------------------------------------------------------------------------
+def library(store: Any, n: int, prefix: str, *, many: bool) -> Cycle:
+    """``Runner(store)``'s cycle: an ``observe`` loop, or ``observe_many`` by pages."""
+    runner = Runner(store)
+    fleet = Fleet(n, prefix)
+    for step in fleet.boot():
+        for start in range(0, n, PAGE):
+            runner.observe_many(step[start : start + PAGE])
+
+    def loop() -> None:
+        observe = runner.observe
+        for ref, obs in fleet.next():
+            observe(ref, obs)
+
+    def paged() -> None:
+        polls = fleet.next()
+        for start in range(0, n, PAGE):
+            runner.observe_many(polls[start : start + PAGE])
+
+    return paged if many else loop
+
+
+# -- the floors ("handj") -------------------------------------------------------------------
+class _Handj:
+    """One dict; a poll is decided against it; the cycle's changes are the rows to write."""
+
+    def __init__(self, n: int, prefix: str) -> None:
+        self.fleet = Fleet(n, prefix)
+        self.known = {r.uid: [1, True] for r in self.fleet.refs}
+
+    def changes(self) -> list[tuple[str, int, str, str]]:
+        """The cycle's polls (what a poll reads: the Pod's readiness), decided in the dict."""
+        rows = []
+        known = self.known
+        fleet = self.fleet
+        at = fleet.advance().isoformat()
+        for ref, ready in zip(fleet.refs, fleet.ready, strict=True):
+            mine = known[ref.uid]
+            if mine[1] != ready:
+                mine[0] += 1
+                mine[1] = ready
+                state = "Running" if ready else "Initializing"
+                status = json.dumps({"state": state, "ready": ready, "since": at})
+                event = json.dumps({"reason": state, "at": at, "version": mine[0]})
+                rows.append((ref.uid, mine[0], status, event))
+        return rows
+
+
+def handj_sqlite(path: Path, synchronous: str, n: int) -> Cycle:
+    db = sqlite3.connect(path, isolation_level=None)
+    db.execute("PRAGMA journal_mode=WAL")
+    db.execute(f"PRAGMA synchronous={synchronous}")
+    db.execute("CREATE TABLE status (uid TEXT PRIMARY KEY, version INTEGER, status TEXT)")
+    db.execute("CREATE TABLE journal (uid TEXT, version INTEGER, event TEXT)")
+    floor = _Handj(n, "handj")
+    db.execute("BEGIN")
+    db.executemany("INSERT INTO status VALUES (?, 1, '{}')", [(u,) for u in floor.known])
+    db.execute("COMMIT")
+
+    def cycle() -> None:
+        rows = floor.changes()
+        db.execute("BEGIN")
+        db.executemany(
+            "INSERT INTO status VALUES (?, ?, ?) ON CONFLICT (uid) DO UPDATE "
+            "SET version = excluded.version, status = excluded.status",
+            [(u, v, s) for u, v, s, _ in rows],
+        )
+        db.executemany("INSERT INTO journal VALUES (?, ?, ?)", [(u, v, e) for u, v, _, e in rows])
+        db.execute("COMMIT")
+
+    return cycle
+
+
+_PG_CYCLE = (
+    "WITH s AS (INSERT INTO status SELECT * FROM unnest(%s::text[], %s::int[], %s::jsonb[]) "
+    "ON CONFLICT (uid) DO UPDATE SET version = excluded.version, status = excluded.status) "
+    "INSERT INTO journal SELECT * FROM unnest(%s::text[], %s::int[], %s::jsonb[])"
+)
+
+
+def handj_postgres(server: Any, schema: str, n: int) -> tuple[Cycle, Any]:
+    """The PostgreSQL floor's cycle, and its connection (to count its round trips)."""
+    import psycopg
+
+    conn = psycopg.connect(server.url(), autocommit=True)
+    conn.execute(f'CREATE SCHEMA "{schema}"')
+    conn.execute(f'SET search_path TO "{schema}"')
+    conn.execute("CREATE TABLE status (uid text PRIMARY KEY, version int, status jsonb)")
+    conn.execute("CREATE TABLE journal (uid text, version int, event jsonb)")
+    floor = _Handj(n, "handj")
+    with conn.cursor() as cur:
+        cur.execute(
+            "INSERT INTO status SELECT u, 1, '{}' FROM unnest(%s::text[]) u", [list(floor.known)]
+        )
+
+    def cycle() -> None:
+        rows = floor.changes()
+        uids = [r[0] for r in rows]
+        versions = [r[1] for r in rows]
+        conn.execute(
+            _PG_CYCLE, [uids, versions, [r[2] for r in rows], uids, versions, [r[3] for r in rows]]
+        )
+
+    return cycle, conn
+
+
+# -- timing ---------------------------------------------------------------------------------
+def interleave(
+    contenders: dict[str, Cycle], rounds: int, warmup: int = 1
+) -> dict[str, dict[str, list[float]]]:
+    """Seconds per cycle of each contender, wall and this thread's CPU, one figure per
+    round; the order rotates each round (``benchmarks.fair.interleave``, with both clocks)."""
+    names = list(contenders)
+    out: dict[str, dict[str, list[float]]] = {n: {"wall": [], "cpu": []} for n in names}
+    for r in range(warmup + rounds):
+        gc.collect()
+        shift = r % len(names)
+        for name in names[shift:] + names[:shift]:
+            wall, cpu = time.perf_counter(), time.thread_time()
+            contenders[name]()
+            wall, cpu = time.perf_counter() - wall, time.thread_time() - cpu
+            if r >= warmup:
+                out[name]["wall"].append(wall)
+                out[name]["cpu"].append(cpu)
+    return out
+
+
+@contextmanager
+def _postgres() -> Iterator[Any]:
+    from tests.stores.pg import PgServer
+
+    server = PgServer(durable=True)  # the server's defaults: fsync on, as a deployment's
+    server.start()
+    try:
+        yield server
+    finally:
+        server.destroy()
+
+
+def _rows(
+    times: dict[str, dict[str, list[float]]], floors: dict[str, str], n: int, rounds: int
+) -> dict[str, Metric]:
+    out: dict[str, Metric] = {}
+    for name, floor in floors.items():
+        base = times[floor]
+        for clock in ("wall", "cpu"):
+            ours = times[name][clock]
+            out[f"cycle_{name}_vs_{floor}_{clock}"] = metric(
+                ratios(ours, base[clock]),
+                "info",
+                ours=ours,
+                base=base[clock],
+                unit="ms/cycle",
+                scale=1e3,
+                what=f"a poll cycle of {n} Pods (2 % changing), {name.replace('_', ' ')} "
+                f"÷ the hand-written floor {floor.replace('_', ' ')} "
+                f"({'wall' if clock == 'wall' else 'client CPU'} time, {rounds} rounds)",
+            )
+    return out
+
+
+CONTENDERS = {
+    # name: (store kind, observe_many?)
+    "memory_loop": ("memory", False),
+    "sqlite_loop": ("sqlite", False),
+    "sqlite_many": ("sqlite", True),
+    "postgres_loop": ("postgres", False),
+    "postgres_many": ("postgres", True),
+}
+
+
+def _library_store(kind: str, tmp: Path, server: Any, name: str) -> Any:
+    if kind == "memory":
+        return MemoryStore()
+    if kind == "sqlite":
+        return SQLiteStore(tmp / f"{name}.db")  # the defaults: FULL, no cache
+    from lifecycle.stores.postgres import PostgresStore
+
+    return PostgresStore(server.url(schema=name))  # the defaults: no cache
+
+
+def cycles(
+    n: int, rounds: int, postgres: bool, tmp: Path, server: Any = None
+) -> tuple[dict[str, dict[str, list[float]]], list[Any]]:
+    """Every contender's seconds per cycle at ``n`` Pods (and the stores to close)."""
+    contenders: dict[str, Cycle] = {
+        "floor_sqlite_full": handj_sqlite(tmp / f"floor-full-{n}.db", "FULL", n),
+        "floor_sqlite_normal": handj_sqlite(tmp / f"floor-normal-{n}.db", "NORMAL", n),
+    }
+    opened: list[Any] = []
+    if postgres:
+        cycle, conn = handj_postgres(server, f"floor{n}", n)
+        contenders["floor_postgres"] = cycle
+        opened.append(conn)
+    for name, (kind, many) in CONTENDERS.items():
+        if kind == "postgres" and not postgres:
+            continue
+        store = _library_store(kind, tmp, server, f"{name}{n}")
+        opened.append(store)
+        contenders[name] = library(store, n, name, many=many)
+    return interleave(contenders, rounds), opened
+
+
+def round_trips(server: Any, n: int) -> Metric:
+    """Round trips per cycle on PostgreSQL: the floor's, and the library's (a store with one
+    pooled connection, its other settings the defaults)."""
+    from lifecycle.stores.postgres import PostgresStore
+
+    from .postgres_floor import traced
+
+    found: dict[str, float] = {}
+    cycle, conn = handj_postgres(server, "trips_floor", n)
+    cycle()
+    with traced(conn) as count:
+        cycle()
+        found["floor_postgres"] = count()
+    conn.close()
+    for name, many in (("postgres_loop", False), ("postgres_many", True)):
+        store = PostgresStore(server.url(schema=f"trips_{name}"), pool_size=1)
+        try:
+            run = library(store, n, name, many=many)
+            run()  # warm: statements prepared
+            with store._pool.connection() as pooled:  # the pool's only connection
+                pass
+            with traced(pooled) as count:
+                run()
+                found[name] = count()
+        finally:
+            store.close()
+    return {
+        "ratio": found["postgres_many"],
+        "range": [found["postgres_many"]] * 2,
+        "target": "info",
+        "met": None,
+        "unit": "round trips",
+        "what": f"round trips per poll cycle of {n} Pods on PostgreSQL, observe_many by pages "
+        f"of {PAGE} (defaults; counted in libpq's trace on a one-connection pool)",
+        "note": ", ".join(f"{k} {v:.0f}" for k, v in found.items()),
+    }
+
+
+def growth(tmp: Path, postgres: bool, server: Any) -> dict[str, Metric]:
+    """Cost per Pod of a cycle at 100 000 Pods ÷ at 1 000, each contender beside its floor
+    (one round each size: a cycle of 100 000 Pods is long)."""
+    small, large = 1_000, 100_000
+    picked = ["memory_loop", "sqlite_many"] + (["postgres_many"] if postgres else [])
+    per_pod: dict[int, dict[str, float]] = {}
+    for n in (small, large):
+        floors: dict[str, Cycle] = {
+            "floor_sqlite_full": handj_sqlite(tmp / f"g-floor-{n}.db", "FULL", n)
+        }
+        opened: list[Any] = []
+        if postgres:
+            cycle, conn = handj_postgres(server, f"gfloor{n}", n)
+            floors["floor_postgres"] = cycle
+            opened.append(conn)
+        contenders = dict(floors)
+        for name in picked:
+            kind, many = CONTENDERS[name]
+            store = _library_store(kind, tmp, server, f"g{name}{n}")
+            opened.append(store)
+            contenders[name] = library(store, n, name, many=many)
+        times = interleave(contenders, rounds=3 if n == small else 1)
+        per_pod[n] = {k: statistics.median(v["wall"]) / n for k, v in times.items()}
+        for o in opened:
+            o.close()
+    out: dict[str, Metric] = {}
+    for name in picked:
+        floor = "floor_postgres" if name.startswith("postgres") else "floor_sqlite_full"
+        ours = per_pod[large][name] / per_pod[small][name]
+        theirs = per_pod[large][floor] / per_pod[small][floor]
+        out[f"cycle_growth_{name}"] = {
+            "ratio": ours,
+            "range": [ours, ours],
+            "target": "info",
+            "met": None,
+            "what": f"wall time per Pod of a cycle at {large} Pods ÷ at {small}, "
+            f"{name.replace('_', ' ')} (the defaults)",
+            "note": f"the floor ({floor.replace('_', ' ')}) grows {theirs:.2f}x; per Pod: "
+            f"{per_pod[small][name] * 1e6:.1f} -> {per_pod[large][name] * 1e6:.1f} us "
+            f"(floor {per_pod[small][floor] * 1e6:.2f} -> {per_pod[large][floor] * 1e6:.2f} us)",
+        }
+    return out
+
+
+def suite(quick: bool, postgres: bool = True) -> dict[str, Metric]:
+    n, rounds = (1_000, 3) if quick else (10_000, 3)
+    floors = {
+        "memory_loop": "floor_sqlite_full",
+        "sqlite_loop": "floor_sqlite_full",
+        "sqlite_many": "floor_sqlite_full",
+    }
+    if postgres:
+        floors |= {"postgres_loop": "floor_postgres", "postgres_many": "floor_postgres"}
+    out: dict[str, Metric] = {}
+    with tempfile.TemporaryDirectory() as d, _postgres() if postgres else _none() as server:
+        tmp = Path(d)
+        times, opened = cycles(n, rounds, postgres, tmp, server)
+        for o in opened:
+            o.close()
+        out |= _rows(times, floors, n, rounds)
+        normal = times["floor_sqlite_normal"]["wall"]
+        full = times["floor_sqlite_full"]["wall"]
+        out["cycle_floor_sqlite_normal_vs_full_wall"] = metric(
+            ratios(normal, full),
+            "info",
+            ours=normal,
+            base=full,
+            unit="ms/cycle",
+            scale=1e3,
+            what=f"the floor itself: SQLite NORMAL ÷ FULL, a cycle of {n} Pods (wall)",
+        )
+        if postgres:
+            out["cycle_postgres_round_trips"] = round_trips(server, n)
+        if not quick:
+            out |= growth(tmp, postgres, server)
+    return out
+
+
+@contextmanager
+def _none() -> Iterator[None]:
+    yield None
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--no-postgres", action="store_true")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args(argv)
+    found = suite(args.quick, postgres=not args.no_postgres)
+    if args.json:
+        json.dump(found, sys.stdout, indent=2)
+        return 0
+    for name, m in found.items():
+        lo, hi = m["range"]
+        sides = f"  {m['ours']:.1f} / {m['baseline']:.1f} ms" if "ours" in m else ""
+        print(f"{name:52} {m['ratio']:8.2f} [{lo:.2f}-{hi:.2f}]{sides}  {m.get('note', '')}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
