@@ -240,7 +240,6 @@ def test_the_property_fails_when_a_deadline_is_wrong(wrong: Any) -> None:
 
     Broken.table = broken_table
     broken = Broken()
-    _, samples = CASES[0]
     stalled = [
         Submitted(at=EPOCH, stall_threshold_s=5.0),
         WorkloadCreated(at=EPOCH),
@@ -250,21 +249,6 @@ def test_the_property_fails_when_a_deadline_is_wrong(wrong: Any) -> None:
     check_requeue(JOB, stalled)  # the shipped deadline holds on this very sequence
     with pytest.raises(AssertionError):
         check_requeue(broken, stalled)
-
-    @hypothesis.settings(
-        max_examples=200,
-        deadline=None,
-        database=None,
-        derandomize=True,
-        phases=[hypothesis.Phase.generate],
-        suppress_health_check=list(HealthCheck),
-    )
-    @given(sequence=timer_sequences(broken, samples))
-    def hosts_agree(sequence: list[Observation]) -> None:
-        check_requeue(broken, sequence, horizon=timedelta(seconds=15))
-
-    with pytest.raises(AssertionError):
-        hosts_agree()
 
 
 # -- the declaration ---------------------------------------------------------------------------

@@ -10,6 +10,7 @@ import asyncio
 import functools
 import json
 import logging
+import os
 import random
 import string
 from collections.abc import Iterator
@@ -168,6 +169,11 @@ def flip(i: int) -> pod.InstancePending | pod.InstanceRunning:
     return pod.InstanceRunning(at=at) if i % 2 else pod.InstancePending(at=at)
 
 
+#: Flips with the Events API down, and the record bound they overflow: the issue's 1 000 at
+#: 8 KiB in a soak run; ``make test`` runs the short form (the same overflow, sooner).
+FLIPS, RECORD_BYTES = (1000, 8192) if os.environ.get("LIFECYCLE_SOAK") == "1" else (300, 2048)
+
+
 def test_a_thousand_flips_with_the_events_api_down_keep_the_status_current(
     server: FakeApiServer, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -177,7 +183,7 @@ def test_a_thousand_flips_with_the_events_api_down_keep_the_status_current(
         resources={"Pod": PODS},
         sleep=lambda _: None,
         reader=lambda r, namespace, name: server.object(r.plural, namespace, name),  # informer
-        max_record_bytes=8192,  # 32 KiB holds ~3 800 such flips deflated: lost sooner here
+        max_record_bytes=RECORD_BYTES,  # 32 KiB holds ~3 800 such flips deflated: lost sooner
     )
     events = emitter(server)
     runner = Runner(store, [events], links=())
@@ -186,14 +192,14 @@ def test_a_thousand_flips_with_the_events_api_down_keep_the_status_current(
     runner.flush(10.0)
     server.outage("/events")
     with caplog.at_level(logging.WARNING, logger="lifecycle.stores"):
-        for i in range(1000):
+        for i in range(FLIPS):
             result = runner.observe(POD_A, flip(i))
             assert result.error is None, (i, result.error)
     given_up = [r for r in caplog.records if "given up" in r.getMessage()]
     assert len(given_up) == 1  # logged once for the outage
     # the status in the API is the last one committed
     data = record(server, POD_A)
-    assert data["version"] == 1002
+    assert data["version"] == FLIPS + 2
     assert stored(server, POD_A)["status"]["phase"] == "Running"
     assert len(message_of(server, POD_A).encode()) <= store.core.max_record_bytes
     lost = store.events_given_up
@@ -223,7 +229,7 @@ def test_a_thousand_flips_with_the_events_api_down_keep_the_status_current(
     assert warnings[0]["type"] == "Warning"
     # every flip either reached the API as an Event or is counted in the Warning
     sent = [e for e in server.events_regarding(POD_A.name) if e not in warnings]
-    assert lost + sum(int((e.get("series") or {}).get("count") or 1) for e in sent) >= 1000
+    assert lost + sum(int((e.get("series") or {}).get("count") or 1) for e in sent) >= FLIPS
     runner.close(5.0)
     store.close()
 
