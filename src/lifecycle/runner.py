@@ -396,7 +396,7 @@ class Runner:
         capability; a store without it is a ``TypeError``), so the answer survives a restart
         and the hot path keeps no per-object state. It reads every record of every machine
         with a timer row: a host with many objects requeues each from its
-        :attr:`Result.next_tick <lifecycle.Result.next_tick>` and calls this once at start-up
+        ``Result.next_tick`` and calls this once at start-up
         (ADR 0149)."""
         from . import _requeue
 

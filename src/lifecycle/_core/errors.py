@@ -86,7 +86,7 @@ class MissingExtra(LifecycleError, ImportError):
     The message is one line: what needs it, the extra by name and the one command that
     installs it (``... needs the 'diagrams' extra (transitions is not installed): pip install
     'lifecycle-machines[diagrams]'``); the CLI prints it and exits 4. An ``ImportError``, so
-    ``except ImportError`` catches it too. :attr:`extra` names the extra, :attr:`missing` the
+    ``except ImportError`` catches it too. ``extra`` names the extra, ``missing`` the
     module that could not be imported (``None`` if unknown).
     """
 
