@@ -203,6 +203,8 @@ def readme_problems(work: Path, block_sdks: bool, extras_only: bool = False) -> 
         if not any(c.startswith(key) for c, _ in commands)
     ]
     shutil.copytree(ROOT / "examples", work / "examples", dirs_exist_ok=True)
+    # `lifecycle docs --check` compares the pages it would write with these
+    shutil.copytree(ROOT / "docs" / "machines", work / "docs" / "machines", dirs_exist_ok=True)
     (work / ".demo").mkdir(exist_ok=True)
     if block_sdks:  # this interpreter, the SDKs blocked in every command it runs
         prefix = [sys.executable, str(Path(__file__).resolve()), "--run", "--block"]

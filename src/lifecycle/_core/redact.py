@@ -595,8 +595,13 @@ def redact(text: str) -> str:
                 secret = _looks_random(token)
             else:  # Modal ak-/as- (22 random letters and digits), not a pool ``as-prod2025``
                 body = token[3:]
-                if "_" in body:  # a secret may hold ``_``; names joined by it read as words
-                    secret = _mixed_case(body) and not _name_like(body, loose=False)
+                if "_" in body:  # a secret may hold ``_``; names joined by it read as words,
+                    # but a token's length of mixed case with digits is random even where a
+                    # run of it happens to read as a word
+                    secret = _mixed_case(body) and (
+                        not _name_like(body, loose=False)
+                        or (len(body) >= 20 and any(c.isdigit() for c in body))
+                    )
                 else:
                     secret = _mixed_case(body) or (
                         len(body) >= 20 and any(c.isdigit() for c in body) and not body.isdigit()
