@@ -205,7 +205,53 @@ class _Reading:
         return None if found is None else Reply(200, copy.deepcopy(dict(found)))
 
 
-class KubernetesStore:
+class _Facts:
+    """What a Kubernetes store handle (sync or asyncio) tells of itself: its record bound
+    (ADR 0144), the events it gave up (0145), its epoch and the rewinds it found (0146)."""
+
+    core: StatusCore
+
+    def record_limit(self, kind: str) -> int | None:
+        """The most bytes one record of ``kind`` takes here (``max_record_bytes``, or 1 MiB
+        in a resource's ``record_field``; ``None`` for a kind ``resources`` does not map):
+        the runners check the machines' declared limits against it at start-up (ADR 0144)."""
+        return self.core.bound(kind) if kind in self.core.resources else None
+
+    def record_size(self, machine: Machine[Any], status: Any) -> int:
+        """The bytes the record of ``status`` takes here with nothing undelivered."""
+        return self.core.record_size(machine, status)
+
+    @property
+    def events_given_up(self) -> int:
+        """Undelivered events this store gave up so that a status could be written (the
+        outbox would not fit the record otherwise: the Events are down); each object's
+        record keeps one Warning that counts its own (ADR 0145)."""
+        return self.core.events_given_up
+
+    @property
+    def epoch(self) -> str:
+        """The epoch this handle stamps events with (ADR 0146): drawn at random when the store
+        is made and again whenever it finds a record behind what it wrote."""
+        return self.core.watch.epoch
+
+    @property
+    def rewinds(self) -> list[Rewind]:
+        """The latest records this handle found behind what it wrote (bounded)."""
+        return list(self.core.watch.rewinds)
+
+    @property
+    def rewind_count(self) -> int:
+        """Every rewind this handle found (``lifecycle_store_rewinds_total``)."""
+        return self.core.watch.rewind_count
+
+    @property
+    def epochs_started(self) -> int:
+        """Epochs started after a rewind (the handle's first is its own, not a lost history:
+        ``lifecycle_store_epochs``)."""
+        return self.core.watch.rewind_count
+
+
+class KubernetesStore(_Facts):
     """The store on the status subresource (see the module); ``resources`` maps each ref
     kind to its :class:`CustomResource` (``{"Pod": PODS, "Certification":
     CustomResource("gpu.example.com", "v1", "certifications")}``); a kind it does not map
@@ -246,45 +292,6 @@ class KubernetesStore:
         self.transport: Transport = ApiTransport(api) if transport is None else transport
         self._reading = _Reading(reader)
         self._sleep = sleep
-
-    def record_limit(self, kind: str) -> int | None:
-        """The most bytes one record of ``kind`` takes here (``max_record_bytes``, or 1 MiB
-        in a resource's ``record_field``; ``None`` for a kind ``resources`` does not map):
-        the runners check the machines' declared limits against it at start-up (ADR 0144)."""
-        return self.core.bound(kind) if kind in self.core.resources else None
-
-    def record_size(self, machine: Machine[Any], status: Any) -> int:
-        """The bytes the record of ``status`` takes here with nothing undelivered."""
-        return self.core.record_size(machine, status)
-
-    @property
-    def events_given_up(self) -> int:
-        """Undelivered events this store gave up so that a status could be written (the
-        outbox would not fit the record otherwise: the Events are down); each object's
-        record keeps one Warning that counts its own (ADR 0145)."""
-        return self.core.events_given_up
-
-    @property
-    def epoch(self) -> str:
-        """The epoch this handle stamps events with (ADR 0146): drawn at random when the store
-        is made and again whenever it finds a record behind what it wrote."""
-        return self.core.watch.epoch
-
-    @property
-    def rewinds(self) -> list[Rewind]:
-        """The latest records this handle found behind what it wrote (bounded)."""
-        return list(self.core.watch.rewinds)
-
-    @property
-    def rewind_count(self) -> int:
-        """Every rewind this handle found (``lifecycle_store_rewinds_total``)."""
-        return self.core.watch.rewind_count
-
-    @property
-    def epochs_started(self) -> int:
-        """Epochs started after a rewind (the handle's first is its own, not a lost history:
-        ``lifecycle_store_epochs``)."""
-        return self.core.watch.rewind_count
 
     def _run(self, steps: Steps) -> Any:
         try:
@@ -377,7 +384,7 @@ class _ThreadTransport:
             close()
 
 
-class AsyncKubernetesStore:
+class AsyncKubernetesStore(_Facts):
     """:class:`KubernetesStore` for asyncio: the same steps, awaited. ``transport``: anything
     with ``async send(Call) -> Reply`` (an asyncio HTTP client of the host's); default, the
     ``kubernetes`` client on one worker thread (:class:`ApiTransport`)."""
@@ -410,45 +417,6 @@ class AsyncKubernetesStore:
             _ThreadTransport(ApiTransport(api)) if transport is None else transport
         )
         self._reading = _Reading(reader)
-
-    def record_limit(self, kind: str) -> int | None:
-        """The most bytes one record of ``kind`` takes here (``max_record_bytes``, or 1 MiB
-        in a resource's ``record_field``; ``None`` for a kind ``resources`` does not map):
-        the runners check the machines' declared limits against it at start-up (ADR 0144)."""
-        return self.core.bound(kind) if kind in self.core.resources else None
-
-    def record_size(self, machine: Machine[Any], status: Any) -> int:
-        """The bytes the record of ``status`` takes here with nothing undelivered."""
-        return self.core.record_size(machine, status)
-
-    @property
-    def events_given_up(self) -> int:
-        """Undelivered events this store gave up so that a status could be written (the
-        outbox would not fit the record otherwise: the Events are down); each object's
-        record keeps one Warning that counts its own (ADR 0145)."""
-        return self.core.events_given_up
-
-    @property
-    def epoch(self) -> str:
-        """The epoch this handle stamps events with (ADR 0146): drawn at random when the store
-        is made and again whenever it finds a record behind what it wrote."""
-        return self.core.watch.epoch
-
-    @property
-    def rewinds(self) -> list[Rewind]:
-        """The latest records this handle found behind what it wrote (bounded)."""
-        return list(self.core.watch.rewinds)
-
-    @property
-    def rewind_count(self) -> int:
-        """Every rewind this handle found (``lifecycle_store_rewinds_total``)."""
-        return self.core.watch.rewind_count
-
-    @property
-    def epochs_started(self) -> int:
-        """Epochs started after a rewind (the handle's first is its own, not a lost history:
-        ``lifecycle_store_epochs``)."""
-        return self.core.watch.rewind_count
 
     async def _run(self, steps: Steps) -> Any:
         try:
