@@ -34,23 +34,6 @@ def transition(i: int = 0, reason: str = "Running") -> Transition:
 
 
 @pytest.fixture
-def server() -> Iterator[FakeApiServer]:
-    s = FakeApiServer()
-    yield s
-    s.release()
-    s.close()
-
-
-@pytest.fixture
-def api_client(server: FakeApiServer) -> Iterator[Any]:
-    config = kubernetes_client.Configuration()
-    config.host = server.url
-    c = kubernetes_client.ApiClient(config)
-    yield c
-    c.close()
-
-
-@pytest.fixture
 def made() -> Iterator[list[KubernetesEmitter]]:
     emitters: list[KubernetesEmitter] = []
     yield emitters

@@ -7,12 +7,10 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
 
 import pytest
-from kubernetes import client as kubernetes_client  # type: ignore[import-untyped]
 
 from lifecycle import EventType, ObjectRef, Transition
 from lifecycle._testing.fake_api.server import FakeApiServer, Request
@@ -33,23 +31,6 @@ LOGGER = "lifecycle.emitters.kubernetes"
 def transition(i: int = 0, pod: str = "trainer") -> Transition:
     ref = ObjectRef("Pod", "ml", f"{pod}-{i}", f"uid-{pod}-{i}")
     return Transition(ref, "pod", "", "Running", "Running", EventType.NORMAL, "m", 1, EPOCH)
-
-
-@pytest.fixture
-def server() -> Iterator[FakeApiServer]:
-    s = FakeApiServer()
-    yield s
-    s.release()
-    s.close()
-
-
-@pytest.fixture
-def api_client(server: FakeApiServer) -> Iterator[Any]:
-    config = kubernetes_client.Configuration()
-    config.host = server.url
-    c = kubernetes_client.ApiClient(config)
-    yield c
-    c.close()
 
 
 def emitter(sink: Any, **kw: Any) -> KubernetesEmitter:

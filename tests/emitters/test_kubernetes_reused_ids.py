@@ -5,14 +5,12 @@ before and after a restart; a redelivery of the same content is still one Event.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from kubernetes import client as kubernetes_client  # type: ignore[import-untyped]
 
 from lifecycle import EventType, ObjectRef, Transition
 from lifecycle._log import get_logger
@@ -47,23 +45,6 @@ def in_api(events: list[dict[str, Any]]) -> list[tuple[str, str, str]]:
 
 def content(t: Transition) -> tuple[str, str, str]:
     return (t.reason, t.type.value, t.message)
-
-
-@pytest.fixture
-def server() -> Iterator[FakeApiServer]:
-    s = FakeApiServer()
-    yield s
-    s.release()
-    s.close()
-
-
-@pytest.fixture
-def api_client(server: FakeApiServer) -> Iterator[Any]:
-    config = kubernetes_client.Configuration()
-    config.host = server.url
-    c = kubernetes_client.ApiClient(config)
-    yield c
-    c.close()
 
 
 def emitter(sink: Any, **kw: Any) -> KubernetesEmitter:
