@@ -14,8 +14,9 @@ from typing import Any
 
 from kubernetes import client as kubernetes_client  # type: ignore[import-untyped]
 
-from lifecycle import ObjectRef, Runner
+from lifecycle import ObjectRef, Runner, Transition
 from lifecycle._protocol import Result as RunResult
+from lifecycle.emitters._k8s.event import event_name, id_suffix
 from lifecycle.emitters.kubernetes import ApiEventSink, KubernetesEmitter, ManualClock
 from lifecycle.machines import POD, MachineRegistry, pod
 from lifecycle.testing import FakeApiServer
@@ -101,6 +102,18 @@ def check_the_new_event_is_in_the_api(
     assert o.id != n.id, "the store handed out an id that names another event"
     assert (n.reason, n.type.value, n.message) in events_in_api(server)
     assert (o.reason, o.type.value, o.message) in events_in_api(server)
+
+
+def check_each_name_holds_its_event(server: FakeApiServer, committed: list[Transition]) -> None:
+    """No id names two contents among ``committed``, and the Event under each id's name in
+    the API holds that transition's content (reason, type, note)."""
+    contents: dict[str, tuple[str, str, str]] = {}
+    for t in committed:
+        content = (t.reason, t.type.value, t.message)
+        assert contents.setdefault(t.id, content) == content, f"{t.id} names two events"
+        event = server.events.get((REF.namespace, event_name(REF.name, id_suffix(t.id))))
+        assert event is not None, f"{t.id}: no Event under its name"
+        assert (event["reason"], event["type"], event["note"]) == content
 
 
 def put_status(server: FakeApiServer, path: str, status: dict[str, Any]) -> None:

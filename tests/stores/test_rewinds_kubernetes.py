@@ -19,7 +19,6 @@ from hypothesis import strategies as st
 
 from lifecycle import Conflict, LifecycleError, Observation, Transition
 from lifecycle._core.transition import stamp
-from lifecycle.emitters._k8s.event import event_name, id_suffix
 from lifecycle.machines import POD, pod
 from lifecycle.stores.kubernetes import (
     PODS,
@@ -33,6 +32,7 @@ from .rewind_harness import (
     AT,
     REF,
     api_client,
+    check_each_name_holds_its_event,
     check_the_new_event_is_in_the_api,
     emitter_of,
     first,
@@ -254,13 +254,7 @@ def test_no_interleaving_of_commits_rewinds_and_restarts_leaves_an_event_of_othe
             finally:
                 context.__exit__(None, None, None)
                 store.close()
-        contents: dict[str, tuple[str, str, str]] = {}
-        for t in committed:
-            content = (t.reason, t.type.value, t.message)
-            assert contents.setdefault(t.id, content) == content, f"{t.id} names two events"
-            event = server.events.get((REF.namespace, event_name(REF.name, id_suffix(t.id))))
-            assert event is not None, f"{t.id}: no Event under its name"
-            assert (event["reason"], event["type"], event["note"]) == content
+        check_each_name_holds_its_event(server, committed)
     finally:
         server.release()
         server.close()

@@ -24,13 +24,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from lifecycle import LifecycleError, Observation, SQLiteStore, Transition
-from lifecycle.emitters._k8s.event import event_name, id_suffix
 from lifecycle.machines import pod
 from lifecycle.testing import FakeApiServer
 
 from .rewind_harness import (
     AT,
     REF,
+    check_each_name_holds_its_event,
     check_the_new_event_is_in_the_api,
     emitter_of,
     events_in_api,
@@ -188,13 +188,7 @@ def test_no_interleaving_of_commits_restores_and_restarts_leaves_an_event_of_oth
             finally:
                 context.__exit__(None, None, None)
                 store.close()
-            contents: dict[str, tuple[str, str, str]] = {}
-            for t in committed:
-                content = (t.reason, t.type.value, t.message)
-                assert contents.setdefault(t.id, content) == content, f"{t.id} names two events"
-                event = server.events.get((REF.namespace, event_name(REF.name, id_suffix(t.id))))
-                assert event is not None, f"{t.id}: no Event under its name"
-                assert (event["reason"], event["type"], event["note"]) == content
+            check_each_name_holds_its_event(server, committed)
         finally:
             server.release()
             server.close()
