@@ -31,8 +31,8 @@ field names) merged into what the object has: fields and conditions of other wri
 kept, fields this store wrote before and no longer renders are removed.
 
 :class:`AsyncKubernetesStore` is the same store for asyncio (the same steps, written once,
-driven by awaiting a transport). Both handles are built, and step through a program, by one
-base (:class:`_Handle`); each adds only how it waits and sends (ADR 0152).
+driven by awaiting a transport). The two handles share one base that builds them and runs
+the steps; each adds only how it waits before a retry and how it sends (ADR 0152).
 """
 
 from __future__ import annotations
