@@ -13,7 +13,7 @@ from .errors import ApiNotConfigured
 __all__ = ["configuration", "kubernetes_client", "own_client"]
 
 
-def kubernetes_client(needs: str = "the Kubernetes Event API sink") -> Any:
+def kubernetes_client(needs: str) -> Any:
     """The ``kubernetes.client`` module; :class:`~lifecycle.MissingExtra` naming the
     ``kubernetes`` extra (and ``needs``, what wanted it) when it is not installed."""
     try:
@@ -23,7 +23,7 @@ def kubernetes_client(needs: str = "the Kubernetes Event API sink") -> Any:
     return kubernetes.client
 
 
-def configuration(api: Any, needs: str = "the Kubernetes Event API sink") -> Any:
+def configuration(api: Any, needs: str) -> Any:
     """The client configuration of ``api`` -- an ``ApiClient``, an API object over one
     (``EventsV1Api``, ``CoreV1Api``), or ``None`` for the loaded default (a copy) -- refused
     with :class:`ApiNotConfigured` when it names no API server."""
@@ -48,7 +48,7 @@ def own_client(configuration: Any) -> Any:
     retries off (the caller's tries are the one retry policy) and its pools the ones that
     bound each request (:mod:`lifecycle._k8s_api.pools`, where urllib3 is first imported),
     so nothing of the host's own calls changes."""
-    client = kubernetes_client()
+    client = kubernetes_client("an API client")  # imported already, with its configuration
     from .pools import bound  # urllib3: it came with the client
 
     own = copy.deepcopy(configuration)

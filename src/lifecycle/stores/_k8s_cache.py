@@ -18,6 +18,8 @@ from .._k8s_api.uids import is_derived_uid
 from ._k8s_record import CustomResource
 
 _GONE = 410
+#: Who needs the ``kubernetes`` extra, in the message that names it.
+_NEEDS = "the Kubernetes object cache"
 _TYPES = frozenset({"ADDED", "MODIFIED", "DELETED"})
 
 
@@ -62,8 +64,7 @@ class ObjectCache:
         label_selector: str = "",
         request_timeout: float = 10.0,
     ) -> None:
-        needs = "the Kubernetes object cache"
-        self.api_client = kubernetes_client(needs).ApiClient(configuration(api, needs))
+        self.api_client = kubernetes_client(_NEEDS).ApiClient(configuration(api, _NEEDS))
         self.resources = dict(resources)
         self.namespace = namespace
         self.label_selector = label_selector
@@ -117,7 +118,7 @@ class ObjectCache:
                         self._versions[kind] = str(version or self._versions[kind])
                         continue
                     changes.append(self._put(kind, event["type"], event["object"]))
-        except kubernetes_client().exceptions.ApiException as e:
+        except kubernetes_client(_NEEDS).exceptions.ApiException as e:
             if e.status != _GONE:
                 raise
             return changes + self.sync([kind])

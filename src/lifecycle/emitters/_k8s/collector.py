@@ -73,7 +73,7 @@ class EventCollector:
     def from_api(cls, api: Any = None, namespace: str | None = None) -> EventCollector:
         """Lists with ``EventsV1Api`` (one namespace, or all of them); ``api`` is an
         ``EventsV1Api``, an ``ApiClient`` or ``None`` for the default configuration."""
-        client = kubernetes_client()
+        client = kubernetes_client("the Kubernetes Event collector")
         serializer = client.ApiClient()
         events_api = (
             client.EventsV1Api(api) if api is None or isinstance(api, client.ApiClient) else api

@@ -26,6 +26,9 @@ MAX_REPLY_BYTES = 64 * 1024
 
 STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
 
+#: Who needs the ``kubernetes`` extra, in the message that names it.
+_NEEDS = "the Kubernetes Event API sink"
+
 
 class ServerBusy(SinkError):
     """429, or a 5xx carrying ``Retry-After``: client-go's REST client retries these itself
@@ -56,8 +59,8 @@ class ApiEventSink:
         deadline: float = REQUEST_DEADLINE,
         max_reply_bytes: int = MAX_REPLY_BYTES,
     ) -> None:
-        client = kubernetes_client()
-        found = configuration(api)
+        found = configuration(api, _NEEDS)
+        client = kubernetes_client(_NEEDS)
         if deadline <= 0 or max_reply_bytes < 1:
             raise ValueError("deadline and max_reply_bytes must be positive")
         self.api = client.EventsV1Api(own_client(found))  # one retry policy: the emitter's
