@@ -30,9 +30,7 @@ def configuration(api: Any, needs: str) -> Any:
     client = kubernetes_client(needs)
     if api is None:
         found = client.Configuration.get_default_copy()
-    elif isinstance(api, client.ApiClient):
-        found = api.configuration
-    else:
+    else:  # an API object holds its ApiClient as ``api_client``
         found = getattr(api, "api_client", api).configuration
     if not getattr(found, "host", ""):
         raise ApiNotConfigured(

@@ -120,7 +120,8 @@ class ApiTransport:
     """Sends :class:`Call` s with the ``kubernetes`` client: through an ``ApiClient`` of
     its own built from ``api``'s configuration (the client's retries off: the store retries),
     each request within ``deadline`` seconds in all and its reply within ``max_reply_bytes``.
-    ``api``: an ``ApiClient``, or ``None`` for the default configuration."""
+    ``api``: an ``ApiClient`` (or an API object over one), or ``None`` for the default
+    configuration."""
 
     def __init__(
         self,
