@@ -139,8 +139,8 @@ def test_the_api_sink_and_transport_name_the_kubernetes_extra(tmp_path: Path) ->
         """
 from lifecycle import MissingExtra
 from lifecycle.emitters.kubernetes import ApiEventSink
-from lifecycle.stores.kubernetes import ApiTransport
-for build in (ApiEventSink, ApiTransport):
+from lifecycle.stores.kubernetes import PODS, ApiTransport, ObjectCache
+for build in (ApiEventSink, ApiTransport, lambda: ObjectCache(resources={"Pod": PODS})):
     try:
         build()
     except MissingExtra as e:
@@ -152,9 +152,11 @@ for build in (ApiEventSink, ApiTransport):
     done = run_blocked(str(code))
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
-    assert len(lines) == 2
-    for line in lines:
+    assert len(lines) == 3
+    needs = ["Event API sink", "status store's API transport", "object cache"]
+    for line, what in zip(lines, needs, strict=True):
         assert line.count("pip install 'lifecycle-machines[kubernetes]'") == 1, line
+        assert line.startswith(f"the Kubernetes {what} needs"), line
 
 
 # -- the commands: one line naming the extra, its pip command once, exit 4 ----------------------

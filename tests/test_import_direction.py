@@ -13,6 +13,10 @@ still breaks when the annotation is evaluated (``typing.get_type_hints``, attrs)
 goes to the module an import names: ``from pkg import sub`` names the submodule ``pkg.sub``,
 ``from pkg import name`` the package ``pkg``; a parent package that Python imports on the
 way in is not an edge (it would make every package a circle with its own modules).
+
+A store never imports an emitter, nor an emitter a store (issue 36, ADR 0152): what the
+Kubernetes status store and the Kubernetes Event emitter both need of the API server is in the
+wing below them, ``lifecycle._k8s_api``, which imports only the kernel.
 """
 
 from __future__ import annotations
@@ -265,6 +269,8 @@ def test_the_parser_sees_relative_lazy_and_guarded_imports(tmp_path: Path) -> No
             "adapters",
             ("lifecycle._core", "lifecycle.machines", "lifecycle._log", "lifecycle.adapters"),
         ),
+        # The Kubernetes API wing below the stores and the emitters (ADR 0152): neither side.
+        ("_k8s_api", ("lifecycle._core", "lifecycle._k8s_api")),
     ],
 )
 def test_a_layer_imports_only_what_lies_below_it(layer: str, allowed: tuple[str, ...]) -> None:
@@ -312,3 +318,41 @@ def test_only_the_testing_face_and_trace_faults_import_the_test_doubles() -> Non
         if name.startswith(("lifecycle._testing", "lifecycle.testing"))
     ]
     assert hits == []
+
+
+#: Sides that never import each other (issue 36): each stands on the wing below both, which
+#: imports neither (ADR 0152).
+SIDES = ("lifecycle.stores", "lifecycle.emitters")
+WING = "lifecycle._k8s_api"
+
+
+def reaches(module: str, prefix: str) -> bool:
+    return module == prefix or module.startswith(prefix + ".")
+
+
+def imports_into(package: str, forbidden: tuple[str, ...]) -> list[str]:
+    """Every import, by a module of ``package``, of a module under one of ``forbidden``."""
+    return [
+        f"{path.relative_to(PACKAGE.parent)}:{line}: imports {name}"
+        for path in sorted(
+            (PACKAGE / package.removeprefix("lifecycle.").replace(".", "/")).rglob("*.py")
+        )
+        for line, name in imported(path)
+        if any(reaches(name, f) for f in forbidden)
+    ]
+
+
+@pytest.mark.parametrize("side", SIDES)
+def test_a_store_never_imports_an_emitter_nor_an_emitter_a_store(side: str) -> None:
+    """``stores/kubernetes.py`` once imported the emitter's transport, its pools and a
+    private ``_client``, and ``stores/_k8s_cache.py`` the emitter for ``is_derived_uid``:
+    what both sides need of the Kubernetes API is in the wing below them."""
+    other = tuple(s for s in SIDES if s != side)
+    assert imports_into(side, other) == []
+
+
+def test_both_sides_stand_on_the_wing() -> None:
+    """The wing is what they share: the store and the emitter each import it (the wing
+    itself imports only the kernel: its row in the layer check above)."""
+    for side in SIDES:
+        assert imports_into(side, (WING,)), side

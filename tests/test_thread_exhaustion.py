@@ -294,7 +294,7 @@ def test_the_kubernetes_emitter_closes_with_what_it_could_not_send_in_the_outbox
 
 
 def test_kubernetes_requests_run_without_the_deadline_thread(no_threads: NoThreads) -> None:
-    from lifecycle.emitters._k8s.transport import Deadlines
+    from lifecycle._k8s_api.deadlines import Deadlines
 
     deadlines = Deadlines()
     for _ in range(2):

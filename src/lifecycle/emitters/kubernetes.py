@@ -46,6 +46,8 @@ from .._core.machine import Machine
 from .._core.redact import redact
 from .._core.refs import ObjectRef
 from .._core.transition import Transition
+from .._k8s_api.errors import ApiNotConfigured, RequestDeadline, SinkError
+from .._k8s_api.uids import is_derived_uid
 from ..machines import MachineFacts, default_registry
 from ._k8s.collector import EventCollector, EventRow, project
 from ._k8s.correlator import (
@@ -65,7 +67,6 @@ from ._k8s.correlator import (
     NotFound,
     Rejected,
     RequestConstructionError,
-    SinkError,
     record_event,
     utc_now,
 )
@@ -85,15 +86,7 @@ from ._k8s.event import (
     unix_nanos,
 )
 from ._k8s.simulate import EventTableRow, format_event_table, simulate
-from ._k8s.sinks import (
-    MAX_REPLY_BYTES,
-    REQUEST_DEADLINE,
-    ApiEventSink,
-    ApiNotConfigured,
-    MemoryEventSink,
-    ServerBusy,
-)
-from ._k8s.transport import RequestDeadline
+from ._k8s.sinks import MAX_REPLY_BYTES, REQUEST_DEADLINE, ApiEventSink, MemoryEventSink, ServerBusy
 from .base import Ack, Acknowledge, delivery_key
 
 __all__ = [
@@ -197,13 +190,6 @@ def _api_versions(
 def _content_token(t: Transition) -> str:
     """What ``t`` records, as a short in-process token (it keys correlation, never sent)."""
     return f"{hash((t.type.value, t.reason, t.message, t.ref.uid)) & 0xFFFFFFFFFFFF:x}"
-
-
-def is_derived_uid(ref: ObjectRef) -> bool:
-    """Whether ``ref.uid`` is a key the library derived rather than the API server's uid: a
-    NodeClaim keyed ``<pod uid>-claim`` (:func:`lifecycle.links.claim_ref`). Such a uid is
-    never sent as ``regarding.uid``; only the host's ``resolve`` can supply the real one."""
-    return ref.kind == "NodeClaim" and ref.uid.endswith("-claim")
 
 
 def default_controller(transition: Transition) -> str:

@@ -13,11 +13,13 @@ from typing import Any
 import attrs
 
 from .._core.refs import ObjectRef
-from ..emitters._k8s.sinks import ApiNotConfigured, _client
-from ..emitters.kubernetes import is_derived_uid
+from .._k8s_api.client import configuration, kubernetes_client
+from .._k8s_api.uids import is_derived_uid
 from ._k8s_record import CustomResource
 
 _GONE = 410
+#: Who needs the ``kubernetes`` extra, in the message that names it.
+_NEEDS = "the Kubernetes object cache"
 _TYPES = frozenset({"ADDED", "MODIFIED", "DELETED"})
 
 
@@ -62,17 +64,7 @@ class ObjectCache:
         label_selector: str = "",
         request_timeout: float = 10.0,
     ) -> None:
-        client = _client()
-        configuration = (
-            client.Configuration.get_default_copy() if api is None else api.configuration
-        )
-        if not getattr(configuration, "host", ""):
-            raise ApiNotConfigured(
-                "the Kubernetes client has no API server: load a configuration first "
-                "(kubernetes.config.load_incluster_config() or load_kube_config()), or pass "
-                "an ApiClient"
-            )
-        self.api_client = client.ApiClient(configuration)
+        self.api_client = kubernetes_client(_NEEDS).ApiClient(configuration(api, _NEEDS))
         self.resources = dict(resources)
         self.namespace = namespace
         self.label_selector = label_selector
@@ -126,7 +118,7 @@ class ObjectCache:
                         self._versions[kind] = str(version or self._versions[kind])
                         continue
                     changes.append(self._put(kind, event["type"], event["object"]))
-        except _client().exceptions.ApiException as e:
+        except kubernetes_client(_NEEDS).exceptions.ApiException as e:
             if e.status != _GONE:
                 raise
             return changes + self.sync([kind])

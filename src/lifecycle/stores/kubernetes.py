@@ -31,7 +31,8 @@ field names) merged into what the object has: fields and conditions of other wri
 kept, fields this store wrote before and no longer renders are removed.
 
 :class:`AsyncKubernetesStore` is the same store for asyncio (the same steps, written once,
-driven by awaiting a transport).
+driven by awaiting a transport). The two handles share one base that builds them and runs
+the steps; each adds only how it waits before a retry and how it sends (ADR 0152).
 """
 
 from __future__ import annotations
@@ -42,13 +43,14 @@ import copy
 import json
 import time
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
-from typing import Any, Protocol
+from typing import Any, Generic, Protocol, TypeVar
 
 from .._core.machine import Machine
 from .._core.observation import Observation
 from .._core.refs import ObjectRef
 from .._core.transition import Transition
-from ..emitters._k8s.transport import Deadlines
+from .._k8s_api.client import configuration, kubernetes_client, own_client
+from .._k8s_api.deadlines import Deadlines
 from ._k8s_cache import ObjectCache, ObjectChange
 from ._k8s_record import (
     MAX_RECORD_BYTES,
@@ -118,7 +120,8 @@ class ApiTransport:
     """Sends :class:`Call` s with the ``kubernetes`` client: through an ``ApiClient`` of
     its own built from ``api``'s configuration (the client's retries off: the store retries),
     each request within ``deadline`` seconds in all and its reply within ``max_reply_bytes``.
-    ``api``: an ``ApiClient``, or ``None`` for the default configuration."""
+    ``api``: an ``ApiClient`` (or an API object over one), or ``None`` for the default
+    configuration."""
 
     def __init__(
         self,
@@ -128,29 +131,13 @@ class ApiTransport:
         deadline: float = 30.0,
         max_reply_bytes: int = 16 * 1024 * 1024,
     ) -> None:
-        from ..emitters._k8s.sinks import ApiNotConfigured, _client
-
-        client = _client("the Kubernetes status store's API transport")
-        from ..emitters._k8s.pools import bound  # urllib3: it came with the client
-
-        configuration = (
-            client.Configuration.get_default_copy() if api is None else api.configuration
-        )
-        if not getattr(configuration, "host", ""):
-            raise ApiNotConfigured(
-                "the Kubernetes client has no API server: load a configuration first "
-                "(kubernetes.config.load_incluster_config() or load_kube_config()), or pass "
-                "an ApiClient"
-            )
-        own = copy.deepcopy(configuration)
-        own.retries = False
-        self.api_client = client.ApiClient(own)
-        bound(self.api_client.rest_client.pool_manager)
+        needs = "the Kubernetes status store's API transport"
+        self.api_client = own_client(configuration(api, needs))
         self.request_timeout = request_timeout
         self.deadline = deadline
         self.max_reply_bytes = max_reply_bytes
         self._deadlines = Deadlines()
-        self._exception = client.exceptions.ApiException
+        self._exception = kubernetes_client(needs).exceptions.ApiException
 
     def send(self, call: Call) -> Reply:
         with self._deadlines.guard(self.deadline, self.max_reply_bytes) as guard:
@@ -205,11 +192,80 @@ class _Reading:
         return None if found is None else Reply(200, copy.deepcopy(dict(found)))
 
 
-class _Facts:
-    """What a Kubernetes store handle (sync or asyncio) tells of itself: its record bound
-    (ADR 0144), the events it gave up (0145), its epoch and the rewinds it found (0146)."""
+class _Run:
+    """One program of steps (:class:`StatusCore`'s) in progress: it answers the reads a host's
+    reader holds itself, and leaves the driver ``need`` -- a :class:`Pause` to wait or a
+    :class:`Call` to send, ``None`` once the program returned ``value``."""
 
-    core: StatusCore
+    __slots__ = ("_reading", "_steps", "need", "value")
+
+    def __init__(self, steps: Steps, reading: _Reading) -> None:
+        self._steps = steps
+        self._reading = reading
+        self.need: Call | Pause | None = None
+        self.value: Any = None
+        self.resume(None)
+
+    def resume(self, answer: Reply | None) -> None:
+        """Go on with ``answer`` (the :class:`Reply` to the last call; ``None`` after a
+        pause, or to start) up to the next step the driver must take."""
+        try:
+            step = self._steps.send(answer)
+            while isinstance(step, Call) and (cached := self._reading.cached(step)) is not None:
+                step = self._steps.send(cached)
+        except StopIteration as done:
+            self.need, self.value = None, done.value
+        else:
+            self.need = step
+
+
+_TransportT = TypeVar("_TransportT")
+_SleepT = TypeVar("_SleepT")
+
+
+class _Handle(Generic[_TransportT, _SleepT]):
+    """What a Kubernetes store handle (sync or asyncio) is built of and tells of itself: the
+    steps (:class:`StatusCore`), the transport it sends them through and how it waits between
+    tries (``_TransportT``, ``_SleepT``: the handle's own kind), and its record bound (ADR
+    0144), the events it gave up (0145), its epoch and the rewinds it found (0146). A subclass
+    adds only the driving: how a step is waited for or sent."""
+
+    #: Its calls are requests: telemetry times them.
+    does_io = True
+
+    def __init__(
+        self,
+        api: Any = None,
+        *,
+        resources: Mapping[str, CustomResource] | None = None,
+        namespace: str | None = None,
+        reader: Reader | None = None,
+        max_record_bytes: int = MAX_RECORD_BYTES,
+        max_tries: int = 4,
+        max_retry_after: float = 10.0,
+        pending_marks: int = 256,
+        transport: _TransportT | None = None,
+        sleep: _SleepT | None = None,
+    ) -> None:
+        self.core = StatusCore(
+            resources or {},
+            namespace=namespace,
+            max_record_bytes=max_record_bytes,
+            max_tries=max_tries,
+            max_retry_after=max_retry_after,
+            pending_marks=pending_marks,
+        )
+        self._own = transport is None
+        self.transport: _TransportT = self._api_transport(api) if transport is None else transport
+        self._sleep: _SleepT = self._default_sleep() if sleep is None else sleep
+        self._reading = _Reading(reader)
+
+    def _api_transport(self, api: Any) -> _TransportT:
+        """The transport the handle makes (and closes) when none is given."""
+        raise NotImplementedError
+
+    def _default_sleep(self) -> _SleepT:
+        raise NotImplementedError
 
     def record_limit(self, kind: str) -> int | None:
         """The most bytes one record of ``kind`` takes here (``max_record_bytes``, or 1 MiB
@@ -251,7 +307,7 @@ class _Facts:
         return self.core.watch.rewind_count
 
 
-class KubernetesStore(_Facts):
+class KubernetesStore(_Handle[Transport, Callable[[float], None]]):
     """The store on the status subresource (see the module); ``resources`` maps each ref
     kind to its :class:`CustomResource` (``{"Pod": PODS, "Certification":
     CustomResource("gpu.example.com", "v1", "certifications")}``); a kind it does not map
@@ -261,50 +317,24 @@ class KubernetesStore(_Facts):
     where the outbox is listed (``None``: every namespace). ``reader``: a :data:`Reader` that
     answers a load's first read from the host's cache (:meth:`ObjectCache.get`); the refs
     observed must carry the objects' real uids (:meth:`ObjectCache.ref`). ``transport``:
-    anything with ``send(Call) -> Reply`` (default: :class:`ApiTransport` on ``api``)."""
+    anything with ``send(Call) -> Reply`` (default: :class:`ApiTransport` on ``api``).
+    ``sleep``: how it waits before a retry (default :func:`time.sleep`)."""
 
-    #: Its calls are requests: telemetry times them.
-    does_io = True
+    def _api_transport(self, api: Any) -> Transport:
+        return ApiTransport(api)
 
-    def __init__(
-        self,
-        api: Any = None,
-        *,
-        resources: Mapping[str, CustomResource] | None = None,
-        namespace: str | None = None,
-        reader: Reader | None = None,
-        max_record_bytes: int = MAX_RECORD_BYTES,
-        max_tries: int = 4,
-        max_retry_after: float = 10.0,
-        pending_marks: int = 256,
-        transport: Transport | None = None,
-        sleep: Callable[[float], None] = time.sleep,
-    ) -> None:
-        self.core = StatusCore(
-            resources or {},
-            namespace=namespace,
-            max_record_bytes=max_record_bytes,
-            max_tries=max_tries,
-            max_retry_after=max_retry_after,
-            pending_marks=pending_marks,
-        )
-        self._own = transport is None
-        self.transport: Transport = ApiTransport(api) if transport is None else transport
-        self._reading = _Reading(reader)
-        self._sleep = sleep
+    def _default_sleep(self) -> Callable[[float], None]:
+        return time.sleep
 
     def _run(self, steps: Steps) -> Any:
-        try:
-            step = next(steps)
-            while True:
-                if isinstance(step, Pause):
-                    self._sleep(step.seconds)
-                    step = steps.send(None)
-                    continue
-                reply = self._reading.cached(step) or self.transport.send(step)
-                step = steps.send(reply)
-        except StopIteration as done:
-            return done.value
+        run = _Run(steps, self._reading)
+        while (need := run.need) is not None:
+            if isinstance(need, Pause):
+                self._sleep(need.seconds)
+                run.resume(None)
+            else:
+                run.resume(self.transport.send(need))
+        return run.value
 
     def load(self, machine: Machine[Any], ref: ObjectRef) -> Record | None:
         found: Record | None = self._run(self.core.load(machine, ref))
@@ -384,52 +414,27 @@ class _ThreadTransport:
             close()
 
 
-class AsyncKubernetesStore(_Facts):
+class AsyncKubernetesStore(_Handle[AsyncTransport, Callable[[float], Awaitable[None]]]):
     """:class:`KubernetesStore` for asyncio: the same steps, awaited. ``transport``: anything
     with ``async send(Call) -> Reply`` (an asyncio HTTP client of the host's); default, the
-    ``kubernetes`` client on one worker thread (:class:`ApiTransport`)."""
+    ``kubernetes`` client on one worker thread (:class:`ApiTransport`). ``sleep``: how it
+    waits before a retry (default :func:`asyncio.sleep`)."""
 
-    does_io = True
+    def _api_transport(self, api: Any) -> AsyncTransport:
+        return _ThreadTransport(ApiTransport(api))
 
-    def __init__(
-        self,
-        api: Any = None,
-        *,
-        resources: Mapping[str, CustomResource] | None = None,
-        namespace: str | None = None,
-        reader: Reader | None = None,
-        max_record_bytes: int = MAX_RECORD_BYTES,
-        max_tries: int = 4,
-        max_retry_after: float = 10.0,
-        pending_marks: int = 256,
-        transport: AsyncTransport | None = None,
-    ) -> None:
-        self.core = StatusCore(
-            resources or {},
-            namespace=namespace,
-            max_record_bytes=max_record_bytes,
-            max_tries=max_tries,
-            max_retry_after=max_retry_after,
-            pending_marks=pending_marks,
-        )
-        self._own = transport is None
-        self.transport: AsyncTransport = (
-            _ThreadTransport(ApiTransport(api)) if transport is None else transport
-        )
-        self._reading = _Reading(reader)
+    def _default_sleep(self) -> Callable[[float], Awaitable[None]]:
+        return asyncio.sleep
 
     async def _run(self, steps: Steps) -> Any:
-        try:
-            step = next(steps)
-            while True:
-                if isinstance(step, Pause):
-                    await asyncio.sleep(step.seconds)
-                    step = steps.send(None)
-                    continue
-                reply = self._reading.cached(step) or await self.transport.send(step)
-                step = steps.send(reply)
-        except StopIteration as done:
-            return done.value
+        run = _Run(steps, self._reading)
+        while (need := run.need) is not None:
+            if isinstance(need, Pause):
+                await self._sleep(need.seconds)
+                run.resume(None)
+            else:
+                run.resume(await self.transport.send(need))
+        return run.value
 
     async def load(self, machine: Machine[Any], ref: ObjectRef) -> Record | None:
         found: Record | None = await self._run(self.core.load(machine, ref))

@@ -8,6 +8,8 @@ from typing import Any
 
 import attrs
 
+from ..._k8s_api.client import kubernetes_client
+
 
 @attrs.frozen(slots=True, order=True)
 class EventRow:
@@ -71,9 +73,7 @@ class EventCollector:
     def from_api(cls, api: Any = None, namespace: str | None = None) -> EventCollector:
         """Lists with ``EventsV1Api`` (one namespace, or all of them); ``api`` is an
         ``EventsV1Api``, an ``ApiClient`` or ``None`` for the default configuration."""
-        from .sinks import _client
-
-        client = _client()
+        client = kubernetes_client("the Kubernetes Event collector")
         serializer = client.ApiClient()
         events_api = (
             client.EventsV1Api(api) if api is None or isinstance(api, client.ApiClient) else api

@@ -31,6 +31,7 @@ from typing import Any, Protocol
 import attrs
 
 from ..._core.redact import redact
+from ..._k8s_api.errors import SinkError
 from ..._log import get_logger
 from .event import MAX_NAMES, Event, EventKey, EventSeries, content_name, same_content
 
@@ -69,10 +70,6 @@ def utc_now() -> datetime:
 
 
 # -- the sink port -------------------------------------------------------------------------
-class SinkError(Exception):
-    """Base of the errors a sink raises to say what the API server answered."""
-
-
 class Rejected(SinkError):
     """The server answered with an error status (client-go's ``StatusError``): a 4xx is a
     refusal for good (dropped, counted), except AlreadyExists: on the create of an Event its

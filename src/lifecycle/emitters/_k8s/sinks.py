@@ -10,11 +10,12 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from ..._core.errors import MissingExtra
+from ..._k8s_api.client import configuration, kubernetes_client, own_client
+from ..._k8s_api.deadlines import Deadlines
+from ..._k8s_api.errors import RequestDeadline, SinkError
 from ..._log import get_logger
-from .correlator import Counters, NotFound, Rejected, RequestConstructionError, SinkError
+from .correlator import Counters, NotFound, Rejected, RequestConstructionError
 from .event import Event
-from .transport import Deadlines, RequestDeadline
 
 _log = get_logger("lifecycle.emitters.kubernetes")
 
@@ -25,18 +26,8 @@ MAX_REPLY_BYTES = 64 * 1024
 
 STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
 
-
-def _client(needs: str = "the Kubernetes Event API sink") -> Any:
-    try:
-        import kubernetes.client  # type: ignore[import-untyped]
-    except ImportError as e:
-        raise MissingExtra.of(e, needs, "kubernetes") from e
-    return kubernetes.client
-
-
-class ApiNotConfigured(ValueError):
-    """The Kubernetes client has no API server to send to (no kubeconfig or in-cluster
-    configuration was loaded): refused when the sink is built, not at every send."""
+#: Who needs the ``kubernetes`` extra, in the message that names it.
+_NEEDS = "the Kubernetes Event API sink"
 
 
 class ServerBusy(SinkError):
@@ -68,28 +59,11 @@ class ApiEventSink:
         deadline: float = REQUEST_DEADLINE,
         max_reply_bytes: int = MAX_REPLY_BYTES,
     ) -> None:
-        client = _client()
-        from .pools import bound  # urllib3: it came with the client
-
-        if api is None:
-            configuration = client.Configuration.get_default_copy()
-        elif isinstance(api, client.ApiClient):
-            configuration = api.configuration
-        else:
-            configuration = api.api_client.configuration
-        if not getattr(configuration, "host", ""):
-            raise ApiNotConfigured(
-                "the Kubernetes client has no API server: load a configuration first "
-                "(kubernetes.config.load_incluster_config() or load_kube_config()), or pass "
-                "an ApiClient"
-            )
+        found = configuration(api, _NEEDS)
+        client = kubernetes_client(_NEEDS)
         if deadline <= 0 or max_reply_bytes < 1:
             raise ValueError("deadline and max_reply_bytes must be positive")
-        own = copy.deepcopy(configuration)
-        own.retries = False  # one retry policy: the emitter's
-        api_client = client.ApiClient(own)
-        bound(api_client.rest_client.pool_manager)
-        self.api = client.EventsV1Api(api_client)
+        self.api = client.EventsV1Api(own_client(found))  # one retry policy: the emitter's
         self.request_timeout = request_timeout
         self.deadline = deadline
         self.max_reply_bytes = max_reply_bytes

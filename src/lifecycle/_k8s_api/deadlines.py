@@ -1,18 +1,20 @@
-"""Bounds on every request the API sink makes (issue 23): a total deadline, not a per-read
-timeout, and a cap on every reply's size.
+"""Bounds on every request to the API server, the Event sink's and the status store's
+(issue 23): a total deadline, not a per-read timeout, and a cap on every reply's size.
 
 urllib3's read timeout restarts at every byte, so a server that answers one byte at a time
 holds a worker forever. Here each request runs under a :class:`Deadlines` guard: the
 connection it uses registers itself, and a watchdog thread shuts its socket down when the
 deadline passes, which ends the blocked read at once (the sink then raises
-:class:`RequestDeadline`, a transport error: retried). Every reply body is read through a
-cap: beyond ``max_reply_bytes`` the rest is not read, the connection is dropped and the
-request is flagged ``oversized`` (the sink counts and logs it, and keeps the Event as sent).
+:class:`RequestDeadline`, a transport error: retried; the store answers a ``Reply`` with no
+status). Every reply body is read through a cap: beyond ``max_reply_bytes`` the rest is not
+read, the connection is dropped and the request is flagged ``oversized`` (the sink counts and
+logs it, and keeps the Event as sent).
 
 The connection and pool classes that register themselves are in
-:mod:`lifecycle.emitters._k8s.pools`, the one module here that imports urllib3: it is imported
-when a sink or a store builds its client, so the Events simulation, the store's record code and
-everything else of the Kubernetes side import on the core install, with no extra.
+:mod:`lifecycle._k8s_api.pools`, the one module of the Kubernetes side that imports urllib3: it
+is imported when a sink or a store builds its client (:func:`lifecycle._k8s_api.client.own_client`),
+so the Events simulation, the store's record code and everything else of the Kubernetes side
+import on the core install, with no extra.
 """
 
 from __future__ import annotations
@@ -26,8 +28,8 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from ..._core import threads
-from .correlator import SinkError
+from .._core import threads
+from .errors import RequestDeadline
 
 _current = threading.local()
 
@@ -36,14 +38,6 @@ def current() -> Guard | None:
     """The guard of the request this thread is making, if any."""
     guard: Guard | None = getattr(_current, "guard", None)
     return guard
-
-
-class RequestDeadline(SinkError):
-    """No complete answer within the request's total deadline (or the sink was closed while
-    it waited): the connection was cut. Retried, each wait longer than the one before."""
-
-    #: the correlator lengthens the wait before each further try (ADR 0142)
-    backoff = True
 
 
 class Guard:

@@ -1,4 +1,4 @@
-"""The urllib3 side of the request bounds (:mod:`lifecycle.emitters._k8s.transport`): the
+"""The urllib3 side of the request bounds (:mod:`lifecycle._k8s_api.deadlines`): the
 connection classes that register each request with its guard, and the response whose
 whole-body read stops at the request's cap.
 
@@ -17,7 +17,7 @@ from urllib3.connection import HTTPConnection, HTTPSConnection
 from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
 from urllib3.response import HTTPResponse
 
-from .transport import Guard, current
+from .deadlines import Guard, current
 
 __all__ = ["bound"]
 
