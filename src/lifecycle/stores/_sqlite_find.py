@@ -14,8 +14,10 @@ from typing import Any
 
 from .base import Query, StateCount, epoch_time
 
-#: The clock in epoch seconds (SQLite's ``'now'``: millisecond resolution).
-NOW = "((julianday('now') - 2440587.5) * 86400.0)"
+#: The clock in epoch seconds (SQLite's ``'now'``: millisecond resolution), rounded to the
+#: microsecond a :class:`~lifecycle.stores.Found` says, so that it handed back as a cut-off
+#: compares equal.
+NOW = "round((julianday('now') - 2440587.5) * 86400.0, 6)"
 
 #: Schema 4, in one transaction. Rows stored before count as entering their state at the
 #: migration (the store did not know; an age then never overstates).
@@ -55,13 +57,14 @@ def migrate(db: sqlite3.Connection) -> None:
 def find_rows(db: sqlite3.Connection, query: Query) -> list[Any]:
     """The rows of ``query``'s answer: kind, namespace, name, uid, version, status, schema
     version and fingerprint, entered."""
-    where, args = "", [query.machine]
+    where = ""
+    args: list[Any] = [query.machine]
     if query.state is not None:
         where += " AND state = ?"
         args.append(query.state)
     if query.before is not None:
         where += " AND entered < ?"
-        args.append(query.before)  # type: ignore[arg-type]
+        args.append(query.before)
     return db.execute(_FIND.format(where=where), (*args, query.limit)).fetchall()
 
 

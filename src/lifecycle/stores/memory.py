@@ -307,7 +307,12 @@ class MemoryStore:
         pass
 
 
-_clock = time.time
+def _clock() -> float:
+    """The clock in epoch seconds, to the microsecond a :class:`Found` says (so that its
+    ``entered``, handed back as a cut-off, compares equal)."""
+    return round(time.time(), 6)
+
+
 _EVENT_TYPES = {t.value: t for t in EventType}
 _NORMAL, _WARNING = EventType.NORMAL, EventType.WARNING
 _NONE: list[Any] = [0]
