@@ -109,7 +109,7 @@ def test_wrong_credentials_for_the_async_store_are_as_clear(pg_server: PgServer)
 # -- migrations -------------------------------------------------------------------------------
 def test_migrations_are_versioned_and_idempotent(pg_url: str, pg_schema: str) -> None:
     assert schema_version(pg_url) is None
-    assert migrate(pg_url) == [1, 2, 3, 4, 5, 6]
+    assert migrate(pg_url) == [1, 2, 3, 4, 5, 6, 7]
     assert migrate(pg_url) == []
     assert schema_version(pg_url) == _pgsql.LATEST
     store = PostgresStore(pg_url)  # opening migrates too: nothing left to do
