@@ -305,3 +305,36 @@ def test_the_asyncio_kubernetes_store_answers_the_same(kube: Any) -> None:
             await twin.find(POD, older_than=-1)
 
     asyncio.run(main())
+
+
+@pytest.mark.parametrize("options", [{}, {"group_commit": True}], ids=["plain", "group_commit"])
+def test_every_sqlite_write_path_keeps_entered(tmp_path: Path, options: dict[str, Any]) -> None:
+    """Batches and group commits write ``objects`` by other statements than ``commit``: the
+    triggers keep ``entered`` for all of them (a move restarts it, a same-state write keeps it)."""
+    from lifecycle._core.transition import stamp
+    from lifecycle.stores.base import CommitItem
+
+    store = SQLiteStore(tmp_path / "s.db", synchronous="OFF", **options)
+    try:
+
+        def item(uid: str, obs: Any) -> CommitItem:
+            ref = pod_ref(uid)
+            record = store.load(POD, ref)
+            before = POD.initial(ref) if record is None else record.status
+            version = 0 if record is None else record.version
+            after = POD.apply(before, obs)
+            flips = stamp(POD.flips(before, after), ref, POD.name, version + 1, obs.at)
+            return CommitItem(POD, ref, version, after, obs, tuple(flips))
+
+        created = pod.CreateRequested(at=t(0))
+        assert store.commit_many([item("p0", created), item("p1", created)]) == [1, 1]
+        first = {f.record.ref.uid: f.entered for f in store.find(POD)}
+        time.sleep(GAP)
+        again = [item("p0", created), item("p1", pod.ProvisionRejected(at=t(1), error="x"))]
+        assert store.commit_many(again) == [2, 2]
+        now = {f.record.ref.uid: f for f in store.find(POD)}
+        assert now["p0"].entered == first["p0"]  # still Provisioning
+        assert now["p1"].record.status.state == pod.PROVISION_FAILED
+        assert now["p1"].entered > first["p1"]
+    finally:
+        store.close()
