@@ -144,11 +144,10 @@ class MemoryStore:
         (:class:`~lifecycle.stores.FindStore`); a scan of every record."""
         query = check_query(machine, state, entered_before, older_than, limit)
         with self._lock:
-            entered = self._entered
             hits = [
-                (entered[uid], uid, r)
+                (at, uid, r)
                 for uid, r in self._records.items()
-                if query.matches(r.machine, r.status.state, entered[uid])
+                if query.matches(r.machine, r.status.state, at := round(self._entered[uid], 6))
             ]
         hits.sort(key=lambda hit: hit[:2])
         return [
@@ -161,7 +160,7 @@ class MemoryStore:
         counts: dict[tuple[str, str], list[Any]] = {}
         with self._lock:
             for uid, r in self._records.items():
-                at = self._entered[uid]
+                at = round(self._entered[uid], 6)
                 seen = counts.setdefault((r.machine, r.status.state), [0, at])
                 seen[0] += 1
                 seen[1] = min(seen[1], at)
@@ -307,12 +306,8 @@ class MemoryStore:
         pass
 
 
-def _clock() -> float:
-    """The clock in epoch seconds, to the microsecond a :class:`Found` says (so that its
-    ``entered``, handed back as a cut-off, compares equal)."""
-    return round(time.time(), 6)
-
-
+#: The clock at a change of state (rounded to the microsecond a :class:`Found` says when read).
+_clock = time.time
 _EVENT_TYPES = {t.value: t for t in EventType}
 _NORMAL, _WARNING = EventType.NORMAL, EventType.WARNING
 _NONE: list[Any] = [0]
