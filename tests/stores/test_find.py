@@ -7,6 +7,7 @@ commit that last changed each object's state."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sqlite3
 import time
 from collections.abc import Callable, Iterator
@@ -24,7 +25,8 @@ from lifecycle.stores import FindStore, InvalidQuery
 from lifecycle.stores.base import Found
 
 from .conftest import KINDS
-from .helpers import pod_ref, step, t
+from .helpers import pod_ref, raw, step, t
+from .test_kubernetes_store import RESOURCES, api, serve
 
 GAP = 0.02  # seconds between commits: above SQLite's millisecond clock
 
@@ -259,23 +261,60 @@ def test_sqlite_find_is_records_filtered_by_hand(
         store.close()
 
 
-@pytest.fixture
-def kube() -> Iterator[Any]:
-    from lifecycle.stores.kubernetes import KubernetesStore
+@pytest.mark.postgres
+@settings(
+    max_examples=5,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+@given(ops=OPS, state=STATES)
+def test_postgres_find_is_records_filtered_by_hand(
+    pg_url: str, ops: list[tuple[str, str]], state: Any
+) -> None:
+    from lifecycle.stores.postgres import PostgresStore
 
-    from .test_kubernetes_store import RESOURCES, api, serve
+    store = PostgresStore(pg_url)
+    try:
+        raw(store, "TRUNCATE {s}objects, {s}journal, {s}outbox")
+        check_against_records(store, ops, state)
+    finally:
+        store.close()
+
+
+@settings(max_examples=5, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(ops=OPS, state=STATES)
+def test_kubernetes_find_is_records_filtered_by_hand(
+    ops: list[tuple[str, str]], state: Any
+) -> None:
+    with kubernetes_store() as (store, _, _):
+        check_against_records(store, ops, state)
+
+
+@contextlib.contextmanager
+def kubernetes_store() -> Iterator[Any]:
+    """A Kubernetes store on a fresh fake API server holding Pods ``a``..``d`` and
+    ``p0``..``p2`` (no records yet)."""
+    from lifecycle.stores.kubernetes import KubernetesStore
 
     server = serve()
     client = api(server)
     store = KubernetesStore(client, resources=RESOURCES, sleep=lambda _: None)
-    for uid in ("p0", "p1", "p2"):
+    for uid in ("a", "b", "c", "d", "p0", "p1", "p2"):
         ref = pod_ref(uid)
         server.add_object("pods", ref.namespace, ref.name, uid=ref.uid)
-    yield store, server, client
-    store.close()
-    client.close()
-    server.release()
-    server.close()
+    try:
+        yield store, server, client
+    finally:
+        store.close()
+        client.close()
+        server.release()
+        server.close()
+
+
+@pytest.fixture
+def kube() -> Iterator[Any]:
+    with kubernetes_store() as opened:
+        yield opened
 
 
 def test_the_kubernetes_store_lists_and_filters(kube: Any) -> None:
@@ -287,8 +326,6 @@ def test_the_kubernetes_store_lists_and_filters(kube: Any) -> None:
 
 def test_the_asyncio_kubernetes_store_answers_the_same(kube: Any) -> None:
     from lifecycle.stores.kubernetes import AsyncKubernetesStore
-
-    from .test_kubernetes_store import RESOURCES
 
     store, _, client = kube
 
