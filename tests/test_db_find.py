@@ -72,7 +72,9 @@ def test_db_find_lists_the_stuck_oldest_first(url: str) -> None:
     code, text = cli("db", "find", "--store", url, "--machine", "pod", "--state", "Provisioning")
     assert code == 0  # a listing, not a finding
     lines = text.splitlines()
-    assert lines[0].split() == ["AGE", "STATE", "KIND", "NAMESPACE/NAME", "UID", "VERSION"]
+    assert lines[0].split() == [
+        "AGE", "MACHINE", "STATE", "KIND", "NAMESPACE/NAME", "UID", "VERSION"
+    ]  # fmt: skip
     assert [line.split()[-2] for line in lines[1:]] == ["u1", "u0"]
     assert lines[1].startswith("1h ")
     code, text = cli(
@@ -89,6 +91,20 @@ def test_db_find_lists_the_stuck_oldest_first(url: str) -> None:
     assert [line.split()[-2] for line in text.splitlines()[1:]] == ["u1"]
 
 
+def test_db_find_without_a_machine_asks_every_machine_that_has_the_state(url: str) -> None:
+    fill(url)  # the pods' linked NodeClaims are in the store too
+    age(url, "u1", 600)
+    code, text = cli("db", "find", "--store", url, "--state", "Provisioning", "--format", "json")
+    assert code == 0
+    rows = json.loads(text)
+    assert {r["machine"] for r in rows} == {"pod", "nodeclaim"}
+    assert rows[0]["uid"] == "u1"  # the oldest first, across machines
+    ages = [r["age_seconds"] for r in rows]
+    assert ages == sorted(ages, reverse=True)
+    code, text = cli("db", "find", "--store", url, "--state", "Provisioning", "--limit", "2")
+    assert len(text.splitlines()) == 3
+
+
 def test_db_find_refuses_bad_input(url: str, capsys: pytest.CaptureFixture[str]) -> None:
     fill(url)
     base = ("db", "find", "--store", url, "--machine", "pod")
@@ -102,6 +118,9 @@ def test_db_find_refuses_bad_input(url: str, capsys: pytest.CaptureFixture[str])
     code, _ = cli("db", "find", "--store", url, "--machine", "nope")
     assert code == 2
     assert "no machine 'nope'" in capsys.readouterr().err
+    code, _ = cli("db", "find", "--store", url, "--state", "Nowhere")
+    assert code == 2
+    assert "no machine has a state 'Nowhere'" in capsys.readouterr().err
     for bad in ("-5m", "15x", "m", ""):
         with pytest.raises(SystemExit) as e:
             cli(*base, f"--older-than={bad}")

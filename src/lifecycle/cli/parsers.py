@@ -293,7 +293,11 @@ def _add_db(sub: Any) -> None:
         "(with --older-than: exit 1 if any)",
     )
     fd.add_argument("--store", required=True, help=STORE_HELP)
-    fd.add_argument("--machine", required=True, help="the machine whose objects to list")
+    fd.add_argument(
+        "--machine",
+        default=None,
+        help="only this machine's objects (default: every machine that has --state)",
+    )
     fd.add_argument("--state", default=None, help="only objects in this state")
     fd.add_argument(
         "--older-than",
