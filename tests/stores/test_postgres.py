@@ -109,13 +109,13 @@ def test_wrong_credentials_for_the_async_store_are_as_clear(pg_server: PgServer)
 # -- migrations -------------------------------------------------------------------------------
 def test_migrations_are_versioned_and_idempotent(pg_url: str, pg_schema: str) -> None:
     assert schema_version(pg_url) is None
-    assert migrate(pg_url) == [1, 2, 3, 4, 5, 6]
+    assert migrate(pg_url) == [1, 2, 3, 4, 5, 6, 7]
     assert migrate(pg_url) == []
     assert schema_version(pg_url) == _pgsql.LATEST
     store = PostgresStore(pg_url)  # opening migrates too: nothing left to do
     step(store, pod.CreateRequested(at=t(0)), pod_ref())
     rows = raw(store, "SELECT version, description FROM {s}schema_migrations ORDER BY version")
-    assert [v for v, _ in rows] == [1, 2, 3, 4, 5, 6]
+    assert [v for v, _ in rows] == [1, 2, 3, 4, 5, 6, 7]
     store.close()
 
 
@@ -136,11 +136,13 @@ def test_an_older_schema_is_upgraded_and_keeps_its_rows(pg_url: str, pg_server: 
     assert schema_version(pg_url) == 1
     with pytest.raises(StoreError, match="db migrate"):
         PostgresStore(pg_url, migrate=False)
-    assert migrate(pg_url) == [2, 3, 4, 5, 6]
+    assert migrate(pg_url) == [2, 3, 4, 5, 6, 7]
     store = PostgresStore(pg_url, migrate=False)
     record = store.load(POD, pod_ref("old"))
     assert record is not None
     assert (record.version, record.status.state) == (1, pod.PROVISIONING)
+    (hit,) = store.find(POD, state=pod.PROVISIONING)  # migration 7: in its state since then
+    assert hit.record == record
     store.close()
 
 
@@ -168,7 +170,7 @@ def test_replicas_migrating_at_once_take_turns(pg_url: str) -> None:
         th.start()
     for th in threads:
         th.join()
-    assert sorted(map(str, results)) == sorted(["[1, 2, 3, 4, 5, 6]"] + ["[]"] * 5)
+    assert sorted(map(str, results)) == sorted(["[1, 2, 3, 4, 5, 6, 7]"] + ["[]"] * 5)
 
 
 def test_the_cli_migrates_reports_and_compacts(

@@ -21,8 +21,9 @@ MEANINGS: tuple[tuple[int, str], ...] = (
     (
         EXIT_NO,
         "the answer is no: check found findings, docs --check a stale page, db status a "
-        "store not current (or missing), db check a finding, replay --expect or "
-        "--compare-with events that differ (a unified diff on stdout)",
+        "store not current (or missing), db check a finding, db find --older-than objects "
+        "stuck that long, replay --expect or --compare-with events that differ (a unified "
+        "diff on stdout)",
     ),
     (
         EXIT_REFUSED,

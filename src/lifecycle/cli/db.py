@@ -5,6 +5,8 @@
     lifecycle db compact --store URL [--keep N] [--machine NAME ...]
     lifecycle db check   --store URL [--sample N] [--machines SPEC]
     lifecycle db upgrade --store URL [--batch N] [--machines SPEC] [--machine NAME ...]
+    lifecycle db find    --store URL [--machine NAME] [--state S] [--older-than 15m]
+                         [--limit N] [--format table|json] [--machines SPEC]
 
 ``migrate`` creates or upgrades a PostgreSQL store's tables (idempotent; an SQLite file is
 created or upgraded on open, so it only opens it). ``status`` only reads -- the schema
@@ -20,16 +22,21 @@ oldest row older than ``--max-undelivered-age``, 3600 s); exit 1 on any finding.
 rewrites records below their machine's schema version, in batches, compare-and-set (a
 concurrent writer wins); interrupted, run it again. ``--machines`` names the machines to
 judge by: ``MODULE:NAME`` or ``FILE.py:NAME`` (a registry, a machine, or a list of
-machines); the shipped ones by default.
+machines); the shipped ones by default. ``find`` lists objects, oldest in their state first
+(ADR 0159): of ``--machine`` (default: every machine that has ``--state``), only those in
+``--state``, only those in it for longer than
+``--older-than``; with ``--older-than``, exit 1 when it lists any (a cron job's "something is
+stuck").
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import random
 import sqlite3
 from collections.abc import Mapping
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -324,6 +331,80 @@ def cmd_upgrade(args: argparse.Namespace, out: TextIO) -> int:
     finally:
         store.close()
     return 0
+
+
+def cmd_find(args: argparse.Namespace, out: TextIO) -> int:
+    """Objects by machine, state and time in state, oldest first (ADR 0159). Without
+    ``--machine``: every machine that has ``--state`` (every machine, without either)."""
+    chosen = _machines_to_search(load_machines(args.machines), args.machine, args.state)
+    now = datetime.now(UTC)
+    before = None if args.older_than is None else now - timedelta(seconds=args.older_than)
+    store = _open_existing(args.store, "search", migrate=False)
+    try:
+        if not hasattr(store, "find"):
+            raise StoreError(f"{redact_url(args.store)} cannot answer find (no FindStore)")
+        found = [
+            hit
+            for machine in chosen
+            for hit in store.find(
+                machine, state=args.state, entered_before=before, limit=args.limit
+            )
+        ]
+    finally:
+        store.close()
+    found.sort(key=lambda f: (f.entered, f.record.ref.uid))
+    del found[args.limit :]
+    now = datetime.now(UTC)
+    if args.format == "json":
+        rows = [
+            {
+                "machine": f.record.machine,
+                "kind": f.record.ref.kind,
+                "namespace": f.record.ref.namespace,
+                "name": f.record.ref.name,
+                "uid": f.record.ref.uid,
+                "state": f.record.status.state,
+                "version": f.record.version,
+                "entered": f.entered.isoformat(),
+                "age_seconds": round(f.age(now), 3),
+            }
+            for f in found
+        ]
+        out.write(json.dumps(rows, indent=2) + "\n")
+    elif found:
+        table = [("AGE", "MACHINE", "STATE", "KIND", "NAMESPACE/NAME", "UID", "VERSION")]
+        for f in found:
+            ref = f.record.ref
+            where = f"{ref.namespace}/{ref.name}" if ref.namespace else ref.name
+            table.append(
+                (_duration(f.age(now)), f.record.machine, f.record.status.state or "(new)",
+                 ref.kind, where, ref.uid, str(f.record.version))
+            )  # fmt: skip
+        widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
+        for row in table:
+            out.write("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
+            out.write("\n")
+    else:
+        out.write("no objects found\n")
+    return 1 if found and args.older_than is not None else 0
+
+
+def _machines_to_search(
+    machines: MachineRegistry, name: str | None, state: str | None
+) -> list[Machine[Any]]:
+    """``db find``'s machines: the one ``--machine`` names, else those that have ``--state``."""
+    if name is not None:
+        if name not in machines:
+            raise LifecycleError(
+                f"no machine {preview(name)}; these are known: {', '.join(machines)}"
+            )
+        return [machines[name]]
+    chosen = [m for m in machines.values() if state is None or state in m.table.states]
+    if not chosen:
+        raise LifecycleError(
+            f"no machine has a state {preview(state)}; these are known: {', '.join(machines)}"
+        )
+    return chosen
 
 
 def _open_existing(url: str, what: str, *, migrate: bool = True) -> Any:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import re
 from collections.abc import Callable
 from typing import Any, TextIO
 
@@ -286,6 +287,45 @@ def _add_db(sub: Any) -> None:
     up.add_argument("--machines", metavar="REFERENCE", default=None, help=MACHINES_HELP)
     up.add_argument("--machine", action="append", default=[], help="only this machine (repeatable)")
     up.set_defaults(func=later("db", "cmd_upgrade"))
+    fd = dbs.add_parser(
+        "find",
+        help="objects of a machine by state and time in state, oldest first "
+        "(with --older-than: exit 1 if any)",
+    )
+    fd.add_argument("--store", required=True, help=STORE_HELP)
+    fd.add_argument(
+        "--machine",
+        default=None,
+        help="only this machine's objects (default: every machine that has --state)",
+    )
+    fd.add_argument("--state", default=None, help="only objects in this state")
+    fd.add_argument(
+        "--older-than",
+        type=age_seconds,
+        default=None,
+        metavar="AGE",
+        help="only objects in their state for longer: 90, 90s, 15m, 2h, 1d or 1h30m",
+    )
+    fd.add_argument("--limit", type=int, default=100, help="at most this many (100)")
+    fd.add_argument("--format", choices=("table", "json"), default="table", help="output (table)")
+    fd.add_argument("--machines", metavar="REFERENCE", default=None, help=MACHINES_HELP)
+    fd.set_defaults(func=later("db", "cmd_find"))
+
+
+_AGE = re.compile(r"(?:(\d+(?:\.\d+)?)([smhd]))+|\d+(?:\.\d+)?")
+_AGE_PART = re.compile(r"(\d+(?:\.\d+)?)([smhd])")
+_UNIT = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def age_seconds(text: str) -> float:
+    """``--older-than``: seconds, or a duration such as ``15m`` or ``1h30m`` (not negative)."""
+    if not _AGE.fullmatch(text):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not an age: write seconds or a duration such as 90s, 15m, 2h, 1d"
+        )
+    if text[-1].isdigit():
+        return float(text)
+    return sum(float(n) * _UNIT[unit] for n, unit in _AGE_PART.findall(text))
 
 
 def _add_check(sub: Any) -> None:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import copy
 import math
 import threading
+import time
 import uuid
 from collections import OrderedDict
 from collections.abc import Generator, Iterable, Mapping, Sequence
@@ -39,7 +40,16 @@ from .._k8s_status import NoStatusBody, kubernetes_status, kubernetes_time
 from .._log import get_logger
 from . import _k8s_encoding as encoding
 from ._k8s_rewinds import RewindWatch
-from .base import OutboxSummary, Record, transition_from_row, transition_to_row
+from .base import (
+    Found,
+    OutboxSummary,
+    Query,
+    Record,
+    StateCount,
+    epoch_time,
+    transition_from_row,
+    transition_to_row,
+)
 
 #: The condition type of the library's record in ``status.conditions`` (a qualified name, as
 #: the API requires of a condition type that is not a well-known one).
@@ -184,6 +194,12 @@ class _Stored:
     conditions: tuple[str, ...]
     token: str
     since: str
+    #: The clock (epoch seconds) at the write that put the object in its present state (ADR
+    #: 0159); a record written before says none: then since its first write (``since``).
+    entered: float | None = None
+
+    def entered_at(self) -> float:
+        return _entered_of(self.entered, self.since)
 
 
 def _reason(reply: Reply) -> str:
@@ -381,6 +397,7 @@ class StatusCore:
                 tuple(data.get("conditions") or ()),
                 str(data.get("token") or ""),
                 str(found.get("lastTransitionTime") or ""),
+                _entered(data.get("entered")),
             )
         except (ValueError, KeyError, TypeError, IndexError, AttributeError) as e:
             raise StoreError(
@@ -577,6 +594,7 @@ class StatusCore:
             "fields": sorted(rendered),
             "conditions": [c["type"] for c in ours],
             "token": token,
+            "entered": _entered_now(stored, dumped),
         }
         since = stored.since if stored is not None and stored.since else kubernetes_time(at)
         message, given_up = self._pack(ref, record)
@@ -843,6 +861,44 @@ class StatusCore:
                 out.append(self.record(machine, ref, stored))
         return out
 
+    def find(self, machine: Machine[Any], query: Query) -> Steps:
+        """The answer to ``query``: every listed object of the machine, filtered here (a status
+        write cannot set a label to select by; ADR 0159)."""
+        listed = yield from self.listed({machine.name: machine})
+        hits = []
+        for ref, obj, _ in listed:
+            stored = self.stored(machine, ref, obj)
+            if stored is None:
+                continue
+            entered = stored.entered_at()
+            state = stored.status.get("state") if isinstance(stored.status, dict) else None
+            if state is not None and query.matches(stored.machine, state, entered):
+                hits.append((entered, ref.uid, ref, stored))
+        hits.sort(key=lambda hit: hit[:2])
+        return [
+            Found(self.record(machine, ref, stored), epoch_time(entered))
+            for entered, _, ref, stored in hits[: query.limit]
+        ]
+
+    def counts(self) -> Steps:
+        """Per machine and state (as stored): how many objects, and since when the oldest."""
+        listed = yield from self.listed()
+        counts: dict[tuple[str, str], list[Any]] = {}
+        for _, obj, data in listed:
+            status = data.get("status")
+            state = status.get("state") if isinstance(status, dict) else None
+            if not isinstance(state, str):
+                continue
+            since = str((_record_condition(obj) or {}).get("lastTransitionTime") or "")
+            entered = _entered_of(_entered(data.get("entered")), since)
+            seen = counts.setdefault((str(data.get("machine")), state), [0, entered])
+            seen[0] += 1
+            seen[1] = min(seen[1], entered)
+        return [
+            StateCount(machine, state, n, epoch_time(at))
+            for (machine, state), (n, at) in sorted(counts.items())
+        ]
+
     def summary(self) -> Steps:
         listed = yield from self.listed()
         count = 0
@@ -859,6 +915,36 @@ class StatusCore:
                 count += 1
                 oldest = at if oldest is None or at < oldest else oldest
         return OutboxSummary(count, oldest)
+
+
+def _entered(value: Any) -> float | None:
+    """A record's ``entered`` as read (``None``: not a time this store wrote)."""
+    if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
+        return float(value)
+    return None
+
+
+def _entered_of(entered: float | None, since: str) -> float:
+    """Since when a record's object is in its state: its ``entered``, or for a record written
+    before there was one, its first write (the record condition's ``lastTransitionTime``)."""
+    if entered is not None:
+        return entered
+    try:
+        return parse_time(since).timestamp() if since else 0.0
+    except ValueError:
+        return 0.0
+
+
+def _entered_now(stored: _Stored | None, dumped: Any) -> float:
+    """The ``entered`` a write records: kept while the state stays, the clock when the write
+    changes it (or is the object's first)."""
+    same = (
+        stored is not None
+        and isinstance(stored.status, dict)
+        and isinstance(dumped, dict)
+        and stored.status.get("state") == dumped.get("state")
+    )
+    return stored.entered_at() if same and stored is not None else round(time.time(), 6)
 
 
 def _cut_message(condition: dict[str, Any]) -> dict[str, Any]:

@@ -34,9 +34,11 @@ from ._rewind import Rewind
 from .base import (
     CommitItem,
     JournalEntry,
+    Query,
     Record,
     Snapshot,
     check_identity,
+    epoch_time,
     transition_from_row,
     transition_to_row,
 )
@@ -375,8 +377,52 @@ MIGRATIONS: tuple[tuple[int, str, tuple[str, ...]], ...] = (
             "WHERE seq = (SELECT max(seq) FROM {s}.epochs) AND history NOT LIKE '%/%/%'",
         ),
     ),
+    (
+        7,
+        "since when each object is in its state, indexed (ADR 0159)",
+        # Kept by the database, so every writer keeps it: an insert takes the default, an
+        # update that changes the state takes the writing transaction's time. Rows stored
+        # before count from the migration (a constant default for them: no table rewrite).
+        (
+            "ALTER TABLE {s}.objects ADD COLUMN entered_at timestamptz NOT NULL DEFAULT now()",
+            "CREATE FUNCTION {s}.enter_state() RETURNS trigger LANGUAGE plpgsql AS "
+            "$$BEGIN NEW.entered_at := now(); RETURN NEW; END$$",
+            "CREATE TRIGGER lifecycle_entered BEFORE UPDATE OF state ON {s}.objects "
+            "FOR EACH ROW WHEN (OLD.state IS DISTINCT FROM NEW.state) "
+            "EXECUTE FUNCTION {s}.enter_state()",
+            "ALTER TABLE {s}.objects ENABLE ALWAYS TRIGGER lifecycle_entered",
+            "CREATE INDEX objects_by_state_age ON {s}.objects (machine, state, entered_at, uid)",
+        ),
+    ),
 )
 LATEST = MIGRATIONS[-1][0]
+
+
+def find_sql(schema: str, query: Query) -> tuple[str, tuple[Any, ...]]:
+    """:meth:`~lifecycle.stores.FindStore.find`'s statement and parameters: one range of
+    ``objects_by_state_age`` when the query names a state (ADR 0159)."""
+    where = ""
+    params: list[Any] = [query.machine]
+    if query.state is not None:
+        where += " AND state = %s"
+        params.append(query.state)
+    if query.before is not None:
+        where += " AND entered_at < %s"
+        params.append(epoch_time(query.before))
+    return (
+        f"SELECT kind, namespace, name, uid, version, status, {_SV}, entered_at "
+        f"FROM {q(schema)}.objects WHERE machine = %s{where} ORDER BY entered_at, uid LIMIT %s",
+        (*params, query.limit),
+    )
+
+
+def state_counts_sql(schema: str) -> str:
+    """Per machine and state: how many objects and the oldest ``entered_at`` (ADR 0159)."""
+    return (
+        f"SELECT machine, state, count(*), min(entered_at) FROM {q(schema)}.objects "
+        "GROUP BY machine, state ORDER BY machine, state"
+    )
+
 
 #: The body of the trigger function of migration 5 (ADR 0143): every row written to
 #: ``objects`` -- by this release, an older one, or plain SQL -- notifies the schema's channel

@@ -2,13 +2,15 @@
 
 :class:`CommitStore` (``load`` and a compare-and-set ``commit``) is all the runners need;
 the rest are optional capabilities (:class:`OutboxStore`, :class:`JournalStore`,
-:class:`BatchStore`, :class:`RetentionStore`, :class:`SchemaStore`), and :class:`Store` is
+:class:`BatchStore`, :class:`RetentionStore`, :class:`SchemaStore`, :class:`FindStore`), and
+:class:`Store` is
 what every shipped store offers (ADR 0092)."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable, Iterator, Sequence
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol, runtime_checkable
 
 import attrs
@@ -281,6 +283,125 @@ class SchemaStore(Protocol):
     def schema_versions(self) -> list[SchemaCount]: ...
 
     def upgrade(self, machine: Machine[Any], *, batch: int = 500) -> UpgradeReport: ...
+
+
+class InvalidQuery(LifecycleError, ValueError):
+    """A :meth:`FindStore.find` the machine cannot mean: a state it does not have, a negative
+    age, a time without a timezone, a limit that is not a positive int (nothing was read)."""
+
+
+@attrs.frozen(slots=True)
+class Found:
+    """One object :meth:`FindStore.find` found: its record, and since when the store has held
+    it in its present state (:attr:`entered`, UTC; ADR 0159)."""
+
+    record: Record
+    entered: datetime
+
+    def age(self, now: datetime | None = None) -> float:
+        """Seconds the object has been in its state, at ``now`` (default: the clock)."""
+        at = datetime.now(UTC) if now is None else now
+        return max((at - self.entered).total_seconds(), 0.0)
+
+
+@attrs.frozen(slots=True)
+class StateCount:
+    """How many objects of ``machine`` are in ``state``, and since when the oldest of them
+    has been (:meth:`FindStore.state_counts`; the Prometheus gauges read it at a scrape)."""
+
+    machine: str
+    state: str
+    count: int
+    oldest: datetime
+
+
+@runtime_checkable
+class FindStore(Protocol):
+    """Optional: the questions an operator asks of a store (ADR 0159).
+
+    ``find`` lists a machine's objects, optionally only those in ``state`` and only those
+    that entered their state before ``entered_before`` (or ``older_than`` ago, by the clock),
+    oldest first (then by uid), at most ``limit``. An object enters a state when a commit
+    writes it in another state than it was (or writes it first); :attr:`Found.entered` is
+    the store's clock at that commit. ``state_counts`` is one grouped read: per machine and
+    state, how many objects and since when the oldest. Bad input raises
+    :class:`InvalidQuery`. Every shipped store has both (indexed on SQLite and PostgreSQL;
+    the Kubernetes store lists and filters).
+    """
+
+    def find(
+        self,
+        machine: Machine[Any],
+        *,
+        state: str | None = None,
+        entered_before: datetime | None = None,
+        older_than: timedelta | float | None = None,
+        limit: int = 100,
+    ) -> list[Found]: ...
+
+    def state_counts(self) -> list[StateCount]: ...
+
+
+@attrs.frozen(slots=True)
+class Query:
+    """A checked :meth:`FindStore.find`: the machine's name, the state (or ``None``), the
+    cut-off in epoch seconds (or ``None``) and the limit."""
+
+    machine: str
+    state: str | None
+    before: float | None
+    limit: int
+
+    def matches(self, machine: str, state: str, entered: float) -> bool:
+        """Whether an object of ``machine`` in ``state`` since ``entered`` is an answer."""
+        return (
+            machine == self.machine
+            and (self.state is None or state == self.state)
+            and (self.before is None or entered < self.before)
+        )
+
+
+def check_query(
+    machine: Machine[Any],
+    state: str | None,
+    entered_before: datetime | None,
+    older_than: timedelta | float | None,
+    limit: int,
+) -> Query:
+    """``find``'s arguments checked (:class:`InvalidQuery` for what they cannot mean), with
+    ``older_than`` turned into a cut-off by the clock."""
+    if state is not None and state not in machine.table.states:
+        raise InvalidQuery(
+            f"{machine.name} has no state {preview(state)}; its states: "
+            + ", ".join(map(repr, machine.table.states))
+        )
+    if type(limit) is not int or limit < 1:
+        raise InvalidQuery(f"limit must be a positive int, got {preview(limit)}")
+    if entered_before is not None and older_than is not None:
+        raise InvalidQuery("give entered_before or older_than, not both")
+    before: float | None = None
+    if entered_before is not None:
+        if not isinstance(entered_before, datetime) or entered_before.tzinfo is None:
+            raise InvalidQuery(
+                f"entered_before must be a datetime with a timezone, got {preview(entered_before)}"
+            )
+        before = entered_before.timestamp()
+    elif older_than is not None:
+        if isinstance(older_than, timedelta):
+            seconds = older_than.total_seconds()
+        elif isinstance(older_than, int | float) and not isinstance(older_than, bool):
+            seconds = float(older_than)
+        else:
+            raise InvalidQuery(f"older_than must be seconds or a timedelta, got {older_than!r}")
+        if not seconds >= 0:  # (NaN too)
+            raise InvalidQuery(f"older_than must not be negative, got {preview(older_than)}")
+        before = time.time() - seconds
+    return Query(machine.name, state, before, limit)
+
+
+def epoch_time(seconds: float) -> datetime:
+    """Epoch seconds as an aware UTC datetime (how stores hand out :attr:`Found.entered`)."""
+    return datetime.fromtimestamp(seconds, UTC)
 
 
 def check_batch(batch: int) -> int:

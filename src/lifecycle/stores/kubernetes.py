@@ -43,6 +43,7 @@ import copy
 import json
 import time
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
+from datetime import datetime, timedelta
 from typing import Any, Generic, Protocol, TypeVar
 
 from .._core.machine import Machine
@@ -67,7 +68,7 @@ from ._k8s_record import (
     Steps,
 )
 from ._rewind import Rewind
-from .base import JournalEntry, OutboxSummary, Record
+from .base import Found, JournalEntry, OutboxSummary, Record, StateCount, check_query
 
 __all__ = [
     "MAX_RECORD_BYTES",
@@ -364,6 +365,26 @@ class KubernetesStore(_Handle[Transport, Callable[[float], None]]):
         found: list[Record] = self._run(self.core.records(machine))
         return iter(found)
 
+    def find(
+        self,
+        machine: Machine[Any],
+        *,
+        state: str | None = None,
+        entered_before: datetime | None = None,
+        older_than: timedelta | float | None = None,
+        limit: int = 100,
+    ) -> list[Found]:
+        """``machine``'s objects (in ``state``, in it since before a time), oldest first: the
+        resource listed and filtered here (ADR 0159)."""
+        query = check_query(machine, state, entered_before, older_than, limit)
+        found: list[Found] = self._run(self.core.find(machine, query))
+        return found
+
+    def state_counts(self) -> list[StateCount]:
+        """Per machine and state: how many objects, and since when the oldest (one list)."""
+        counts: list[StateCount] = self._run(self.core.counts())
+        return counts
+
     def claim_undelivered(self, limit: int = 1000) -> list[Transition]:
         """The undelivered events of every listed object, in uid, version, n order (marks
         waiting are written first). Not leased: run one active controller per object (leader
@@ -461,6 +482,23 @@ class AsyncKubernetesStore(_Handle[AsyncTransport, Callable[[float], Awaitable[N
     async def records(self, machine: Machine[Any]) -> list[Record]:
         found: list[Record] = await self._run(self.core.records(machine))
         return found
+
+    async def find(
+        self,
+        machine: Machine[Any],
+        *,
+        state: str | None = None,
+        entered_before: datetime | None = None,
+        older_than: timedelta | float | None = None,
+        limit: int = 100,
+    ) -> list[Found]:
+        query = check_query(machine, state, entered_before, older_than, limit)
+        found: list[Found] = await self._run(self.core.find(machine, query))
+        return found
+
+    async def state_counts(self) -> list[StateCount]:
+        counts: list[StateCount] = await self._run(self.core.counts())
+        return counts
 
     async def claim_undelivered(self, limit: int = 1000) -> list[Transition]:
         rows: list[Transition] = await self._run(self.core.claim(limit))

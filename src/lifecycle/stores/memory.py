@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterable, Iterator, Sequence
+from datetime import datetime, timedelta
 from typing import Any
 
 import attrs
@@ -17,13 +19,17 @@ from .._core.schema import Schema, SchemaCount
 from .._core.transition import Transition
 from .._log import get_logger
 from .base import (
+    Found,
     JournalEntry,
     OutboxSummary,
     Record,
     Snapshot,
+    StateCount,
     UpgradeReport,
     check_batch,
+    check_query,
     check_record,
+    epoch_time,
     journal_start,
     plan_compaction,
 )
@@ -53,6 +59,9 @@ class MemoryStore:
         self._journals: dict[str, list[Any]] = {}
         self._outbox: dict[str, Transition] = {}
         self._snapshots: dict[str, Snapshot] = {}
+        #: Per object, the clock (epoch seconds) at the commit that wrote its present state
+        #: (``find``, ADR 0159).
+        self._entered: dict[str, float] = {}
         self._keep_journal = journal
         self._lock = threading.Lock()
 
@@ -98,6 +107,8 @@ class MemoryStore:
                 actual = current.version
             if actual != expected:
                 raise Conflict(uid, expected, actual)
+            if current is None or current.status.state != status.state:
+                self._entered[uid] = _clock()
             self._records[uid] = _record(ref, name, status, version, schema)
             if self._keep_journal:
                 journal = self._journals.get(uid)
@@ -119,6 +130,44 @@ class MemoryStore:
     def records(self, machine: Machine[Any]) -> Iterator[Record]:
         found = [r for r in self._records.values() if r.machine == machine.name]
         return iter([_upcast_record(machine, r) if _stale(r.schema, machine) else r for r in found])
+
+    def find(
+        self,
+        machine: Machine[Any],
+        *,
+        state: str | None = None,
+        entered_before: datetime | None = None,
+        older_than: timedelta | float | None = None,
+        limit: int = 100,
+    ) -> list[Found]:
+        """``machine``'s objects (in ``state``, in it since before a time), oldest first
+        (:class:`~lifecycle.stores.FindStore`); a scan of every record."""
+        query = check_query(machine, state, entered_before, older_than, limit)
+        with self._lock:
+            hits = [
+                (at, uid, r)
+                for uid, r in self._records.items()
+                if query.matches(r.machine, r.status.state, at := round(self._entered[uid], 6))
+            ]
+        hits.sort(key=lambda hit: hit[:2])
+        return [
+            Found(_upcast_record(machine, r) if _stale(r.schema, machine) else r, epoch_time(at))
+            for at, _, r in hits[: query.limit]
+        ]
+
+    def state_counts(self) -> list[StateCount]:
+        """Per machine and state: how many objects, and since when the oldest."""
+        counts: dict[tuple[str, str], list[Any]] = {}
+        with self._lock:
+            for uid, r in self._records.items():
+                at = round(self._entered[uid], 6)
+                seen = counts.setdefault((r.machine, r.status.state), [0, at])
+                seen[0] += 1
+                seen[1] = min(seen[1], at)
+        return [
+            StateCount(machine, state, n, epoch_time(at))
+            for (machine, state), (n, at) in sorted(counts.items())
+        ]
 
     def snapshot(self, machine: Machine[Any], ref: ObjectRef) -> Snapshot | None:
         record = self._records.get(ref.uid)
@@ -257,6 +306,8 @@ class MemoryStore:
         pass
 
 
+#: The clock at a change of state (rounded to the microsecond a :class:`Found` says when read).
+_clock = time.time
 _EVENT_TYPES = {t.value: t for t in EventType}
 _NORMAL, _WARNING = EventType.NORMAL, EventType.WARNING
 _NONE: list[Any] = [0]

@@ -27,6 +27,7 @@ import contextlib
 import select
 import time
 from collections.abc import Iterable, Iterator, Sequence
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from .._core.errors import CommitUnknown, Conflict, StoreError
@@ -61,12 +62,15 @@ from ._pgsql import (
 from ._rewind import Rewind
 from .base import (
     CommitItem,
+    Found,
     JournalEntry,
     OutboxSummary,
     Record,
     Snapshot,
+    StateCount,
     UpgradeReport,
     check_batch,
+    check_query,
     plan_compaction,
 )
 
@@ -609,6 +613,39 @@ class PostgresStore(sql.PgSettings):
             with self._decoding(f"status of {uid}"):
                 out.append(sql.record_from(machine, ref, version, status, sv, fp))
         return iter(out)
+
+    # -- questions (FindStore, ADR 0159) ---------------------------------------------------
+    def find(
+        self,
+        machine: Machine[Any],
+        *,
+        state: str | None = None,
+        entered_before: datetime | None = None,
+        older_than: timedelta | float | None = None,
+        limit: int = 100,
+    ) -> list[Found]:
+        """``machine``'s objects (in ``state``, in it since before a time), oldest first: one
+        range of the ``objects_by_state_age`` index when ``state`` is given."""
+        query = check_query(machine, state, entered_before, older_than, limit)
+        text, params = sql.find_sql(self.target.schema, query)
+        with self._conn("find") as conn:
+            cur = conn.execute(text, params)
+            rows = cur.fetchall()
+        out = []
+        for kind, namespace, name, uid, version, status, sv, fp, entered in rows:
+            ref = ObjectRef(kind, namespace, name, uid)
+            with self._decoding(f"status of {uid}"):
+                record = sql.record_from(machine, ref, version, status, sv, fp)
+            out.append(Found(record, entered.astimezone(UTC)))
+        return out
+
+    def state_counts(self) -> list[StateCount]:
+        """Per machine and state: how many objects, and since when the oldest (one grouped
+        read of the ``objects_by_state_age`` index)."""
+        with self._conn("state counts") as conn:
+            cur = conn.execute(sql.state_counts_sql(self.target.schema))
+            rows = cur.fetchall()
+        return [StateCount(m, s, n, at.astimezone(UTC)) for m, s, n, at in rows]
 
     # -- record schemas (SchemaStore, ADR 0088) ---------------------------------------------
     def schema_versions(self) -> list[SchemaCount]:

@@ -20,7 +20,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal
 
 import attrs
@@ -41,18 +41,23 @@ from .._core.schema import (
 )
 from .._core.transition import Transition
 from .._log import get_logger
+from . import _sqlite_find
 from . import _sqlite_history as history
 from ._cache import StatusCache
 from ._sqlite_history import HistoryRewind, SQLiteHistory
 from .base import (
     CommitItem,
+    Found,
     JournalEntry,
     OutboxSummary,
     Record,
     Snapshot,
+    StateCount,
     UpgradeReport,
     check_batch,
     check_identity,
+    check_query,
+    epoch_time,
     journal_start,
     plan_compaction,
     transition_from_row,
@@ -62,7 +67,7 @@ from .base import (
 if TYPE_CHECKING:
     from pathlib import Path
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4  # 4: objects.entered and its triggers (ADR 0159)
 _CHUNK = 500  # uids per IN (...) query: well under SQLite's variable limit
 
 
@@ -287,6 +292,8 @@ class SQLiteStore:
             self._db.execute(f"PRAGMA synchronous={synchronous}")
             self._db.executescript(_SCHEMA)
             self._add_schema_columns()
+            with self._transaction() as db:  # schema 4 (ADR 0159)
+                _sqlite_find.migrate(db)
             self._db.execute(
                 "INSERT INTO lifecycle_meta VALUES ('schema_version', ?) ON CONFLICT (key) "
                 "DO UPDATE SET value = excluded.value WHERE CAST(value AS INTEGER) < ?",
@@ -1015,6 +1022,43 @@ class SQLiteStore:
             with self._decoding(f"status of {uid}"):
                 loaded = load_status(machine, _loads(status), sv, fp)
             yield Record(ref, machine.name, loaded, version)
+
+    # -- questions (FindStore, ADR 0159) -------------------------------------------------
+    def find(
+        self,
+        machine: Machine[Any],
+        *,
+        state: str | None = None,
+        entered_before: datetime | None = None,
+        older_than: timedelta | float | None = None,
+        limit: int = 100,
+    ) -> list[Found]:
+        """``machine``'s objects (in ``state``, in it since before a time), oldest first: one
+        range of the ``objects_by_state_age`` index when ``state`` is given."""
+        query = check_query(machine, state, entered_before, older_than, limit)
+        db, lock = self._reading()
+        with lock:
+            try:
+                rows = _sqlite_find.find_rows(db, query)
+            except sqlite3.Error as e:
+                raise self._fail("find", e) from e
+        found = []
+        for kind, namespace, name, uid, version, status, sv, fp, entered in rows:
+            with self._decoding(f"status of {uid}"):
+                loaded = load_status(machine, _loads(status), sv, fp)
+            record = Record(ObjectRef(kind, namespace, name, uid), machine.name, loaded, version)
+            found.append(Found(record, epoch_time(entered)))
+        return found
+
+    def state_counts(self) -> list[StateCount]:
+        """Per machine and state: how many objects, and since when the oldest (one grouped
+        read of the ``objects_by_state_age`` index)."""
+        db, lock = self._reading()
+        with lock:
+            try:
+                return _sqlite_find.counts(db)
+            except sqlite3.Error as e:
+                raise self._fail("state counts", e) from e
 
     # -- retention (RetentionStore) -----------------------------------------------------
     def snapshot(self, machine: Machine[Any], ref: ObjectRef) -> Snapshot | None:

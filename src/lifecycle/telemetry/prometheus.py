@@ -100,6 +100,16 @@ METRICS: dict[str, tuple[str, str]] = {
         "Age of the oldest undelivered outbox row, by store (0 when empty).",
     ),
     "link_intents_pending": ("gauge", "Link intents waiting for their target's write."),
+    "objects": (
+        "gauge",
+        "Objects in a store, by store, machine, state and whether the state is terminal "
+        "(true, false; empty when no watched runner has the machine).",
+    ),
+    "state_oldest_age_seconds": (
+        "gauge",
+        "How long the oldest object in each state has been in it, by store, machine, state "
+        "and terminal (as lifecycle_objects).",
+    ),
     "store_epochs": ("gauge", "History epochs a store has started (a lost history), by store."),
     "store_rewinds_total": (
         "counter",
@@ -425,6 +435,9 @@ class PrometheusTelemetry(Collector):
                 epochs[label] = epochs.get(label, 0) + started
             elif isinstance(epoch, str):
                 epochs[label] = epochs.get(label, 0) + (1 if epoch else 0)
+        census = _census(stores, runners, now)
+        yield _gauge(p, "objects", _CENSUS, {k: n for k, (n, _) in census.items()})
+        yield _gauge(p, "state_oldest_age_seconds", _CENSUS, {k: a for k, (_, a) in census.items()})
         yield _gauge(p, "outbox_undelivered", ("store",), depth)
         yield _gauge(p, "outbox_oldest_age_seconds", ("store",), oldest)
         yield _gauge(p, "store_epochs", ("store",), epochs)
@@ -462,6 +475,40 @@ def _database(store: Any) -> tuple[object, ...]:
     if target is not None and all(isinstance(part, str) for part in parts):
         return ("postgres", *parts)
     return ("handle", id(store))
+
+
+_CENSUS = ("store", "machine", "state", "terminal")
+
+
+def _census(
+    stores: list[Any], runners: list[Any], now: float
+) -> dict[tuple[str, str, str, str], tuple[int, float]]:
+    """Per store, machine and state: how many objects, and the age of the oldest in it, from
+    each database's ``state_counts`` (one grouped read; ADR 0159) -- a store that has none,
+    or only as a coroutine, gives no sample. ``terminal`` is what a watched runner's machine
+    says of the state."""
+    terminal: dict[str, frozenset[str]] = {}
+    for runner in runners:
+        for machine in getattr(getattr(runner, "machines", None), "values", lambda: ())():
+            terminal[machine.name] = machine.table.terminal
+    out: dict[tuple[str, str, str, str], tuple[int, float]] = {}
+    seen: set[tuple[object, ...]] = set()
+    for store in stores:
+        where = _database(store)
+        call = getattr(innermost(store), "state_counts", None)
+        if where in seen or call is None or inspect.iscoroutinefunction(call):
+            continue
+        seen.add(where)
+        try:
+            counts = call()
+        except Exception:
+            continue
+        for c in counts:
+            states = terminal.get(c.machine)
+            flag = "" if states is None else "true" if c.state in states else "false"
+            age = max(0.0, now - c.oldest.timestamp())
+            out[(store_name(store), c.machine, c.state, flag)] = (c.count, age)
+    return out
 
 
 def _backlog(store: Any) -> tuple[int, float | None] | None:
