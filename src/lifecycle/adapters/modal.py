@@ -43,7 +43,7 @@ from typing import Any, TypeVar
 
 import attrs
 
-from .._core.errors import require
+from .._core.errors import LifecycleError, require
 from .._core.refs import ObjectRef
 from .._log import get_logger
 from ..machines._claims import claim_name
@@ -134,7 +134,7 @@ class SandboxSpec:
     readiness_probe: Mapping[str, Any] | None = attrs.field(default=None, hash=False)
 
 
-class DeadlineExceeded(Exception):
+class DeadlineExceeded(LifecycleError, TimeoutError):
     """An SDK call did not answer within its deadline."""
 
 

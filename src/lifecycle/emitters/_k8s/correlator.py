@@ -30,6 +30,7 @@ from typing import Any, Protocol
 
 import attrs
 
+from ..._core.errors import LifecycleError
 from ..._core.redact import redact
 from ..._log import get_logger
 from .event import MAX_NAMES, Event, EventKey, EventSeries, content_name, same_content
@@ -69,7 +70,7 @@ def utc_now() -> datetime:
 
 
 # -- the sink port -------------------------------------------------------------------------
-class SinkError(Exception):
+class SinkError(LifecycleError):
     """Base of the errors a sink raises to say what the API server answered."""
 
 

@@ -10,7 +10,7 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from ..._core.errors import MissingExtra
+from ..._core.errors import LifecycleError, MissingExtra
 from ..._log import get_logger
 from .correlator import Counters, NotFound, Rejected, RequestConstructionError, SinkError
 from .event import Event
@@ -34,7 +34,7 @@ def _client(needs: str = "the Kubernetes Event API sink") -> Any:
     return kubernetes.client
 
 
-class ApiNotConfigured(ValueError):
+class ApiNotConfigured(LifecycleError, ValueError):
     """The Kubernetes client has no API server to send to (no kubeconfig or in-cluster
     configuration was loaded): refused when the sink is built, not at every send."""
 
