@@ -32,7 +32,7 @@ OUTSIDE: dict[str, str] = {
     "lifecycle._testing.fake_api.schema.DecodeError": "answered as a Status body",
     "lifecycle._testing.fake_api.schema.PatchError": "answered as a Status body",
     # the fake Modal SDK's exceptions mirror modal.exception's own hierarchy
-    "lifecycle.adapters.modal_fake.exception.": "the fake of modal.exception",
+    "lifecycle._testing.fake_modal.exception.": "the fake of modal.exception",
 }
 
 

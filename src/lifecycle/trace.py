@@ -1094,7 +1094,7 @@ class TraceRecorder:
     """Collects what a controller observed as trace lines, to save and replay later.
 
     Call :meth:`record` with each observation as it is fed to the runner (the fake adapter's
-    :class:`~lifecycle.adapters.fake.FakeNode` does this for you). Linked objects (a Pod's
+    :class:`~lifecycle.testing.fakes.FakeNode` does this for you). Linked objects (a Pod's
     NodeClaim) need no lines of their own: replay derives them again. Strings in observations
     are redacted (:func:`lifecycle.adapters.recording.redact`): a trace never holds a secret.
     """

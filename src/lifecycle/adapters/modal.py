@@ -25,7 +25,7 @@ corrected (ADR 0020):
 :class:`~lifecycle.adapters.provider.AsyncProvider` of :class:`SandboxSpec`;
 :class:`ModalAdapter` runs it on a private event-loop thread for synchronous hosts, such as a
 loop around :class:`lifecycle.Runner`: a :class:`~lifecycle.adapters.provider.Provider`.
-Tests and ``--fake`` runs pass ``sdk=lifecycle.adapters.modal_fake.FakeModal()``.
+Tests and ``--fake`` runs pass ``sdk=lifecycle.testing.fakes.FakeModal()``.
 """
 
 from __future__ import annotations
