@@ -88,17 +88,15 @@ def test_each_test_double_has_one_public_name_in_lifecycle_testing_fakes() -> No
     the fake provider under two names), and ``FailEmitter`` sat beside ``FailingEmitter``:
     each double is now one name of :mod:`lifecycle.testing.fakes` and of no other public
     module, its code private under ``lifecycle/_testing/``."""
+    from scripts.core_check import public_modules
+
+    import lifecycle
     from lifecycle.testing import fakes
 
     assert set(fakes.__all__) >= FAKES
     homes: dict[str, list[str]] = {name: [] for name in FAKES}
-    for path in sorted(PACKAGE.rglob("*.py")):
-        parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
-        if parts[-1] == "__init__":
-            parts.pop()
-        if parts[-1] == "__main__" or any(p.startswith("_") for p in parts[1:]):
-            continue
-        module = importlib.import_module(".".join(parts))
+    for dotted in public_modules(lifecycle):
+        module = importlib.import_module(dotted)
         for name in set(getattr(module, "__all__", ())) & FAKES:
             homes[name].append(module.__name__)
     assert homes == {name: ["lifecycle.testing.fakes"] for name in FAKES}
