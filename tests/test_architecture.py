@@ -3,6 +3,7 @@ without running the tools it calls (the report itself is run by hand, not by the
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 from typing import Any
 
@@ -22,7 +23,7 @@ src/lifecycle/_core/table.py
 def test_the_duplicate_report_says_not_installed_when_the_tool_is_missing(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(architecture.shutil, "which", lambda name: None)
+    monkeypatch.setattr(shutil, "which", lambda name: None)
     assert architecture.duplicates_report() == "not installed"
 
 
@@ -31,7 +32,7 @@ def test_the_complexity_report_counts_the_blocks_by_grade(monkeypatch: pytest.Mo
         assert argv[1:] == ["-m", "radon", "cc", "-n", "D", "-s", "src/lifecycle"]
         return subprocess.CompletedProcess(argv, 0, RADON, "")
 
-    monkeypatch.setattr(architecture.subprocess, "run", run)
+    monkeypatch.setattr(subprocess, "run", run)
     text = architecture.complexity_report()
     assert text.startswith("src/lifecycle/trace.py\n")
     assert text.splitlines()[-1] == "4 blocks graded D-F (1 D, 1 E, 2 F)"
