@@ -159,7 +159,8 @@ Where a caller may expect a builtin exception too, the class also derives from i
 
 The few exception classes outside this tree never reach a caller: control flow inside one
 module, the simulated crash of a trace replay (a `BaseException` on purpose, so nothing
-between the store and the replay catches it), and the fake Modal SDK's own exceptions, which
+between the store and the replay catches it), the fake Kubernetes API server's internal
+refusals (answered as HTTP Status bodies), and the fake Modal SDK's own exceptions, which
 mirror the SDK's hierarchy. `tests/test_exception_tree.py` lists them, each with its reason,
 and fails on any other.
 """
