@@ -75,6 +75,13 @@ wheel-check: $(VENV_TEST)/.ok
 core-check: $(VENV_TEST)/.ok
 	bash scripts/core_check.sh $(VENV_TEST)
 
+# The architecture report (ADR 0151), not part of `make test`: a duplicate-code report of src/
+# (when that tool is on the PATH), radon's cyclomatic grades D-F of src/lifecycle with a count,
+# and the exception tree under LifecycleError (the page docs/reference/errors.md).
+.PHONY: architecture
+architecture: $(VENV_TEST)/.ok
+	$(VENV_TEST)/bin/python scripts/architecture.py
+
 # The documentation site (docs/, ADR 0120): guides, the API reference from the docstrings, the
 # machine pages and the ADRs; every warning is an error. Opens as docs/_build/html/index.html.
 docs: $(VENV_DOCS)/.ok

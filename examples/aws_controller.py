@@ -23,9 +23,9 @@ from typing import Any
 from lifecycle import MemoryStore, ObjectRef, Runner, Transition
 from lifecycle.adapters import Tracked
 from lifecycle.adapters.aws import AwsAdapter, FleetSpec
-from lifecycle.adapters.aws_fake import FakeEC2
 from lifecycle.adapters.recording import TraceFileRecorder
 from lifecycle.machines.pod import CreateRequested, DeletionRequested, ProvisionErrored
+from lifecycle.testing.fakes import FakeEC2
 
 
 class PrintEmitter:

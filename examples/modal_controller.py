@@ -21,9 +21,9 @@ from typing import Any
 from lifecycle import MemoryStore, ObjectRef, Runner, Transition
 from lifecycle.adapters import Tracked
 from lifecycle.adapters.modal import ModalAdapter, SandboxSpec
-from lifecycle.adapters.modal_fake import FakeModal, exception
 from lifecycle.adapters.recording import TraceFileRecorder
 from lifecycle.machines.pod import CreateRequested, DeletionRequested, ProvisionErrored
+from lifecycle.testing.fakes import FakeModal
 
 
 class PrintEmitter:
@@ -98,7 +98,7 @@ def script(fake: FakeModal, tick: int, ids: list[str], adapter: ModalAdapter) ->
     if tick == 2 and len(ids) > 1 and ids[1]:
         fake.exit(ids[1], 1)
     if tick == 3:
-        fake.fail("Sandbox.list", exception.ServiceError("list: connection reset"))
+        fake.fail("Sandbox.list", FakeModal.exception.ServiceError("list: connection reset"))
 
 
 if __name__ == "__main__":

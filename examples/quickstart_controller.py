@@ -3,8 +3,9 @@
 from datetime import UTC, datetime, timedelta
 
 from lifecycle import MemoryEmitter, ObjectRef, Runner, SQLiteStore
-from lifecycle.adapters import FakeProvider, FakeSpec, Tracked
+from lifecycle.adapters import Tracked
 from lifecycle.machines.pod import CreateRequested, DeletionRequested
+from lifecycle.testing.fakes import FakeProvider, FakeSpec
 
 
 def main(db: str = "controller.db") -> list[str]:

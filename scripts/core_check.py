@@ -16,11 +16,12 @@ SDKs made unimportable in the development environment):
         code the README declares, ``<!-- output: exit N -->``, is the one expected)
 
 The policy, per public module (ADR 0136): a module whose every use needs the SDK (the
-PostgreSQL stores, the Prometheus and OpenTelemetry telemetries, ``lifecycle.testing``)
-raises :class:`lifecycle.MissingExtra` when imported; every other one imports with no extra
-and raises ``MissingExtra`` where its SDK is needed: the Kubernetes emitter and store when an
-API client is built, the Modal and AWS adapters when built without an SDK or a client factory
-of the host's, diagrams when drawn.
+PostgreSQL stores, the Prometheus and OpenTelemetry telemetries) raises
+:class:`lifecycle.MissingExtra` when imported; every other one imports with no extra and
+raises ``MissingExtra`` where its SDK is needed: the Kubernetes emitter and store when an API
+client is built, the Modal and AWS adapters when built without an SDK or a client factory of
+the host's, diagrams when drawn, each name of ``lifecycle.testing`` when used (its ``fakes``
+need no extra; ADR 0151).
 """
 
 from __future__ import annotations
@@ -47,6 +48,12 @@ NEEDS_AT_IMPORT: dict[str, str] = {
     "lifecycle.stores.postgres_async": "postgres",
     "lifecycle.telemetry.otel": "otel",
     "lifecycle.telemetry.prometheus": "prometheus",
+}
+
+#: The public modules that import with no extra but each of whose names (``__all__``) needs
+#: one, and which: using a name raises MissingExtra naming it (``lifecycle.testing`` imports
+#: so that ``lifecycle.testing.fakes``, which needs none, can be imported; ADR 0151).
+NEEDS_AT_USE: dict[str, str] = {
     "lifecycle.testing": "testing",
 }
 
@@ -163,6 +170,26 @@ def import_problems(block_sdks: bool) -> list[str]:
         else:
             if extra is not None and block_sdks:
                 problems.append(f"{name}: imported without the {extra!r} extra's SDK")
+            if name in NEEDS_AT_USE:
+                problems += use_problems(name, NEEDS_AT_USE[name])
+    return problems
+
+
+def use_problems(name: str, extra: str) -> list[str]:
+    """Each name of module ``name`` that does not raise MissingExtra naming ``extra`` when
+    used (the SDK missing)."""
+    module = sys.modules[name]
+    problems = []
+    for attr in module.__all__:
+        try:
+            getattr(module, attr)
+        except ImportError as e:
+            if type(e).__name__ != "MissingExtra" or getattr(e, "extra", None) != extra:
+                problems.append(f"{name}.{attr}: not MissingExtra({extra!r}): {e}")
+            elif (why := one_line_naming(str(e), extra)) is not None:
+                problems.append(f"{name}.{attr}: {why}")
+        else:
+            problems.append(f"{name}.{attr}: used without the {extra!r} extra's SDK")
     return problems
 
 

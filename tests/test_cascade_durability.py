@@ -41,7 +41,7 @@ from lifecycle import (
 from lifecycle._core.observation import Observation, Tick
 from lifecycle.machines import job, workflow
 from lifecycle.stores.base import Store
-from lifecycle.testing import FaultyStore
+from lifecycle.testing.fakes import FaultyStore
 from lifecycle.trace import FaultLine, ObservationLine, read_trace
 
 from .conftest import t

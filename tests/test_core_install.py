@@ -245,7 +245,7 @@ def test_the_provider_adapters_name_their_extra_when_built_without_their_sdk(
 from lifecycle import MissingExtra
 from lifecycle.adapters.aws import AwsAdapter
 from lifecycle.adapters.modal import AsyncModalAdapter, ModalAdapter
-from lifecycle.adapters.modal_fake import FakeModal
+from lifecycle.testing.fakes import FakeModal
 for build, extra in ((AwsAdapter, "aws"), (AsyncModalAdapter, "modal"), (ModalAdapter, "modal")):
     try:
         build()

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from lifecycle import MemoryEmitter, MemoryStore, ObjectRef, Transition
 from lifecycle.machines import job as j
-from lifecycle.testing import FailingEmitter
+from lifecycle.testing.fakes import FailingEmitter
 
 kopf = pytest.importorskip("kopf", reason="the kopf example needs kopf (the dev group has it)")
 

@@ -13,9 +13,6 @@ import pytest
 
 from lifecycle import MemoryEmitter, MemoryStore, ObjectRef, Runner, SQLiteStore, Store, Transition
 from lifecycle.adapters import (
-    FakeNode,
-    FakeProvider,
-    FakeSpec,
     InstanceState,
     PollOutcome,
     ProviderError,
@@ -37,6 +34,7 @@ from lifecycle.machines.pod import (
     TerminateFailed,
     TerminateSucceeded,
 )
+from lifecycle.testing.fakes import FakeNode, FakeProvider, FakeSpec
 from lifecycle.trace import TraceRecorder, read_trace, replay
 
 from .conftest import pod_ref, t

@@ -23,7 +23,7 @@ from lifecycle._core.errors import TableError
 from lifecycle._core.observation import Observation
 from lifecycle._core.table import SAME, Row, Table
 from lifecycle.machines import certification, job
-from lifecycle.testing import FaultyStore
+from lifecycle.testing.fakes import FaultyStore
 
 from .conftest import t
 

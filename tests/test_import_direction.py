@@ -308,8 +308,8 @@ def test_the_moved_names_keep_their_public_homes() -> None:
 def test_only_the_testing_face_and_trace_faults_import_the_test_doubles() -> None:
     """Test doubles live in the testing package (ADR 0035): the shipped code path never
     imports them, except :mod:`lifecycle.trace`, whose ``"fault"`` lines are injected
-    through :class:`~lifecycle.testing.FaultyStore`."""
-    allowed = {"lifecycle.testing", "lifecycle.trace"}
+    through :class:`~lifecycle.testing.fakes.FaultyStore`."""
+    allowed = {"lifecycle.testing", "lifecycle.testing.fakes", "lifecycle.trace"}
     hits = [
         f"{path.relative_to(PACKAGE.parent)}:{line}: imports {name}"
         for path in sorted(PACKAGE.rglob("*.py"))

@@ -61,13 +61,48 @@ def test_a_machine_module_still_exports_its_whole_vocabulary(machine: str, vocab
 def test_the_test_doubles_live_in_the_testing_package() -> None:
     """``stores/overlay.py`` once held :class:`FaultyStore` (a test double) beside the dry-run
     store; the double now lives with the others, the dry-run store under its own name."""
-    from lifecycle import testing
     from lifecycle.stores import dry_run
+    from lifecycle.testing import fakes
 
-    assert testing.FaultyStore.__module__ == "lifecycle._testing.doubles"
-    assert testing.FailingEmitter.__module__ == "lifecycle._testing.doubles"
+    assert fakes.FaultyStore.__module__ == "lifecycle._testing.doubles"
+    assert fakes.FailingEmitter.__module__ == "lifecycle._testing.doubles"
     assert dry_run.DryRunStore.__module__ == "lifecycle.stores.dry_run"
     assert importlib.util.find_spec("lifecycle.stores.overlay") is None
+
+
+#: The test doubles, by the one public name each has (issue 36, ADR 0151).
+FAKES = {
+    "FakeProvider",
+    "FakeSpec",
+    "FakeInstance",
+    "FakeNode",
+    "FakeModal",
+    "FakeEC2",
+    "FailingEmitter",
+    "FaultyStore",
+}
+
+
+def test_each_test_double_has_one_public_name_in_lifecycle_testing_fakes() -> None:
+    """The SDK fakes once shipped in ``lifecycle/adapters/`` beside the real adapters (and
+    the fake provider under two names), and ``FailEmitter`` sat beside ``FailingEmitter``:
+    each double is now one name of :mod:`lifecycle.testing.fakes` and of no other public
+    module, its code private under ``lifecycle/_testing/``."""
+    from scripts.core_check import public_modules
+
+    import lifecycle
+    from lifecycle.testing import fakes
+
+    assert set(fakes.__all__) >= FAKES
+    homes: dict[str, list[str]] = {name: [] for name in FAKES}
+    for dotted in public_modules(lifecycle):
+        module = importlib.import_module(dotted)
+        for name in set(getattr(module, "__all__", ())) & FAKES:
+            homes[name].append(module.__name__)
+    assert homes == {name: ["lifecycle.testing.fakes"] for name in FAKES}
+    for old in ("fake", "aws_fake", "modal_fake"):
+        assert importlib.util.find_spec(f"lifecycle.adapters.{old}") is None
+    assert not hasattr(importlib.import_module("lifecycle.testing"), "FailEmitter")
 
 
 #: The top-level face, by what it is for (ADR 0035).

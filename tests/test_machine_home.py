@@ -39,7 +39,6 @@ LINKED: dict[str, set[str]] = {
     "adapters/_aws_mapping.py": {"pod"},
     "adapters/aws.py": {"pod"},
     "adapters/base.py": {"pod"},
-    "adapters/fake.py": {"pod", "nodeclaim"},
     "adapters/modal.py": {"pod"},
     "adapters/provider.py": {"pod"},
     # the Workflow's timeout write on a Job, reported by workflow-controller; a NodeClaim's
@@ -51,6 +50,7 @@ LINKED: dict[str, set[str]] = {
     # the test kit's worked examples and the shipped machines' samples
     "_testing/emitter.py": {"pod"},
     "_testing/fake_api/objects.py": {"pod"},
+    "_testing/fake_provider.py": {"pod", "nodeclaim"},
     "_testing/provider.py": {"pod"},
     "_testing/store.py": {"pod", "nodeclaim"},
     "_testing/strategies.py": {"pod", "nodeclaim"},

@@ -35,8 +35,6 @@ from lifecycle.tables import Condition, Flip, Verdict
 from lifecycle.testing import (
     EPOCH,
     Checker,
-    FailEmitter,
-    FailingEmitter,
     InjectFault,
     MemoryEmitter,
     MemoryStore,
@@ -54,6 +52,7 @@ from lifecycle.testing import (
     stateful_test,
     table_strings,
 )
+from lifecycle.testing.fakes import FailingEmitter
 
 from .fallback_machines import FALLBACK_POD
 
@@ -477,7 +476,7 @@ def test_checker_scripted_scenario_covers_fault_paths(
     steps: list[Step] = [
         pod.CreateRequested(at=at),
         pod.ProvisionSucceeded(at=at, reserved=True, instance_id="i-1"),
-        FailEmitter(1),
+        InjectFault("emitter-error"),
         pod.InstanceRunning(at=at),
         Redeliver(),
         InjectFault("conflict", 2),

@@ -30,7 +30,6 @@ from hypothesis import strategies as st
 
 from lifecycle import EventType, ObjectRef, Observation, Runner, StoreError, Transition
 from lifecycle._core.redact import REDACTED, is_secret_key, redact, redact_observation, scrub
-from lifecycle.adapters.fake import FakeNode, FakeProvider
 from lifecycle.adapters.recording import RedactingRecorder, TraceFileRecorder
 from lifecycle.emitters.kubernetes import (
     KubernetesEmitter,
@@ -44,6 +43,7 @@ from lifecycle.emitters.memory import MemoryEmitter
 from lifecycle.machines import pod
 from lifecycle.stores import MemoryStore
 from lifecycle.stores.sqlite import SQLiteStore
+from lifecycle.testing.fakes import FakeNode, FakeProvider
 from lifecycle.trace import TraceRecorder
 
 from .fallback_machines import with_fallback_pod
@@ -614,7 +614,7 @@ def test_an_aws_client_error_reaches_the_journal_redacted(
 def test_a_modal_error_reaches_the_journal_redacted(sqlite_runner: tuple[Runner, Path]) -> None:
     exception = pytest.importorskip("modal.exception")
     from lifecycle.adapters.modal import ModalAdapter, SandboxSpec
-    from lifecycle.adapters.modal_fake import FakeModal
+    from lifecycle.testing.fakes import FakeModal
 
     runner, db = sqlite_runner
     fake = FakeModal()

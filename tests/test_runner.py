@@ -31,7 +31,7 @@ from lifecycle.links import claim_ref
 from lifecycle.machines import nodeclaim as nc
 from lifecycle.machines import pod
 from lifecycle.stores.base import JournalEntry, Record
-from lifecycle.testing import FailingEmitter, FaultyStore
+from lifecycle.testing.fakes import FailingEmitter, FaultyStore
 
 from .conftest import pod_ref, t
 from .fallback_machines import with_fallback_pod

@@ -34,7 +34,7 @@ from lifecycle._core.transition import stamp
 from lifecycle.links import claim_ref
 from lifecycle.machines import NODECLAIM, POD, pod
 from lifecycle.machines import nodeclaim as nc
-from lifecycle.testing import FailingEmitter
+from lifecycle.testing.fakes import FailingEmitter
 
 from . import _store_workers as workers
 from .conftest import pod_ref, t

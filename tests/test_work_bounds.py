@@ -46,7 +46,8 @@ from lifecycle import (
 )
 from lifecycle._testing.hostile import SAMPLES
 from lifecycle.machines import workflow
-from lifecycle.testing import EPOCH, FaultyStore, hostile_counts, observation_sequences
+from lifecycle.testing import EPOCH, hostile_counts, observation_sequences
+from lifecycle.testing.fakes import FaultyStore
 from lifecycle.trace import FAULT_LIMITS, MAX_FAULT_TIMES, FaultLine, parse_lines
 
 SOAK = os.environ.get("LIFECYCLE_SOAK") == "1"

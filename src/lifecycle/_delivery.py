@@ -186,11 +186,6 @@ class Delivery:
         if mark is not None:
             self.mark(self.take_acked(force=True), mark)
 
-    @property
-    def acknowledging(self) -> bool:
-        """Whether some emitter acknowledges later (its events are marked when it does)."""
-        return bool(self._acking)
-
     def send(self, events: Sequence[Transition]) -> list[str]:
         """Hand ``events`` (committed, in commit order per object) to every emitter; the ids
         to mark delivered now: those every emitter took at once, and acknowledgements that

@@ -266,7 +266,7 @@ def _check_size(text: str, limit: int) -> None:
         )
 
 
-class _DuplicateKey(Exception):
+class _DuplicateKey(Exception):  # internal: never reaches a caller (tests/test_exception_tree.py)
     def __init__(self, key: str) -> None:
         self.key = key
 
@@ -601,7 +601,7 @@ class Crash(BaseException):
     """The replaying process died right after a commit a ``crash-after-commit`` line named.
 
     A ``BaseException``: nothing between the store and the replay loop may catch it, as
-    nothing survives a real crash."""
+    nothing survives a real crash (so it stays outside the ``LifecycleError`` tree)."""
 
     def __init__(self, line: FaultLine, committed: Iterable[str] = ()) -> None:
         super().__init__(f"crash after a commit of {line.ref} (trace line {line.line})")
@@ -1094,7 +1094,7 @@ class TraceRecorder:
     """Collects what a controller observed as trace lines, to save and replay later.
 
     Call :meth:`record` with each observation as it is fed to the runner (the fake adapter's
-    :class:`~lifecycle.adapters.fake.FakeNode` does this for you). Linked objects (a Pod's
+    :class:`~lifecycle.testing.fakes.FakeNode` does this for you). Linked objects (a Pod's
     NodeClaim) need no lines of their own: replay derives them again. Strings in observations
     are redacted (:func:`lifecycle.adapters.recording.redact`): a trace never holds a secret.
     """

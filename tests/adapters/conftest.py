@@ -1,8 +1,8 @@
 """Fixtures for the provider adapter tests: a fixed clock, pod refs, the SDK fakes.
 
 Nothing here (or in any test of this package) calls Modal or AWS: the Modal adapter runs on
-:class:`~lifecycle.adapters.modal_fake.FakeModal`, the AWS adapter on botocore's ``Stubber``,
-on :class:`~lifecycle.adapters.aws_fake.FakeEC2`, or on a moto server bound to 127.0.0.1.
+:class:`~lifecycle.testing.fakes.FakeModal`, the AWS adapter on botocore's ``Stubber``,
+on :class:`~lifecycle.testing.fakes.FakeEC2`, or on a moto server bound to 127.0.0.1.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from lifecycle import ObjectRef
 from lifecycle.adapters import Tracked
 from lifecycle.adapters.aws import FleetSpec
 from lifecycle.adapters.modal import ModalAdapter, SandboxSpec
-from lifecycle.adapters.modal_fake import FakeModal
+from lifecycle.testing.fakes import FakeModal
 
 EPOCH = datetime(2026, 11, 30, 10, 0, 0, tzinfo=UTC)
 

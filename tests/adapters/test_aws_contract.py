@@ -19,8 +19,8 @@ from typing import Any
 
 import pytest
 
+from lifecycle._testing.fake_ec2 import service_model
 from lifecycle.adapters.aws import AwsAdapter, FleetSpec, fleet_client_token
-from lifecycle.adapters.aws_fake import OPERATIONS, FakeEC2, service_model
 from lifecycle.machines.pod import (
     InstancePending,
     InstanceRunning,
@@ -31,6 +31,7 @@ from lifecycle.machines.pod import (
     ProvisionSucceeded,
     TerminateSucceeded,
 )
+from lifecycle.testing.fakes import EC2_OPERATIONS, FakeEC2
 
 from .conftest import pod, ticking_clock, tracked_in
 
@@ -52,7 +53,7 @@ def real_client() -> Any:
     return session.client("ec2", region_name="us-east-1", endpoint_url="http://127.0.0.1:9")
 
 
-@pytest.mark.parametrize(("method", "operation"), sorted(OPERATIONS.items()))
+@pytest.mark.parametrize(("method", "operation"), sorted(EC2_OPERATIONS.items()))
 def test_fake_methods_exist_on_the_real_client_keyword_only(
     real_client: Any, method: str, operation: str
 ) -> None:
@@ -122,7 +123,7 @@ def test_the_adapter_runs_a_whole_life_on_the_fake() -> None:
     assert isinstance(adapter.terminate(a, where), TerminateSucceeded)
     ec2.script_fleet([{"ErrorCode": "UnauthorizedOperation", "ErrorMessage": "denied"}])
     assert isinstance(adapter.provision(pod("b"), SPEC), ProvisionRejected)
-    assert {name for name, _ in ec2.calls} == set(OPERATIONS)
+    assert {name for name, _ in ec2.calls} == set(EC2_OPERATIONS)
 
 
 def test_the_fake_pages_and_lags() -> None:
@@ -221,7 +222,7 @@ def test_a_lost_create_answer_is_retried_with_the_same_token_on_the_fake() -> No
 
 def test_importing_the_adapter_does_not_import_boto3() -> None:
     code = (
-        "import sys, lifecycle.adapters.aws, lifecycle.adapters.aws_fake; "
+        "import sys, lifecycle.adapters.aws, lifecycle.testing.fakes; "
         "assert not {'boto3', 'botocore'} & set(sys.modules), 'imported eagerly'"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)

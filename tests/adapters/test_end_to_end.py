@@ -12,9 +12,7 @@ import pytest
 
 from lifecycle import MemoryEmitter, MemoryStore, ObjectRef, Runner
 from lifecycle.adapters.aws import AwsAdapter, FleetSpec
-from lifecycle.adapters.aws_fake import FakeEC2
 from lifecycle.adapters.modal import ModalAdapter, SandboxSpec
-from lifecycle.adapters.modal_fake import FakeModal, exception
 from lifecycle.adapters.recording import (
     REDACTED,
     RedactingRecorder,
@@ -29,9 +27,13 @@ from lifecycle.machines.pod import (
     InstanceUnknown,
     ProvisionErrored,
 )
+from lifecycle.testing.fakes import FakeEC2, FakeModal
 from lifecycle.trace import TraceRecorder, read_trace, replay
 
 from .conftest import pod, sandbox, t, ticking_clock, tracked, tracked_in
+
+#: the fake's ``modal.exception``
+exception = FakeModal.exception
 
 Flip = tuple[str, str, str, str]  # (uid, type, from, to)
 

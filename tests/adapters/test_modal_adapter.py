@@ -21,7 +21,6 @@ from lifecycle.adapters.modal import (
     SandboxSpec,
     sandbox_name,
 )
-from lifecycle.adapters.modal_fake import FakeModal, FakeProbe, exception
 from lifecycle.machines.nodeclaim import claim_name
 from lifecycle.machines.pod import (
     InstanceAbsent,
@@ -35,8 +34,12 @@ from lifecycle.machines.pod import (
     TerminateFailed,
     TerminateSucceeded,
 )
+from lifecycle.testing.fakes import FakeModal, FakeProbe
 
 from .conftest import pod, sandbox, t, ticking_clock, tracked
+
+#: the fake's ``modal.exception``
+exception = FakeModal.exception
 
 PROBE = {"tcpSocket": {"port": 8080}}
 A = pod("a")

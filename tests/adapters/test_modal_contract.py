@@ -25,9 +25,12 @@ from typing import Any
 import pytest
 
 from lifecycle.adapters.modal import ModalAdapter, SandboxSpec, probe_plan
-from lifecycle.adapters.modal_fake import FakeModal, FakeProbe, FakeSandbox, exception
+from lifecycle.testing.fakes import FakeModal, FakeProbe, FakeSandbox
 
 from .conftest import pod, sandbox, ticking_clock, tracked
+
+#: the fake's ``modal.exception``
+exception = FakeModal.exception
 
 modal = pytest.importorskip("modal")
 
@@ -136,7 +139,8 @@ def test_the_real_probe_is_built_from_a_plan() -> None:
 
 
 @pytest.mark.parametrize(
-    "name", [n for n, v in vars(exception).items() if isinstance(v, type) and n[0].isupper()]
+    "name",
+    [n for n, v in vars(exception).items() if isinstance(v, type) and n[0].isupper()],
 )
 def test_exception_classes_exist_with_the_sdk_hierarchy(name: str) -> None:
     fake_cls = getattr(exception, name)
@@ -312,7 +316,7 @@ def test_a_call_the_floor_lacks_is_caught() -> None:
 
 def test_importing_the_adapter_does_not_import_modal() -> None:
     code = (
-        "import sys, lifecycle.adapters.modal as m, lifecycle.adapters.modal_fake; "
+        "import sys, lifecycle.adapters.modal as m, lifecycle.testing.fakes; "
         "assert 'modal' not in sys.modules, 'imported eagerly'; "
         "a = m.AsyncModalAdapter(); assert 'modal' not in sys.modules; "
         "assert a.sdk is sys.modules['modal']"

@@ -15,8 +15,6 @@ import pytest
 from lifecycle import ObjectRef
 from lifecycle.adapters import (
     AsyncProvider,
-    FakeProvider,
-    FakeSpec,
     PollOutcome,
     Provider,
     ProvisionOutcome,
@@ -24,9 +22,7 @@ from lifecycle.adapters import (
     Tracked,
 )
 from lifecycle.adapters.aws import AwsAdapter, FleetSpec
-from lifecycle.adapters.aws_fake import FakeEC2
 from lifecycle.adapters.modal import AsyncModalAdapter, ModalAdapter, SandboxSpec
-from lifecycle.adapters.modal_fake import FakeModal, exception
 from lifecycle.machines.pod import (
     InstanceAbsent,
     InstanceFailed,
@@ -35,6 +31,7 @@ from lifecycle.machines.pod import (
     TerminateFailed,
 )
 from lifecycle.testing import check_async_provider, check_provider
+from lifecycle.testing.fakes import FakeEC2, FakeModal, FakeProvider, FakeSpec
 
 from .conftest import fleet
 
@@ -63,7 +60,7 @@ def fail_modal(sdk: FakeModal, call: str, message: str) -> None:
     """Provision and observe start with ``Sandbox.list``; terminate by id ends with
     ``Sandbox.terminate``."""
     operation = "Sandbox.terminate" if call == "terminate" else "Sandbox.list"
-    sdk.fail(operation, exception.ServiceError(message))
+    sdk.fail(operation, FakeModal.exception.ServiceError(message))
 
 
 def test_the_modal_adapter_conforms() -> None:

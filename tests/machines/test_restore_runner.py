@@ -34,7 +34,8 @@ from lifecycle.machines.restore import (
     StatusWritten,
     attempt_ref,
 )
-from lifecycle.testing import FaultyStore, check_machine, row_paths
+from lifecycle.testing import check_machine, row_paths
+from lifecycle.testing.fakes import FaultyStore
 from lifecycle.trace import read_trace, replay
 
 from .test_restore import (

@@ -44,7 +44,7 @@ from lifecycle.machines.workflow import (
     Tick,
     WorkflowStatus,
 )
-from lifecycle.testing import FaultyStore
+from lifecycle.testing.fakes import FaultyStore
 from tests.conftest import t
 
 from .rowcases import Case, assert_every_row, assert_every_row_has_an_effect, fold, run

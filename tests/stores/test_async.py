@@ -32,7 +32,7 @@ from lifecycle import (
 )
 from lifecycle.machines import nodeclaim as nc
 from lifecycle.machines import pod
-from lifecycle.testing import FaultyStore
+from lifecycle.testing.fakes import FaultyStore
 from lifecycle.trace import FaultLine, read_trace
 
 from .conftest import drop_schema
@@ -253,7 +253,7 @@ def test_redeliver_sends_queued_events_under_their_ids(pair: Any) -> None:
     _, open_async = pair()
 
     async def go() -> None:
-        from lifecycle.testing import FailingEmitter
+        from lifecycle.testing.fakes import FailingEmitter
 
         store = await open_async()
         flaky = FailingEmitter(1)

@@ -34,7 +34,8 @@ from lifecycle import (
 )
 from lifecycle.machines import POD, pod
 from lifecycle.stores.kubernetes import AsyncKubernetesStore, KubernetesStore
-from lifecycle.testing import FailingEmitter, FaultyStore, observation_sequences
+from lifecycle.testing import observation_sequences
+from lifecycle.testing.fakes import FailingEmitter, FaultyStore
 
 from .test_kubernetes_store import AT, RESOURCES, add, api, serve
 from .test_kubernetes_store import groups_that_fit as groups_that_fit  # autouse: ADR 0144

@@ -40,7 +40,8 @@ from lifecycle._core.transition import stamp
 from lifecycle.machines import JOB, NODECLAIM, POD, nodeclaim, pod
 from lifecycle.stores.base import CommitItem, Record, check_identity
 from lifecycle.stores.dry_run import DryRunStore
-from lifecycle.testing import FaultyStore, assert_journal_folds
+from lifecycle.testing import assert_journal_folds
+from lifecycle.testing.fakes import FaultyStore
 
 from .helpers import pod_ref, step, t
 

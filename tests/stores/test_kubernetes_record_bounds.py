@@ -37,7 +37,8 @@ from lifecycle.stores.kubernetes import (
 )
 from lifecycle.tables import Upcaster
 from lifecycle.telemetry.prometheus import PrometheusTelemetry
-from lifecycle.testing import FailingEmitter, FakeApiServer, conditions_crd_schema
+from lifecycle.testing import FakeApiServer, conditions_crd_schema
+from lifecycle.testing.fakes import FailingEmitter
 
 from .test_kubernetes_store import AT, GROUP, POD_A, add, api, serve, stored
 

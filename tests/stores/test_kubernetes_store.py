@@ -45,13 +45,13 @@ from lifecycle.stores.kubernetes import (
     StatusRefused,
 )
 from lifecycle.testing import (
-    FailingEmitter,
     FakeApiServer,
     check_store,
     conditions_crd_schema,
     nodeclaim_crd_schema,
     observation_sequences,
 )
+from lifecycle.testing.fakes import FailingEmitter
 from lifecycle.trace import read_trace, replay
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -27,7 +27,7 @@ from lifecycle import (
 from lifecycle.machines import NODECLAIM, POD, pod
 from lifecycle.machines import nodeclaim as nc
 from lifecycle.stores.base import CommitItem, Record
-from lifecycle.testing import FailingEmitter
+from lifecycle.testing.fakes import FailingEmitter
 
 from ..fallback_machines import with_fallback_pod
 from .helpers import check_invariants, pod_ref, t

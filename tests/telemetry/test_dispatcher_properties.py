@@ -30,7 +30,8 @@ from hypothesis import strategies as st
 from lifecycle import Dispatcher, Runner, SQLiteStore, default_registry
 from lifecycle.links import claim_ref
 from lifecycle.machines import pod
-from lifecycle.testing import FailingEmitter, FaultyStore, RecordingTelemetry
+from lifecycle.testing import RecordingTelemetry
+from lifecycle.testing.fakes import FailingEmitter, FaultyStore
 
 from ..conftest import pod_ref, t
 

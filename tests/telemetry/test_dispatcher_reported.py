@@ -13,7 +13,8 @@ import pytest
 from lifecycle import Dispatcher, MemoryEmitter, Runner, SQLiteStore
 from lifecycle.links import claim_ref
 from lifecycle.machines import pod
-from lifecycle.testing import FailingEmitter, FaultyStore, RecordingTelemetry
+from lifecycle.testing import RecordingTelemetry
+from lifecycle.testing.fakes import FailingEmitter, FaultyStore
 
 from ..conftest import pod_ref, t
 

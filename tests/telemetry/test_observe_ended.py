@@ -31,9 +31,6 @@ from lifecycle.machines.pod import (
 from lifecycle.telemetry import Observed, ObserveEnded
 from lifecycle.telemetry._port import observe_ended_of
 from lifecycle.testing import (
-    FailEmitter,
-    FailingEmitter,
-    FaultyStore,
     InjectFault,
     RecordingTelemetry,
     Redeliver,
@@ -41,6 +38,7 @@ from lifecycle.testing import (
     scenarios,
 )
 from lifecycle.testing import default_ref as _default_ref
+from lifecycle.testing.fakes import FailingEmitter, FaultyStore
 
 from ..conftest import t
 from ..fallback_machines import FALLBACK_POD, with_fallback_pod
@@ -92,9 +90,11 @@ def _drive(telemetry: Any, steps: list[Step]) -> list[str]:
             except LifecycleError as e:
                 out.append(type(e).__name__)
         elif isinstance(step, InjectFault):
-            store.inject(ref.uid, step.kind, step.times)
-        elif isinstance(step, FailEmitter):
-            flaky.arm(step.times)
+            kind = step.kind
+            if kind == "emitter-error":
+                flaky.arm(step.times)
+            else:
+                store.inject(ref.uid, kind, step.times)
         else:
             out.append(str(runner.redeliver()))
     assert runner.telemetry is not None
@@ -153,7 +153,7 @@ _FALLBACK = [
 _REFUSED = [CreateRequested(at=_at(0), pool="gpu"), WorkloadCreated(at=_at(1))]  # not a Pod's
 _REDELIVERY = [
     CreateRequested(at=_at(0), pool="gpu"),
-    FailEmitter(2),
+    InjectFault("emitter-error", 2),
     InstancePending(at=_at(1)),
     InstanceRunning(at=_at(2)),
     Redeliver(),

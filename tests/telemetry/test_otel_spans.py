@@ -21,7 +21,7 @@ from lifecycle import MemoryEmitter, ObjectRef, Runner, SQLiteStore, UnknownObse
 from lifecycle.machines.job import WorkloadCreated
 from lifecycle.machines.pod import CreateRequested
 from lifecycle.telemetry.otel import OpenTelemetryTelemetry, parse_traceparent
-from lifecycle.testing import FailingEmitter
+from lifecycle.testing.fakes import FailingEmitter
 
 from ..conftest import t
 

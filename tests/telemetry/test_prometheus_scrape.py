@@ -19,7 +19,7 @@ from prometheus_client.parser import text_string_to_metric_families  # noqa: E40
 from lifecycle import MemoryEmitter, ObjectRef, Runner, SQLiteStore  # noqa: E402
 from lifecycle.machines.pod import CreateRequested  # noqa: E402
 from lifecycle.telemetry.prometheus import METRICS, PrometheusTelemetry  # noqa: E402
-from lifecycle.testing import FailingEmitter  # noqa: E402
+from lifecycle.testing.fakes import FailingEmitter  # noqa: E402
 from lifecycle.trace import read_trace, replay  # noqa: E402
 
 from ..conftest import t  # noqa: E402

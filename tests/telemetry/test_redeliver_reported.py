@@ -11,7 +11,8 @@ from lifecycle import AsyncRunner, MemoryEmitter, MemoryStore, Runner
 from lifecycle.aio import as_async
 from lifecycle.links import claim_ref
 from lifecycle.machines import pod
-from lifecycle.testing import FaultyStore, RecordingTelemetry
+from lifecycle.testing import RecordingTelemetry
+from lifecycle.testing.fakes import FaultyStore
 
 from ..conftest import pod_ref, t
 

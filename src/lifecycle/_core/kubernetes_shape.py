@@ -9,10 +9,11 @@ from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import Any
 
+from .errors import LifecycleError
 from .refs import Condition
 
 
-class NoStatusBody(ValueError):
+class NoStatusBody(LifecycleError, ValueError):
     """The status is one Kubernetes has no body for (a deleted NodeClaim's): nothing to
     write beside the library's own record."""
 

@@ -4,15 +4,17 @@ them: :mod:`lifecycle.emitters.kubernetes`)."""
 
 from __future__ import annotations
 
+from .._core.errors import LifecycleError
+
 __all__ = ["ApiNotConfigured", "RequestDeadline", "SinkError"]
 
 
-class ApiNotConfigured(ValueError):
+class ApiNotConfigured(LifecycleError, ValueError):
     """The Kubernetes client has no API server to send to (no kubeconfig or in-cluster
     configuration was loaded): refused when the sink is built, not at every send."""
 
 
-class SinkError(Exception):
+class SinkError(LifecycleError):
     """Base of the errors a sink raises to say what the API server answered."""
 
 

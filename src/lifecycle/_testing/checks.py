@@ -21,7 +21,7 @@ from ..runner import Outcome, Result, RetryPolicy, Runner
 from ..stores.base import Store, fold_from, journal_start
 from ..stores.memory import MemoryStore
 from .coverage import RowPath, row_paths
-from .doubles import FailEmitter, FailingEmitter, FaultyStore, InjectFault, Redeliver, Step
+from .doubles import FailingEmitter, FaultyStore, InjectFault, Redeliver, Step
 from .strategies import Samples, default_ref, scenarios
 
 
@@ -169,12 +169,14 @@ class Checker:
         if isinstance(step, Observation):
             self.observe(step)
         elif isinstance(step, InjectFault):
-            self.faulty.inject(self.ref.uid, step.kind, step.times)
-            self._faults.extend([step.kind] * step.times)
-            self.trace.append(("fault", step.kind, step.times))
-        elif isinstance(step, FailEmitter):
-            self.flaky.arm(step.times)
-            self.trace.append(("emitter", step.times))
+            kind = step.kind
+            if kind == "emitter-error":
+                self.flaky.arm(step.times)
+                self.trace.append(("emitter", step.times))
+            else:
+                self.faulty.inject(self.ref.uid, kind, step.times)
+                self._faults.extend([kind] * step.times)
+                self.trace.append(("fault", kind, step.times))
         else:
             self.redeliver()
 
@@ -486,7 +488,7 @@ def check_rows(
             variants += [
                 [*head, InjectFault("write-error"), last],
                 [*head, InjectFault("conflict", budget), last],
-                [*head, FailEmitter(1), last, Redeliver()],
+                [*head, InjectFault("emitter-error"), last, Redeliver()],
             ]
             if budget > 1:
                 variants.append([*head, InjectFault("conflict", budget - 1), last])

@@ -97,18 +97,19 @@ class FaultyStore:
 
 
 # -- steps beside observations ----------------------------------------------------------------
+#: What a scenario's :class:`InjectFault` step can make fail: the store's next commits of the
+#: object (:data:`FAULTS`), or the failing emitter's next deliveries (``"emitter-error"``).
+StepFault = Literal["conflict", "write-error", "emitter-error"]
+
+
 @attrs.frozen(slots=True)
 class InjectFault:
-    """The next ``times`` commits of the object fail with ``kind`` (see :class:`FaultyStore`)."""
+    """The next ``times`` commits of the object fail with ``kind`` (``"conflict"`` or
+    ``"write-error"``: see :class:`FaultyStore`), or, for ``"emitter-error"``, the next
+    ``times`` deliveries to the scenario's :class:`FailingEmitter` raise (the events stay
+    queued)."""
 
-    kind: Fault
-    times: int = 1
-
-
-@attrs.frozen(slots=True)
-class FailEmitter:
-    """The next ``times`` deliveries to the failing emitter raise (the events stay queued)."""
-
+    kind: StepFault
     times: int = 1
 
 
@@ -117,7 +118,7 @@ class Redeliver:
     """Run :meth:`~lifecycle.Runner.redeliver` (what a host does after a crash)."""
 
 
-Step = Observation | InjectFault | FailEmitter | Redeliver
+Step = Observation | InjectFault | Redeliver
 
 
 class FailingEmitter(MemoryEmitter):

@@ -20,7 +20,7 @@ from .._core.refs import ObjectRef
 from .._core.table import SAME
 from ..machines.nodeclaim import NodeClaimMachine
 from ..machines.pod import PodMachine
-from .doubles import FailEmitter, InjectFault, Redeliver, Step
+from .doubles import InjectFault, Redeliver, Step
 
 _T = TypeVar("_T")
 
@@ -320,7 +320,7 @@ def _fault_steps(attempts: int) -> st.SearchStrategy[Step]:
             st.sampled_from(("conflict", "write-error")),
             st.integers(1, attempts + 1),
         ),
-        st.builds(FailEmitter, st.integers(1, 3)),
+        st.builds(InjectFault, st.just("emitter-error"), st.integers(1, 3)),
         st.just(Redeliver()),
     )
 

@@ -13,7 +13,6 @@ from typing import Any, NamedTuple
 from .._core.errors import LifecycleError
 from .._core.refs import ObjectRef
 from .._core.transition import Transition
-from ..adapters.fake import FakeProvider, FakeSpec
 from ..adapters.provider import Tracked
 from ..emitters.memory import MemoryEmitter
 from ..machines import pod
@@ -23,6 +22,7 @@ from ..stores.memory import MemoryStore
 from ..telemetry import Observed, Telemetry, outcome_of
 from ..telemetry._port import observe_ended_of
 from .doubles import FailingEmitter, FaultyStore
+from .fake_provider import FakeProvider, FakeSpec
 
 __all__ = ["Fact", "RecordingTelemetry", "check_telemetry"]
 

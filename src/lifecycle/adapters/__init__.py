@@ -2,9 +2,10 @@
 
 Every adapter implements one port, :class:`Provider` (``provision`` / ``observe`` /
 ``terminate``, generic over its spec type; :class:`AsyncProvider` for asyncio hosts), and passes
-:func:`lifecycle.testing.check_provider`. The fake (:mod:`lifecycle.adapters.fake`) is exported
-here; the Modal (:mod:`lifecycle.adapters.modal`) and AWS EC2 (:mod:`lifecycle.adapters.aws`)
-adapters import their SDKs lazily (the ``modal`` and ``aws`` extras), so import them by module.
+:func:`lifecycle.testing.check_provider`. The Modal (:mod:`lifecycle.adapters.modal`) and AWS
+EC2 (:mod:`lifecycle.adapters.aws`) adapters import their SDKs lazily (the ``modal`` and
+``aws`` extras), so import them by module. The fakes (a fake provider, a fake Modal SDK, a
+fake EC2 client) are test doubles: :mod:`lifecycle.testing.fakes`.
 """
 
 from .base import (
@@ -15,7 +16,6 @@ from .base import (
     classify_exit,
     state_observation,
 )
-from .fake import FakeInstance, FakeNode, FakeProvider, FakeSpec
 from .provider import (
     AsyncProvider,
     PollOutcome,
@@ -28,10 +28,6 @@ from .provider import (
 __all__ = [
     "GONE_EXIT_CODES",
     "AsyncProvider",
-    "FakeInstance",
-    "FakeNode",
-    "FakeProvider",
-    "FakeSpec",
     "InstanceObservation",
     "InstanceState",
     "PollOutcome",

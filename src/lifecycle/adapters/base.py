@@ -13,6 +13,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, TypeVar
 
+from .._core.errors import LifecycleError
 from .._core.observation import Observation
 from .._core.redact import redact_observation
 from .._core.refs import ObjectRef
@@ -55,7 +56,7 @@ def classify_exit(exit_code: int) -> InstanceState:
     return InstanceState.TERMINATED if exit_code in GONE_EXIT_CODES else InstanceState.FAILED
 
 
-class ProviderError(Exception):
+class ProviderError(LifecycleError):
     """A provider call failed. ``rejection`` marks an attributable refusal of the request
     (auth, capacity, quota, unsupported), which fails a pod; anything else is retried."""
 

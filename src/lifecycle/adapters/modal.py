@@ -25,7 +25,7 @@ corrected (ADR 0020):
 :class:`~lifecycle.adapters.provider.AsyncProvider` of :class:`SandboxSpec`;
 :class:`ModalAdapter` runs it on a private event-loop thread for synchronous hosts, such as a
 loop around :class:`lifecycle.Runner`: a :class:`~lifecycle.adapters.provider.Provider`.
-Tests and ``--fake`` runs pass ``sdk=lifecycle.adapters.modal_fake.FakeModal()``.
+Tests and ``--fake`` runs pass ``sdk=lifecycle.testing.fakes.FakeModal()``.
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ from typing import Any, TypeVar
 
 import attrs
 
-from .._core.errors import require
+from .._core.errors import LifecycleError, require
 from .._core.refs import ObjectRef
 from .._log import get_logger
 from ..machines._claims import claim_name
@@ -134,7 +134,7 @@ class SandboxSpec:
     readiness_probe: Mapping[str, Any] | None = attrs.field(default=None, hash=False)
 
 
-class DeadlineExceeded(Exception):
+class DeadlineExceeded(LifecycleError, TimeoutError):
     """An SDK call did not answer within its deadline."""
 
 

@@ -94,7 +94,7 @@ class Tracked(Generic[S]):
 
 class Provider(Protocol[S]):
     """A provider that places pods on instances, generic over its spec type ``S``
-    (:class:`~lifecycle.adapters.fake.FakeSpec`, ``SandboxSpec``, ``FleetSpec``)."""
+    (:class:`~lifecycle.testing.fakes.FakeSpec`, ``SandboxSpec``, ``FleetSpec``)."""
 
     @property
     def name(self) -> str:

@@ -42,6 +42,7 @@ from datetime import datetime, timedelta
 from types import TracebackType
 from typing import Any, cast
 
+from .._core.errors import LifecycleError
 from .._core.machine import Machine
 from .._core.redact import redact
 from .._core.refs import ObjectRef
@@ -208,7 +209,7 @@ def default_controller(transition: Transition) -> str:
     return CONTROLLERS.get(transition.machine, f"{transition.machine}-controller")
 
 
-class QueueFull(Exception):
+class QueueFull(LifecycleError):
     """Raised by :meth:`KubernetesEmitter.deliver` when the queue is full (and by
     :meth:`KubernetesEmitter.emit` when the emitter was built with ``raise_when_full=True``):
     the runner then keeps the event in its outbox, and the next redelivery sends it."""

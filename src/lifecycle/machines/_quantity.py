@@ -11,10 +11,10 @@ import re
 from decimal import Decimal
 from fractions import Fraction
 
-from .._core.errors import preview
+from .._core.errors import LifecycleError, preview
 
 
-class QuantityError(ValueError):
+class QuantityError(LifecycleError, ValueError):
     """A string that is not a Kubernetes resource quantity."""
 
 

@@ -153,7 +153,7 @@ class LoopWatch:
         self._timers.clear()
 
 
-class Lost(Exception):
+class Lost(Exception):  # internal: never reaches a caller (tests/test_exception_tree.py)
     """A write's connection failed while the write was in flight: its outcome is unknown
     until resolved. ``server`` is where it ran (host, port, backend pid)."""
 

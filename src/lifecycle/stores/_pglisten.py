@@ -77,8 +77,6 @@ class Listener:
         self._barriers: dict[str, threading.Event] = {}
         self._lock = threading.Lock()
         self._conn: psycopg.Connection[Any] | None = None
-        #: how many times the connection was (re)established
-        self.connects = 0
         #: when the loop last came round (``time.monotonic``), and whether :meth:`check`
         #: found it silent since
         self.alive_at = time.monotonic()
@@ -131,7 +129,6 @@ class Listener:
         with self._lock:
             self._conn = conn
         self.backend_pid = conn.info.backend_pid
-        self.connects += 1
         self._fingerprint = None  # what changed while away is unknown: resumed empty
         self.trusted = False
         self._check_guard(conn)

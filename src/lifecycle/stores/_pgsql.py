@@ -573,7 +573,6 @@ class Statements:
             FROM pg_trigger t JOIN pg_proc p ON p.oid = t.tgfoid
             WHERE t.tgrelid = to_regclass('{s}.objects')
               AND t.tgname IN ('lifecycle_notify', 'lifecycle_notify_truncate')"""
-        self.qualified_migrations = f"{schema}.schema_migrations"
         #: The session setting holding the epoch this session verified, per schema.
         self.epoch_setting = f"lifecycle.epoch_{schema}"
         setting = f"current_setting('{self.epoch_setting}', true)"
@@ -730,7 +729,6 @@ class Statements:
         )
         #: a notification sent by hand (a status cache's barrier)
         self.notify = "SELECT pg_notify(%s, %s)"
-        self.version_of = f"SELECT version FROM {s}.objects WHERE uid = %s"
         #: what a refused commit is told: the stored version and identity
         self.identity_of = (
             f"SELECT version, machine, kind, namespace, name FROM {s}.objects WHERE uid = %s"
@@ -1257,7 +1255,6 @@ class PgSettings:
     _history_seen: str
     _lease: float
     _timeout: float
-    _connect_timeout: float
     _call_timeout: float
     _resolve_timeout: float
     _keep_journal: bool
@@ -1300,8 +1297,6 @@ class PgSettings:
         self._history_seen = ""
         self._lease = float(lease_seconds)
         self._timeout = timeout
-        found = conninfo_to_dict(target.conninfo).get("connect_timeout")
-        self._connect_timeout = float(found or LIBPQ_DEFAULTS["connect_timeout"])
         self._call_timeout = target.call_timeout
         self._resolve_timeout = target.resolve_timeout
         self._keep_journal = journal

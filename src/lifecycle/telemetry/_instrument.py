@@ -13,6 +13,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from time import perf_counter
 from typing import Any
 
+from .._core.errors import LifecycleError
 from .._core.transition import Transition
 from ._port import Guarded, Observed, flattened, observe_ended_of
 
@@ -204,7 +205,7 @@ def reporting_emitters(emitters: Sequence[Any], telemetry: Guarded) -> list[Any]
     ]
 
 
-class NotDelivered(Exception):
+class NotDelivered(LifecycleError):
     """What telemetry is told when an acknowledging emitter answers ``refused`` or
     ``failed`` for an event."""
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, NamedTuple, Protocol, runtime_checkable
 
-from .._core.errors import CommitUnknown, Conflict, LifecycleError, StoreError
+from .._core.errors import CommitUnknown, LifecycleError, StoreError
 from .._core.transition import Transition
 from .._log import get_logger
 
@@ -177,10 +177,6 @@ def flattened(results: Sequence[Result]) -> list[Result]:
         out.append(r)
         stack.extend(reversed((*r.caught_up, *r.linked)))
     return out
-
-
-def is_conflict(error: BaseException | None) -> bool:
-    return isinstance(error, Conflict)
 
 
 class Guarded:

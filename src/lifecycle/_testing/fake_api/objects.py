@@ -111,7 +111,7 @@ POD = Resource("", "v1", "pods", "Pod", model="V1Pod")
 DEFAULT_POD_SPEC: dict[str, Any] = {"containers": [{"name": "main", "image": "busybox"}]}
 
 
-class ApiError(Exception):
+class ApiError(Exception):  # internal: never reaches a caller (tests/test_exception_tree.py)
     def __init__(
         self, code: int, reason: str, message: str, details: dict[str, Any] | None = None
     ) -> None:

@@ -314,7 +314,7 @@ def _validate_list(
 
 
 # -- built-in types: the kubernetes client's models ----------------------------------------------
-class DecodeError(Exception):
+class DecodeError(Exception):  # internal: never reaches a caller (tests/test_exception_tree.py)
     """A JSON value the API's Go struct cannot decode (the API answers 400 BadRequest)."""
 
 
@@ -398,7 +398,7 @@ def merge_patch(target: Any, patch: Any) -> Any:
     return merged
 
 
-class PatchError(Exception):
+class PatchError(Exception):  # internal: never reaches a caller (tests/test_exception_tree.py)
     """A JSON patch that does not apply (the API answers 422)."""
 
 

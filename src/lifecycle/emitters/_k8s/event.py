@@ -329,11 +329,3 @@ def content_name(event: Event) -> str:
     parts = (event.name, event.type, event.reason, event.action, event.note, r.kind, r.namespace)
     digest = hashlib.sha256("\0".join(parts).encode("utf-8", "surrogatepass")).digest()
     return event_name(r.name, int.from_bytes(digest[:8], "big") >> 1)
-
-
-def content_digest(type: str, reason: str, note: str, uid: str) -> str:
-    """A short digest of a transition's content (its Event's type, reason, note and object
-    uid), which keeps the Events of two transitions under one id apart in correlation
-    (:attr:`ObjectReference.store_version`, never sent)."""
-    text = "\0".join((type, reason, note, uid))
-    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:12]

@@ -162,11 +162,3 @@ def _recording(state: str) -> Guard:
 records_rejected = _recording(REJECTED)
 records_unknown = _recording(UNKNOWN_STATE)
 records_restored = _recording(RESTORED)
-
-
-def _both(a: Guard, b: Guard) -> Guard:
-    def guard(s: Any, o: Any) -> bool:
-        return a(s, o) and b(s, o)
-
-    guard.__name__ = f"{a.__name__}_and_{b.__name__}"
-    return guard

@@ -16,7 +16,7 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
-from ..._core.errors import preview
+from ..._core.errors import LifecycleError, preview
 
 #: A manifest is a few KiB; anything above this is refused before parsing.
 MAX_FILE_BYTES = 1024 * 1024
@@ -32,7 +32,7 @@ MAX_MESSAGE = 400
 T = TypeVar("T")
 
 
-class InputError(ValueError):
+class InputError(LifecycleError, ValueError):
     """A file the offline check cannot read as a manifest or target facts; one line."""
 
     def __init__(self, message: str) -> None:

@@ -302,7 +302,7 @@ def main(
     return code
 
 
-class _Refused(Exception):
+class _Refused(Exception):  # internal: never reaches a caller (tests/test_exception_tree.py)
     """A file refused, with its one-line message (``FILE: what is wrong``)."""
 
 

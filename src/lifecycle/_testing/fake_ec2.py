@@ -33,10 +33,10 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-__all__ = ["OPERATIONS", "FakeEC2"]
+__all__ = ["EC2_OPERATIONS", "FakeEC2"]
 
 #: The client methods the fake implements, by EC2 operation name.
-OPERATIONS = {
+EC2_OPERATIONS = {
     "create_fleet": "CreateFleet",
     "describe_instances": "DescribeInstances",
     "describe_instance_status": "DescribeInstanceStatus",
@@ -123,22 +123,24 @@ class FakeEC2:
 
     def fail(self, method: str, code: str, message: str = "", times: int = 1) -> None:
         """The next ``times`` calls of ``method`` raise ``ClientError(code)``."""
-        if method not in OPERATIONS:
-            raise ValueError(f"unknown method {method!r}; one of {', '.join(OPERATIONS)}")
+        if method not in EC2_OPERATIONS:
+            raise ValueError(f"unknown method {method!r}; one of {', '.join(EC2_OPERATIONS)}")
         self._faults.setdefault(method, deque()).extend([(code, message or code)] * times)
 
     def time_out(self, method: str, times: int = 1) -> None:
         """The next ``times`` calls of ``method`` take effect, but the caller never hears back
         (``botocore.exceptions.ReadTimeoutError``), as when a response is lost on the way."""
-        if method not in OPERATIONS:
-            raise ValueError(f"unknown method {method!r}; one of {', '.join(OPERATIONS)}")
+        if method not in EC2_OPERATIONS:
+            raise ValueError(f"unknown method {method!r}; one of {', '.join(EC2_OPERATIONS)}")
         self._timeouts[method] = self._timeouts.get(method, 0) + times
 
     def get_paginator(self, operation_name: str) -> Any:
         """botocore's ``Paginator`` for ``operation_name``, paging over this fake."""
-        if operation_name not in OPERATIONS:
-            raise ValueError(f"unknown method {operation_name!r}; one of {', '.join(OPERATIONS)}")
-        operation = OPERATIONS[operation_name]
+        if operation_name not in EC2_OPERATIONS:
+            raise ValueError(
+                f"unknown method {operation_name!r}; one of {', '.join(EC2_OPERATIONS)}"
+            )
+        operation = EC2_OPERATIONS[operation_name]
         return importlib.import_module("botocore.paginate").Paginator(
             getattr(self, operation_name),
             paginator_model().get_paginator(operation),
@@ -305,12 +307,12 @@ class FakeEC2:
     def _enter(self, method: str, kwargs: dict[str, Any]) -> None:
         self.calls.append((method, copy.deepcopy(kwargs)))
         if self.validate:
-            shape = service_model().operation_model(OPERATIONS[method]).input_shape
+            shape = service_model().operation_model(EC2_OPERATIONS[method]).input_shape
             importlib.import_module("botocore.validate").validate_parameters(kwargs, shape)
         queue = self._faults.get(method)
         if queue:
             code, message = queue.popleft()
-            raise _client_error(code, message, OPERATIONS[method])
+            raise _client_error(code, message, EC2_OPERATIONS[method])
 
     def _leave(self, method: str, response: dict[str, Any]) -> dict[str, Any]:
         """Hand ``response`` back, unless a scripted timeout loses it."""
@@ -323,7 +325,7 @@ class FakeEC2:
     def _respond(self, method: str, response: dict[str, Any]) -> dict[str, Any]:
         response = copy.deepcopy(response)
         if self.validate:
-            shape = service_model().operation_model(OPERATIONS[method]).output_shape
+            shape = service_model().operation_model(EC2_OPERATIONS[method]).output_shape
             importlib.import_module("botocore.validate").validate_parameters(response, shape)
         response["ResponseMetadata"] = {"HTTPStatusCode": 200, "RequestId": "fake"}
         return response

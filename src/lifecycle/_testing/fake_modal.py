@@ -31,9 +31,10 @@ from typing import Any
 
 import attrs
 
-__all__ = ["OPERATIONS", "FakeModal", "FakeProbe", "FakeSandbox", "exception"]
+__all__ = ["MODAL_OPERATIONS", "FakeModal", "FakeProbe", "FakeSandbox", "SandboxState", "exception"]
 
-OPERATIONS = (
+#: The SDK operations the fake implements, by the names :meth:`FakeModal.fail` takes.
+MODAL_OPERATIONS = (
     "App.lookup",
     "Sandbox.create",
     "Sandbox.list",
@@ -47,7 +48,8 @@ OPERATIONS = (
 
 
 class exception:
-    """The ``modal.exception`` classes the adapter tells apart, with the SDK's hierarchy."""
+    """The ``modal.exception`` classes the adapter tells apart, with the SDK's hierarchy
+    (outside the :class:`~lifecycle.LifecycleError` tree, as the SDK's own are)."""
 
     class Error(Exception):
         pass
@@ -435,8 +437,10 @@ class FakeModal:
     ) -> None:
         """Run ``action`` once, as the next call of ``operation`` (for ``sandbox_id``, or any)
         arrives, before it answers: e.g. a sandbox exits between the list and its poll."""
-        if operation not in OPERATIONS:
-            raise ValueError(f"unknown operation {operation!r}; one of {', '.join(OPERATIONS)}")
+        if operation not in MODAL_OPERATIONS:
+            raise ValueError(
+                f"unknown operation {operation!r}; one of {', '.join(MODAL_OPERATIONS)}"
+            )
         with self._lock:
             self._hooks.setdefault((operation, sandbox_id), deque()).append(action)
 
@@ -453,8 +457,10 @@ class FakeModal:
 
     # -- internals --------------------------------------------------------------------------------
     def _script(self, operation: str, sandbox_id: str | None, items: list[object]) -> None:
-        if operation not in OPERATIONS:
-            raise ValueError(f"unknown operation {operation!r}; one of {', '.join(OPERATIONS)}")
+        if operation not in MODAL_OPERATIONS:
+            raise ValueError(
+                f"unknown operation {operation!r}; one of {', '.join(MODAL_OPERATIONS)}"
+            )
         if not items:
             raise ValueError("times must be at least 1")
         with self._lock:

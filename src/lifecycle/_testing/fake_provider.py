@@ -34,6 +34,18 @@ import attrs
 from .._core.observation import Observation
 from .._core.redact import redact, redact_observation
 from .._core.refs import ObjectRef
+from ..adapters.base import (
+    Clock,
+    InstanceState,
+    ProviderError,
+    at_or_now,
+    check_attempt,
+    classify_exit,
+    state_observation,
+    utc_now,
+)
+from ..adapters.provider import PollOutcome, ProvisionOutcome, TerminateOutcome, Tracked
+from ..adapters.recording import ObservationRecorder
 from ..machines._claims import claim_name, claim_ref
 from ..machines.nodeclaim import PodAbsent
 from ..machines.pod import (
@@ -47,26 +59,8 @@ from ..machines.pod import (
     TerminateFailed,
     TerminateSucceeded,
 )
-from .base import (
-    Clock,
-    InstanceState,
-    ProviderError,
-    at_or_now,
-    check_attempt,
-    classify_exit,
-    state_observation,
-    utc_now,
-)
-from .provider import PollOutcome, ProvisionOutcome, TerminateOutcome, Tracked
-from .recording import ObservationRecorder
 
-__all__ = [
-    "FakeInstance",
-    "FakeNode",
-    "FakeProvider",
-    "FakeSpec",
-    "ProvisionOutcome",
-]
+__all__ = ["FakeInstance", "FakeNode", "FakeProvider", "FakeSpec", "ObservationSink"]
 
 
 @attrs.frozen(slots=True)

@@ -10,8 +10,9 @@ that runs the whole property suite on any machine, and the test doubles for ever
         check_machine(MY_MACHINE, store_factory=sqlite_factory(tmp_path), max_examples=20)
 
 The suite (:class:`Checker`) drives a :class:`~lifecycle.Runner` over a
-:class:`FaultyStore` (injected conflicts and write errors) with a :class:`FailingEmitter`
-beside a recording :class:`MemoryEmitter`, and checks after every step that
+:class:`~lifecycle.testing.fakes.FaultyStore` (injected conflicts and write errors) with a
+:class:`~lifecycle.testing.fakes.FailingEmitter` beside a recording :class:`MemoryEmitter`,
+and checks after every step that
 
 - **refusals are clean**: an observation ``apply`` refuses raises a
   :class:`~lifecycle.LifecycleError` from the runner and leaves the store untouched;
@@ -46,7 +47,11 @@ Field values come from the field types, the table's own strings (states, reasons
 constants its guards compare against: :func:`table_strings`) and per-field ``samples``
 (``{"Class.field": [...], "field": [...]}``, values or a strategy): a machine's own
 (:attr:`~lifecycle.Machine.samples`), then :data:`SAMPLES` (a host's, by machine name), then
-the call's. Needs Hypothesis (a test dependency).
+the call's. Every name here needs Hypothesis (the ``testing`` extra): without it, using one
+raises :class:`~lifecycle.MissingExtra` naming the extra.
+
+The test doubles -- the fake provider, the fake Modal SDK and EC2 client, the failing store
+and emitter -- are :mod:`lifecycle.testing.fakes`, one name each, and need no extra.
 
 A host that implements its own :class:`~lifecycle.stores.Store` checks it with
 :func:`check_store` (``check_store(lambda: MyStore(...))``): compare-and-set, the journal, the
@@ -75,64 +80,65 @@ the library's own Kubernetes tests and guide run on (ADR 0138).
 
 from __future__ import annotations
 
-from ._core.errors import MissingExtra
+from .._core.errors import MissingExtra
 
 try:
     import hypothesis as _hypothesis  # noqa: F401
-except ImportError as e:  # pragma: no cover - depends on the environment
-    raise MissingExtra.of(e, "lifecycle.testing", "testing") from e
+except ImportError as _missing:  # pragma: no cover - depends on the environment
+    # lifecycle.testing.fakes needs no extra; every name here needs Hypothesis, and says so
+    # when it is used (ADR 0151)
+    _SDK = _missing.name
 
-from ._testing.checks import (
-    Checker,
-    assert_flip_only,
-    assert_journal_folds,
-    check_machine,
-    check_rows,
-    check_scenario,
-)
-from ._testing.coverage import RowPath, row_paths
-from ._testing.doubles import (
-    FailEmitter,
-    FailingEmitter,
-    FaultyStore,
-    InjectFault,
-    Redeliver,
-    Step,
-    sqlite_factory,
-)
-from ._testing.emitter import check_emitter
-from ._testing.fake_api.schema import conditions_crd_schema, nodeclaim_crd_schema
-from ._testing.fake_api.server import FakeApiServer
-from ._testing.hostile import (
-    EXTREME_INTS,
-    extreme_ints,
-    hostile_built,
-    hostile_counts,
-    hostile_fields,
-    hostile_observations,
-    hostile_refs,
-    hostile_times,
-    hostile_values,
-)
-from ._testing.provider import check_async_provider, check_provider
-from ._testing.requeue import Change, check_next_tick, check_requeue
-from ._testing.stateful import stateful_test
-from ._testing.store import check_store
-from ._testing.strategies import (
-    EPOCH,
-    NODECLAIM_SAMPLES,
-    POD_SAMPLES,
-    SAMPLES,
-    Samples,
-    default_ref,
-    observation_sequences,
-    observations,
-    scenarios,
-    table_strings,
-)
-from ._testing.telemetry import RecordingTelemetry, check_telemetry
-from .emitters.memory import MemoryEmitter
-from .stores.memory import MemoryStore
+    def __getattr__(name: str) -> object:
+        if name in __all__:
+            error = ModuleNotFoundError(f"No module named {_SDK!r}", name=_SDK)
+            raise MissingExtra.of(error, f"lifecycle.testing.{name}", "testing")
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+else:
+    from .._testing.checks import (
+        Checker,
+        assert_flip_only,
+        assert_journal_folds,
+        check_machine,
+        check_rows,
+        check_scenario,
+    )
+    from .._testing.coverage import RowPath, row_paths
+    from .._testing.doubles import InjectFault, Redeliver, Step, sqlite_factory
+    from .._testing.emitter import check_emitter
+    from .._testing.fake_api.schema import conditions_crd_schema, nodeclaim_crd_schema
+    from .._testing.fake_api.server import FakeApiServer
+    from .._testing.hostile import (
+        EXTREME_INTS,
+        extreme_ints,
+        hostile_built,
+        hostile_counts,
+        hostile_fields,
+        hostile_observations,
+        hostile_refs,
+        hostile_times,
+        hostile_values,
+    )
+    from .._testing.provider import check_async_provider, check_provider
+    from .._testing.requeue import Change, check_next_tick, check_requeue
+    from .._testing.stateful import stateful_test
+    from .._testing.store import check_store
+    from .._testing.strategies import (
+        EPOCH,
+        NODECLAIM_SAMPLES,
+        POD_SAMPLES,
+        SAMPLES,
+        Samples,
+        default_ref,
+        observation_sequences,
+        observations,
+        scenarios,
+        table_strings,
+    )
+    from .._testing.telemetry import RecordingTelemetry, check_telemetry
+    from ..emitters.memory import MemoryEmitter
+    from ..stores.memory import MemoryStore
 
 __all__ = [
     "EPOCH",
@@ -142,10 +148,7 @@ __all__ = [
     "SAMPLES",
     "Change",
     "Checker",
-    "FailEmitter",
-    "FailingEmitter",
     "FakeApiServer",
-    "FaultyStore",
     "InjectFault",
     "MemoryEmitter",
     "MemoryStore",
