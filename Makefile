@@ -46,7 +46,7 @@ typecheck: $(VENV_TEST)/.ok
 	$(VENV_TEST)/bin/mypy
 
 unit: $(VENV_TEST)/.ok
-	$(VENV_TEST)/bin/pytest
+	$(VENV_TEST)/bin/pytest -n auto
 
 test: lint typecheck unit
 

@@ -29,7 +29,7 @@ for version in "$@"; do
     quickstarts "$venv" "$work/qs-$version"
     # From the checkout: tests/ is a package, so pytest puts the repository root on the path,
     # never src/; `import lifecycle` finds the wheel (quickstarts checked where it resolves).
-    "$venv/bin/python" -m pytest -q -p no:cacheprovider
+    "$venv/bin/python" -m pytest -q -p no:cacheprovider -n auto
     echo "Python $version: ok in $((SECONDS - began)) s"
     rm -rf "$venv"
 done
