@@ -491,22 +491,31 @@ def _rounds(
             protocol.delivery.unmarked(e, "link intents done")
 
 
-# -- the synchronous driver -----------------------------------------------------------------
-def answer(store: Any, request: Request, landed: list[Any] | None = None) -> Any:
-    """Run one request against a synchronous :class:`~lifecycle.stores.Store`, using its
-    batch methods where it has them. A commit made one object at a time puts each outcome in
-    ``landed`` as it comes (what an interruption between two of them leaves known)."""
+# -- answering a request ---------------------------------------------------------------------
+#: A store operation's result as its driver gets it: the value itself (a synchronous store's
+#: call) or an awaitable of it (an asyncio store's coroutine, awaited by ``lifecycle.aio``).
+Step = Generator[Any, Any, Any]
+
+
+def answering(store: Any, request: Request, pause: Any, landed: list[Any] | None = None) -> Step:
+    """How one request is answered, written once for both drivers: each store call is
+    *yielded* and resumed with its result (or thrown what it raised); the generator returns
+    the answer. The synchronous driver sends each call's value straight back (a call that
+    raises, raises in here); :mod:`lifecycle.aio` awaits each one first. Batch methods are
+    used where the store has them; a commit made one object at a time puts each outcome in
+    ``landed`` as it comes (what an interruption between two of them leaves known).
+    ``pause(request)`` waits out a :class:`Pause`."""
     if isinstance(request, Load):
         load_many = getattr(store, "load_many", None)
         if load_many is not None and len(request.items) > 1:
             try:
-                return load_many(request.items)
+                return (yield load_many(request.items))
             except IdentityMismatch:
                 pass  # the batch was refused: find the impostor(s), one object at a time
         found: list[Record | IdentityMismatch | None] = []
         for m, r in request.items:
             try:
-                found.append(store.load(m, r))
+                found.append((yield store.load(m, r)))
             except IdentityMismatch as e:
                 found.append(e)
         return found
@@ -514,15 +523,17 @@ def answer(store: Any, request: Request, landed: list[Any] | None = None) -> Any
         commit_many = getattr(store, "commit_many", None)
         if commit_many is not None and len(request.items) > 1:
             try:
-                return commit_many(request.items)
+                return (yield commit_many(request.items))
             except IdentityMismatch:
                 pass  # nothing of the batch was written: commit it one object at a time
         out: list[int | StoreError | IdentityMismatch] = [] if landed is None else landed
         for c in request.items:
             try:
                 out.append(
-                    store.commit(
-                        c.machine, c.ref, c.expected, c.status, c.observation, c.transitions
+                    (
+                        yield store.commit(
+                            c.machine, c.ref, c.expected, c.status, c.observation, c.transitions
+                        )
                     )
                 )
             except (StoreError, IdentityMismatch) as e:
@@ -531,11 +542,28 @@ def answer(store: Any, request: Request, landed: list[Any] | None = None) -> Any
     if isinstance(request, Mark):
         mark = getattr(store, "mark_delivered", None)
         if mark is not None:
-            mark(request.ids)
+            yield mark(request.ids)
         return None
     if request.seconds:
-        request.policy.sleep(request.seconds)
+        yield pause(request)
     return None
+
+
+def _sleep(request: Pause) -> None:
+    request.policy.sleep(request.seconds)
+
+
+# -- the synchronous driver -----------------------------------------------------------------
+def answer(store: Any, request: Request, landed: list[Any] | None = None) -> Any:
+    """Run one request against a synchronous :class:`~lifecycle.stores.Store` (see
+    :func:`answering`: each call's value is sent straight back)."""
+    steps = answering(store, request, _sleep, landed)
+    reply: Any = None
+    try:
+        while True:
+            reply = steps.send(reply)
+    except StopIteration as stop:
+        return stop.value
 
 
 def run(gen: Generator[Request, Any, Any], store: Any, protocol: WriteProtocol) -> Any:
