@@ -198,6 +198,35 @@ def parse_line(
     line longer than ``max_line_bytes`` (UTF-8, without its line ending) is refused."""
     if len(text) > max_line_bytes >> 2:  # a shorter one cannot exceed it, even all 4-byte
         _check_size(text, max_line_bytes)
+    data = _decoded(text)
+    if data is None:
+        return None
+    name = data["machine"]
+    if type(name) is not str:
+        raise ValueError('"machine" must be a string')
+    machine = machines[name]
+    ref = _ref(machine, data["object"])
+    at = parse_time(data["at"])
+    if "fault" in data:
+        return _fault_line(text, data, line, machine, ref, at)
+    if "times" in data:
+        raise ValueError('"times" belongs to fault lines only')
+    observe, fields = _observed(data)
+    # _unique_keys_in(text, data, fields), inline: the hot path of every replay
+    if text.count(":") != len(data) + len(data["object"]) + len(fields) + data["at"].count(":") or (
+        "\\" in text and ("003a" in text or "003A" in text)
+    ):
+        _unique_keys_in(text, data, fields)
+    observation = machine.observation(observe, at, fields)
+    return _new_tuple(ObservationLine, (line, machine, ref, observation))  # no __new__ frame
+
+
+_new_tuple = tuple.__new__
+
+
+def _decoded(text: str) -> dict[str, Any] | None:
+    """The JSON object of a line (``None`` for a blank or a comment), with only known keys
+    and the three every line has; else ``ValueError``."""
     try:
         data = orjson.loads(text)  # JSON's own whitespace around the value is allowed
     except orjson.JSONDecodeError as e:
@@ -215,16 +244,11 @@ def parse_line(
     if "at" not in data or "machine" not in data or "object" not in data:
         missing = next(k for k in ("at", "machine", "object") if k not in data)
         raise ValueError(f'missing "{missing}"')
-    name = data["machine"]
-    if type(name) is not str:
-        raise ValueError('"machine" must be a string')
-    machine = machines[name]
-    ref = _ref(machine, data["object"])
-    at = parse_time(data["at"])
-    if "fault" in data:
-        return _fault_line(text, data, line, machine, ref, at)
-    if "times" in data:
-        raise ValueError('"times" belongs to fault lines only')
+    return data
+
+
+def _observed(data: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """An observation line's name and fields, each of its type."""
     observe = data.get("observe")
     if type(observe) is not str:
         if "observe" not in data:
@@ -233,16 +257,7 @@ def parse_line(
     fields = data.get("with", _NO_FIELDS)
     if type(fields) is not dict:
         raise ValueError('"with" must be an object')
-    # _unique_keys_in(text, data, fields), inline: the hot path of every replay
-    if text.count(":") != len(data) + len(data["object"]) + len(fields) + data["at"].count(":") or (
-        "\\" in text and ("003a" in text or "003A" in text)
-    ):
-        _unique_keys_in(text, data, fields)
-    observation = machine.observation(observe, at, fields)
-    return _new_tuple(ObservationLine, (line, machine, ref, observation))  # no __new__ frame
-
-
-_new_tuple = tuple.__new__
+    return observe, fields
 
 
 def _unique_keys_in(text: str, data: dict[str, Any], fields: dict[str, Any]) -> None:
