@@ -11,7 +11,7 @@ sans-I/O driver that :class:`~lifecycle.AsyncRunner` awaits.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, cast
 
@@ -56,8 +56,9 @@ else:
 __all__ = ["Outcome", "Redelivery", "Result", "RetryPolicy", "Runner"]
 
 
-#: Builds a :class:`Result` in one ``tuple.__new__``, fields in order (the hot path; ADR 0067).
-_result = tuple.__new__
+#: Builds a :class:`Result` from all its fields in order: the named tuple's own ``_make``,
+#: which refuses a missing or an extra field (``tuple.__new__`` paid under 2 %; ADR 0154).
+_result: Callable[[type[Result], tuple[Any, ...]], Result] = Result._make.__func__  # type: ignore[attr-defined]
 
 
 class Runner(RunnerCore[CommitStore]):
