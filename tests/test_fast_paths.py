@@ -371,16 +371,18 @@ def test_every_shipped_status_kind_is_covered_by_the_evolver_property() -> None:
 
 # -- records built from their fields in order: counted, never by hand (ADR 0154) ---------------
 def test_a_result_write_or_transition_missing_a_field_is_refused_not_built() -> None:
-    """The runner's, the protocol's and the stamp's records are built from all their fields
-    in order by the named tuple's own ``_make``: one field short (or one too many) raises,
-    where ``tuple.__new__`` built a record whose later fields silently shifted or vanished."""
-    from lifecycle import _protocol, runner
+    """The runner's, the protocol's, the stamp's and the trace reader's records are built
+    from all their fields in order by the named tuple's own ``_make``: one field short (or
+    one too many) raises, where ``tuple.__new__`` built a record whose later fields silently
+    shifted or vanished."""
+    from lifecycle import _protocol, runner, trace
     from lifecycle._core import transition
 
     makers: list[tuple[Any, Any]] = [
         (runner._result, runner.Result),
         (_protocol._write, _protocol.Write),
         (transition._new, Transition),
+        (trace._new_tuple, trace.ObservationLine),
     ]
     for make, cls in makers:
         n = len(cls._fields)
