@@ -198,9 +198,13 @@ def parse_line(
     line longer than ``max_line_bytes`` (UTF-8, without its line ending) is refused."""
     if len(text) > max_line_bytes >> 2:  # a shorter one cannot exceed it, even all 4-byte
         _check_size(text, max_line_bytes)
-    data = _decoded(text)
-    if data is None:
-        return None
+    try:
+        data = orjson.loads(text)  # JSON's own whitespace around the value is allowed
+    except orjson.JSONDecodeError as e:
+        data = _stripped(text, e)  # (the rare path: a blank, a comment, other whitespace)
+        if data is None:
+            return None
+    _check_keys(data)
     name = data["machine"]
     if type(name) is not str:
         raise ValueError('"machine" must be a string')
@@ -211,7 +215,14 @@ def parse_line(
         return _fault_line(text, data, line, machine, ref, at)
     if "times" in data:
         raise ValueError('"times" belongs to fault lines only')
-    observe, fields = _observed(data)
+    observe = data.get("observe")
+    if type(observe) is not str:
+        if "observe" not in data:
+            raise ValueError('missing "observe" (or "fault")')
+        raise ValueError('"observe" must be a string')
+    fields = data.get("with", _NO_FIELDS)
+    if type(fields) is not dict:
+        raise ValueError('"with" must be an object')
     # _unique_keys_in(text, data, fields), inline: the hot path of every replay
     if text.count(":") != len(data) + len(data["object"]) + len(fields) + data["at"].count(":") or (
         "\\" in text and ("003a" in text or "003A" in text)
@@ -228,19 +239,20 @@ _new_tuple: Callable[[type[ObservationLine], tuple[Any, ...]], ObservationLine] 
 )
 
 
-def _decoded(text: str) -> dict[str, Any] | None:
-    """The JSON object of a line (``None`` for a blank or a comment), with only known keys
-    and the three every line has; else ``ValueError``."""
+def _stripped(text: str, error: orjson.JSONDecodeError) -> Any:
+    """A line that is not JSON as it stands: ``None`` for a blank or a comment, else its
+    JSON once any other whitespace is stripped, else ``ValueError`` (``error`` the reason)."""
+    stripped = text.strip()  # and any other whitespace, as before
+    if not stripped or stripped.startswith("#"):
+        return None
     try:
-        data = orjson.loads(text)  # JSON's own whitespace around the value is allowed
-    except orjson.JSONDecodeError as e:
-        stripped = text.strip()  # and any other whitespace, as before
-        if not stripped or stripped.startswith("#"):
-            return None
-        try:
-            data = orjson.loads(stripped)
-        except orjson.JSONDecodeError:
-            raise ValueError(f"malformed JSON: {e.msg} (column {e.colno})") from None
+        return orjson.loads(stripped)
+    except orjson.JSONDecodeError:
+        raise ValueError(f"malformed JSON: {error.msg} (column {error.colno})") from None
+
+
+def _check_keys(data: Any) -> None:
+    """Refuse a line that is not a JSON object of known keys, with the three every line has."""
     if type(data) is not dict:
         raise ValueError("a trace line must be a JSON object")
     if not _KEYS.issuperset(data):
@@ -248,20 +260,6 @@ def _decoded(text: str) -> dict[str, Any] | None:
     if "at" not in data or "machine" not in data or "object" not in data:
         missing = next(k for k in ("at", "machine", "object") if k not in data)
         raise ValueError(f'missing "{missing}"')
-    return data
-
-
-def _observed(data: dict[str, Any]) -> tuple[str, dict[str, Any]]:
-    """An observation line's name and fields, each of its type."""
-    observe = data.get("observe")
-    if type(observe) is not str:
-        if "observe" not in data:
-            raise ValueError('missing "observe" (or "fault")')
-        raise ValueError('"observe" must be a string')
-    fields = data.get("with", _NO_FIELDS)
-    if type(fields) is not dict:
-        raise ValueError('"with" must be an object')
-    return observe, fields
 
 
 def _unique_keys_in(text: str, data: dict[str, Any], fields: dict[str, Any]) -> None:
