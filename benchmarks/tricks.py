@@ -47,6 +47,7 @@ from lifecycle import (
 from lifecycle._core import machine as kernel
 from lifecycle._core import transition
 from lifecycle.machines import default_registry, pod
+from lifecycle.telemetry import _instrument, _port
 
 from .fair import CPU, Metric, interleave, metric, ratios
 from .workload import BENCH, OBSERVATIONS, stream
@@ -72,6 +73,7 @@ VARIANTS: dict[str, tuple[Any, str, Any, Any]] = {
     "transition": (transition, "_new", tuple.__new__, _plain(transition.Transition)),
     "observation_line": (trace, "_new_tuple", tuple.__new__, _plain(trace.ObservationLine)),
     "evolver": (pod, "_evolve", kernel.evolver(pod.PodStatus), attrs.evolve),
+    "observed": (_instrument, "_observed", tuple.__new__, _plain(_port.Observed)),
 }
 SHIPPED = {name: getattr(module, attr) for name, (module, attr, _, _) in VARIANTS.items()}
 SHIPPED_APPLY: dict[str, Any] = {}
@@ -124,6 +126,42 @@ def _chunks(items: list[Any], n: int) -> Iterator[list[Any]]:
 def _bench_observe(store: Any, chunk: int, objects: int, chunks: int) -> Callable[[], int]:
     """``Runner.observe`` of the bench machine's stream, ``chunks`` runs of ``chunk`` at most."""
     runner_ = Runner(store, [], machines=MachineRegistry([BENCH]), links=())
+    obs = {e: cls(at=AT) for e, cls in OBSERVATIONS.items()}
+    refs = [ObjectRef("Bench", "bench", f"obj-{i}", f"u{i:08d}") for i in range(objects)]
+    work = [(refs[i], obs[e]) for i, e in stream(objects, chunks * chunk // objects + 2)]
+    runs = _chunks(work, chunk)
+    observe = runner_.observe
+
+    def run() -> int:
+        for ref, o in next(runs):
+            observe(ref, o)
+        return chunk
+
+    return run
+
+
+class _Quiet:
+    """A telemetry that keeps nothing: what reporting itself costs the runner."""
+
+    traces = False
+
+    def begin(self, operation: str, machine: str) -> object:
+        return None
+
+    def end(self, token: object, observed: Any, error: BaseException | None) -> None:
+        pass
+
+    def store_call(self, *args: Any) -> None:
+        pass
+
+    def emitted(self, *args: Any) -> None:
+        pass
+
+
+def _reported_observe(chunk: int, objects: int, chunks: int) -> Callable[[], int]:
+    """``Runner.observe`` of the bench stream with a telemetry (each call reported)."""
+    runner_ = Runner(MemoryStore(), [], machines=MachineRegistry([BENCH]), links=(),
+                     telemetry=_Quiet())  # type: ignore[arg-type]  # fmt: skip
     obs = {e: cls(at=AT) for e, cls in OBSERVATIONS.items()}
     refs = [ObjectRef("Bench", "bench", f"obj-{i}", f"u{i:08d}") for i in range(objects)]
     work = [(refs[i], obs[e]) for i, e in stream(objects, chunks * chunk // objects + 2)]
@@ -211,6 +249,7 @@ ROWS: dict[str, tuple[str, ...]] = {
     "poll_cached_sqlite": ("result", "steps"),
     "observe_sqlite_full": ("result", "write", "transition", "steps"),
     "parse_line": ("observation_line",),
+    "observe_memory_reported": ("observed",),
 }
 
 
@@ -232,6 +271,10 @@ def suite(quick: bool) -> dict[str, Metric]:
                 # CPU time: what a construction costs is the thread's work, not the flush
                 "observe_sqlite_full": (_bench_observe(full, slow, 200, 10 * (rounds + 1)), CPU),
                 "parse_line": (_parse_lines(chunk), CPU),
+                "observe_memory_reported": (
+                    _reported_observe(chunk, 500, 2 * (rounds + 1)),
+                    CPU,
+                ),
             }
             machines = [BENCH, PODS.for_kind("Pod")]
             for m in machines:

@@ -377,12 +377,14 @@ def test_a_result_write_or_transition_missing_a_field_is_refused_not_built() -> 
     shifted or vanished."""
     from lifecycle import _protocol, runner, trace
     from lifecycle._core import transition
+    from lifecycle.telemetry import _instrument, _port
 
     makers: list[tuple[Any, Any]] = [
         (runner._result, runner.Result),
         (_protocol._write, _protocol.Write),
         (transition._new, Transition),
         (trace._new_tuple, trace.ObservationLine),
+        (_instrument._observed, _port.Observed),
     ]
     for make, cls in makers:
         n = len(cls._fields)
