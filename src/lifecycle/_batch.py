@@ -608,23 +608,51 @@ def answer(store: Any, request: Request, landed: list[Any] | None = None) -> Any
         return stop.value
 
 
+class Drive:
+    """One run of a generator of this module, as both drivers (:func:`run`,
+    ``AsyncRunner``) step it: :meth:`next` is the request to answer (``None`` once the
+    generator returned, its value then in :attr:`value`), resumed with :attr:`reply` or
+    thrown :attr:`error` (the store error the answer raised)."""
+
+    __slots__ = ("error", "gen", "protocol", "reply", "value")
+
+    def __init__(self, gen: Generator[Request, Any, Any], protocol: WriteProtocol) -> None:
+        self.gen = gen
+        self.protocol = protocol
+        self.reply: Any = None
+        self.error: StoreError | None = None
+        self.value: Any = None
+
+    def next(self) -> Request | None:
+        reply, error = self.reply, self.error
+        self.reply, self.error = None, None
+        try:
+            return self.gen.send(reply) if error is None else self.gen.throw(error)
+        except StopIteration as stop:
+            self.value = stop.value
+            return None
+
+    def interrupted(
+        self, request: Request, done: list[Any] | None, error: BaseException
+    ) -> NoReturn:
+        """``error`` (a cancellation, ``KeyboardInterrupt``) interrupted the answer to
+        ``request``: the commits in ``done`` landed before it, between two objects' commits,
+        and are unfinished work; the generator keeps what it leaves (ADR 0105)."""
+        if done and isinstance(request, Commit):
+            landed(self.protocol, request, done)
+        interrupt(self.gen, error)
+
+
 def run(gen: Generator[Request, Any, Any], store: Any, protocol: WriteProtocol) -> Any:
     """Drive a generator of this module (of ``protocol``) against a synchronous store; its
     return value."""
-    reply: Any = None
-    error: StoreError | None = None
-    while True:
-        try:
-            request = gen.send(reply) if error is None else gen.throw(error)
-        except StopIteration as stop:
-            return stop.value
-        reply, error = None, None
+    drive = Drive(gen, protocol)
+    while (request := drive.next()) is not None:
         done: list[Any] | None = [] if isinstance(request, Commit) else None
         try:
-            reply = answer(store, request, done)
+            drive.reply = answer(store, request, done)
         except StoreError as e:
-            error = e
+            drive.error = e
         except BaseException as e:  # interrupted: the generator keeps what it leaves
-            if done and isinstance(request, Commit):  # between two objects' commits
-                landed(protocol, request, done)  # those that landed are unfinished
-            interrupt(gen, e)
+            drive.interrupted(request, done, e)
+    return drive.value

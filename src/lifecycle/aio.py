@@ -374,29 +374,22 @@ class AsyncRunner(RunnerCore[AsyncCommitStore | CommitStore]):
         # A commit that can suspend is seen through to its outcome (ADR 0105).
         inner = getattr(store, "wrapped", store)  # (telemetry's wrapper looked through)
         settle = not (isinstance(inner, ThreadedStore) and inner.inline)
-        reply: Any = None
-        error: StoreError | None = None
-        while True:
-            try:
-                request = gen.send(reply) if error is None else gen.throw(error)
-            except StopIteration as stop:
-                return stop.value
-            reply, error = None, None
+        drive = _batch.Drive(gen, self.protocol)
+        while (request := drive.next()) is not None:
             done: list[Any] | None = None
             try:
                 if not isinstance(request, Commit):
-                    reply = await answer(store, request)
+                    drive.reply = await answer(store, request)
                 elif settle:
-                    reply = await self._commit(request)
+                    drive.reply = await self._commit(request)
                 else:
                     done = []
-                    reply = await answer(store, request, done)
+                    drive.reply = await answer(store, request, done)
             except StoreError as e:
-                error = e
+                drive.error = e
             except BaseException as e:  # a cancellation: the generator keeps what it leaves
-                if done and isinstance(request, Commit):  # between two objects' commits
-                    _batch.landed(self.protocol, request, done)  # what landed is unfinished
-                _batch.interrupt(gen, e)
+                drive.interrupted(request, done, e)
+        return drive.value
 
     async def _commit(self, request: Commit) -> Any:
         """Answer a commit; cancelled meanwhile, wait for its outcome all the same (a store
