@@ -123,9 +123,12 @@ def _chunks(items: list[Any], n: int) -> Iterator[list[Any]]:
         yield items[at : at + n]
 
 
-def _bench_observe(store: Any, chunk: int, objects: int, chunks: int) -> Callable[[], int]:
-    """``Runner.observe`` of the bench machine's stream, ``chunks`` runs of ``chunk`` at most."""
-    runner_ = Runner(store, [], machines=MachineRegistry([BENCH]), links=())
+def _bench_observe(
+    store: Any, chunk: int, objects: int, chunks: int, telemetry: Any = None
+) -> Callable[[], int]:
+    """``Runner.observe`` of the bench machine's stream, ``chunks`` runs of ``chunk`` at most
+    (each call reported to ``telemetry`` if given)."""
+    runner_ = Runner(store, [], machines=MachineRegistry([BENCH]), links=(), telemetry=telemetry)
     obs = {e: cls(at=AT) for e, cls in OBSERVATIONS.items()}
     refs = [ObjectRef("Bench", "bench", f"obj-{i}", f"u{i:08d}") for i in range(objects)]
     work = [(refs[i], obs[e]) for i, e in stream(objects, chunks * chunk // objects + 2)]
@@ -156,24 +159,6 @@ class _Quiet:
 
     def emitted(self, *args: Any) -> None:
         pass
-
-
-def _reported_observe(chunk: int, objects: int, chunks: int) -> Callable[[], int]:
-    """``Runner.observe`` of the bench stream with a telemetry (each call reported)."""
-    runner_ = Runner(MemoryStore(), [], machines=MachineRegistry([BENCH]), links=(),
-                     telemetry=_Quiet())  # type: ignore[arg-type]  # fmt: skip
-    obs = {e: cls(at=AT) for e, cls in OBSERVATIONS.items()}
-    refs = [ObjectRef("Bench", "bench", f"obj-{i}", f"u{i:08d}") for i in range(objects)]
-    work = [(refs[i], obs[e]) for i, e in stream(objects, chunks * chunk // objects + 2)]
-    runs = _chunks(work, chunk)
-    observe = runner_.observe
-
-    def run() -> int:
-        for ref, o in next(runs):
-            observe(ref, o)
-        return chunk
-
-    return run
 
 
 def _pod_lifecycle(chunk: int) -> Callable[[], int]:
@@ -272,7 +257,7 @@ def suite(quick: bool) -> dict[str, Metric]:
                 "observe_sqlite_full": (_bench_observe(full, slow, 200, 10 * (rounds + 1)), CPU),
                 "parse_line": (_parse_lines(chunk), CPU),
                 "observe_memory_reported": (
-                    _reported_observe(chunk, 500, 2 * (rounds + 1)),
+                    _bench_observe(MemoryStore(), chunk, 500, 2 * (rounds + 1), _Quiet()),
                     CPU,
                 ),
             }
