@@ -37,6 +37,7 @@ from . import (
     pure,
     replay,
     telemetry_cost,
+    tricks,
 )
 from .fair import Metric
 
@@ -131,6 +132,8 @@ SUITES: dict[str, Callable[[bool], dict[str, Metric]]] = {
     "replay_wide_rss": replay.wide_rss_suite,
     # issue 37: a poll cycle of 10 000 Pods (2 % changing) ÷ hand-written one-statement floors
     "cycle": lambda quick: cycle.suite(quick, postgres=not quick),
+    # issue 36: each hand-built result or status, plain ÷ by hand (ADR 0154)
+    "tricks": tricks.suite,
 }
 #: what --quick leaves out (a PostgreSQL server takes seconds to start)
 NOT_QUICK = {"postgres", "pg_replicas", "pg_notify"}

@@ -8,12 +8,13 @@ shortcuts, including every way the input can be wrong.
 
 from __future__ import annotations
 
+import functools
 from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
 import attrs
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lifecycle import EventType, InvalidObservation, Machine, ObjectRef, Observation
@@ -315,3 +316,80 @@ def test_a_compiled_validator_refuses_exactly_what_its_field_by_field_twin_refus
     check = serde._validator(cls)
     full = check.__globals__["full"]
     assert _validated(check, record) == _validated(full, record)
+
+
+# -- the hand-built constructions that stay, each behind one helper (ADR 0154) -----------------
+def _reached_statuses(machine: Machine[Any]) -> list[Any]:
+    """The statuses a machine reaches along a path to every row it can reach."""
+    samples = RESTORE_SAMPLES if machine.name == "restore" else None
+    found, _ = row_paths(machine, samples=samples)
+    out = [machine.initial(default_ref(machine))]
+    for path in found:
+        status = out[0]
+        for obs in path.observations:
+            status = machine.apply(status, obs)
+            out.append(status)
+    return out
+
+
+@functools.cache
+def _attrs_statuses() -> dict[str, list[Any]]:
+    """Per shipped machine with an attrs status, the statuses it reaches (searched once)."""
+    return {name: _reached_statuses(m) for name, m in MACHINES.items() if attrs.has(m.status_type)}
+
+
+def _copied(copy: Any, status: Any, changes: dict[str, Any]) -> tuple[str, Any]:
+    try:
+        return "ok", copy(status, **changes)
+    except Exception as e:  # a validator's refusal: the same either way
+        return "raised", (type(e), str(e))
+
+
+@settings(max_examples=60)
+@given(data=st.data())
+def test_an_evolver_copy_equals_attrs_evolve_on_every_shipped_status(data: Any) -> None:
+    """``evolver`` (the one place a status copy is compiled; ``replace`` and the Pod's and
+    NodeClaim's effects use it) gives what ``attrs.evolve`` gives: for every shipped machine
+    with an attrs status, any status it reaches, any set of its init fields changed to what
+    another reached status holds there -- validators' refusals included."""
+    found = _attrs_statuses()
+    statuses = found[data.draw(st.sampled_from(sorted(found)))]
+    status, other = data.draw(st.sampled_from(statuses)), data.draw(st.sampled_from(statuses))
+    fields = [f for f in attrs.fields(type(status)) if f.init]
+    chosen = data.draw(st.lists(st.sampled_from(fields), unique=True, max_size=len(fields)))
+    changes = {f.alias: getattr(other, f.name) for f in chosen}
+    plain = _copied(attrs.evolve, status, changes)
+    assert _copied(evolver(type(status)), status, changes) == plain
+    assert _copied(replace, status, changes) == plain
+
+
+def test_every_shipped_status_kind_is_covered_by_the_evolver_property() -> None:
+    found = _attrs_statuses()
+    assert {"pod", "nodeclaim"} <= set(found)
+    assert all(len(statuses) > 1 for statuses in found.values())
+
+
+# -- records built from their fields in order: counted, never by hand (ADR 0154) ---------------
+def test_a_result_write_or_transition_missing_a_field_is_refused_not_built() -> None:
+    """The runner's, the protocol's, the stamp's and the trace reader's records are built
+    from all their fields in order by the named tuple's own ``_make``: one field short (or
+    one too many) raises, where ``tuple.__new__`` built a record whose later fields silently
+    shifted or vanished."""
+    from lifecycle import _protocol, runner, trace
+    from lifecycle._core import transition
+    from lifecycle.telemetry import _instrument, _port
+
+    makers: list[tuple[Any, Any]] = [
+        (runner._result, runner.Result),
+        (_protocol._write, _protocol.Write),
+        (transition._new, Transition),
+        (trace._new_tuple, trace.ObservationLine),
+        (_instrument._observed, _port.Observed),
+    ]
+    for make, cls in makers:
+        n = len(cls._fields)
+        with pytest.raises(TypeError):
+            make(cls, (None,) * (n - 1))
+        with pytest.raises(TypeError):
+            make(cls, (None,) * (n + 1))
+        assert make(cls, tuple(range(n))) == cls(*range(n))

@@ -103,6 +103,26 @@ def _wave(queue: list[_Item]) -> int:
     return len(queue)
 
 
+@attrs.define(slots=True)
+class _Run:
+    """One :func:`observe` call between its waves: the results so far, the items still to
+    read, and the committed items whose links wait behind an earlier item's retry."""
+
+    protocol: WriteProtocol
+    refuse: bool
+    results: list[Result | None]
+    queue: list[_Item]
+    deferred: list[tuple[_Item, int]] = attrs.Factory(list)
+
+    def refused(self, item: _Item, error: IdentityMismatch) -> None:
+        """``item``'s uid is stored for another object: bad input, no write, no fallback."""
+        if self.refuse:
+            raise error
+        self.results[item.index] = self.protocol.refused(
+            item.ref, 0, error, item.attempt, item.actions
+        )
+
+
 def observe(
     protocol: WriteProtocol,
     items: Sequence[tuple[ObjectRef, Observation]],
@@ -116,122 +136,144 @@ def observe(
     work = [
         _Item(index, ref, obs, protocol.admit(ref, obs)) for index, (ref, obs) in enumerate(items)
     ]
-    results: list[Result | None] = [None] * len(work)
-    retried: tuple[Result, ...] = ()
-    pending = protocol.pending
-    if catch_up and pending and pending.retrying.acquire(blocking=False):
-        try:
-            yield from finish(protocol)
-            if len(pending):
-                found = yield from apply_intents(protocol, pending.take(), batch=not refuse)
-                retried = tuple(r for r in found if r is not None)
-        finally:
-            pending.retrying.release()
-    queue = work
-    deferred: list[tuple[_Item, int]] = []  # committed, their links wait for an earlier retry
+    run = _Run(protocol, refuse, [None] * len(work), work)
+    retried = (yield from _catch_up(protocol, refuse)) if catch_up else ()
     try:
-        while queue:
-            size = _wave(queue)
-            todo, queue = queue[:size], queue[size:]
-            first = True
-            while todo:
-                for item in todo:
-                    item.attempt += 1
-                try:
-                    records: list[Record | IdentityMismatch | None] = yield Load(
-                        tuple((i.machine, i.ref) for i in todo)
-                    )
-                except StoreError as e:
-                    for item in todo:
-                        results[item.index] = _lost(protocol, item, e, reading=True)
-                    break
-                writes: list[_Item] = []
-                reached: frozenset[str] = frozenset()  # machines this wave's links may write
-                for n, (item, record) in enumerate(zip(todo, records, strict=True)):
-                    if first and item.machine.name in reached:
-                        # an earlier item's links may write this object: it waits for them,
-                        # as it would behind that item's own observe (read again next wave)
-                        for later in todo[n:]:
-                            later.attempt -= 1
-                        queue = todo[n:] + queue
-                        todo = todo[:n]
-                        break
-                    if isinstance(record, IdentityMismatch):  # bad input: no write, no fallback
-                        if refuse:
-                            raise record
-                        results[item.index] = protocol.refused(
-                            item.ref, 0, record, item.attempt, item.actions
-                        )
-                        continue
-                    result = _decide(protocol, item, record, refuse)
-                    if result is None:
-                        writes.append(item)
-                        if _written(item).intents:
-                            reached |= protocol.reach.get(item.machine.name, frozenset())
-                    else:
-                        results[item.index] = result
-                first = False
-                if not writes:
-                    break
-                try:
-                    outcomes: list[int | StoreError | IdentityMismatch] = yield Commit(
-                        tuple(
-                            CommitItem(
-                                i.machine, i.ref, i.version, w.after, i.observation, w.written
-                            )
-                            for i in writes
-                            if (w := i.write) is not None
-                        )
-                    )
-                except StoreError as e:
-                    outcomes = [e] * len(writes)
-                retry: list[_Item] = []
-                pause: RetryPolicy | None = None
-                committed: list[tuple[_Item, int]] = []
-                for item, outcome in zip(writes, outcomes, strict=True):
-                    if isinstance(outcome, IdentityMismatch):
-                        if refuse:
-                            raise outcome
-                        results[item.index] = protocol.refused(
-                            item.ref, 0, outcome, item.attempt, item.actions
-                        )
-                    elif isinstance(outcome, StoreError):
-                        policy = protocol.again(
-                            item.machine, item.observation, outcome, item.attempt
-                        )
-                        if policy is None:
-                            results[item.index] = _lost(protocol, item, outcome)
-                        else:
-                            pause = pause or policy
-                            retry.append(item)
-                    else:
-                        committed.append((item, outcome))
-                # Links are followed in the items' order: those of an item behind one that
-                # retries wait for it (its own links land first, as one observe each would).
-                deferred = sorted([*deferred, *committed], key=lambda c: c[0].index)
-                if committed:
-                    yield from deliver(
-                        protocol.delivery,
-                        [t for i, _ in committed for t in _written(i).transitions],
-                        protocol.backlog,
-                    )
-                cut = min((i.index for i in retry), default=len(results))
-                now = [c for c in deferred if c[0].index < cut]
-                deferred = deferred[len(now) :]
-                yield from _settle(protocol, now, results, refuse)
-                if pause is not None:
-                    yield Pause(pause, pause.delay())
-                todo = retry
-            now, deferred = deferred, []  # the retry that held them ended without a write
-            yield from _settle(protocol, now, results, refuse)
+        while run.queue:
+            size = _wave(run.queue)
+            todo, run.queue = run.queue[:size], run.queue[size:]
+            yield from _attempts(run, todo)
+            now, run.deferred = run.deferred, []  # the retry that held them ended without a write
+            yield from _settle(protocol, now, run.results, refuse)
     except BaseException:  # interrupted (ADR 0105): committed writes' intents stay pending
-        protocol.unfinished((), [t for i, _ in deferred for t in _written(i).intents])
+        protocol.unfinished((), [t for i, _ in run.deferred for t in _written(i).intents])
         raise
-    done = [r for r in results if r is not None]
-    assert len(done) == len(results)
+    done = [r for r in run.results if r is not None]
+    assert len(done) == len(run.results)
     if retried and done:
         done[0] = done[0]._replace(caught_up=retried)
     return done
+
+
+def _catch_up(protocol: WriteProtocol, refuse: bool) -> Generator[Request, Any, tuple[Result, ...]]:
+    """Finish the backlog and retry the pending link intents first (unless another thread
+    is at it); their results."""
+    pending = protocol.pending
+    if not (pending and pending.retrying.acquire(blocking=False)):
+        return ()
+    try:
+        yield from finish(protocol)
+        if not len(pending):
+            return ()
+        found = yield from apply_intents(protocol, pending.take(), batch=not refuse)
+        return tuple(r for r in found if r is not None)
+    finally:
+        pending.retrying.release()
+
+
+def _attempts(run: _Run, todo: list[_Item]) -> Generator[Request, Any, None]:
+    """The attempts of one wave: read, decide, commit, then again for those that conflict."""
+    first = True
+    while todo:
+        for item in todo:
+            item.attempt += 1
+        try:
+            records: list[Record | IdentityMismatch | None] = yield Load(
+                tuple((i.machine, i.ref) for i in todo)
+            )
+        except StoreError as e:
+            for item in todo:
+                run.results[item.index] = _lost(run.protocol, item, e, reading=True)
+            return
+        writes = _decide_wave(run, todo, records, first)
+        first = False
+        if not writes:
+            return
+        todo = yield from _commit_wave(run, writes)
+
+
+def _decide_wave(
+    run: _Run, todo: list[_Item], records: list[Record | IdentityMismatch | None], first: bool
+) -> list[_Item]:
+    """Decide each item on what was read: the items to commit (the others have results)."""
+    protocol = run.protocol
+    writes: list[_Item] = []
+    reached: frozenset[str] = frozenset()  # machines this wave's links may write
+    for n, (item, record) in enumerate(zip(todo, records, strict=True)):
+        if first and item.machine.name in reached:
+            # an earlier item's links may write this object: it waits for them, as it would
+            # behind that item's own observe (read again next wave)
+            for later in todo[n:]:
+                later.attempt -= 1
+            run.queue = todo[n:] + run.queue
+            break
+        if isinstance(record, IdentityMismatch):
+            run.refused(item, record)
+            continue
+        result = _decide(protocol, item, record, run.refuse)
+        if result is not None:
+            run.results[item.index] = result
+            continue
+        writes.append(item)
+        if _written(item).intents:
+            reached |= protocol.reach.get(item.machine.name, frozenset())
+    return writes
+
+
+def _commit_wave(run: _Run, writes: list[_Item]) -> Generator[Request, Any, list[_Item]]:
+    """Commit ``writes``, deliver what committed and follow its links (in the items'
+    order); the items to retry, after their pause."""
+    protocol = run.protocol
+    try:
+        outcomes: list[int | StoreError | IdentityMismatch] = yield Commit(
+            tuple(
+                CommitItem(i.machine, i.ref, i.version, w.after, i.observation, w.written)
+                for i in writes
+                if (w := i.write) is not None
+            )
+        )
+    except StoreError as e:
+        outcomes = [e] * len(writes)
+    retry, pause, committed = _sort_outcomes(run, writes, outcomes)
+    # Links are followed in the items' order: those of an item behind one that retries wait
+    # for it (its own links land first, as one observe each would).
+    run.deferred = sorted([*run.deferred, *committed], key=lambda c: c[0].index)
+    if committed:
+        yield from deliver(
+            protocol.delivery,
+            [t for i, _ in committed for t in _written(i).transitions],
+            protocol.backlog,
+        )
+    cut = min((i.index for i in retry), default=len(run.results))
+    now = [c for c in run.deferred if c[0].index < cut]
+    run.deferred = run.deferred[len(now) :]
+    yield from _settle(protocol, now, run.results, run.refuse)
+    if pause is not None:
+        yield Pause(pause, pause.delay())
+    return retry
+
+
+def _sort_outcomes(
+    run: _Run, writes: list[_Item], outcomes: list[int | StoreError | IdentityMismatch]
+) -> tuple[list[_Item], RetryPolicy | None, list[tuple[_Item, int]]]:
+    """Each write's outcome: refused, lost, to retry (with the first retry's policy), or
+    committed at its new version."""
+    retry: list[_Item] = []
+    pause: RetryPolicy | None = None
+    committed: list[tuple[_Item, int]] = []
+    for item, outcome in zip(writes, outcomes, strict=True):
+        if isinstance(outcome, IdentityMismatch):
+            run.refused(item, outcome)
+        elif isinstance(outcome, StoreError):
+            policy = run.protocol.again(item.machine, item.observation, outcome, item.attempt)
+            if policy is None:
+                run.results[item.index] = _lost(run.protocol, item, outcome)
+            else:
+                pause = pause or policy
+                retry.append(item)
+        else:
+            committed.append((item, outcome))
+    return retry, pause, committed
 
 
 def _settle(
@@ -491,22 +533,31 @@ def _rounds(
             protocol.delivery.unmarked(e, "link intents done")
 
 
-# -- the synchronous driver -----------------------------------------------------------------
-def answer(store: Any, request: Request, landed: list[Any] | None = None) -> Any:
-    """Run one request against a synchronous :class:`~lifecycle.stores.Store`, using its
-    batch methods where it has them. A commit made one object at a time puts each outcome in
-    ``landed`` as it comes (what an interruption between two of them leaves known)."""
+# -- answering a request ---------------------------------------------------------------------
+#: A store operation's result as its driver gets it: the value itself (a synchronous store's
+#: call) or an awaitable of it (an asyncio store's coroutine, awaited by ``lifecycle.aio``).
+Step = Generator[Any, Any, Any]
+
+
+def answering(store: Any, request: Request, pause: Any, landed: list[Any] | None = None) -> Step:
+    """How one request is answered, written once for both drivers: each store call is
+    *yielded* and resumed with its result (or thrown what it raised); the generator returns
+    the answer. The synchronous driver sends each call's value straight back (a call that
+    raises, raises in here); :mod:`lifecycle.aio` awaits each one first. Batch methods are
+    used where the store has them; a commit made one object at a time puts each outcome in
+    ``landed`` as it comes (what an interruption between two of them leaves known).
+    ``pause(request)`` waits out a :class:`Pause`."""
     if isinstance(request, Load):
         load_many = getattr(store, "load_many", None)
         if load_many is not None and len(request.items) > 1:
             try:
-                return load_many(request.items)
+                return (yield load_many(request.items))
             except IdentityMismatch:
                 pass  # the batch was refused: find the impostor(s), one object at a time
         found: list[Record | IdentityMismatch | None] = []
         for m, r in request.items:
             try:
-                found.append(store.load(m, r))
+                found.append((yield store.load(m, r)))
             except IdentityMismatch as e:
                 found.append(e)
         return found
@@ -514,15 +565,17 @@ def answer(store: Any, request: Request, landed: list[Any] | None = None) -> Any
         commit_many = getattr(store, "commit_many", None)
         if commit_many is not None and len(request.items) > 1:
             try:
-                return commit_many(request.items)
+                return (yield commit_many(request.items))
             except IdentityMismatch:
                 pass  # nothing of the batch was written: commit it one object at a time
         out: list[int | StoreError | IdentityMismatch] = [] if landed is None else landed
         for c in request.items:
             try:
                 out.append(
-                    store.commit(
-                        c.machine, c.ref, c.expected, c.status, c.observation, c.transitions
+                    (
+                        yield store.commit(
+                            c.machine, c.ref, c.expected, c.status, c.observation, c.transitions
+                        )
                     )
                 )
             except (StoreError, IdentityMismatch) as e:
@@ -531,30 +584,75 @@ def answer(store: Any, request: Request, landed: list[Any] | None = None) -> Any
     if isinstance(request, Mark):
         mark = getattr(store, "mark_delivered", None)
         if mark is not None:
-            mark(request.ids)
+            yield mark(request.ids)
         return None
     if request.seconds:
-        request.policy.sleep(request.seconds)
+        yield pause(request)
     return None
+
+
+def _sleep(request: Pause) -> None:
+    request.policy.sleep(request.seconds)
+
+
+# -- the synchronous driver -----------------------------------------------------------------
+def answer(store: Any, request: Request, landed: list[Any] | None = None) -> Any:
+    """Run one request against a synchronous :class:`~lifecycle.stores.Store` (see
+    :func:`answering`: each call's value is sent straight back)."""
+    steps = answering(store, request, _sleep, landed)
+    reply: Any = None
+    try:
+        while True:
+            reply = steps.send(reply)
+    except StopIteration as stop:
+        return stop.value
+
+
+class Drive:
+    """One run of a generator of this module, as both drivers (:func:`run`,
+    ``AsyncRunner``) step it: :meth:`next` is the request to answer (``None`` once the
+    generator returned, its value then in :attr:`value`), resumed with :attr:`reply` or
+    thrown :attr:`error` (the store error the answer raised)."""
+
+    __slots__ = ("error", "gen", "protocol", "reply", "value")
+
+    def __init__(self, gen: Generator[Request, Any, Any], protocol: WriteProtocol) -> None:
+        self.gen = gen
+        self.protocol = protocol
+        self.reply: Any = None
+        self.error: StoreError | None = None
+        self.value: Any = None
+
+    def next(self) -> Request | None:
+        reply, error = self.reply, self.error
+        self.reply, self.error = None, None
+        try:
+            return self.gen.send(reply) if error is None else self.gen.throw(error)
+        except StopIteration as stop:
+            self.value = stop.value
+            return None
+
+    def interrupted(
+        self, request: Request, done: list[Any] | None, error: BaseException
+    ) -> NoReturn:
+        """``error`` (a cancellation, ``KeyboardInterrupt``) interrupted the answer to
+        ``request``: the commits in ``done`` landed before it, between two objects' commits,
+        and are unfinished work; the generator keeps what it leaves (ADR 0105)."""
+        if done and isinstance(request, Commit):
+            landed(self.protocol, request, done)
+        interrupt(self.gen, error)
 
 
 def run(gen: Generator[Request, Any, Any], store: Any, protocol: WriteProtocol) -> Any:
     """Drive a generator of this module (of ``protocol``) against a synchronous store; its
     return value."""
-    reply: Any = None
-    error: StoreError | None = None
-    while True:
-        try:
-            request = gen.send(reply) if error is None else gen.throw(error)
-        except StopIteration as stop:
-            return stop.value
-        reply, error = None, None
+    drive = Drive(gen, protocol)
+    while (request := drive.next()) is not None:
         done: list[Any] | None = [] if isinstance(request, Commit) else None
         try:
-            reply = answer(store, request, done)
+            drive.reply = answer(store, request, done)
         except StoreError as e:
-            error = e
+            drive.error = e
         except BaseException as e:  # interrupted: the generator keeps what it leaves
-            if done and isinstance(request, Commit):  # between two objects' commits
-                landed(protocol, request, done)  # those that landed are unfinished
-            interrupt(gen, e)
+            drive.interrupted(request, done, e)
+    return drive.value

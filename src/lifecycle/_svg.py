@@ -294,29 +294,11 @@ def layout(
         by_key[k].rank = 2 * rank[k]
     links: list[tuple[str, str]] = []
     for i, (e, (s, t)) in enumerate(zip(edges, forward, strict=True)):
-        chain = [s]
-        for r in range(by_key[s].rank + 1, by_key[t].rank):
-            near_source = r == (by_key[t].rank - 1 if i in back else by_key[s].rank + 1)
-            if near_source and e.labels:
-                node = _Node(f"l{i}", e.labels, "label", font=LABEL_FONT)
-                e.label = node.key
-            else:
-                node = _Node(f"d{i}.{r}", [], "dummy")
-            node.rank = r
-            node.measure()
-            nodes.append(node)
-            by_key[node.key] = node
-            chain.append(node.key)
-        chain.append(t)
+        chain = _chain(i, e, s, t, i in back, nodes, by_key)
         links += list(itertools.pairwise(chain))
         e.path = list(reversed(chain)) if i in back else chain
     placed = [n for n in nodes if n.kind != "verdict"]
-    depth = max(n.rank for n in placed) + 1
-    layers: list[list[str]] = [[] for _ in range(depth)]
-    for n in placed:  # declaration order first: the start, the states, then the boxes
-        layers[n.rank].append(n.key)
-    layers = [layer for layer in layers if layer]
-    _place(_order(layers, links), by_key, links)
+    _place(_order(_layers(placed), links), by_key, links)
     bottom = max(n.y + n.height / 2 for n in placed) + RANK_GAP
     x = MARGIN
     for n in nodes:
@@ -324,6 +306,45 @@ def layout(
             n.x, n.y = x, round(bottom + n.height / 2, 1)
             x += n.width + NODE_GAP
     return nodes, edges, loops
+
+
+def _layers(placed: list[_Node]) -> list[list[str]]:
+    """The keys of ``placed`` per rank, ranks without nodes left out; declaration order
+    first in each: the start, the states, then the boxes."""
+    depth = max(n.rank for n in placed) + 1
+    layers: list[list[str]] = [[] for _ in range(depth)]
+    for n in placed:
+        layers[n.rank].append(n.key)
+    return [layer for layer in layers if layer]
+
+
+def _chain(
+    i: int,
+    e: _Edge,
+    s: str,
+    t: str,
+    back: bool,
+    nodes: list[_Node],
+    by_key: dict[str, _Node],
+) -> list[str]:
+    """The keys from ``s`` to ``t`` (edge ``i``, drawn from source to target, or reversed if
+    it goes ``back``), one per rank: its label box next to the source, dummies elsewhere
+    (each added to ``nodes`` and ``by_key``)."""
+    chain = [s]
+    for r in range(by_key[s].rank + 1, by_key[t].rank):
+        near_source = r == (by_key[t].rank - 1 if back else by_key[s].rank + 1)
+        if near_source and e.labels:
+            node = _Node(f"l{i}", e.labels, "label", font=LABEL_FONT)
+            e.label = node.key
+        else:
+            node = _Node(f"d{i}.{r}", [], "dummy")
+        node.rank = r
+        node.measure()
+        nodes.append(node)
+        by_key[node.key] = node
+        chain.append(node.key)
+    chain.append(t)
+    return chain
 
 
 # -- drawing ---------------------------------------------------------------------------------

@@ -22,12 +22,12 @@ import concurrent.futures
 import functools
 import inspect
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from . import _batch
-from ._batch import Commit, Load, Mark, Pause, Request
+from ._batch import Commit, Pause, Request
 from ._core.errors import IdentityMismatch, SchemaRefused, StoreError
 from ._core.machine import Machine
 from ._core.observation import Observation
@@ -35,29 +35,20 @@ from ._core.refs import ObjectRef
 from ._core.schema import check_store, review
 from ._core.transition import Transition
 from ._delivery import Redelivery
-from ._link import Link
-from ._log import get_logger
-from ._protocol import Result, RetryPolicy, WriteProtocol
+from ._protocol import Result
+from ._runner_core import RunnerCore
 from ._store_bounds import check_bounds
-from .emitters.base import Emitter
-from .machines import MachineRegistry
 from .stores.base import CommitItem, CommitStore, JournalEntry, Record
 from .stores.memory import MemoryStore
 from .telemetry._instrument import (
     checked,
-    instrument,
-    reporting_emitters,
     reporting_store,
     unreported,
 )
-from .telemetry._port import Guarded, Telemetry
 
 __all__ = ["AsyncCommitStore", "AsyncRunner", "AsyncStore", "ThreadedStore", "open_async_store"]
 
 T = TypeVar("T")
-
-#: AsyncRunner logs as a runner (it is one).
-_log = get_logger("lifecycle.runner")
 
 
 @runtime_checkable
@@ -214,48 +205,21 @@ def as_async(store: AsyncCommitStore | CommitStore | None) -> AsyncCommitStore:
 
 
 async def answer(store: AsyncCommitStore, request: Request, landed: list[Any] | None = None) -> Any:
-    """Run one protocol request against an :class:`AsyncStore` (a commit made one object at a
-    time puts each outcome in ``landed`` as it comes, as the synchronous runner does)."""
-    if isinstance(request, Load):
-        load_many = getattr(store, "load_many", None)
-        if load_many is not None and len(request.items) > 1:
-            try:
-                return await load_many(request.items)
-            except IdentityMismatch:
-                pass  # the batch was refused: find the impostor(s), one object at a time
-        found: list[Record | IdentityMismatch | None] = []
-        for m, r in request.items:
-            try:
-                found.append(await store.load(m, r))
-            except IdentityMismatch as e:
-                found.append(e)
-        return found
-    if isinstance(request, Commit):
-        commit_many = getattr(store, "commit_many", None)
-        if commit_many is not None and len(request.items) > 1:
-            try:
-                return await commit_many(request.items)
-            except IdentityMismatch:
-                pass  # nothing of the batch was written: commit it one object at a time
-        out: list[int | StoreError | IdentityMismatch] = [] if landed is None else landed
-        for c in request.items:
-            try:
-                out.append(
-                    await store.commit(
-                        c.machine, c.ref, c.expected, c.status, c.observation, c.transitions
-                    )
-                )
-            except (StoreError, IdentityMismatch) as e:
-                out.append(e)
-        return out
-    if isinstance(request, Mark):
-        mark = getattr(store, "mark_delivered", None)
-        if mark is not None:
-            await mark(request.ids)
-        return None
-    if request.seconds:
-        await _pause(request)
-    return None
+    """Run one protocol request against an :class:`AsyncStore`: the steps of
+    :func:`lifecycle._batch.answering` (the synchronous driver's own), each call awaited (a
+    commit made one object at a time puts each outcome in ``landed`` as it comes)."""
+    steps = _batch.answering(store, request, _pause, landed)
+    reply: Any = None
+    error: BaseException | None = None
+    while True:
+        try:
+            pending = steps.send(reply) if error is None else steps.throw(error)
+        except StopIteration as stop:
+            return stop.value
+        try:
+            reply, error = await pending, None
+        except (StoreError, IdentityMismatch) as e:  # the steps decide what they mean
+            reply, error = None, e
 
 
 async def _pause(request: Pause) -> None:
@@ -265,7 +229,7 @@ async def _pause(request: Pause) -> None:
         request.policy.sleep(request.seconds)
 
 
-class AsyncRunner:
+class AsyncRunner(RunnerCore[AsyncCommitStore | CommitStore]):
     """:class:`~lifecycle.Runner` for asyncio: ``await runner.observe(ref, obs)``.
 
     Takes the runner's arguments; ``store`` is an :class:`AsyncCommitStore` or a synchronous
@@ -278,49 +242,25 @@ class AsyncRunner:
     written (ADR 0135).
     """
 
-    def __init__(
-        self,
-        store: AsyncCommitStore | CommitStore | None = None,
-        emitters: Sequence[Emitter] = (),
-        *,
-        machines: MachineRegistry | None = None,
-        links: Iterable[Link] | None = None,
-        policy: RetryPolicy | None = None,
-        logger: Any = None,
-        policies: Mapping[str, RetryPolicy] | None = None,
-        check_schema: bool = True,
-        telemetry: Telemetry | None = None,
-        owns_store: bool | None = None,
+    owns_given_store = True
+    nested_spans = False
+
+    def _choose(self, store: AsyncCommitStore | CommitStore | None) -> AsyncCommitStore:
+        return as_async(store)
+
+    def _attach(
+        self, given: AsyncCommitStore | CommitStore | None, chosen: AsyncCommitStore, check: bool
     ) -> None:
-        #: The host's telemetry behind its guard, or ``None`` (see :class:`~lifecycle.Runner`).
-        self.telemetry = Guarded(telemetry) if telemetry is not None else None
-        self.store: AsyncCommitStore = as_async(store)
-        #: Whether :meth:`close` closes the store (else it writes the marks the store holds).
-        self.owns_store = True if owns_store is None else owns_store
-        self._closed_store = False
-        #: Every decision of the protocol, with this runner's configuration.
-        self.protocol = WriteProtocol.configured(
-            emitters,
-            machines=machines,
-            links=links,
-            policy=policy,
-            policies=policies,
-            log=logger if logger is not None else _log,
-            epoch_source=self.store,
-        )
+        self.store: AsyncCommitStore = chosen
         # The start-up check (ADR 0088): a synchronous store is checked here, an asyncio one
         # before the first call that reads it (``await runner.check_schema()`` to do it now).
-        self._schema_checked = not check_schema
-        check_bounds(store, self.machines)  # what the machines accept, the store holds (0144)
-        if isinstance(self.store, ThreadedStore) and check_schema:
-            checked(self.telemetry, check_store, self.store.store, self.machines)
+        self._schema_checked = not check
+        check_bounds(given, self.machines)  # what the machines accept, the store holds (0144)
+        if isinstance(chosen, ThreadedStore) and check:
+            checked(self.telemetry, check_store, chosen.store, self.machines)
             self._schema_checked = True
         if self.telemetry is not None:
-            self.store = reporting_store(self.store, self.telemetry)
-            self.protocol.delivery.emitters = tuple(
-                reporting_emitters(self.protocol.delivery.emitters, self.telemetry)
-            )
-            instrument(self, self.telemetry, nested=False)
+            self.store = reporting_store(chosen, self.telemetry)
 
     async def due(self, now: datetime) -> list[ObjectRef]:
         """:meth:`Runner.due <lifecycle.Runner.due>`, awaited: the objects in the store whose
@@ -354,21 +294,6 @@ class AsyncRunner:
                     self.telemetry.end(self.telemetry.begin("check_schema", ""), (), refused)
                 raise refused
         self._schema_checked = True
-
-    @property
-    def emitters(self) -> tuple[Emitter, ...]:
-        return self.protocol.delivery.emitters
-
-    @property
-    def machines(self) -> MachineRegistry:
-        return self.protocol.machines
-
-    @property
-    def policy(self) -> RetryPolicy:
-        return self.protocol.policy
-
-    def policy_for(self, machine: Machine[Any]) -> RetryPolicy:
-        return self.protocol.policy_for(machine)
 
     async def observe(self, ref: ObjectRef, observation: Observation) -> Result:
         """:meth:`Runner.observe`, awaited: a refused observation raises, the store untouched."""
@@ -449,29 +374,22 @@ class AsyncRunner:
         # A commit that can suspend is seen through to its outcome (ADR 0105).
         inner = getattr(store, "wrapped", store)  # (telemetry's wrapper looked through)
         settle = not (isinstance(inner, ThreadedStore) and inner.inline)
-        reply: Any = None
-        error: StoreError | None = None
-        while True:
-            try:
-                request = gen.send(reply) if error is None else gen.throw(error)
-            except StopIteration as stop:
-                return stop.value
-            reply, error = None, None
+        drive = _batch.Drive(gen, self.protocol)
+        while (request := drive.next()) is not None:
             done: list[Any] | None = None
             try:
                 if not isinstance(request, Commit):
-                    reply = await answer(store, request)
+                    drive.reply = await answer(store, request)
                 elif settle:
-                    reply = await self._commit(request)
+                    drive.reply = await self._commit(request)
                 else:
                     done = []
-                    reply = await answer(store, request, done)
+                    drive.reply = await answer(store, request, done)
             except StoreError as e:
-                error = e
+                drive.error = e
             except BaseException as e:  # a cancellation: the generator keeps what it leaves
-                if done and isinstance(request, Commit):  # between two objects' commits
-                    _batch.landed(self.protocol, request, done)  # what landed is unfinished
-                _batch.interrupt(gen, e)
+                drive.interrupted(request, done, e)
+        return drive.value
 
     async def _commit(self, request: Commit) -> Any:
         """Answer a commit; cancelled meanwhile, wait for its outcome all the same (a store

@@ -11,7 +11,7 @@ sans-I/O driver that :class:`~lifecycle.AsyncRunner` awaits.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, cast
 
@@ -23,23 +23,19 @@ from ._core.refs import ObjectRef
 from ._core.schema import check_store
 from ._core.transition import Transition
 from ._delivery import Delivery, Mark, Redelivery, marker, settle
-from ._link import Link
 from ._link_intents import PendingIntents
-from ._log import get_logger
-from ._protocol import Outcome, Result, RetryPolicy, Write, WriteProtocol
+from ._protocol import Outcome, Result, RetryPolicy, Write
+from ._runner_core import RunnerCore
 from ._store_bounds import check_bounds
 from .emitters.base import Emitter
-from .machines import MachineRegistry
 from .stores.base import CommitStore, Store
 from .stores.memory import MemoryStore
 from .telemetry._instrument import (
     checked,
-    instrument,
     reporting_emitters,
     reporting_store,
     unreported,
 )
-from .telemetry._port import Guarded, Telemetry
 
 if TYPE_CHECKING:
     from . import _batch
@@ -59,13 +55,13 @@ else:
 
 __all__ = ["Outcome", "Redelivery", "Result", "RetryPolicy", "Runner"]
 
-_log = get_logger("lifecycle.runner")
 
-#: Builds a :class:`Result` in one ``tuple.__new__``, fields in order (the hot path; ADR 0067).
-_result = tuple.__new__
+#: Builds a :class:`Result` from all its fields in order: the named tuple's own ``_make``,
+#: which refuses a missing or an extra field (``tuple.__new__`` paid under 2 %; ADR 0154).
+_result: Callable[[type[Result], tuple[Any, ...]], Result] = Result._make.__func__  # type: ignore[attr-defined]
 
 
-class Runner:
+class Runner(RunnerCore[CommitStore]):
     """Feeds observations to machines, persists their statuses, and emits their events.
 
     One runner serves every object of every registered machine. Its only state is the link
@@ -84,47 +80,15 @@ class Runner:
     left to redeliver once :meth:`close` returns.
     """
 
-    def __init__(
-        self,
-        store: CommitStore | None = None,
-        emitters: Sequence[Emitter] = (),
-        *,
-        machines: MachineRegistry | None = None,
-        links: Iterable[Link] | None = None,
-        policy: RetryPolicy | None = None,
-        logger: Any = None,
-        policies: Mapping[str, RetryPolicy] | None = None,
-        check_schema: bool = True,
-        telemetry: Telemetry | None = None,
-        owns_store: bool | None = None,
-    ) -> None:
-        chosen = store if store is not None else MemoryStore()
-        #: Whether :meth:`close` closes the store (else it writes the marks the store holds).
-        self.owns_store = store is None if owns_store is None else owns_store
-        self._closed_store = False
-        #: The host's telemetry behind its guard (``lifecycle.telemetry``), or ``None``: then
-        #: nothing is wrapped and the hot path is the plain one.
-        self.telemetry = Guarded(telemetry) if telemetry is not None else None
-        #: structlog-style logger for failed writes and emitters (a dry run passes a silent one)
-        self._log = logger if logger is not None else _log
-        #: Every decision of the protocol, with this runner's configuration.
-        self.protocol = WriteProtocol.configured(
-            emitters,
-            machines=machines,
-            links=links,
-            policy=policy,
-            policies=policies,
-            log=self._log,
-            epoch_source=chosen,
-        )
+    def _choose(self, store: CommitStore | None) -> CommitStore:
+        return store if store is not None else MemoryStore()
+
+    def _attach(self, given: CommitStore | None, chosen: CommitStore, check_schema: bool) -> None:
         if check_schema:  # refuse a store holding records these machines cannot read (ADR 0088)
             checked(self.telemetry, check_store, chosen, self.machines)
         check_bounds(chosen, self.machines)  # what the machines accept, the store holds (0144)
         self.store = chosen
         self._applying_links = False
-        if self.telemetry is not None:
-            self.emitters = self.protocol.delivery.emitters
-            instrument(self, self.telemetry, nested=True)
 
     @property
     def store(self) -> Store:
@@ -159,14 +123,6 @@ class Runner:
         self.protocol.delivery.emitters = tuple(emitters)
 
     @property
-    def machines(self) -> MachineRegistry:
-        return self.protocol.machines
-
-    @property
-    def policy(self) -> RetryPolicy:
-        return self.protocol.policy
-
-    @property
     def policies(self) -> dict[str, RetryPolicy]:
         """Per machine name; else a machine's ``write_attempts`` caps ``policy``'s attempts."""
         return self.protocol.policies
@@ -185,11 +141,6 @@ class Runner:
         ``write_attempts``; one attempt for an observation a link writes directly (a conflict
         is not retried there: the link intent stays pending and the next pass writes it)."""
         return self.protocol.write_policy(machine, observation)
-
-    def policy_for(self, machine: Machine[Any]) -> RetryPolicy:
-        """The retry policy for ``machine``'s writes: ``policies[name]`` if given, else the
-        runner's policy with the machine's declared ``write_attempts`` (if any)."""
-        return self.protocol.policy_for(machine)
 
     # -- the protocol, driven inline ------------------------------------------------------------
     def observe(self, ref: ObjectRef, observation: Observation) -> Result:

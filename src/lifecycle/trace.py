@@ -201,20 +201,10 @@ def parse_line(
     try:
         data = orjson.loads(text)  # JSON's own whitespace around the value is allowed
     except orjson.JSONDecodeError as e:
-        stripped = text.strip()  # and any other whitespace, as before
-        if not stripped or stripped.startswith("#"):
+        data = _stripped(text, e)  # (the rare path: a blank, a comment, other whitespace)
+        if data is None:
             return None
-        try:
-            data = orjson.loads(stripped)
-        except orjson.JSONDecodeError:
-            raise ValueError(f"malformed JSON: {e.msg} (column {e.colno})") from None
-    if type(data) is not dict:
-        raise ValueError("a trace line must be a JSON object")
-    if not _KEYS.issuperset(data):
-        raise ValueError(f"unknown key(s) {', '.join(sorted(set(data) - _KEYS))}")
-    if "at" not in data or "machine" not in data or "object" not in data:
-        missing = next(k for k in ("at", "machine", "object") if k not in data)
-        raise ValueError(f'missing "{missing}"')
+    _check_keys(data)
     name = data["machine"]
     if type(name) is not str:
         raise ValueError('"machine" must be a string')
@@ -239,10 +229,37 @@ def parse_line(
     ):
         _unique_keys_in(text, data, fields)
     observation = machine.observation(observe, at, fields)
-    return _new_tuple(ObservationLine, (line, machine, ref, observation))  # no __new__ frame
+    return _new_tuple(ObservationLine, (line, machine, ref, observation))
 
 
-_new_tuple = tuple.__new__
+#: Builds an :class:`ObservationLine` from its fields in order with the named tuple's own
+#: ``_make`` (``tuple.__new__`` paid under 3 % of a parsed line; ADR 0154).
+_new_tuple: Callable[[type[ObservationLine], tuple[Any, ...]], ObservationLine] = (
+    ObservationLine._make.__func__  # type: ignore[attr-defined]
+)
+
+
+def _stripped(text: str, error: orjson.JSONDecodeError) -> Any:
+    """A line that is not JSON as it stands: ``None`` for a blank or a comment, else its
+    JSON once any other whitespace is stripped, else ``ValueError`` (``error`` the reason)."""
+    stripped = text.strip()  # and any other whitespace, as before
+    if not stripped or stripped.startswith("#"):
+        return None
+    try:
+        return orjson.loads(stripped)
+    except orjson.JSONDecodeError:
+        raise ValueError(f"malformed JSON: {error.msg} (column {error.colno})") from None
+
+
+def _check_keys(data: Any) -> None:
+    """Refuse a line that is not a JSON object of known keys, with the three every line has."""
+    if type(data) is not dict:
+        raise ValueError("a trace line must be a JSON object")
+    if not _KEYS.issuperset(data):
+        raise ValueError(f"unknown key(s) {', '.join(sorted(set(data) - _KEYS))}")
+    if "at" not in data or "machine" not in data or "object" not in data:
+        missing = next(k for k in ("at", "machine", "object") if k not in data)
+        raise ValueError(f'missing "{missing}"')
 
 
 def _unique_keys_in(text: str, data: dict[str, Any], fields: dict[str, Any]) -> None:

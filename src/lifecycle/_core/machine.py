@@ -628,23 +628,9 @@ class Machine(Generic[S]):
         reason the row gives (a row returning to a state as a Warning beside a Normal one:
         ADR 0147); rows of both types giving one reason need an ``event_type`` override (the
         Pod's Terminated is one), and a ``warning_states`` that disagrees is an error."""
-        by_state: dict[str, set[EventType]] = {}
-        by_reason: dict[tuple[str, str], set[EventType]] = {}
-        reachable = {id(r): r for rows in self._by_pair.values() for r in rows}
-        for row in reachable.values():
-            if row.ignore or row.event is None or row.target == SAME:
-                continue
-            by_state.setdefault(row.target, set()).add(row.event)
-            by_reason.setdefault((row.target, row.reason), set()).add(row.event)
+        by_state, by_reason = self._entry_types()
         mixed = {state for state, kinds in by_state.items() if len(kinds) > 1}
-        for (state, reason), kinds in by_reason.items():
-            if state in mixed and (len(kinds) > 1 or not reason):
-                raise TableError(
-                    f"{self.name} table: state {state!r} is entered as Normal and as Warning "
-                    + (f"with the reason {reason!r}" if reason else "by a row giving no reason")
-                    + "; give each row its own reason, or override event_type to decide from "
-                    "the status"
-                )
+        self._check_mixed(mixed, by_reason)
         # states entered with both types, and the (state, reason) pairs of them that warn
         self._mixed = frozenset(mixed)
         self._warning_reasons = frozenset(
@@ -661,6 +647,34 @@ class Machine(Generic[S]):
                 f"table, which enters {sorted(warnings)} with a Warning"
             )
         return warnings
+
+    def _entry_types(
+        self,
+    ) -> tuple[dict[str, set[EventType]], dict[tuple[str, str], set[EventType]]]:
+        """The event types each state is entered with by the reachable rows, and each
+        (state, reason)."""
+        by_state: dict[str, set[EventType]] = {}
+        by_reason: dict[tuple[str, str], set[EventType]] = {}
+        reachable = {id(r): r for rows in self._by_pair.values() for r in rows}
+        for row in reachable.values():
+            if row.ignore or row.event is None or row.target == SAME:
+                continue
+            by_state.setdefault(row.target, set()).add(row.event)
+            by_reason.setdefault((row.target, row.reason), set()).add(row.event)
+        return by_state, by_reason
+
+    def _check_mixed(
+        self, mixed: set[str], by_reason: dict[tuple[str, str], set[EventType]]
+    ) -> None:
+        """Refuse a state entered with both types where one reason (or none) gives both."""
+        for (state, reason), kinds in by_reason.items():
+            if state in mixed and (len(kinds) > 1 or not reason):
+                raise TableError(
+                    f"{self.name} table: state {state!r} is entered as Normal and as Warning "
+                    + (f"with the reason {reason!r}" if reason else "by a row giving no reason")
+                    + "; give each row its own reason, or override event_type to decide from "
+                    "the status"
+                )
 
     def event_type(self, status: S) -> EventType:
         """The type of the event for entering ``status``'s state, as the table declares it:

@@ -30,7 +30,7 @@ import itertools
 import math
 import re
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any, TypeVar
 
 import attrs
@@ -461,13 +461,26 @@ def _is_blob_secret(run: str, before: str = "") -> bool:
     fingerprint = _FINGERPRINT.search(before)
     if fingerprint is not None and len(run.rstrip("=")) == _DIGEST_CHARS[fingerprint[1]]:
         return False
+    parts = _blob_parts(run, before)
+    if parts is not None:
+        return any(_is_blob_secret(part) for part in parts)
+    return _random_blob(run.rstrip("="))
+
+
+def _blob_parts(run: str, before: str) -> list[str] | None:
+    """The runs ``run`` is made of, judged one by one (ids joined to a uuid, a mix of the two
+    base64 alphabets, a URL's host and path), or ``None``: it is one token."""
     if "-" in run and _UUID.search(run):  # GPU-<uuid>, <uid>-<suffix>: ids, judged apart
-        return any(_is_blob_secret(part) for part in _UUID.split(run))
+        return _UUID.split(run)
     if ("-" in run or "_" in run) and ("/" in run or "+" in run):
-        return any(_is_blob_secret(part) for part in re.split(r"[/+]", run))
+        return re.split(r"[/+]", run)
     if run.startswith("//") and _AFTER_SCHEME.search(before[-32:]):
-        return any(_is_blob_secret(part) for part in run.split("/"))
-    body = run.rstrip("=")
+        return run.split("/")
+    return None
+
+
+def _random_blob(body: str) -> bool:
+    """Whether one base64-ish token (padding stripped) reads as random data, not words."""
     if len(body) < 32 or not _mixed_case(body):
         return False
     if not any(c.isdigit() for c in body) and len(_SHORT_LOWER.findall(body)) < 3:
@@ -533,98 +546,114 @@ def redact(text: str) -> str:
     m = scan.search(text)
     if m is None:
         return text
-    out: list[str] = []
-    pos = 0  # text[:pos] is dealt with
-    redis = _RedisLine(text)
+    run = _Redacting(text)
     while m is not None:
         start = m.start()
-        rule = m.lastgroup
-        resume = m.end()
-        if rule == "kv" or rule == "kve":
-            key = m.group(f"{rule}_key")
-            sep_end = m.end(f"{rule}_sep")
-            if is_secret_key(key):
-                v_start, v_end = _value_end(text, sep_end, key, "%" in m.group(f"{rule}_sep"))
-                value = text[v_start:v_end]
-                if value and value != REDACTED and not _a_label(key, value):
-                    out.append(text[pos:v_start])
-                    out.append(REDACTED)
-                    pos = v_end
-                resume = max(v_end, sep_end)
-            else:  # the key itself may be a token (``AKIA...:``); what follows is scanned on
-                cleaned = redact(key) if len(key) >= 8 else key
-                if cleaned is not key:
-                    out.append(text[pos : m.start(f"{rule}_key")])
-                    out.append(cleaned)
-                    pos = m.end(f"{rule}_key")
-                resume = m.end(f"{rule}_key")
-        elif rule == "cli_a_v":  # ``-a PASS`` of redis-cli; elsewhere ``-a`` is a flag
-            if redis.before(start):
-                out.append(text[pos : m.start(rule)])
-                out.append(REDACTED)
-                pos = m.end(rule)
-            else:
-                resume = m.end("cli_a")
-        elif (
-            rule == "ui_pw"
-            or rule == "dsn_pw"
-            or rule == "cli_u_pw"
-            or rule == "netrc_pw"
-            or (rule == "cli_p_v" and _a_password_flag(m.group("cli_p"), m.group("cli_p_v")))
-        ):
-            out.append(text[pos : m.start(rule)])
-            out.append(REDACTED)
-            pos = m.end(rule)
-        elif rule == "scheme_v":
-            value = m.group("scheme_v")
-            if value.endswith("=") and _WORD.match(text, m.end()):  # ``bearer name=value``
-                secret = any(c.isdigit() for c in value)
-            elif m.group("scheme")[:2].lower() == "be":  # Bearer: what follows is the credential
-                secret = value != REDACTED
-            else:
-                secret = value != REDACTED and bool(_TOKENISH.search(value) or _mixed_case(value))
-            if secret:
-                out.append(text[pos : m.start("scheme_v")])
-                out.append(REDACTED)
-                pos = m.end("scheme_v")
-        elif rule == "loose" or rule == "blob":
-            token = m.group()
-            if rule == "blob":
-                secret = _is_blob_secret(token, text[max(0, start - 32) : start])
-            elif token.startswith("sk-"):
-                secret = _looks_random(token)
-            else:  # Modal ak-/as- (22 random letters and digits), not a pool ``as-prod2025``
-                body = token[3:]
-                if "_" in body:  # a secret may hold ``_``; names joined by it read as words,
-                    # but a token's length of mixed case with digits is random even where a
-                    # run of it happens to read as a word
-                    secret = _mixed_case(body) and (
-                        not _name_like(body, loose=False)
-                        or (len(body) >= 20 and any(c.isdigit() for c in body))
-                    )
-                else:
-                    secret = _mixed_case(body) or (
-                        len(body) >= 20 and any(c.isdigit() for c in body) and not body.isdigit()
-                    )
-            if secret:
-                out.append(text[pos:start])
-                out.append(REDACTED)
-                pos = m.end()
-            elif rule == "blob" and (glued := _compiled(_GLUED_SRC)).search(token):
-                out.append(text[pos:start])  # a name holding a key id
-                out.append(glued.sub(REDACTED, token))
-                pos = m.end()
-        elif rule == "cli_p_v":  # ``-p 8080:80``, ``-pthread``: a port or a flag word
-            resume = m.end("cli_p")
-        else:  # pem, vendor, glued: the whole match is the secret
-            out.append(text[pos:start])
-            out.append(REDACTED)
-            pos = m.end()
+        resume = run.take(m)
         m = scan.search(text, max(resume, start + 1))
-    if not out:
+    if not run.out:
         return text
-    out.append(text[pos:])
-    return "".join(out)
+    run.out.append(text[run.pos :])
+    return "".join(run.out)
+
+
+#: The rules whose group is a secret wherever they match.
+_ALWAYS_SECRET = frozenset({"ui_pw", "dsn_pw", "cli_u_pw", "netrc_pw"})
+
+
+class _Redacting:
+    """One pass of :func:`redact` over ``text``: the pieces written so far (``out``) and how
+    far the text is dealt with (``text[:pos]``)."""
+
+    __slots__ = ("out", "pos", "redis", "text")
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.out: list[str] = []
+        self.pos = 0
+        self.redis = _RedisLine(text)
+
+    def replace(self, start: int, end: int, by: str = REDACTED) -> None:
+        """Write the text up to ``start``, then ``by`` in place of ``text[start:end]``."""
+        self.out.append(self.text[self.pos : start])
+        self.out.append(by)
+        self.pos = end
+
+    def take(self, m: re.Match[str]) -> int:
+        """Deal with one match of the scan; where the scan resumes."""
+        rule = m.lastgroup
+        assert rule is not None
+        if rule == "kv" or rule == "kve":
+            return self._key_value(m, rule)
+        if rule == "cli_a_v":  # ``-a PASS`` of redis-cli; elsewhere ``-a`` is a flag
+            if not self.redis.before(m.start()):
+                return m.end("cli_a")
+        elif rule == "cli_p_v":  # ``-p 8080:80``, ``-pthread``: a port or a flag word
+            if not _a_password_flag(m.group("cli_p"), m.group("cli_p_v")):
+                return m.end("cli_p")
+        elif rule == "scheme_v":
+            if _scheme_secret(self.text, m):
+                self.replace(m.start(rule), m.end(rule))
+            return m.end()
+        elif rule == "loose" or rule == "blob":
+            self._token(m, rule)
+            return m.end()
+        elif rule not in _ALWAYS_SECRET:  # pem, vendor, glued: the whole match is the secret
+            self.replace(m.start(), m.end())
+            return m.end()
+        self.replace(m.start(rule), m.end(rule))
+        return m.end()
+
+    def _key_value(self, m: re.Match[str], rule: str) -> int:
+        """``key: value``: the value of a secret key; else the key itself may be a token
+        (``AKIA...:``) and what follows is scanned on."""
+        key = m.group(f"{rule}_key")
+        sep_end = m.end(f"{rule}_sep")
+        if is_secret_key(key):
+            v_start, v_end = _value_end(self.text, sep_end, key, "%" in m.group(f"{rule}_sep"))
+            value = self.text[v_start:v_end]
+            if value and value != REDACTED and not _a_label(key, value):
+                self.replace(v_start, v_end)
+            return max(v_end, sep_end)
+        cleaned = redact(key) if len(key) >= 8 else key
+        if cleaned is not key:
+            self.replace(m.start(f"{rule}_key"), m.end(f"{rule}_key"), cleaned)
+        return m.end(f"{rule}_key")
+
+    def _token(self, m: re.Match[str], rule: str) -> None:
+        """A bare token (``loose``) or a long base64-ish run (``blob``): redacted if it is a
+        secret; a name holding a key id has the id redacted."""
+        token, start = m.group(), m.start()
+        if _token_secret(rule, token, self.text, start):
+            self.replace(start, m.end())
+        elif rule == "blob" and (glued := _compiled(_GLUED_SRC)).search(token):
+            self.replace(start, m.end(), glued.sub(REDACTED, token))
+
+
+def _scheme_secret(text: str, m: re.Match[str]) -> bool:
+    """Whether the value after an auth scheme (``Bearer x``, ``Basic x``) is a credential."""
+    value = m.group("scheme_v")
+    if value.endswith("=") and _WORD.match(text, m.end()):  # ``bearer name=value``
+        return any(c.isdigit() for c in value)
+    if m.group("scheme")[:2].lower() == "be":  # Bearer: what follows is the credential
+        return value != REDACTED
+    return value != REDACTED and bool(_TOKENISH.search(value) or _mixed_case(value))
+
+
+def _token_secret(rule: str, token: str, text: str, start: int) -> bool:
+    """Whether a ``blob`` or ``loose`` token found at ``start`` of ``text`` is a secret."""
+    if rule == "blob":
+        return _is_blob_secret(token, text[max(0, start - 32) : start])
+    if token.startswith("sk-"):
+        return _looks_random(token)
+    # Modal ak-/as- (22 random letters and digits), not a pool ``as-prod2025``
+    body = token[3:]
+    random_length = len(body) >= 20 and any(c.isdigit() for c in body)
+    if "_" in body:  # a secret may hold ``_``; names joined by it read as words, but a
+        # token's length of mixed case with digits is random even where a run of it happens
+        # to read as a word
+        return _mixed_case(body) and (not _name_like(body, loose=False) or random_length)
+    return _mixed_case(body) or (random_length and not body.isdigit())
 
 
 # -- values ----------------------------------------------------------------------------------
@@ -655,53 +684,68 @@ def _walk(value: Any, secret: bool, keyed: bool = True) -> Any:
             return REDACTED if value and value != REDACTED else value
         return redact(value)
     if isinstance(value, tuple | list):
-        cleaned = [_walk(v, secret, keyed) for v in value]
-        if all(a is b for a, b in zip(cleaned, value, strict=True)):
-            return value
-        kind: Any = type(value)
-        if hasattr(value, "_fields"):  # a NamedTuple
-            return kind._make(cleaned)
-        return kind(cleaned)
+        return _walk_sequence(value, secret, keyed)
     if isinstance(value, set | frozenset):
         originals = list(value)
         cleaned = [_walk(v, secret, keyed) for v in originals]
-        if all(a is b for a, b in zip(cleaned, originals, strict=True)):
+        if _same(cleaned, originals):
             return value
         return type(value)(_distinct(cleaned, originals))
     if isinstance(value, Mapping):
-        keys = list(value.keys())
-        new_keys = _distinct([_walk(k, False, keyed) for k in keys], keys)
-        values = [
-            _walk(v, secret or (keyed and isinstance(k, str) and is_secret_key(k)), keyed)
-            for k, v in value.items()
-        ]
-        if all(a is b for a, b in zip(new_keys, keys, strict=True)) and all(
-            a is b for a, b in zip(values, value.values(), strict=True)
-        ):
-            return value
-        pairs = list(zip(new_keys, values, strict=True))
-        mapping: Any = type(value)
-        try:
-            return mapping(pairs)
-        except TypeError:  # a mapping type that cannot be built from pairs (a proxy)
-            return dict(pairs)
+        return _walk_mapping(value, secret, keyed)
     if attrs.has(type(value)):
-        changes = {}
-        for field in attrs.fields(type(value)):
-            if not field.init:
-                continue
-            old = getattr(value, field.name)
-            named = keyed and is_secret_key(field.alias or field.name)
-            new = _walk(old, secret or named, keyed)
-            if new is not old:
-                changes[field.alias] = new
-        if not changes:
-            return value
-        try:
-            return attrs.evolve(value, **changes)
-        except Exception:  # a validator refused a redacted value: see _rebuilt
-            return _rebuilt(value, secret, keyed)
+        return _walk_record(value, secret, keyed)
     return value
+
+
+def _same(cleaned: Iterable[Any], originals: Iterable[Any]) -> bool:
+    """Whether redaction left every item as it was (the very object)."""
+    return all(a is b for a, b in zip(cleaned, originals, strict=True))
+
+
+def _walk_sequence(value: tuple[Any, ...] | list[Any], secret: bool, keyed: bool) -> Any:
+    cleaned = [_walk(v, secret, keyed) for v in value]
+    if _same(cleaned, value):
+        return value
+    kind: Any = type(value)
+    if hasattr(value, "_fields"):  # a NamedTuple
+        return kind._make(cleaned)
+    return kind(cleaned)
+
+
+def _walk_mapping(value: Mapping[Any, Any], secret: bool, keyed: bool) -> Any:
+    keys = list(value.keys())
+    new_keys = _distinct([_walk(k, False, keyed) for k in keys], keys)
+    values = [
+        _walk(v, secret or (keyed and isinstance(k, str) and is_secret_key(k)), keyed)
+        for k, v in value.items()
+    ]
+    if _same(new_keys, keys) and _same(values, value.values()):
+        return value
+    pairs = list(zip(new_keys, values, strict=True))
+    mapping: Any = type(value)
+    try:
+        return mapping(pairs)
+    except TypeError:  # a mapping type that cannot be built from pairs (a proxy)
+        return dict(pairs)
+
+
+def _walk_record(value: Any, secret: bool, keyed: bool) -> Any:
+    changes = {}
+    for field in attrs.fields(type(value)):
+        if not field.init:
+            continue
+        old = getattr(value, field.name)
+        named = keyed and is_secret_key(field.alias or field.name)
+        new = _walk(old, secret or named, keyed)
+        if new is not old:
+            changes[field.alias] = new
+    if not changes:
+        return value
+    try:
+        return attrs.evolve(value, **changes)
+    except Exception:  # a validator refused a redacted value: see _rebuilt
+        return _rebuilt(value, secret, keyed)
 
 
 def _rebuilt(record: Any, secret: bool, keyed: bool) -> Any:

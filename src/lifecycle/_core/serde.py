@@ -153,17 +153,7 @@ def _check(value: Any, tp: Any, where: str, duration: bool = False) -> Any:
     ``duration``: a number is a duration in seconds (bounded tighter)."""
     origin = typing.get_origin(tp)
     if origin in (typing.Union, types.UnionType):
-        present = [o for o in typing.get_args(tp) if o is not type(None)]
-        if value is not None and len(present) == 1:
-            # ``X | None`` with a value: say what is wrong with it as an X (a naive
-            # timestamp, a bool for an int), not just "expected X | None".
-            return _check(value, present[0], where, duration)
-        for option in typing.get_args(tp):
-            try:
-                return _check(value, option, where, duration)
-            except InvalidObservation:
-                continue
-        raise InvalidObservation(f"{where}: expected {_describe(tp)}, got {preview(value)}")
+        return _check_union(value, tp, where, duration)
     if tp is type(None):
         if value is None:
             return None
@@ -171,70 +161,111 @@ def _check(value: Any, tp: Any, where: str, duration: bool = False) -> Any:
     if tp is Any or tp is object:
         return _check_free(value, where)
     if origin is tuple:
-        args = typing.get_args(tp)
-        if not isinstance(value, list | tuple):
-            raise InvalidObservation(f"{where}: expected a list, got {preview(value)}")
-        _size(value, where)
-        if len(args) == 2 and args[1] is Ellipsis:
-            args = (args[0],) * len(value)
-        elif len(args) != len(value):
-            raise InvalidObservation(f"{where}: expected {len(args)} entries, got {len(value)}")
-        pairs = enumerate(zip(value, args, strict=True))
-        return tuple(_check(v, a, f"{where}[{i}]") for i, (v, a) in pairs)
+        return _check_tuple(value, typing.get_args(tp), where)
     if origin is dict:
-        key_type, value_type = typing.get_args(tp)
-        if not isinstance(value, Mapping):
-            raise InvalidObservation(f"{where}: expected an object, got {preview(value)}")
-        _size(value, where)
-        return {
-            _check(k, key_type, f"{where} key"): _check(v, value_type, f"{where}[{preview(k)}]")
-            for k, v in value.items()
-        }
+        return _check_dict(value, tp, where)
     if tp is bool:
         if isinstance(value, bool):
             return value
         raise InvalidObservation(f"{where}: expected true or false, got {preview(value)}")
     if tp is int:
-        if not isinstance(value, int) or isinstance(value, bool):
-            raise InvalidObservation(f"{where}: expected an integer, got {preview(value)}")
-        problem = int_problem(value, duration)
-        if problem is not None:
-            raise _bad(where, value, problem)
-        return value
+        return _check_int(value, where, duration)
     if tp is float:
-        if not isinstance(value, int | float) or isinstance(value, bool):
-            raise InvalidObservation(f"{where}: expected a number, got {preview(value)}")
-        try:
-            number = float(value)
-        except OverflowError:  # an integer beyond any float
-            raise _bad(where, value, "is not a finite number") from None
-        problem = float_problem(number, duration)
-        if problem is not None:
-            raise _bad(where, value, problem)
-        return number
+        return _check_float(value, where, duration)
     if tp is str:
-        if not isinstance(value, str):
-            raise InvalidObservation(f"{where}: expected a string, got {preview(value)}")
-        problem = text_problem(value)
-        if problem is not None:
-            raise _bad(where, value, problem)
-        return value
+        return _check_str(value, where)
     if tp is datetime:
         return _check_time(value, where)
     if isinstance(tp, type) and issubclass(tp, enum.Enum):
-        try:
-            return tp(value)
-        except (ValueError, TypeError):
-            allowed = ", ".join(preview(m.value) for m in tp)
-            raise _bad(where, value, f"is not one of {allowed}") from None
+        return _check_enum(value, tp, where)
     if attrs.has(tp):
-        if isinstance(value, tp):  # a record built in Python: check it, keep it
-            validate(value, where)
-            return value
-        if not isinstance(value, Mapping):
-            raise InvalidObservation(f"{where}: expected an object, got {preview(value)}")
-        return strict_structure(tp, value, where)
+        return _check_record(value, tp, where)
     raise InvalidObservation(f"{where}: unsupported field type {_describe(tp)}")
+
+
+def _check_union(value: Any, tp: Any, where: str, duration: bool) -> Any:
+    present = [o for o in typing.get_args(tp) if o is not type(None)]
+    if value is not None and len(present) == 1:
+        # ``X | None`` with a value: say what is wrong with it as an X (a naive
+        # timestamp, a bool for an int), not just "expected X | None".
+        return _check(value, present[0], where, duration)
+    for option in typing.get_args(tp):
+        try:
+            return _check(value, option, where, duration)
+        except InvalidObservation:
+            continue
+    raise InvalidObservation(f"{where}: expected {_describe(tp)}, got {preview(value)}")
+
+
+def _check_tuple(value: Any, args: tuple[Any, ...], where: str) -> tuple[Any, ...]:
+    if not isinstance(value, list | tuple):
+        raise InvalidObservation(f"{where}: expected a list, got {preview(value)}")
+    _size(value, where)
+    if len(args) == 2 and args[1] is Ellipsis:
+        args = (args[0],) * len(value)
+    elif len(args) != len(value):
+        raise InvalidObservation(f"{where}: expected {len(args)} entries, got {len(value)}")
+    pairs = enumerate(zip(value, args, strict=True))
+    return tuple(_check(v, a, f"{where}[{i}]") for i, (v, a) in pairs)
+
+
+def _check_dict(value: Any, tp: Any, where: str) -> dict[Any, Any]:
+    key_type, value_type = typing.get_args(tp)
+    if not isinstance(value, Mapping):
+        raise InvalidObservation(f"{where}: expected an object, got {preview(value)}")
+    _size(value, where)
+    return {
+        _check(k, key_type, f"{where} key"): _check(v, value_type, f"{where}[{preview(k)}]")
+        for k, v in value.items()
+    }
+
+
+def _check_int(value: Any, where: str, duration: bool) -> int:
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise InvalidObservation(f"{where}: expected an integer, got {preview(value)}")
+    problem = int_problem(value, duration)
+    if problem is not None:
+        raise _bad(where, value, problem)
+    return value
+
+
+def _check_float(value: Any, where: str, duration: bool) -> float:
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        raise InvalidObservation(f"{where}: expected a number, got {preview(value)}")
+    try:
+        number = float(value)
+    except OverflowError:  # an integer beyond any float
+        raise _bad(where, value, "is not a finite number") from None
+    problem = float_problem(number, duration)
+    if problem is not None:
+        raise _bad(where, value, problem)
+    return number
+
+
+def _check_str(value: Any, where: str) -> str:
+    if not isinstance(value, str):
+        raise InvalidObservation(f"{where}: expected a string, got {preview(value)}")
+    problem = text_problem(value)
+    if problem is not None:
+        raise _bad(where, value, problem)
+    return value
+
+
+def _check_enum(value: Any, tp: type[enum.Enum], where: str) -> enum.Enum:
+    try:
+        return tp(value)
+    except (ValueError, TypeError):
+        allowed = ", ".join(preview(m.value) for m in tp)
+        raise _bad(where, value, f"is not one of {allowed}") from None
+
+
+def _check_record(value: Any, tp: Any, where: str) -> Any:
+    if isinstance(value, tp):  # a record built in Python: check it, keep it
+        validate(value, where)
+        return value
+    if not isinstance(value, Mapping):
+        raise InvalidObservation(f"{where}: expected an object, got {preview(value)}")
+    return strict_structure(tp, value, where)
 
 
 def _check_time(value: Any, where: str) -> datetime:

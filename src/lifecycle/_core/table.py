@@ -250,6 +250,11 @@ class Table:
         #: Per state, a timer row a ``Tick`` can take from it that declares no deadline: there
         #: :meth:`next_tick` cannot answer (``lifecycle check`` reports it).
         self.untimed: dict[str, Row] = {}
+        self._find_timers()
+        self._check_names()
+
+    def _find_timers(self) -> None:
+        """Fill :attr:`timers` and :attr:`untimed` from the ``Tick`` rows of each state."""
         for (state, obs), rows in self.by_pair.items():
             if not obs.is_tick:
                 continue
@@ -259,6 +264,9 @@ class Table:
             bare = next((r for r in rows if not r.ignore and r.deadline is None), None)
             if bare is not None:
                 self.untimed.setdefault(state, bare)
+
+    def _check_names(self) -> None:
+        """Refuse two different guards (or effects) of one ``__name__``."""
         for what, functions in (("guards", self.guards), ("effects", self.effects)):
             names = [name_of(f) for f in functions]
             twice = sorted({n for n in names if names.count(n) > 1})
@@ -279,47 +287,10 @@ class Table:
             raise self._fail(f"initial state {self.initial!r} is not declared")
         if not self.terminal <= known:
             raise self._fail(f"terminal states {sorted(self.terminal - known)} are not declared")
-        vocabulary = set(self.observations)
         specific: dict[tuple[str, type[Observation]], list[Row]] = {}
         wildcard: dict[type[Observation], list[Row]] = {}
         for row in self.rows:
-            where = f"row {row.sources} x {row.observation.__name__}"
-            if row.observation not in vocabulary:
-                raise self._fail(f"{where}: observation is not in the vocabulary")
-            for s in row.sources:
-                if s != ANY and s not in known:
-                    raise self._fail(f"{where}: unknown source state {s!r}")
-            if row.target != SAME and row.target not in known:
-                raise self._fail(f"{where}: unknown target state {row.target!r}")
-            if row.ignore and row.target != SAME:
-                raise self._fail(f"{where}: an ignore row cannot change state")
-            if row.deadline is not None and (row.ignore or not row.observation.is_tick):
-                raise self._fail(f"{where}: only a non-ignore Tick row has a deadline")
-            checked = (("guard", row.guard), ("effect", row.effect), ("deadline", row.deadline))
-            for what, fn in checked:
-                if fn is not None and not callable(fn):
-                    raise self._fail(f"{where}: the {what} must be a function, got {preview(fn)}")
-            if not row.ignore and row.target != SAME and row.event is None:
-                raise self._fail(f"{where}: a state-changing row must declare its event type")
-            if row.recovery and not any(s in self.terminal for s in row.sources):
-                raise self._fail(f"{where}: a recovery row must leave a terminal state")
-            warns = row.event is EventType.WARNING and bool(row.reason)
-            if row.fallback and (row.ignore or not warns):
-                raise self._fail(
-                    f"{where}: a fallback row must enter a state with a Warning event and a reason"
-                )
-            if row.recovery and (row.ignore or row.target in (SAME, *row.sources)):
-                raise self._fail(f"{where}: a recovery row must change state")
-            templates = [row.message] + ([row.action.message] if row.action else [])
-            names = {a.name for a in attrs.fields(row.observation)} | self.context
-            missing = [
-                p
-                for template in templates
-                for p in _placeholders(template)
-                if p not in names and not hasattr(row.observation, p)
-            ]
-            if missing:
-                raise self._fail(f"{where}: message names unknown fields {missing}")
+            self._check_row(row, known)
             for s in row.sources:
                 if s == ANY:
                     wildcard.setdefault(row.observation, []).append(row)
@@ -329,23 +300,83 @@ class Table:
         for state in self.states:
             for obs in self.observations:
                 rows = specific.get((state, obs), []) + wildcard.get(obs, [])
-                if not rows:
-                    continue
-                unguarded = [i for i, r in enumerate(rows) if r.guard is None]
-                if not unguarded:
-                    raise self._fail(
-                        f"({state!r}, {obs.__name__}): every row is guarded; add an unguarded "
-                        "row or an ignore row so no pair falls through"
-                    )
-                if state in self.terminal and any(
-                    r.target not in (SAME, state) and not r.recovery for r in rows
-                ):
-                    raise self._fail(
-                        f"terminal state {state!r} has a row leaving it (only a row declared "
-                        "recovery=True may)"
-                    )
-                by_pair[(state, obs)] = tuple(rows[: unguarded[0] + 1])
+                if rows:
+                    by_pair[(state, obs)] = self._tried(state, obs, rows)
         return by_pair
+
+    def _check_row(self, row: Row, known: set[str]) -> None:
+        """Refuse a row that names what the table does not declare, or that breaks a rule."""
+        where = f"row {row.sources} x {row.observation.__name__}"
+        if row.observation not in self.observations:
+            raise self._fail(f"{where}: observation is not in the vocabulary")
+        for s in row.sources:
+            if s != ANY and s not in known:
+                raise self._fail(f"{where}: unknown source state {s!r}")
+        if row.target != SAME and row.target not in known:
+            raise self._fail(f"{where}: unknown target state {row.target!r}")
+        problem = self._row_rule_broken(row)
+        if problem:
+            raise self._fail(f"{where}: {problem}")
+        missing = self._unknown_placeholders(row)
+        if missing:
+            raise self._fail(f"{where}: message names unknown fields {missing}")
+
+    def _row_rule_broken(self, row: Row) -> str:
+        """The first rule ``row`` breaks (ignore, deadline, functions, event, then recovery
+        and fallback), or ``""``."""
+        changes = row.target != SAME
+        if row.ignore and changes:
+            return "an ignore row cannot change state"
+        if row.deadline is not None and (row.ignore or not row.observation.is_tick):
+            return "only a non-ignore Tick row has a deadline"
+        checked = (("guard", row.guard), ("effect", row.effect), ("deadline", row.deadline))
+        for what, fn in checked:
+            if fn is not None and not callable(fn):
+                return f"the {what} must be a function, got {preview(fn)}"
+        if not row.ignore and changes and row.event is None:
+            return "a state-changing row must declare its event type"
+        return self._exception_rule_broken(row)
+
+    def _exception_rule_broken(self, row: Row) -> str:
+        """The rule a recovery or fallback ``row`` breaks, or ``""``."""
+        if row.recovery and not any(s in self.terminal for s in row.sources):
+            return "a recovery row must leave a terminal state"
+        warns = row.event is EventType.WARNING and bool(row.reason)
+        if row.fallback and (row.ignore or not warns):
+            return "a fallback row must enter a state with a Warning event and a reason"
+        if row.recovery and (row.ignore or row.target in (SAME, *row.sources)):
+            return "a recovery row must change state"
+        return ""
+
+    def _unknown_placeholders(self, row: Row) -> list[str]:
+        """The placeholders of ``row``'s messages that neither its observation nor the
+        machine's context supplies."""
+        templates = [row.message] + ([row.action.message] if row.action else [])
+        names = {a.name for a in attrs.fields(row.observation)} | self.context
+        return [
+            p
+            for template in templates
+            for p in _placeholders(template)
+            if p not in names and not hasattr(row.observation, p)
+        ]
+
+    def _tried(self, state: str, obs: type[Observation], rows: list[Row]) -> tuple[Row, ...]:
+        """The rows tried for (``state``, ``obs``): up to the first unguarded one, which must
+        exist; from a terminal state, only a recovery row may leave it."""
+        unguarded = [i for i, r in enumerate(rows) if r.guard is None]
+        if not unguarded:
+            raise self._fail(
+                f"({state!r}, {obs.__name__}): every row is guarded; add an unguarded "
+                "row or an ignore row so no pair falls through"
+            )
+        if state in self.terminal and any(
+            r.target not in (SAME, state) and not r.recovery for r in rows
+        ):
+            raise self._fail(
+                f"terminal state {state!r} has a row leaving it (only a row declared "
+                "recovery=True may)"
+            )
+        return tuple(rows[: unguarded[0] + 1])
 
     def next_tick(self, status: Any) -> datetime | None:
         """When ``status`` next needs a ``Tick``: the earliest deadline of the timer rows a

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any, NamedTuple
 
@@ -197,7 +197,9 @@ _ISO: dict[tuple[datetime, object, int], str] = {}
 #: and delivers before the next stamps); each entry holds its transition, so an ``id()`` is
 #: not reused while its entry is here. Any other transition builds its id when asked.
 _IDS: dict[int, tuple[Transition, str]] = {}
-_new = tuple.__new__
+#: Builds a :class:`Transition` from all its fields in order: the named tuple's own ``_make``,
+#: which refuses a missing or an extra field (``tuple.__new__`` paid under 2 %; ADR 0154).
+_new: Callable[[type[Transition], tuple[Any, ...]], Transition] = Transition._make.__func__  # type: ignore[attr-defined]
 
 
 def store_epoch(store: object) -> str:
@@ -222,7 +224,7 @@ def stamp(
     uid = ref.uid
     out = []
     for n, f in enumerate(flips):
-        # All seventeen fields in order, in one ``tuple.__new__`` (ADR 0067).
+        # All seventeen fields in order (ADR 0067), counted by ``_make``.
         t: Transition = _new(Transition, (
             ref, machine, f.source, f.target, f.reason, f.type, f.message, version, at, n,
             f.condition, False, f.controller, False, epoch, None, "",

@@ -32,8 +32,14 @@ def assert_flip_only(
     """``transitions`` are exactly the flips from ``before`` to ``after``: one for a change of
     the exclusive state (or of the machine's declared flip signature), one per declared verdict
     that flipped to True, and nothing else."""
-    verdicts = {v.condition: v for v in machine.verdicts}
-    state_events = [t for t in transitions if not t.condition]
+    _assert_state_events(machine, before, after, [t for t in transitions if not t.condition])
+    _assert_verdict_events(machine, before, after, transitions)
+
+
+def _assert_state_events(
+    machine: Machine[Any], before: Any, after: Any, state_events: list[Transition]
+) -> None:
+    """One state event for a change of the flip signature, describing it; none without."""
     changed = machine.signature(before) != machine.signature(after)
     for t in state_events:
         if not changed:
@@ -51,6 +57,14 @@ def assert_flip_only(
             f"state {before.state!r}->{after.state!r} (signature {machine.signature(before)!r}->"
             f"{machine.signature(after)!r}) gave {len(state_events)} state events"
         )
+
+
+def _assert_verdict_events(
+    machine: Machine[Any], before: Any, after: Any, transitions: Sequence[Transition]
+) -> None:
+    """Each condition event is a declared verdict's flip, and every verdict that became True
+    has one."""
+    verdicts = {v.condition: v for v in machine.verdicts}
     for t in transitions:
         if not t.condition:
             continue
@@ -380,7 +394,16 @@ class Checker:
             return
         if len(events) != 1 or list(result.fallback) != events:
             raise self._fail(f"a lost Warning flip gave fallbacks {events}")
-        (fb,) = events
+        problems = self._fallback_problems(events[0], warning, version, result)
+        if problems:
+            raise self._fail("fallback Warning: " + "; ".join(problems))
+
+    def _fallback_problems(
+        self, fb: Transition, warning: Any, version: int, result: Result
+    ) -> list[str]:
+        """What is wrong with the fallback Warning ``fb`` a lost ``warning`` flip gave: its
+        reason and type, its id, its message (the machine's, naming the cause and the error,
+        never claiming the status was written)."""
         problems = []
         if fb.reason != f"{warning.reason}StatusUpdateFailed" or fb.type is not (EventType.WARNING):
             problems.append(f"reason/type {fb.reason}/{fb.type.value}")
@@ -398,8 +421,7 @@ class Checker:
             problems.append(f"message {fb.message!r} does not name the error {result.error}")
         if _NOT_CLAIMED.search(fb.message):
             problems.append(f"message {fb.message!r} claims the status was written")
-        if problems:
-            raise self._fail("fallback Warning: " + "; ".join(problems))
+        return problems
 
     def finish(self) -> None:
         """Drain the outbox, then check the journal and what was delivered overall."""

@@ -123,6 +123,57 @@ def _shape(status: Any) -> tuple[Any, ...]:
     )
 
 
+def _candidates(
+    machine: Machine[Any], samples: Samples | None
+) -> dict[type[Observation], list[dict[str, Any]]]:
+    """Per observation type of ``machine``, the field values to try (none if its fields
+    cannot be sampled)."""
+    merged = machine_samples(machine, samples)
+    strings = table_strings(machine)
+    candidates: dict[type[Observation], list[dict[str, Any]]] = {}
+    for cls in machine.table.observations:
+        try:
+            candidates[cls] = list(_variants(_field_values(cls, merged, strings)))
+        except TypeError:
+            candidates[cls] = []
+    return candidates
+
+
+def _moves(
+    machine: Machine[Any],
+    status: Any,
+    at: datetime,
+    path: tuple[Observation, ...],
+    candidates: dict[type[Observation], list[dict[str, Any]]],
+    time_steps: tuple[float, ...],
+) -> Iterator[tuple[Observation, Row, Any, datetime]]:
+    """Each observation tried from ``status`` (reached by ``path``, at ``at``) that the
+    machine takes: with the row it takes, the status after and the time. An ``apply`` that raises
+    anything but a :class:`~lifecycle.LifecycleError` fails the search."""
+    for cls in machine.table.observations:
+        if not machine.table.accepts(status.state, cls) or not candidates[cls]:
+            continue
+        tries = [(dt, candidates[cls][0]) for dt in time_steps]
+        tries += [(0, kw) for kw in candidates[cls][1:]]
+        for dt, kwargs in tries:
+            when = at + timedelta(seconds=dt)
+            try:
+                obs = cls(at=when, **kwargs)
+            except (TypeError, ValueError):  # a validator refused the combination
+                continue
+            try:
+                row = machine.select(status, obs)
+                after = machine.apply(status, obs)
+            except LifecycleError:
+                continue
+            except Exception as e:
+                raise AssertionError(
+                    f"{machine.name}: apply raised {e!r} instead of a LifecycleError "
+                    f"after {[*path, obs]!r}"
+                ) from e
+            yield obs, row, after, when
+
+
 def row_paths(
     machine: Machine[Any],
     *,
@@ -138,14 +189,7 @@ def row_paths(
     ``budget`` expansions. Returns the paths found and the rows never reached.
     """
     table = machine.table
-    merged = machine_samples(machine, samples)
-    strings = table_strings(machine)
-    candidates: dict[type[Observation], list[dict[str, Any]]] = {}
-    for cls in table.observations:
-        try:
-            candidates[cls] = list(_variants(_field_values(cls, merged, strings)))
-        except TypeError:
-            candidates[cls] = []
+    candidates = _candidates(machine, samples)
     index = {id(row): i for i, row in enumerate(table.rows)}
     subject = ref if ref is not None else default_ref(machine)
     found: dict[int, RowPath] = {}
@@ -159,35 +203,15 @@ def row_paths(
             if len(found) == len(table.rows) or expansions >= budget:
                 break
             expansions += 1
-            for cls in table.observations:
-                if not table.accepts(status.state, cls) or not candidates[cls]:
-                    continue
-                tries = [(dt, candidates[cls][0]) for dt in time_steps]
-                tries += [(0, kw) for kw in candidates[cls][1:]]
-                for dt, kwargs in tries:
-                    when = at + timedelta(seconds=dt)
-                    try:
-                        obs = cls(at=when, **kwargs)
-                    except (TypeError, ValueError):  # a validator refused the combination
-                        continue
-                    try:
-                        row = machine.select(status, obs)
-                        after = machine.apply(status, obs)
-                    except LifecycleError:
-                        continue
-                    except Exception as e:
-                        raise AssertionError(
-                            f"{machine.name}: apply raised {e!r} instead of a LifecycleError "
-                            f"after {[*path, obs]!r}"
-                        ) from e
-                    walked = (*path, obs)
-                    i = index[id(row)]
-                    if i not in found:
-                        found[i] = RowPath(i, row, walked)
-                    shape = _shape(after)
-                    if shape not in seen:
-                        seen.add(shape)
-                        grown.append((after, when, walked))
+            for obs, row, after, when in _moves(machine, status, at, path, candidates, time_steps):
+                walked = (*path, obs)
+                i = index[id(row)]
+                if i not in found:
+                    found[i] = RowPath(i, row, walked)
+                shape = _shape(after)
+                if shape not in seen:
+                    seen.add(shape)
+                    grown.append((after, when, walked))
         if not grown:
             break
         frontier = grown

@@ -77,18 +77,12 @@ def _guard_strings(fn: object) -> set[str]:
     while stack:
         c = stack.pop()
         for k in c.co_consts:
-            if isinstance(k, str) and k != doc and len(k) <= 64 and "\n" not in k:
-                out.add(k)
-            elif isinstance(k, types.CodeType):
+            if isinstance(k, types.CodeType):
                 stack.append(k)
-            elif isinstance(k, tuple | frozenset):
-                out.update(v for v in k if isinstance(v, str))
+            elif not isinstance(k, str) or (k != doc and len(k) <= 64 and "\n" not in k):
+                out |= _strings_in(k)
         for name in c.co_names:
-            value = names.get(name)
-            if isinstance(value, str):
-                out.add(value)
-            elif isinstance(value, tuple | frozenset):
-                out.update(v for v in value if isinstance(v, str))
+            out |= _strings_in(names.get(name))
     for cell in getattr(fn, "__closure__", None) or ():
         try:
             value = cell.cell_contents
@@ -97,6 +91,15 @@ def _guard_strings(fn: object) -> set[str]:
         if isinstance(value, str):
             out.add(value)
     return out
+
+
+def _strings_in(value: object) -> set[str]:
+    """``value`` if it is a string, the strings of a tuple or frozenset, else none."""
+    if isinstance(value, str):
+        return {value}
+    if isinstance(value, tuple | frozenset):
+        return {v for v in value if isinstance(v, str)}
+    return set()
 
 
 def table_strings(machine: Machine[Any]) -> tuple[str, ...]:

@@ -276,22 +276,7 @@ def _replay(
     # accepted (ADR 0009). Any other store gets the whole trace checked before it is touched.
     throwaway = args.store in ("memory://", "memory")
     new_file = _new_sqlite_file(args.store)  # and a bad SQLite URL refused before reading
-    big = _trace_size(args.trace_file) >= PROGRESS_NOTE_BYTES
-    limit = args.max_line_bytes
-    trace: Iterable[TraceLine]
-    if throwaway:
-        trace = stream_trace(args.trace_file, machines, max_line_bytes=limit, name=args.trace)
-        progress.total = _count_records(args.trace_file) if progress.enabled else 0
-    else:
-        if big:
-            progress.note(f"reading {shown(args.trace)} ...")
-        trace = read_trace(args.trace_file, machines, max_line_bytes=limit, name=args.trace)
-        progress.total = len(trace)
-        if big:
-            progress.note(f"read {len(trace)} lines ...")
-        if new_file:
-            # Refuse a bad trace before opening (and so creating) a new store file.
-            check(trace, MemoryStore(), name=args.trace, machines=machines)
+    trace = _open_trace(args, machines, progress, throwaway, new_file)
     try:
         metrics = _metrics(args)
     except ImportError as e:  # --metrics needs the prometheus extra: exit 4, nothing replayed
@@ -303,125 +288,9 @@ def _replay(
     if metrics is not None:
         metrics.watch(store)
     collector = _Collector()
-    table = args.format == "table" and capture is None
-    #: the transitions each process lifetime sent: a crash-after-commit starts another
-    kubernetes: list[list[Transition]] | None = [[]] if args.as_kubernetes_events else None
-    shared_terminal = _isatty(out) and not throwaway  # the bar and the output share a screen
-    done = 0
-    observed = failed = unplanned = 0  # observation lines; failed writes; those not injected
-    seen: dict[str, ObjectRef] = {}
-    #: the last flip signature of each object whose machine names its parts (the timeline)
-    signatures: dict[str, Any] = {}
-    # The output of a throwaway replay is held (as UTF-8) until every line was accepted, and
-    # so are the library's log records: in memory up to a limit, then in a temporary file.
-    held = Spool()
-    memory, limit_held, spill = held.memory, held.limit, held.spill
+    shown_ = _Shown(args, out, progress, machines, capture, throwaway)
+    # The library's log records of a throwaway replay are held too (see _Shown).
     logs = Spool() if throwaway else None
-
-    def write(text: str) -> None:
-        if shared_terminal:
-            progress.clear()
-        out.write(text)
-
-    def emit(line: bytes) -> None:
-        if capture is not None:
-            capture.append(line)
-        elif throwaway:
-            memory.extend(line)
-            if len(memory) > limit_held:
-                spill()
-        else:
-            write(line.decode())
-
-    def header(lines: int) -> str:
-        return (
-            f"replaying {shown(args.trace)} ({lines} lines) into {shown(redact_url(args.store))}\n"
-        )
-
-    # A checked replay writes the header once the dry run passed (a refused trace prints
-    # nothing); a throwaway one, in front of the held output.
-    pending_header = [header(progress.total)] if table and not throwaway else []
-
-    final_status = args.final_status
-    update = progress.update if progress.enabled else None
-
-    def count(results: Iterable[Result]) -> None:
-        nonlocal failed, unplanned
-        for sub in results:
-            if sub.error is not None or sub.cascade or sub.caught_up:
-                more, more_unplanned = _failed_writes(sub)
-                failed += more
-                unplanned += more_unplanned
-
-    def show_host(host: HostEvents) -> None:
-        """What another host sent: the other writer, or a restarted process (marked)."""
-        count(host.results)
-        for t in (*host.before_crash, *host.transitions):
-            signatures.pop(t.ref.uid, None)  # written elsewhere: not known what it was
-        other = host.fault == CONCURRENT_WRITE
-        for t in (*host.before_crash, *host.transitions):
-            if final_status:
-                seen.setdefault(t.ref.uid, t.ref)
-        if kubernetes is not None:
-            kubernetes[-1].extend(host.before_crash)
-            if not other:  # the process died: the restarted one's emitter starts empty
-                kubernetes.append([])
-            kubernetes[-1].extend(host.transitions)
-            return
-        for t in host.before_crash:  # this process sent them, before it died
-            emit((_table_line(t) + "\n").encode() if table else _jsonl_line(t))
-        for t in host.transitions:
-            if other:
-                note, marks = "other writer", _OTHER_WRITER
-            elif t.id in host.redelivered:
-                note, marks = "redelivered", _REDELIVERED
-            else:
-                note, marks = "restarted host", _RESTARTED
-            emit((_table_line(t, note) + "\n").encode() if table else _jsonl_line(t, marks))
-
-    def show(record: TraceLine, result: Result | HostEvents | None) -> None:
-        nonlocal done, observed, failed, unplanned
-        if pending_header:
-            write(pending_header.pop())
-        if result.__class__ is HostEvents:  # a fault line fired (it was counted when read)
-            show_host(result)
-            return
-        done += 1
-        if record.__class__ is ObservationLine:
-            observed += 1
-            if final_status:
-                seen.setdefault(record.ref.uid, record.ref)
-            if result is None:  # its commit landed just before a crash: written elsewhere
-                signatures.pop(record.ref.uid, None)
-        if result is not None:
-            assert isinstance(result, Result)
-            if result.error is not None:
-                failed += 1
-                unplanned += not injected(result.error)
-            # most have one linked write, which landed
-            if result.cascade:
-                count(result.cascade)
-            if result.caught_up:
-                count(result.caught_up)
-            if final_status:
-                _note_objects(result, seen)
-            if (
-                result.transitions
-                or result.cascade
-                or result.fallback
-                or result.actions
-                or result.caught_up
-            ):
-                if kubernetes is not None:
-                    kubernetes[-1].extend(result.all_transitions())
-                else:
-                    changed = _changes(result, machines, signatures) if table else {}
-                    for t in result.all_transitions():
-                        line = _table_line(t, changed=changed.get(t.id, "")) if table else ""
-                        emit((line + "\n").encode() if table else _jsonl_line(t))
-        if update is not None:
-            update(done)
-
     LOGS.held = logs
     try:
         if not throwaway and not new_file:  # (a new file's trace was checked above)
@@ -433,7 +302,7 @@ def _replay(
                 [collector],
                 name=args.trace,
                 machines=machines,
-                on_result=show,
+                on_result=shown_.show,
                 dry_run=False,
                 keep_results=False,
                 telemetry=metrics,
@@ -447,63 +316,239 @@ def _replay(
             progress.clear()
             say(
                 f"{e} (the dry run accepted this line; the replay stopped here after "
-                f"{unplanned} failed status write(s): the lines before it were written)"
+                f"{shown_.unplanned} failed status write(s): the lines before it were written)"
             )
             return EXIT_WRITE_FAILED
         progress.clear()
-        if pending_header:
-            write(pending_header.pop())
-        if kubernetes is not None:  # the Event objects the run would leave, correlated
-            from ..emitters.kubernetes import format_event_table, simulate_events
-
-            # on the trace's clock: a trace orders each object's lines, not all of them; a
-            # restarted process (crash-after-commit) starts with an empty correlation cache
-            rows = [
-                row
-                for lifetime in kubernetes
-                for row in simulate_events(sorted(lifetime, key=_at), machines=machines)
-            ]
-            rows.sort(key=_first_time)
-            if table:
-                rows = [_shown_row(row) for row in rows]
-                emit((format_event_table(rows) + "\n").encode())
-            else:
-                for row in rows:
-                    emit(_json_line(_event_row(row)))
+        shown_.write_header()
+        if shown_.kubernetes is not None:  # the Event objects the run would leave, correlated
+            shown_.emit_kubernetes_events(machines)
         if logs is not None:  # every line was accepted: what the library logged, then
             LOGS.held = None
             logs.copy_to(sys.stderr)
         if metrics is not None:
             _write_metrics(metrics, args.metrics)
-        if throwaway and capture is None:
-            if table:
-                out.write(header(done))
-            held.copy_to(out)
-        if args.final_status:
-            if capture is not None:
-                _final_statuses(store, machines, seen, capture.append)
-            else:
-                _final_statuses(store, machines, seen, lambda line: out.write(line.decode()))
-        elif table:
-            events = collector.count
-            summary = f"{observed} observations, {events} events, {failed} failed writes"
-            if unplanned:
-                summary += f" ({unplanned} not injected by the trace)"
-            out.write(summary + "\n")
+        shown_.finish(store, machines, collector.count)
     finally:
         LOGS.held = None
-        held.close()
+        shown_.held.close()
         if logs is not None:
             logs.close()
         store.close()
-    if unplanned:
+    if shown_.unplanned:
         print(
-            f"lifecycle: {unplanned} status write(s) failed that no fault line injected "
+            f"lifecycle: {shown_.unplanned} status write(s) failed that no fault line injected "
             "(the store refused them; see the log above): exit 3",
             file=sys.stderr,
         )
         return EXIT_WRITE_FAILED
     return EXIT_OK
+
+
+def _open_trace(
+    args: argparse.Namespace,
+    machines: MachineRegistry,
+    progress: Progress,
+    throwaway: bool,
+    new_file: bool,
+) -> Iterable[TraceLine]:
+    """The trace's lines: streamed as the file is read (a throwaway replay), else read and
+    counted first (and checked first against a store file the replay would create)."""
+    big = _trace_size(args.trace_file) >= PROGRESS_NOTE_BYTES
+    limit = args.max_line_bytes
+    if throwaway:
+        streamed = stream_trace(args.trace_file, machines, max_line_bytes=limit, name=args.trace)
+        progress.total = _count_records(args.trace_file) if progress.enabled else 0
+        return streamed
+    if big:
+        progress.note(f"reading {shown(args.trace)} ...")
+    trace = read_trace(args.trace_file, machines, max_line_bytes=limit, name=args.trace)
+    progress.total = len(trace)
+    if big:
+        progress.note(f"read {len(trace)} lines ...")
+    if new_file:
+        # Refuse a bad trace before opening (and so creating) a new store file.
+        check(trace, MemoryStore(), name=args.trace, machines=machines)
+    return trace
+
+
+class _Shown:
+    """What a replay shows as it goes -- each line's events (a table or JSON lines, or for
+    ``--as-kubernetes-events`` the Event objects at the end) -- and the counts of its summary.
+    The output of a throwaway replay is held (as UTF-8) until every line was accepted: in
+    memory up to a limit, then in a temporary file."""
+
+    def __init__(
+        self,
+        args: argparse.Namespace,
+        out: TextIO,
+        progress: Progress,
+        machines: MachineRegistry,
+        capture: list[bytes] | None,
+        throwaway: bool,
+    ) -> None:
+        self.args, self.out, self.progress, self.machines = args, out, progress, machines
+        self.capture, self.throwaway = capture, throwaway
+        self.table = args.format == "table" and capture is None
+        #: the transitions each process lifetime sent: a crash-after-commit starts another
+        self.kubernetes: list[list[Transition]] | None = [[]] if args.as_kubernetes_events else None
+        self.shared_terminal = _isatty(out) and not throwaway  # the bar and the output share
+        self.done = 0
+        self.observed = self.failed = self.unplanned = 0  # lines; failed writes; not injected
+        self.seen: dict[str, ObjectRef] = {}
+        #: the last flip signature of each object whose machine names its parts (the timeline)
+        self.signatures: dict[str, Any] = {}
+        self.held = Spool()
+        self._memory, self._limit_held, self._spill = (
+            self.held.memory,
+            self.held.limit,
+            self.held.spill,
+        )
+        # A checked replay writes the header once the dry run passed (a refused trace prints
+        # nothing); a throwaway one, in front of the held output.
+        self.pending_header = [self.header(progress.total)] if self.table and not throwaway else []
+        self.final_status = args.final_status
+        self.update = progress.update if progress.enabled else None
+
+    def write(self, text: str) -> None:
+        if self.shared_terminal:
+            self.progress.clear()
+        self.out.write(text)
+
+    def emit(self, line: bytes) -> None:
+        if self.capture is not None:
+            self.capture.append(line)
+        elif self.throwaway:
+            self._memory.extend(line)
+            if len(self._memory) > self._limit_held:
+                self._spill()
+        else:
+            self.write(line.decode())
+
+    def header(self, lines: int) -> str:
+        store = shown(redact_url(self.args.store))
+        return f"replaying {shown(self.args.trace)} ({lines} lines) into {store}\n"
+
+    def write_header(self) -> None:
+        if self.pending_header:
+            self.write(self.pending_header.pop())
+
+    def count(self, results: Iterable[Result]) -> None:
+        for sub in results:
+            if sub.error is not None or sub.cascade or sub.caught_up:
+                more, more_unplanned = _failed_writes(sub)
+                self.failed += more
+                self.unplanned += more_unplanned
+
+    def show_host(self, host: HostEvents) -> None:
+        """What another host sent: the other writer, or a restarted process (marked)."""
+        self.count(host.results)
+        for t in (*host.before_crash, *host.transitions):
+            self.signatures.pop(t.ref.uid, None)  # written elsewhere: not known what it was
+            if self.final_status:
+                self.seen.setdefault(t.ref.uid, t.ref)
+        other = host.fault == CONCURRENT_WRITE
+        if self.kubernetes is not None:
+            self.kubernetes[-1].extend(host.before_crash)
+            if not other:  # the process died: the restarted one's emitter starts empty
+                self.kubernetes.append([])
+            self.kubernetes[-1].extend(host.transitions)
+            return
+        table = self.table
+        for t in host.before_crash:  # this process sent them, before it died
+            self.emit((_table_line(t) + "\n").encode() if table else _jsonl_line(t))
+        for t in host.transitions:
+            if other:
+                note, marks = "other writer", _OTHER_WRITER
+            elif t.id in host.redelivered:
+                note, marks = "redelivered", _REDELIVERED
+            else:
+                note, marks = "restarted host", _RESTARTED
+            self.emit((_table_line(t, note) + "\n").encode() if table else _jsonl_line(t, marks))
+
+    def show(self, record: TraceLine, result: Result | HostEvents | None) -> None:
+        self.write_header()
+        if result.__class__ is HostEvents:  # a fault line fired (it was counted when read)
+            self.show_host(result)
+            return
+        self.done += 1
+        if record.__class__ is ObservationLine:
+            self.observed += 1
+            if self.final_status:
+                self.seen.setdefault(record.ref.uid, record.ref)
+            if result is None:  # its commit landed just before a crash: written elsewhere
+                self.signatures.pop(record.ref.uid, None)
+        if result is not None:
+            assert isinstance(result, Result)
+            self.show_result(result)
+        if self.update is not None:
+            self.update(self.done)
+
+    def show_result(self, result: Result) -> None:
+        if result.error is not None:
+            self.failed += 1
+            self.unplanned += not injected(result.error)
+        # most have one linked write, which landed
+        if result.cascade:
+            self.count(result.cascade)
+        if result.caught_up:
+            self.count(result.caught_up)
+        if self.final_status:
+            _note_objects(result, self.seen)
+        if not (
+            result.transitions
+            or result.cascade
+            or result.fallback
+            or result.actions
+            or result.caught_up
+        ):
+            return
+        if self.kubernetes is not None:
+            self.kubernetes[-1].extend(result.all_transitions())
+            return
+        table = self.table
+        changed = _changes(result, self.machines, self.signatures) if table else {}
+        for t in result.all_transitions():
+            line = _table_line(t, changed=changed.get(t.id, "")) if table else ""
+            self.emit((line + "\n").encode() if table else _jsonl_line(t))
+
+    def emit_kubernetes_events(self, machines: MachineRegistry) -> None:
+        """The Event objects the run would leave, correlated on the trace's clock: a trace
+        orders each object's lines, not all of them; a restarted process
+        (crash-after-commit) starts with an empty correlation cache."""
+        from ..emitters.kubernetes import format_event_table, simulate_events
+
+        assert self.kubernetes is not None
+        rows = [
+            row
+            for lifetime in self.kubernetes
+            for row in simulate_events(sorted(lifetime, key=_at), machines=machines)
+        ]
+        rows.sort(key=_first_time)
+        if self.table:
+            rows = [_shown_row(row) for row in rows]
+            self.emit((format_event_table(rows) + "\n").encode())
+        else:
+            for row in rows:
+                self.emit(_json_line(_event_row(row)))
+
+    def finish(self, store: Store, machines: MachineRegistry, events: int) -> None:
+        """The held output of a throwaway replay, then the final statuses or the summary."""
+        out = self.out
+        if self.throwaway and self.capture is None:
+            if self.table:
+                out.write(self.header(self.done))
+            self.held.copy_to(out)
+        if self.args.final_status:
+            if self.capture is not None:
+                _final_statuses(store, machines, self.seen, self.capture.append)
+            else:
+                _final_statuses(store, machines, self.seen, lambda line: out.write(line.decode()))
+        elif self.table:
+            summary = f"{self.observed} observations, {events} events, {self.failed} failed writes"
+            if self.unplanned:
+                summary += f" ({self.unplanned} not injected by the trace)"
+            out.write(summary + "\n")
 
 
 #: The status cache a replay into SQLite keeps unless its URL sets ``?cache=``: a replay is a

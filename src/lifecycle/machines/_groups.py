@@ -100,25 +100,39 @@ def settle(spec: Spec, g: Group, at: datetime, tick: bool) -> Group:
     if g.job_state == SUCCEEDED and g.awaiting_validation and not g.job_failed:
         return g  # the verdict is pending: the group stays Running
     if g.job_failed:
-        failed_at = g.failed_at or at
-        g = g if g.failed_at is not None else replace(g, failed_at=failed_at)
-        grace = spec.drain_grace_s
-        if (tick or grace == 0) and seconds(at, failed_at) >= grace:
-            timed_out = g.timed_out or g.job_reason == JOB_TIMED_OUT
-            if g.retries < spec.retry_failed_groups and not timed_out:
-                return Group(g.index, retries=g.retries + 1)  # the Job is deleted: Pending
-            return replace(g, state=FAILED)
-        return g
+        return _drained(spec, g, at, tick)
     if g.job_state == SUCCEEDED:
         return replace(g, state=SUCCEEDED)
     limit = spec.timeout_per_job_s
     if tick and limit is not None and not g.timed_out and not g.job_terminal:
-        start = g.workload_start_time
-        if start is None and not g.workload_exists:
-            start = g.started_at  # no workload yet: measured from the group's start
+        start = _timer_start(g)
         if start is not None and seconds(at, start) > limit:
             return replace(g, timed_out=True)
     return g
+
+
+def _drained(spec: Spec, g: Group, at: datetime, tick: bool) -> Group:
+    """A group whose Job failed: its drain window opens (``failed_at``); once the grace is
+    over, it is retried (back to Pending) while retries are left and it did not time out,
+    else it fails."""
+    failed_at = g.failed_at or at
+    g = g if g.failed_at is not None else replace(g, failed_at=failed_at)
+    grace = spec.drain_grace_s
+    if (tick or grace == 0) and seconds(at, failed_at) >= grace:
+        timed_out = g.timed_out or g.job_reason == JOB_TIMED_OUT
+        if g.retries < spec.retry_failed_groups and not timed_out:
+            return Group(g.index, retries=g.retries + 1)  # the Job is deleted: Pending
+        return replace(g, state=FAILED)
+    return g
+
+
+def _timer_start(g: Group) -> datetime | None:
+    """Where a group's timeout is measured from: its workload's start, or with no workload
+    yet, the group's own."""
+    start = g.workload_start_time
+    if start is None and not g.workload_exists:
+        start = g.started_at
+    return start
 
 
 def deadline(spec: Spec, groups: Sequence[Group]) -> datetime | None:
@@ -145,9 +159,7 @@ def _deadline(spec: Spec, g: Group) -> datetime | None:
     limit = spec.timeout_per_job_s
     if limit is None or g.timed_out or g.job_terminal:
         return None
-    start = g.workload_start_time
-    if start is None and not g.workload_exists:
-        start = g.started_at
+    start = _timer_start(g)
     return None if start is None else expiry(start, limit, moves)
 
 

@@ -155,30 +155,9 @@ def parse_url(url: str, schema: str | None = None) -> Target:
         query = urllib.parse.parse_qsl(query_text, keep_blank_values=True)
     except ValueError as e:
         raise StoreError(f"bad PostgreSQL URL {_redact(url)!r}: {e}") from None
-    ours = {k: v for k, v in query if k in _OURS}
+    chosen, call, resolve = _our_options(dict(p for p in query if p[0] in _OURS), schema, url)
     rest = [(k, v) for k, v in query if k not in _OURS]
-    chosen = schema if schema is not None else ours.get("schema", DEFAULT_SCHEMA)
-    if not _IDENT.match(chosen):
-        raise StoreError(
-            f"schema {chosen!r} is not a plain lower-case PostgreSQL identifier ([a-z_][a-z0-9_]*)"
-        )
-    call = _seconds("call_timeout", ours["call_timeout"], url) if "call_timeout" in ours else None
-    resolve = (
-        _seconds("resolve_timeout", ours["resolve_timeout"], url)
-        if "resolve_timeout" in ours
-        else None
-    )
-    libpq_url = f"{scheme}://{base}"
-    if rest:
-        libpq_url += "?" + urllib.parse.urlencode(rest, quote_via=urllib.parse.quote)
-    try:
-        params = conninfo_to_dict(libpq_url)
-        for key, value in LIBPQ_DEFAULTS.items():
-            params.setdefault(key, value)
-        params["options"] = _with_server_defaults(str(params.get("options") or ""))
-        conninfo = make_conninfo("", **params)
-    except psycopg.Error as e:
-        raise StoreError(f"bad PostgreSQL URL {_redact(url)!r}: {_redact_text(str(e), url)}") from e
+    conninfo, params = _libpq(f"{scheme}://{base}", rest, url)
     host = str(params.get("host") or params.get("hostaddr") or "localhost (default)")
     return Target(
         conninfo=conninfo,
@@ -191,6 +170,40 @@ def parse_url(url: str, schema: str | None = None) -> Target:
         call_timeout=CALL_TIMEOUT if call is None else call,
         resolve_timeout=RESOLVE_TIMEOUT if resolve is None else resolve,
     )
+
+
+def _our_options(
+    ours: dict[str, str], schema: str | None, url: str
+) -> tuple[str, float | None, float | None]:
+    """The schema (``schema`` if given, else the URL's), and the URL's call and resolve
+    timeouts (``None``: not set)."""
+    chosen = schema if schema is not None else ours.get("schema", DEFAULT_SCHEMA)
+    if not _IDENT.match(chosen):
+        raise StoreError(
+            f"schema {chosen!r} is not a plain lower-case PostgreSQL identifier ([a-z_][a-z0-9_]*)"
+        )
+    call = _seconds("call_timeout", ours["call_timeout"], url) if "call_timeout" in ours else None
+    resolve = (
+        _seconds("resolve_timeout", ours["resolve_timeout"], url)
+        if "resolve_timeout" in ours
+        else None
+    )
+    return chosen, call, resolve
+
+
+def _libpq(libpq_url: str, rest: list[tuple[str, str]], url: str) -> tuple[str, dict[str, Any]]:
+    """libpq's conninfo for ``libpq_url`` with the query parameters ``rest``, and its
+    parameters, :data:`LIBPQ_DEFAULTS` and :data:`SERVER_DEFAULTS` added where not set."""
+    if rest:
+        libpq_url += "?" + urllib.parse.urlencode(rest, quote_via=urllib.parse.quote)
+    try:
+        params = conninfo_to_dict(libpq_url)
+        for key, value in LIBPQ_DEFAULTS.items():
+            params.setdefault(key, value)
+        params["options"] = _with_server_defaults(str(params.get("options") or ""))
+        return make_conninfo("", **params), params
+    except psycopg.Error as e:
+        raise StoreError(f"bad PostgreSQL URL {_redact(url)!r}: {_redact_text(str(e), url)}") from e
 
 
 _QUERY_PASSWORD = re.compile(r"([?&]password=)[^&#]*", re.IGNORECASE)

@@ -237,8 +237,22 @@ class MemoryStore:
         :class:`~lifecycle.stores.SchemaStore`): each is upcast outside the lock and set only
         if it is still the record that was read."""
         check_batch(batch)
+        name = machine.name
+        statuses, skipped = self._upgrade_records(machine, batch)
+        entries = snapshots = 0
+        with self._lock:
+            uids = [uid for uid, r in self._records.items() if r.machine == name]
+        for uid in uids:
+            more_entries, more_snapshots = self._upgrade_history(machine, uid)
+            entries += more_entries
+            snapshots += more_snapshots
+        return UpgradeReport(name, statuses, entries, snapshots, skipped)
+
+    def _upgrade_records(self, machine: Machine[Any], batch: int) -> tuple[int, int]:
+        """Upcast ``machine``'s records below its version, ``batch`` at a time: how many
+        were set, and how many skipped (written meanwhile)."""
         name, schema = machine.name, machine.schema
-        statuses = entries = snapshots = skipped = 0
+        statuses = skipped = 0
         with self._lock:
             old = [
                 r for r in self._records.values() if r.machine == name and _below(r.schema, schema)
@@ -253,29 +267,33 @@ class MemoryStore:
                         statuses += 1
                     else:
                         skipped += 1
+        return statuses, skipped
+
+    def _upgrade_history(self, machine: Machine[Any], uid: str) -> tuple[int, int]:
+        """Upcast one object's journal entries and snapshot below the version (each unless
+        compacted or upgraded meanwhile): how many entries and snapshots were set."""
+        schema = machine.schema
+        entries = snapshots = 0
         with self._lock:
-            uids = [uid for uid, r in self._records.items() if r.machine == name]
-        for uid in uids:
-            with self._lock:
-                journal = self._journals.get(uid)
-                read = _NONE if journal is None else journal[:]
-                snap = self._snapshots.get(uid)
-            # per entry below the version: its index in the list, its new observation
-            redone = {i: _upgrading(_upcast_observation, machine, (read[i], read[i + 1]), uid,
-                                    read[0] + (i - 1) // 3)
-                      for i in range(1, len(read), 3) if _below(read[i + 1], schema)}  # fmt: skip
-            with self._lock:
-                same = journal is not None and self._journals.get(uid) is journal
-                for i, observation in redone.items():  # unless compacted or upgraded meanwhile
-                    if journal is not None and same and journal[i] is read[i]:
+            journal = self._journals.get(uid)
+            read = _NONE if journal is None else journal[:]
+            snap = self._snapshots.get(uid)
+        # per entry below the version: its index in the list, its new observation
+        redone = {i: _upgrading(_upcast_observation, machine, (read[i], read[i + 1]), uid,
+                                read[0] + (i - 1) // 3)
+                  for i in range(1, len(read), 3) if _below(read[i + 1], schema)}  # fmt: skip
+        with self._lock:
+            if journal is not None and self._journals.get(uid) is journal:
+                for i, observation in redone.items():
+                    if journal[i] is read[i]:
                         journal[i], journal[i + 1] = observation, schema
                         entries += 1
-                if snap is not None and _below(snap.schema, schema):
-                    status = _upgrading(_upcast_snapshot, machine, snap, uid, snap.version)
-                    if self._snapshots.get(uid) is snap:
-                        self._snapshots[uid] = Snapshot(snap.version, status, schema)
-                        snapshots += 1
-        return UpgradeReport(name, statuses, entries, snapshots, skipped)
+            if snap is not None and _below(snap.schema, schema):
+                status = _upgrading(_upcast_snapshot, machine, snap, uid, snap.version)
+                if self._snapshots.get(uid) is snap:
+                    self._snapshots[uid] = Snapshot(snap.version, status, schema)
+                    snapshots += 1
+        return entries, snapshots
 
     def claim_undelivered(self, limit: int = 1000) -> list[Transition]:
         with self._lock:

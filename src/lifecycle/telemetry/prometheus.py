@@ -384,71 +384,82 @@ class PrometheusTelemetry(Collector):
         yield _counter(p, "redelivered_total", (), {(): redelivered})
         yield _counter(p, "emitter_sends_total", ("emitter",), sends)
         yield _counter(p, "emitter_failures_total", ("emitter",), failures)
-        drops: dict[tuple[str, str], int] = {}
-        k8s: dict[tuple[str], int] = {}
-        for emitter in emitters:
-            stats = getattr(emitter, "stats", None)
-            if stats is None:
-                continue
-            name = type(emitter).__name__
-            for field, reason in _DROPS.items():
-                value = getattr(stats, field, None)
-                if isinstance(value, int):
-                    drops[(name, reason)] = drops.get((name, reason), 0) + value
-            for field in _K8S:
-                value = getattr(stats, field, None)
-                if isinstance(value, int):
-                    k8s[(field,)] = k8s.get((field,), 0) + value
-        yield _counter(p, "emitter_dropped_total", ("emitter", "reason"), drops)
-        yield _counter(p, "kubernetes_events_total", ("result",), k8s)
-        depth: dict[tuple[str], float] = {}
-        oldest: dict[tuple[str], float] = {}
-        epochs: dict[tuple[str], float] = {}
-        rewinds: dict[tuple[str], int] = {}
-        given_up: dict[tuple[str], int] = {}
-        now = time.time()
-        databases: set[tuple[object, ...]] = set()
-        for store in stores:
-            label = (store_name(store),)
-            found = getattr(store, "rewind_count", None)  # what this handle found: its own
-            if not isinstance(found, int):  # a store keeping only the list of them
-                listed = getattr(store, "rewinds", None)
-                found = len(listed) if isinstance(listed, list) else None
-            if found is not None:
-                rewinds[label] = rewinds.get(label, 0) + found
-            lost = getattr(store, "events_given_up", None)  # this handle's own count
-            if isinstance(lost, int):
-                given_up[label] = given_up.get(label, 0) + lost
-            where = _database(store)
-            if where in databases:  # the outbox and epochs of a database are counted once
-                continue
-            databases.add(where)
-            backlog = _backlog(store)
-            if backlog is not None:
-                count, first = backlog
-                depth[label] = depth.get(label, 0) + count
-                age = max(0.0, now - first) if first is not None else 0.0
-                oldest[label] = max(oldest.get(label, 0.0), age)
-            started = getattr(store, "epochs_started", None)  # a handle's own epochs (ADR 0146)
-            epoch = getattr(store, "epoch", None)
-            if isinstance(started, int):
-                epochs[label] = epochs.get(label, 0) + started
-            elif isinstance(epoch, str):
-                epochs[label] = epochs.get(label, 0) + (1 if epoch else 0)
-        census = _census(stores, runners, now)
+        yield from _emitter_families(p, emitters)
+        census = _census(stores, runners, time.time())
         yield _gauge(p, "objects", _CENSUS, {k: n for k, (n, _) in census.items()})
         yield _gauge(p, "state_oldest_age_seconds", _CENSUS, {k: a for k, (_, a) in census.items()})
-        yield _gauge(p, "outbox_undelivered", ("store",), depth)
-        yield _gauge(p, "outbox_oldest_age_seconds", ("store",), oldest)
-        yield _gauge(p, "store_epochs", ("store",), epochs)
-        yield _counter(p, "store_rewinds_total", ("store",), rewinds)
-        yield _counter(p, "store_events_given_up_total", ("store",), given_up)
+        yield from _store_families(p, stores)
         pending = sum(len(getattr(r, "pending", ())) for r in runners)
         yield _gauge(p, "link_intents_pending", (), {(): pending})
         broken = sum(
             sum(getattr(getattr(r, "telemetry", None), "failures", {}).values()) for r in runners
         )
         yield _counter(p, "telemetry_failures_total", (), {(): broken})
+
+
+def _emitter_families(p: str, emitters: list[Any]) -> Iterator[Metric]:
+    """What the emitters' own ``stats`` count: drops by reason, Kubernetes event results."""
+    drops: dict[tuple[str, str], int] = {}
+    k8s: dict[tuple[str], int] = {}
+    for emitter in emitters:
+        stats = getattr(emitter, "stats", None)
+        if stats is None:
+            continue
+        name = type(emitter).__name__
+        for field, reason in _DROPS.items():
+            value = getattr(stats, field, None)
+            if isinstance(value, int):
+                drops[(name, reason)] = drops.get((name, reason), 0) + value
+        for field in _K8S:
+            value = getattr(stats, field, None)
+            if isinstance(value, int):
+                k8s[(field,)] = k8s.get((field,), 0) + value
+    yield _counter(p, "emitter_dropped_total", ("emitter", "reason"), drops)
+    yield _counter(p, "kubernetes_events_total", ("result",), k8s)
+
+
+def _store_families(p: str, stores: list[Any]) -> Iterator[Metric]:
+    """Per store: the outbox's depth and oldest age and the epochs (once per database), its
+    rewinds and the events it gave up."""
+    depth: dict[tuple[str], float] = {}
+    oldest: dict[tuple[str], float] = {}
+    epochs: dict[tuple[str], float] = {}
+    rewinds: dict[tuple[str], int] = {}
+    given_up: dict[tuple[str], int] = {}
+    now = time.time()
+    databases: set[tuple[object, ...]] = set()
+    for store in stores:
+        label = (store_name(store),)
+        found = getattr(store, "rewind_count", None)  # what this handle found: its own
+        if not isinstance(found, int):  # a store keeping only the list of them
+            listed = getattr(store, "rewinds", None)
+            found = len(listed) if isinstance(listed, list) else None
+        if found is not None:
+            rewinds[label] = rewinds.get(label, 0) + found
+        lost = getattr(store, "events_given_up", None)  # this handle's own count
+        if isinstance(lost, int):
+            given_up[label] = given_up.get(label, 0) + lost
+        where = _database(store)
+        if where in databases:  # the outbox and epochs of a database are counted once
+            continue
+        databases.add(where)
+        backlog = _backlog(store)
+        if backlog is not None:
+            count, first = backlog
+            depth[label] = depth.get(label, 0) + count
+            age = max(0.0, now - first) if first is not None else 0.0
+            oldest[label] = max(oldest.get(label, 0.0), age)
+        started = getattr(store, "epochs_started", None)  # a handle's own epochs (ADR 0146)
+        epoch = getattr(store, "epoch", None)
+        if isinstance(started, int):
+            epochs[label] = epochs.get(label, 0) + started
+        elif isinstance(epoch, str):
+            epochs[label] = epochs.get(label, 0) + (1 if epoch else 0)
+    yield _gauge(p, "outbox_undelivered", ("store",), depth)
+    yield _gauge(p, "outbox_oldest_age_seconds", ("store",), oldest)
+    yield _gauge(p, "store_epochs", ("store",), epochs)
+    yield _counter(p, "store_rewinds_total", ("store",), rewinds)
+    yield _counter(p, "store_events_given_up_total", ("store",), given_up)
 
 
 def _unique(items: list[Any]) -> list[Any]:

@@ -417,53 +417,9 @@ class ObjectStore:
         metadata = body.get("metadata")
         if not isinstance(metadata, dict):
             metadata = {}
-        given_name = metadata.get("name") or ""
-        if given_name != name:
-            message = (
-                f"the name of the object ({given_name}) does not match the name on the URL ({name})"
-            )
-            raise ApiError(400, "BadRequest", message)
-        given_ns = metadata.get("namespace") or ""
-        if given_ns and given_ns != namespace:
-            message = (
-                f"the namespace of the object ({given_ns}) does not match the namespace "
-                f"on the request ({namespace})"
-            )
-            raise ApiError(400, "BadRequest", message)
-        given_api = (body.get("apiVersion"), body.get("kind"))
-        if resource.schema is not None and (not given_api[0] or not given_api[1]):
-            missing = "Kind" if given_api[0] else "apiVersion"
-            raise ApiError(
-                400, "BadRequest", f"Object '{missing}' is missing in '{json.dumps(body)[:200]}'"
-            )
-        if (given_api[0] or resource.api_version) != resource.api_version or (
-            given_api[1] or resource.kind
-        ) != resource.kind:
-            message = (
-                f"the API version in the data ({given_api[0]}) does not match the "
-                f"expected API version ({resource.api_version})"
-            )
-            raise ApiError(400, "BadRequest", message)
+        _check_identity(resource, namespace, name, metadata, body)
         body, warnings = self._decode(resource, body, validation)
-        stored_meta = stored["metadata"]
-        uid = metadata.get("uid")
-        if method == "PUT" and uid and uid != stored_meta["uid"]:
-            why = (
-                f"Precondition failed: UID in precondition: {uid}, UID in object meta: "
-                f"{stored_meta['uid']}"
-            )
-            raise _conflict(resource, name, why)
-        version = metadata.get("resourceVersion")
-        if not version and method == "PUT" and resource.schema is not None:
-            # a custom resource allows no unconditional update
-            cause = Cause(
-                "metadata.resourceVersion",
-                "FieldValueInvalid",
-                "Invalid value: 0x0: must be specified for an update",
-            )
-            raise _invalid(resource, name, [cause])
-        if version and version != stored_meta["resourceVersion"]:
-            raise _conflict(resource, name, OPTIMISTIC_LOCK)
+        _check_precondition(resource, name, stored["metadata"], metadata, method)
         result = self._strategy(resource, stored, body, sub)
         causes = self._causes(resource, result, stored, sub)
         if causes:
@@ -471,7 +427,8 @@ class ObjectStore:
         if result == stored:  # no change: no write, the version stays
             return 200, result, warnings
         if _spec(result) != _spec(stored):
-            result["metadata"]["generation"] = int(stored_meta.get("generation") or 0) + 1
+            generation = stored["metadata"].get("generation")
+            result["metadata"]["generation"] = int(generation or 0) + 1
         result["metadata"]["resourceVersion"] = self._next_version()
         if len(json.dumps(result).encode()) > ETCD_LIMIT:
             raise ApiError(500, "", "etcdserver: request is too large")
@@ -645,3 +602,66 @@ def _selector(text: str) -> Any:
         return True
 
     return matches
+
+
+def _check_identity(
+    resource: Resource, namespace: str, name: str, metadata: dict[str, Any], body: dict[str, Any]
+) -> None:
+    """Refuse an update whose body names another object, namespace, API version or kind
+    than the request (a custom resource's body must name its API version and kind)."""
+    given_name = metadata.get("name") or ""
+    if given_name != name:
+        message = (
+            f"the name of the object ({given_name}) does not match the name on the URL ({name})"
+        )
+        raise ApiError(400, "BadRequest", message)
+    given_ns = metadata.get("namespace") or ""
+    if given_ns and given_ns != namespace:
+        message = (
+            f"the namespace of the object ({given_ns}) does not match the namespace "
+            f"on the request ({namespace})"
+        )
+        raise ApiError(400, "BadRequest", message)
+    given_api = (body.get("apiVersion"), body.get("kind"))
+    if resource.schema is not None and (not given_api[0] or not given_api[1]):
+        missing = "Kind" if given_api[0] else "apiVersion"
+        raise ApiError(
+            400, "BadRequest", f"Object '{missing}' is missing in '{json.dumps(body)[:200]}'"
+        )
+    if (given_api[0] or resource.api_version) != resource.api_version or (
+        given_api[1] or resource.kind
+    ) != resource.kind:
+        message = (
+            f"the API version in the data ({given_api[0]}) does not match the "
+            f"expected API version ({resource.api_version})"
+        )
+        raise ApiError(400, "BadRequest", message)
+
+
+def _check_precondition(
+    resource: Resource,
+    name: str,
+    stored_meta: dict[str, Any],
+    metadata: dict[str, Any],
+    method: str,
+) -> None:
+    """Refuse an update whose uid or resource version is not the stored object's (a custom
+    resource's ``PUT`` must give a resource version)."""
+    uid = metadata.get("uid")
+    if method == "PUT" and uid and uid != stored_meta["uid"]:
+        why = (
+            f"Precondition failed: UID in precondition: {uid}, UID in object meta: "
+            f"{stored_meta['uid']}"
+        )
+        raise _conflict(resource, name, why)
+    version = metadata.get("resourceVersion")
+    if not version and method == "PUT" and resource.schema is not None:
+        # a custom resource allows no unconditional update
+        cause = Cause(
+            "metadata.resourceVersion",
+            "FieldValueInvalid",
+            "Invalid value: 0x0: must be specified for an update",
+        )
+        raise _invalid(resource, name, [cause])
+    if version and version != stored_meta["resourceVersion"]:
+        raise _conflict(resource, name, OPTIMISTIC_LOCK)

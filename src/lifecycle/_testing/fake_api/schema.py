@@ -158,30 +158,38 @@ def _prune(value: Any, schema: dict[str, Any], path: str, out: Decoded) -> Any:
     if schema.get("x-kubernetes-preserve-unknown-fields") and not schema.get("properties"):
         return copy.deepcopy(value)
     if isinstance(value, dict) and schema.get("type", "object") == "object":
-        props = schema.get("properties") or {}
-        extra = schema.get("additionalProperties")
-        kept: dict[str, Any] = {}
-        for key, item in value.items():
-            sub = props.get(key)
-            if sub is None and isinstance(extra, dict):
-                sub = extra
-            if sub is None:
-                if extra is True or schema.get("x-kubernetes-preserve-unknown-fields"):
-                    kept[key] = copy.deepcopy(item)
-                else:
-                    out.unknown.append(f"{path}.{key}")
-                continue
-            pruned = _prune(item, sub, f"{path}.{key}", out)
-            if pruned is not _DROP:
-                kept[key] = pruned
-        for key, sub in props.items():
-            if key not in kept and "default" in sub:
-                kept[key] = copy.deepcopy(sub["default"])
-        return kept
+        return _prune_object(value, schema, path, out)
     if isinstance(value, list) and isinstance(schema.get("items"), dict):
         items = [_prune(v, schema["items"], f"{path}[{i}]", out) for i, v in enumerate(value)]
         return [v for v in items if v is not _DROP]
     return copy.deepcopy(value)
+
+
+def _prune_object(
+    value: dict[str, Any], schema: dict[str, Any], path: str, out: Decoded
+) -> dict[str, Any]:
+    """An object's known fields pruned (unknown ones dropped and noted, unless the schema
+    keeps them), then the defaults of the fields it lacks."""
+    props = schema.get("properties") or {}
+    extra = schema.get("additionalProperties")
+    kept: dict[str, Any] = {}
+    for key, item in value.items():
+        sub = props.get(key)
+        if sub is None and isinstance(extra, dict):
+            sub = extra
+        if sub is None:
+            if extra is True or schema.get("x-kubernetes-preserve-unknown-fields"):
+                kept[key] = copy.deepcopy(item)
+            else:
+                out.unknown.append(f"{path}.{key}")
+            continue
+        pruned = _prune(item, sub, f"{path}.{key}", out)
+        if pruned is not _DROP:
+            kept[key] = pruned
+    for key, sub in props.items():
+        if key not in kept and "default" in sub:
+            kept[key] = copy.deepcopy(sub["default"])
+    return kept
 
 
 def validate_custom(value: Any, schema: dict[str, Any], path: str) -> list[Cause]:
@@ -197,20 +205,11 @@ def _validate(value: Any, schema: dict[str, Any], path: str, errors: list[Cause]
         if not schema.get("nullable"):
             errors.append(Cause(path, "FieldValueRequired", "Required value"))
         return
-    if schema.get("x-kubernetes-int-or-string"):
-        if _json_type(value) not in ("integer", "string"):
-            got = _json_type(value)
-            message = (
-                f"Invalid value: {_quote(got)}: {path} in body must be of type "
-                f"int-or-string: {_quote(got)}"
-            )
-            errors.append(Cause(path, "FieldValueTypeInvalid", message))
-            return
-    elif "type" in schema and not _has_type(value, schema["type"]):
+    wrong = _wrong_type(value, schema)
+    if wrong:
         got = _json_type(value)
         message = (
-            f"Invalid value: {_quote(got)}: {path} in body must be of type "
-            f"{schema['type']}: {_quote(got)}"
+            f"Invalid value: {_quote(got)}: {path} in body must be of type {wrong}: {_quote(got)}"
         )
         errors.append(Cause(path, "FieldValueTypeInvalid", message))
         return
@@ -225,18 +224,34 @@ def _validate(value: Any, schema: dict[str, Any], path: str, errors: list[Cause]
     elif isinstance(value, list):
         _validate_list(value, schema, path, errors)
     elif isinstance(value, dict):
-        props = schema.get("properties") or {}
-        for key in schema.get("required") or []:
-            if key not in value:
-                errors.append(Cause(f"{path}.{key}", "FieldValueRequired", "Required value"))
-        extra = schema.get("additionalProperties")
-        for key, item in value.items():
-            sub = props.get(key, extra if isinstance(extra, dict) else None)
-            if sub is not None:
-                _validate(item, sub, f"{path}.{key}", errors)
-        if "maxProperties" in schema and len(value) > schema["maxProperties"]:
-            message = f"Too many: {len(value)}: must have at most {schema['maxProperties']} items"
-            errors.append(Cause(path, "FieldValueTooMany", message))
+        _validate_object(value, schema, path, errors)
+
+
+def _wrong_type(value: Any, schema: dict[str, Any]) -> str:
+    """The type ``schema`` wants that ``value`` is not of (``int-or-string`` for such a
+    field), or ``""``."""
+    if schema.get("x-kubernetes-int-or-string"):
+        return "" if _json_type(value) in ("integer", "string") else "int-or-string"
+    if "type" in schema and not _has_type(value, schema["type"]):
+        return str(schema["type"])
+    return ""
+
+
+def _validate_object(
+    value: dict[str, Any], schema: dict[str, Any], path: str, errors: list[Cause]
+) -> None:
+    props = schema.get("properties") or {}
+    for key in schema.get("required") or []:
+        if key not in value:
+            errors.append(Cause(f"{path}.{key}", "FieldValueRequired", "Required value"))
+    extra = schema.get("additionalProperties")
+    for key, item in value.items():
+        sub = props.get(key, extra if isinstance(extra, dict) else None)
+        if sub is not None:
+            _validate(item, sub, f"{path}.{key}", errors)
+    if "maxProperties" in schema and len(value) > schema["maxProperties"]:
+        message = f"Too many: {len(value)}: must have at most {schema['maxProperties']} items"
+        errors.append(Cause(path, "FieldValueTooMany", message))
 
 
 def _validate_string(value: str, schema: dict[str, Any], path: str, errors: list[Cause]) -> None:
@@ -346,22 +361,8 @@ def _decode(value: Any, kind: str, path: str, unknown: list[str], client: Any, o
         for key, item in value.items():
             _decode(item, inner, f"{path}[{key}]", unknown, client, owner)
         return
-    if kind in ("str", "date", "datetime"):
-        if not isinstance(value, str):
-            raise _type_error(value, owner, path, "string")
-        if kind == "datetime" and not date_time(value):
-            raise DecodeError(
-                f'parsing time "{value}" as "2006-01-02T15:04:05Z07:00": cannot parse'
-            )
-        return
-    if kind in ("int", "float"):
-        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-        if not ok or (kind == "int" and isinstance(value, float) and not value.is_integer()):
-            raise _type_error(value, owner, path, _GO_TYPES[kind])
-        return
-    if kind == "bool":
-        if not isinstance(value, bool):
-            raise _type_error(value, owner, path, "bool")
+    if kind in _SCALARS:
+        _decode_scalar(value, kind, path, owner)
         return
     model = getattr(client, kind)
     if not isinstance(value, dict):
@@ -374,6 +375,27 @@ def _decode(value: Any, kind: str, path: str, unknown: list[str], client: Any, o
             continue
         child = f"{path}.{key}" if path else key
         _decode(item, model.openapi_types[attr], child, unknown, client, kind.removeprefix("V1"))
+
+
+#: The client's scalar types.
+_SCALARS = frozenset({"str", "date", "datetime", "int", "float", "bool"})
+
+
+def _decode_scalar(value: Any, kind: str, path: str, owner: str) -> None:
+    """Refuse a value the scalar field's Go type does not decode."""
+    if kind in ("str", "date", "datetime"):
+        if not isinstance(value, str):
+            raise _type_error(value, owner, path, "string")
+        if kind == "datetime" and not date_time(value):
+            raise DecodeError(
+                f'parsing time "{value}" as "2006-01-02T15:04:05Z07:00": cannot parse'
+            )
+    elif kind in ("int", "float"):
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+        if not ok or (kind == "int" and isinstance(value, float) and not value.is_integer()):
+            raise _type_error(value, owner, path, _GO_TYPES[kind])
+    elif not isinstance(value, bool):
+        raise _type_error(value, owner, path, "bool")
 
 
 def _type_error(value: Any, owner: str, path: str, go_type: str) -> DecodeError:

@@ -120,16 +120,30 @@ def event_errors(body: Any) -> list[str]:
     """What the API server's validation of an ``events.k8s.io/v1`` Event refuses."""
     if not isinstance(body, dict):
         return ["body: must be an object"]
-    errors = []
     metadata = body.get("metadata") or {}
-    name = str(metadata.get("name") or "")
     namespace = str(metadata.get("namespace") or "")
+    return [
+        *_metadata_errors(str(metadata.get("name") or ""), namespace),
+        *_reporting_errors(body),
+        *_regarding_errors(body.get("regarding") or {}, namespace),
+        *_series_errors(body),
+    ]
+
+
+def _metadata_errors(name: str, namespace: str) -> list[str]:
+    errors = []
     if not name:
         errors.append("metadata.name: Required value")
     elif not _subdomain(name):
         errors.append(f"metadata.name: Invalid value: {name!r}: a lowercase RFC 1123 subdomain")
     if not namespace:
         errors.append("metadata.namespace: Required value")
+    return errors
+
+
+def _reporting_errors(body: dict[str, Any]) -> list[str]:
+    """The event's time, type, reporter, action, reason and note."""
+    errors = []
     if not _time(body.get("eventTime")):
         errors.append("eventTime: Required value")
     if body.get("type") not in ("Normal", "Warning"):
@@ -147,7 +161,11 @@ def event_errors(body: Any) -> list[str]:
             errors.append(f"{field}: Too long: may not be more than {FIELD_LIMIT} bytes")
     if len(str(body.get("note") or "").encode("utf-8")) > NOTE_LIMIT:
         errors.append(f"note: Too long: may not be more than {NOTE_LIMIT} bytes")
-    regarding = body.get("regarding") or {}
+    return errors
+
+
+def _regarding_errors(regarding: dict[str, Any], namespace: str) -> list[str]:
+    errors = []
     if not regarding.get("kind") or not regarding.get("name"):
         errors.append("regarding: Required value")
     regarding_ns = str(regarding.get("namespace") or "")
@@ -155,6 +173,12 @@ def event_errors(body: Any) -> list[str]:
         errors.append("regarding.namespace: Invalid value: does not match event.namespace")
     if not regarding_ns and namespace not in ("", "default"):
         errors.append("metadata.namespace: Invalid value: cluster-scoped object, not default")
+    return errors
+
+
+def _series_errors(body: dict[str, Any]) -> list[str]:
+    """The series (a repeated event's count and last time) and the legacy fields."""
+    errors = []
     series = body.get("series")
     if series is not None:
         if not isinstance(series, dict) or int(series.get("count") or 0) < 2:
@@ -494,52 +518,61 @@ class FakeApiServer:
             return
         if self.delay and (self.delayed is None or self.delayed(request)):
             time.sleep(self.delay)
-        if answer is not None:
-            scripted = answer[1]
-            if scripted == "reset":
-                with contextlib.suppress(OSError):
-                    h.connection.setsockopt(
-                        socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0)
-                    )
-                h.close_connection = True
-                return
-            if isinstance(scripted, tuple) and scripted[0] == "drip":
-                return self._drip(h, request, float(scripted[1]))
-            if isinstance(scripted, tuple) and scripted[0] == "huge":
-                data = scripted[1]
-                assert isinstance(data, bytes)
-                h.send_response(201)
-                h.send_header("Content-Type", "application/json")
-                h.send_header("Content-Length", str(len(data)))
-                h.end_headers()
-                with contextlib.suppress(OSError):
-                    h.wfile.write(data)
-                return
-            if isinstance(scripted, tuple) and scripted[0] == "landed":
-                with self._lock:  # applied, then answered with what follows (or not at all)
-                    self._route(_Unanswered(h), request)
-                then = scripted[1]
-                if isinstance(then, int):
-                    self._status(h, then, "InternalError" if then >= 500 else "Scripted")
-                    return
-                h.close_connection = True  # "drop": the answer never comes
-                return
-            if scripted == "hang":
-                self._released.wait(10)
-                h.close_connection = True
-                return
-            if scripted == "drop":
-                h.close_connection = True
-                return
-            if isinstance(scripted, tuple) and scripted[0] == "slow":
-                time.sleep(float(scripted[1]))
+        if answer is not None and self._scripted(h, request, answer[1]):
+            return
+        self._serve(h, request)
+
+    def _scripted(self, h: BaseHTTPRequestHandler, request: Request, scripted: Any) -> bool:
+        """Answer ``request`` as the script says; ``False``: it only slowed it down (served
+        as usual after)."""
+        if scripted in ("reset", "hang", "drop"):
+            self._hang_up(h, scripted)
+            return True
+        kind = scripted[0] if isinstance(scripted, tuple) else None
+        if kind == "drip":
+            self._drip(h, request, float(scripted[1]))
+        elif kind == "huge":
+            data = scripted[1]
+            assert isinstance(data, bytes)
+            h.send_response(201)
+            h.send_header("Content-Type", "application/json")
+            h.send_header("Content-Length", str(len(data)))
+            h.end_headers()
+            with contextlib.suppress(OSError):
+                h.wfile.write(data)
+        elif kind == "landed":
+            with self._lock:  # applied, then answered with what follows (or not at all)
+                self._route(_Unanswered(h), request)
+            then = scripted[1]
+            if isinstance(then, int):
+                self._status(h, then, "InternalError" if then >= 500 else "Scripted")
             else:
-                code, headers = scripted if isinstance(scripted, tuple) else (scripted, {})
-                assert isinstance(code, int)
-                assert isinstance(headers, dict)
-                reason = "InternalError" if code >= 500 else "Scripted"
-                self._status(h, code, reason, headers)
-                return
+                h.close_connection = True  # "drop": the answer never comes
+        elif kind == "slow":
+            time.sleep(float(scripted[1]))
+            return False
+        else:
+            code, headers = scripted if isinstance(scripted, tuple) else (scripted, {})
+            assert isinstance(code, int)
+            assert isinstance(headers, dict)
+            reason = "InternalError" if code >= 500 else "Scripted"
+            self._status(h, code, reason, headers)
+        return True
+
+    def _hang_up(self, h: BaseHTTPRequestHandler, how: str) -> None:
+        """No answer: the connection ``reset``, or closed after a ``hang`` (until released)
+        or at once (``drop``)."""
+        if how == "reset":
+            with contextlib.suppress(OSError):
+                h.connection.setsockopt(
+                    socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0)
+                )
+        elif how == "hang":
+            self._released.wait(10)
+        h.close_connection = True
+
+    def _serve(self, h: BaseHTTPRequestHandler, request: Request) -> None:
+        """Answer ``request`` as the API server does: a watch streams, a held create waits."""
         if request.method == "GET" and "watch=" in h.path:
             with self._lock:
                 watched = self._objects.watched(h.path)
@@ -649,7 +682,6 @@ class FakeApiServer:
         if h.command not in ("GET", "POST", "PATCH"):
             message = "the server does not allow this method on the requested resource"
             return self._status(h, 405, "MethodNotAllowed", message=message)
-        body = request.body
         parts = h.path.split("?")[0].removeprefix(PREFIX).strip("/").split("/")
         if h.command == "GET" and len(parts) == 4:  # one Event, by name
             found = self.events.get((parts[1], parts[3]))
@@ -668,25 +700,39 @@ class FakeApiServer:
                     "items": items,
                 },
             )
-        namespace = parts[1]
         if h.command == "POST":
-            given = (body or {}).get("metadata", {}).get("namespace")
-            if given and given != namespace:
-                message = "the namespace of the object does not match the request"
-                return self._status(h, 400, "BadRequest", message=message)
-            errors = event_errors(body)
-            if errors:
-                self.refused.append((request, errors))
-                return self._status(h, 422, "Invalid", message="; ".join(errors))
-            name = body["metadata"]["name"]
-            if (namespace, name) in self.events:
-                return self._status(h, 409, "AlreadyExists", message=f'"{name}" already exists')
-            self._version += 1
-            body["metadata"]["resourceVersion"] = str(self._version)
-            self.events[(namespace, name)] = body
-            self.creates[name] = self.creates.get(name, 0) + 1
-            return self._json(h, 201, body)
-        name = parts[3]
+            return self._create_event(h, request, parts[1])
+        return self._patch_event(h, request, parts[1], parts[3])
+
+    def _create_event(
+        self, h: BaseHTTPRequestHandler | _Unanswered, request: Request, namespace: str
+    ) -> None:
+        body = request.body
+        given = (body or {}).get("metadata", {}).get("namespace")
+        if given and given != namespace:
+            message = "the namespace of the object does not match the request"
+            return self._status(h, 400, "BadRequest", message=message)
+        errors = event_errors(body)
+        if errors:
+            self.refused.append((request, errors))
+            return self._status(h, 422, "Invalid", message="; ".join(errors))
+        name = body["metadata"]["name"]
+        if (namespace, name) in self.events:
+            return self._status(h, 409, "AlreadyExists", message=f'"{name}" already exists')
+        self._version += 1
+        body["metadata"]["resourceVersion"] = str(self._version)
+        self.events[(namespace, name)] = body
+        self.creates[name] = self.creates.get(name, 0) + 1
+        return self._json(h, 201, body)
+
+    def _patch_event(
+        self,
+        h: BaseHTTPRequestHandler | _Unanswered,
+        request: Request,
+        namespace: str,
+        name: str,
+    ) -> None:
+        body = request.body
         if h.headers.get("Content-Type") != "application/strategic-merge-patch+json":
             return self._status(h, 415, "UnsupportedMediaType")
         stored = self.events.get((namespace, name))

@@ -407,22 +407,12 @@ def _volumes(m: Manifest, t: TargetFacts, p: RestorePolicy) -> Outcome:
             return UNKNOWN, FACTS_INCOMPLETE, f"{key} unavailable ({err})", ""
     if not m.ext_mounts:  # every dump externalizes at least its root: empty = not recorded
         return UNKNOWN, FACTS_INCOMPLETE, "criuDump.extMnt not recorded", ""
-    problems: list[tuple[str, str, str]] = []  # (path, code, detail)
-    present = set(t.paths) | {v.path for v in t.volumes}
-    for path in sorted(set(m.ext_mounts) - REBUILT_MOUNTS):
-        if path not in present:
-            problems.append((path, VOLUME_MISSING, f"{path} missing"))
     identity = p.volumes == "identity" and not m.legacy
-    mounted = {v.path: v for v in t.volumes}
-    for v in sorted(m.volumes, key=lambda v: v.path) if identity else ():
-        found = _identity(v, mounted.get(v.path), v.path in present)
-        if found is not None and (v.path, VOLUME_MISSING, found[1]) not in problems:
-            problems.append((v.path, *found))
+    problems = _volume_problems(m, t, identity)
     if not problems:
         mode = "identity" if identity else "presence"
         count = len((set(m.ext_mounts) | {v.path for v in m.volumes}) - REBUILT_MOUNTS)
         return PASS, "", f"{count} mounts ({mode})", ""
-    problems.sort()
     detail = ", ".join(d for _, _, d in problems)
     failed = [c for _, c, _ in problems if c in (VOLUME_MISSING, VOLUME_IDENTITY_MISMATCH)]
     if failed:
@@ -430,6 +420,22 @@ def _volumes(m: Manifest, t: TargetFacts, p: RestorePolicy) -> Outcome:
     codes = {c for _, c, _ in problems}
     gap = FACTS_INCOMPLETE if FACTS_INCOMPLETE in codes else TARGET_FACTS_UNAVAILABLE
     return UNKNOWN, gap, detail, ""
+
+
+def _volume_problems(m: Manifest, t: TargetFacts, identity: bool) -> list[tuple[str, str, str]]:
+    """Each mount of the snapshot the target lacks, and with ``identity`` each volume it
+    holds as another: (path, code, detail), sorted."""
+    problems: list[tuple[str, str, str]] = []
+    present = set(t.paths) | {v.path for v in t.volumes}
+    for path in sorted(set(m.ext_mounts) - REBUILT_MOUNTS):
+        if path not in present:
+            problems.append((path, VOLUME_MISSING, f"{path} missing"))
+    mounted = {v.path: v for v in t.volumes}
+    for v in sorted(m.volumes, key=lambda v: v.path) if identity else ():
+        found = _identity(v, mounted.get(v.path), v.path in present)
+        if found is not None and (v.path, VOLUME_MISSING, found[1]) not in problems:
+            problems.append((v.path, *found))
+    return sorted(problems)
 
 
 def _gpu_state(m: Manifest) -> bool:
