@@ -59,9 +59,14 @@ TABLE = Table(
         Row(("Present", "Expired"), Saw, to=SAME, reason="Seen", effect=_saw),
         Row(("Absent", "Present", "Expired"), Vanished, to="Gone", reason="Deleted", event=N),
         Row(
-            "Present", Tick, to="Expired", reason="Expired", event=N, guard=_expired,
+            "Present",
+            Tick,
+            to="Expired",
+            reason="Expired",
+            event=N,
+            guard=_expired,
             deadline=_deadline,
-        ),  # fmt: skip
+        ),
         ignore("Present", Tick, "not yet"),
         ignore(("Absent", "Expired", "Gone"), Tick, "no timer runs"),
     ),

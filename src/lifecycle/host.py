@@ -281,7 +281,7 @@ class HostLoop:
         """Run until :meth:`stop`; with ``signals`` (and on the main thread) SIGTERM and
         SIGINT call :meth:`stop` (the previous handlers are put back on the way out). Stops
         the watches and closes the runner (unless ``close_runner=False``) before returning."""
-        previous: dict[int, Any] = {}
+        previous: dict[signal.Signals, Any] = {}
         if signals and threading.current_thread() is threading.main_thread():
             for signum in (signal.SIGTERM, signal.SIGINT):
                 previous[signum] = signal.signal(signum, lambda *_: self.stop())
@@ -402,9 +402,7 @@ class HostLoop:
                 failures.append(Failure("poll", None, e))
         return items
 
-    def _observe(
-        self, items: list[tuple[ObjectRef, Any]], failures: list[Failure]
-    ) -> list[Result]:
+    def _observe(self, items: list[tuple[ObjectRef, Any]], failures: list[Failure]) -> list[Result]:
         if not items:
             return []
         try:

@@ -423,9 +423,9 @@ class FakeApiServer:
     def compact(self) -> None:
         """Forget the changes so far, as etcd's compaction does: a watch from a
         ``resourceVersion`` before now is answered ``410 Expired``, and its client must list
-        again."""
+        again. A watch open now goes on unharmed (it reads from the watch cache), as on the
+        API server: the change log is kept for it, only new watches are refused."""
         with self._lock:
-            self._objects.changes.clear()
             self._compacted = self._objects.revision
 
     def bookmark(self) -> None:
@@ -693,15 +693,15 @@ class FakeApiServer:
                     position += len(new)
                     sent = self._objects.revision  # every change up to it is now sent
                     now = (self._bookmarks, self._drops, self._expiries)
-                for _, kind, plural, ns, obj in new:
-                    if picked(plural, ns, obj):
-                        _chunk(h, {"type": kind, "object": obj})
-                if now[1] != dropped:  # mid-stream: no closing chunk
+                if now[1] != dropped:  # mid-stream, before any later change: no closing chunk
                     h.close_connection = True
                     return
                 if now[2] != expired:
                     _chunk(h, {"type": "ERROR", "object": _expired(sent, sent)})
                     break
+                for _, kind, plural, ns, obj in new:
+                    if picked(plural, ns, obj):
+                        _chunk(h, {"type": kind, "object": obj})
                 if now[0] != marked and bookmarks:
                     marked = now[0]
                     version = {"resourceVersion": str(sent)}
