@@ -437,3 +437,70 @@ def test_the_fake_sends_bookmarks_only_to_watches_that_ask(cluster: FakeApiServe
     for thread in threads:
         thread.join(5)
     assert got == {True: ["ADDED", "BOOKMARK"], False: ["ADDED"]}
+
+
+def test_a_compaction_leaves_an_open_watch_whole(cluster: FakeApiServer) -> None:
+    """``compact`` once emptied the change log an open watch reads by position: the watch
+    skipped the changes made after it. Only new watches from older versions are refused."""
+    from kubernetes import watch
+
+    api = client.CustomObjectsApi(client.ApiClient(cluster.configuration()))
+    listed = api.list_namespaced_custom_object("test.example.com", "v1", "ml", "widgets")
+    names: list[str] = []
+
+    def follow() -> None:
+        stream = watch.Watch().stream(
+            api.list_namespaced_custom_object, "test.example.com", "v1", "ml", "widgets",
+            resource_version=listed["metadata"]["resourceVersion"], timeout_seconds=1,
+        )  # fmt: skip
+        names.extend(event["object"]["metadata"]["name"] for event in stream)
+
+    thread = threading.Thread(target=follow)
+    thread.start()
+    assert cluster.wait_watching(1)
+    cluster.add_object("widgets", "ml", "w0")
+    time.sleep(0.1)
+    cluster.compact()
+    cluster.add_object("widgets", "ml", "w1")
+    thread.join(5)
+    assert names == ["w0", "w1"]
+
+
+def test_a_dropped_watch_breaks_and_an_expired_one_is_410(cluster: FakeApiServer) -> None:
+    from kubernetes import watch
+    from urllib3.exceptions import ProtocolError
+
+    api = client.CustomObjectsApi(client.ApiClient(cluster.configuration()))
+    errors: list[BaseException] = []
+
+    def follow() -> None:
+        try:
+            for _ in watch.Watch().stream(
+                api.list_namespaced_custom_object, "test.example.com", "v1", "ml", "widgets",
+                timeout_seconds=5,
+            ):  # fmt: skip
+                pass
+        except Exception as e:
+            errors.append(e)
+
+    for fault in (cluster.drop_watches, cluster.expire_watches):
+        thread = threading.Thread(target=follow)
+        thread.start()
+        assert cluster.wait_watching(1)
+        fault()
+        thread.join(5)
+        assert eventually(lambda: cluster.watching == 0)
+    assert isinstance(errors[0], ProtocolError)
+    assert isinstance(errors[1], client.exceptions.ApiException)
+    assert errors[1].status == 410
+
+
+def test_stop_ends_a_watch_that_has_seen_nothing_at_once(cluster: FakeApiServer) -> None:
+    """The fake once held a watch's headers until its first event, so a client blocked on
+    them could not be stopped before ``timeoutSeconds``; the API server sends them at once."""
+    loop, thread = start(cluster, Seen(), MemoryStore(), watch_timeout=30)
+    begun = time.monotonic()
+    loop.stop()
+    thread.join(10)
+    assert not thread.is_alive()
+    assert time.monotonic() - begun < 5.0
