@@ -80,7 +80,7 @@ class KindWatch:
         self._listed_at = 0.0
         self._watch: Any = None
         self._response: Any = None
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # stop() may run in a signal handler on any thread
 
     # -- the thread ---------------------------------------------------------------------------
     def run(self) -> None:

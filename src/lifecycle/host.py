@@ -5,7 +5,7 @@ provider polls beside them, all handed to a :class:`~lifecycle.Runner` in cycles
 
     def pod_observations(change, at):      # the mapping the host writes
         if change.type == "DELETED":
-            return DeleteRequested(at=at)
+            return DeletionRequested(at=at)
         return None                          # nothing to observe for this change
 
     loop = HostLoop(runner, {"Pod": Watched(PODS, pod_observations)}, api=api_client)
@@ -284,7 +284,7 @@ class HostLoop:
         previous: dict[signal.Signals, Any] = {}
         if signals and threading.current_thread() is threading.main_thread():
             for signum in (signal.SIGTERM, signal.SIGINT):
-                previous[signum] = signal.signal(signum, lambda *_: self.stop())
+                previous[signum] = signal.signal(signum, self._signalled)
         try:
             self._start()
             while not self._stopping.is_set():
@@ -301,6 +301,12 @@ class HostLoop:
         self._stopping.set()
         for watch in self._watches:
             watch.stop()
+        self.wake()
+
+    def _signalled(self, signum: int, frame: object) -> None:
+        """The handler only asks the loop to stop (``examples/shutdown_host.py``): the
+        watches are stopped on the way out, by the loop itself."""
+        self._stopping.set()
         self.wake()
 
     def wake(self) -> None:
