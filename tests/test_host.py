@@ -153,6 +153,11 @@ def test_every_last_state_reaches_the_runner_once_under_drops_410_and_bookmarks(
     sends bookmarks. At the end the runner holds each live object's last version, each
     deleted object is Gone (deleted while the watch was away too), and no version of an
     object was observed twice."""
+    check_steps(steps)
+
+
+def check_steps(steps: list[tuple[str, int]]) -> None:
+    """Run ``steps`` against a fresh fake server and a loop; check what reached the runner."""
     with FakeApiServer() as cluster:
         schema = conditions_crd_schema("Widget")
         cluster.register_crd("test.example.com", "v1", "widgets", "Widget", schema)
@@ -504,3 +509,26 @@ def test_stop_ends_a_watch_that_has_seen_nothing_at_once(cluster: FakeApiServer)
     thread.join(10)
     assert not thread.is_alive()
     assert time.monotonic() - begun < 5.0
+
+
+def test_the_probes_are_ready_once_listed_and_live_while_the_loop_turns(
+    cluster: FakeApiServer,
+) -> None:
+    from lifecycle.manifests import Health
+
+    health = Health(stall_after=30.0)
+    assert not health.is_ready
+    loop, thread = start(cluster, Seen(), MemoryStore(), health=health, idle=0.05)
+    try:
+        assert eventually(lambda: health.is_ready)
+        assert loop.listed
+    finally:
+        stop(loop, thread)
+
+
+@pytest.mark.slow
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(steps=st.lists(STEP, min_size=10, max_size=40))
+def test_soak_every_last_state_reaches_the_runner_once(steps: list[tuple[str, int]]) -> None:
+    """The property above, longer and more often (``-m slow``)."""
+    check_steps(steps)
