@@ -527,7 +527,7 @@ def test_the_probes_are_ready_once_listed_and_live_while_the_loop_turns(
 
 
 @pytest.mark.slow
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(steps=st.lists(STEP, min_size=10, max_size=40))
 def test_soak_every_last_state_reaches_the_runner_once(steps: list[tuple[str, int]]) -> None:
     """The property above, longer and more often (``-m slow``)."""
