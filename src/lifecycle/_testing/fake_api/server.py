@@ -211,6 +211,13 @@ def _chunk(h: BaseHTTPRequestHandler, event: dict[str, Any]) -> None:
     h.wfile.flush()
 
 
+def _expired(asked: int, oldest: int) -> dict[str, Any]:
+    """The ``410 Expired`` Status a watch from too old a version gets."""
+    message = f"too old resource version: {asked} ({oldest})"
+    expired = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "code": 410}
+    return expired | {"status": "Failure", "reason": "Expired", "message": message}
+
+
 def _huge(n: int) -> bytes:
     return b'{"kind": "Event", "padding": "' + b"x" * n + b'"}'
 
@@ -239,7 +246,9 @@ class FakeApiServer:
     the API server refuses them), Pods and the custom resources :meth:`register_crd`
     registers, with their status subresource, ``resourceVersion`` compare-and-set, merge and
     JSON patches, pruning and validation by the CRD's schema, the size limits, and watches
-    of a collection (``?watch=true``; :meth:`compact` expires old resourceVersions).
+    of a collection (``?watch=true``; :meth:`compact` expires old resourceVersions;
+    :meth:`bookmark`, :meth:`drop_watches` and :meth:`expire_watches` script what an open
+    watch gets, :meth:`wait_watching` waits for watches to open).
 
     Point a client at it with :meth:`configuration` or :meth:`kubeconfig`; put objects in
     place out of band with :meth:`add_object` (as ``kubectl apply``), read them back with
@@ -271,6 +280,11 @@ class FakeApiServer:
         self.creates: dict[str, int] = {}
         self._objects = ObjectStore()
         self._compacted = 0
+        # watch faults: each open watch acts on a count that moved since it last looked
+        self._bookmarks = 0
+        self._drops = 0
+        self._expiries = 0
+        self._watching = 0
         server = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -433,10 +447,48 @@ class FakeApiServer:
     def compact(self) -> None:
         """Forget the changes so far, as etcd's compaction does: a watch from a
         ``resourceVersion`` before now is answered ``410 Expired``, and its client must list
-        again."""
+        again. A watch open now goes on unharmed (it reads from the watch cache), as on the
+        API server: the change log is kept for it, only new watches are refused."""
         with self._lock:
-            self._objects.changes.clear()
             self._compacted = self._objects.revision
+
+    def bookmark(self) -> None:
+        """Make every open watch that asked for bookmarks (``allowWatchBookmarks=true``) send a
+        ``BOOKMARK`` event now: the object's kind and apiVersion and only
+        ``metadata.resourceVersion``, the revision up to which the watch has sent every change
+        (a client resumes from it)."""
+        with self._lock:
+            self._bookmarks += 1
+
+    def drop_watches(self) -> None:
+        """End every open watch now, mid-stream: the connection closes with no closing chunk,
+        as a load balancer or a restarting API server drops it (its client sees a broken
+        stream and must watch again from the last version it saw)."""
+        with self._lock:
+            self._drops += 1
+
+    def expire_watches(self) -> None:
+        """Answer every open watch with an ``ERROR`` event carrying a ``410 Expired`` Status
+        and end it, as the API server does when a watcher falls out of its watch cache (its
+        client must list again); :meth:`compact` then makes a watch from an older version
+        expire too."""
+        with self._lock:
+            self._expiries += 1
+
+    @property
+    def watching(self) -> int:
+        """Watches open now."""
+        with self._lock:
+            return self._watching
+
+    def wait_watching(self, n: int, timeout: float = 20.0) -> bool:
+        """Wait until at least ``n`` watches are open."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.watching >= n:
+                return True
+            time.sleep(0.005)
+        return False
 
     def status(self, resource: str, namespace: str, name: str) -> dict[str, Any] | None:
         """A copy of the object's ``status`` (``{}`` when it has none), or None when there is
@@ -603,9 +655,12 @@ class FakeApiServer:
         (``ADDED``, ``MODIFIED``, ``DELETED``), after the request's ``resourceVersion`` (none
         or ``"0"``: the objects there now, as ``ADDED``, then what follows), until its
         ``timeoutSeconds`` (at most 600) or the server closes; one from before
-        :meth:`compact` gets an ``ERROR`` event with a ``410 Expired`` Status."""
+        :meth:`compact` gets an ``ERROR`` event with a ``410 Expired`` Status. With
+        ``allowWatchBookmarks=true`` it sends a ``BOOKMARK`` at each :meth:`bookmark`;
+        :meth:`drop_watches` and :meth:`expire_watches` end it early."""
         query = {k: v[-1] for k, v in parse_qs(urlsplit(h.path).query).items()}
         since = query.get("resourceVersion") or "0"
+        bookmarks = query.get("allowWatchBookmarks", "").lower() in ("true", "1")
         try:
             timeout = min(float(query.get("timeoutSeconds") or 600), 600.0)
             after = int(since)
@@ -627,17 +682,40 @@ class FakeApiServer:
                 ]
                 position = len(changes)
             elif after < self._compacted:
-                message = f"too old resource version: {after} ({self._compacted})"
-                expired = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "code": 410}
-                expired |= {"status": "Failure", "reason": "Expired", "message": message}
-                first, position = [{"type": "ERROR", "object": expired}], -1
+                first = [{"type": "ERROR", "object": _expired(after, self._compacted)}]
+                position = -1
             else:
                 position = bisect.bisect_right([c[0] for c in changes], after)
+            faults = (self._bookmarks, self._drops, self._expiries)
+            sent = self._objects.revision
+            self._watching += 1
+        try:
+            self._stream(h, resource, first, position, timeout, picked, bookmarks, faults, sent)
+        finally:
+            with self._lock:
+                self._watching -= 1
+
+    def _stream(
+        self,
+        h: BaseHTTPRequestHandler,
+        resource: Resource,
+        first: list[dict[str, Any]],
+        position: int,
+        timeout: float,
+        picked: Callable[[str, str, dict[str, Any]], bool],
+        bookmarks: bool,
+        faults: tuple[int, int, int],
+        sent: int,
+    ) -> None:
+        """The body of :meth:`_watch`: ``first``, then the changes from ``position`` on, with
+        the faults scripted since ``faults`` was read."""
+        marked, dropped, expired = faults
         h.send_response(200)
         h.send_header("Content-Type", "application/json")
         h.send_header("Transfer-Encoding", "chunked")
         h.send_header("Connection", "close")  # a client must not reuse it after the stream
         h.end_headers()
+        h.wfile.flush()  # the headers now, as the API server sends them, before any event
         deadline = time.monotonic() + timeout
         try:
             for event in first:
@@ -646,9 +724,22 @@ class FakeApiServer:
                 with self._lock:
                     new = self._objects.changes[position:]
                     position += len(new)
+                    sent = self._objects.revision  # every change up to it is now sent
+                    now = (self._bookmarks, self._drops, self._expiries)
+                if now[1] != dropped:  # mid-stream, before any later change: no closing chunk
+                    h.close_connection = True
+                    return
+                if now[2] != expired:
+                    _chunk(h, {"type": "ERROR", "object": _expired(sent, sent)})
+                    break
                 for _, kind, plural, ns, obj in new:
                     if picked(plural, ns, obj):
                         _chunk(h, {"type": kind, "object": obj})
+                if now[0] != marked and bookmarks:
+                    marked = now[0]
+                    version = {"resourceVersion": str(sent)}
+                    mark = {"kind": resource.kind, "apiVersion": resource.api_version}
+                    _chunk(h, {"type": "BOOKMARK", "object": mark | {"metadata": version}})
                 if not new and self._released.wait(0.02):
                     break
             h.wfile.write(b"0\r\n\r\n")
