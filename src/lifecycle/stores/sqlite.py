@@ -10,14 +10,16 @@ flush: each caller's write is queued, one of them (the leader) writes the whole 
 item in its own savepoint with its own compare-and-set, commits once, and only then answers
 every caller with its own result.
 
-Where things are (ADR 0153): :class:`SQLiteStore`, here, is the coordinator -- it owns the
-connections and their lock, the handle's history tag (``_sqlite_history``), the status cache
-and its coherence check (``_cache``), and answers the protocol. What one commit writes, and
-the transaction, is ``_sqlite_write`` (values as JSON and 64-bit integers: ``_sqlite_codec``);
-group commit's queue and leader, ``_sqlite_group``; the delivery marks held for the next
-commit and their marker thread, ``_sqlite_marks``; the journal read back, snapshots and
-compaction, ``_sqlite_journal``; the tables and their migration at open, ``_sqlite_schema``;
-record schema reports and upgrades, ``_sqlite_upgrade``.
+Where things are, for a reader of the source (ADR 0153): :class:`SQLiteStore`, in this file,
+is the coordinator -- it owns the connections and their lock, the handle's history tag, the
+status cache and its coherence check, and answers the protocol. Its parts sit in the files
+beside this one, each named for what it owns: ``_sqlite_write.py``, what one commit writes
+and the transaction (values as JSON and 64-bit integers: ``_sqlite_codec.py``);
+``_sqlite_group.py``, group commit's queue, leader and flush; ``_sqlite_marks.py``, the
+delivery marks held for the next commit and their marker thread; ``_sqlite_journal.py``, the
+journal read back, snapshots and compaction; ``_sqlite_schema.py``, the tables and their
+migration at open; ``_sqlite_upgrade.py``, record schema reports and upgrades;
+``_sqlite_history.py``, epochs across a restored copy.
 """
 
 from __future__ import annotations
