@@ -561,7 +561,7 @@ class SQLiteStore:
     def mark_delivered(self, ids: Iterable[str]) -> None:
         """Delete delivered rows. The mark need not be durable (lost in a crash, an event is
         delivered again under its id): it rides with the next commit's transaction (ADR
-        0132), or -- once ``_HELD_MARKS`` wait, and at a claim or close -- is written in its
+        0132), or -- once ``HELD_MARKS`` wait, and at a claim or close -- is written in its
         own at ``synchronous=NORMAL``; with group commit, marks share transactions too: a
         mark made while one is in progress is carried by the next (ADR 0026)."""
         done = [str(i) for i in ids]
