@@ -40,8 +40,6 @@ from .._core.schema import SchemaCount, load_status
 from .._core.transition import Transition
 from .._log import get_logger
 from . import _sqlite_history as history
-from . import _sqlite_journal as retention
-from . import _sqlite_upgrade as upgrades
 from ._cache import StatusCache
 from ._sqlite_codec import int64, loads
 from ._sqlite_group import GroupCommit
@@ -491,6 +489,8 @@ class SQLiteStore:
         return row.expected + 1
 
     def journal(self, machine: Machine[Any], ref: ObjectRef) -> list[JournalEntry]:
+        from . import _sqlite_journal as retention  # the history's part, at its first use
+
         return retention.journal(self, machine, ref)
 
     def records(self, machine: Machine[Any]) -> Iterator[Record]:
@@ -511,6 +511,8 @@ class SQLiteStore:
 
     # -- retention (RetentionStore) -----------------------------------------------------
     def snapshot(self, machine: Machine[Any], ref: ObjectRef) -> Snapshot | None:
+        from . import _sqlite_journal as retention
+
         return retention.snapshot(self, machine, ref)
 
     def compact(
@@ -519,12 +521,16 @@ class SQLiteStore:
         """Drop all but the last ``keep`` journal entries of each object behind a snapshot,
         one transaction per object; an object whose journal does not fold to its status is
         left as it is (and logged). Returns how many entries were dropped."""
+        from . import _sqlite_journal as retention
+
         return retention.compact(self, machine, keep, refs)
 
     # -- schema versions (SchemaStore, ADR 0088) -------------------------------------------
     def schema_versions(self) -> list[SchemaCount]:
         """Per machine, kind of record, version and fingerprint: how many, one example uid
         (one aggregate read)."""
+        from . import _sqlite_upgrade as upgrades  # record schemas' part, at its first use
+
         return upgrades.schema_versions(self)
 
     def upgrade(self, machine: Machine[Any], *, batch: int = 500) -> UpgradeReport:
@@ -532,6 +538,8 @@ class SQLiteStore:
         version, ``batch`` rows per transaction (see :class:`~lifecycle.stores.SchemaStore`).
         Rows are read and upcast outside the write transaction; each is then set only if its
         version and schema are still what was read, so a concurrent commit wins."""
+        from . import _sqlite_upgrade as upgrades
+
         return upgrades.upgrade(self, machine, batch)
 
     def claim_undelivered(self, limit: int = 1000) -> list[Transition]:
