@@ -31,6 +31,14 @@ __all__ = ["compact", "journal", "snapshot"]
 
 _log = get_logger("lifecycle.stores")
 
+_JOURNAL = (
+    "SELECT version, at, observation, fields, transitions, schema_version, "
+    "schema_fingerprint FROM journal WHERE uid = ? ORDER BY version"
+)
+_SNAPSHOT = (
+    "SELECT version, status, schema_version, schema_fingerprint FROM snapshots WHERE uid = ?"
+)
+
 
 class Coordinator(Connected, Protocol):
     """What the history uses of the store that holds it besides its connection: whether it
@@ -53,18 +61,22 @@ def _identity(db: sqlite3.Connection, machine: Machine[Any], ref: ObjectRef) -> 
         check_identity(row[0], row[1], row[2], row[3], machine.name, ref)
 
 
-def journal(store: Coordinator, machine: Machine[Any], ref: ObjectRef) -> list[JournalEntry]:
-    """``ref``'s journal, oldest first (:meth:`~.sqlite.SQLiteStore.journal`)."""
+def _rows_of(
+    store: Coordinator, machine: Machine[Any], ref: ObjectRef, what: str, sql: str
+) -> list[Any]:
+    """The rows ``sql`` reads for ``ref`` (its uid the one parameter), its identity checked
+    first, in one hold of the store's lock; a failed read names ``what``."""
     with store._lock:
         try:
             _identity(store._db, machine, ref)
-            rows = store._db.execute(
-                "SELECT version, at, observation, fields, transitions, schema_version, "
-                "schema_fingerprint FROM journal WHERE uid = ? ORDER BY version",
-                (ref.uid,),
-            ).fetchall()
+            return store._db.execute(sql, (ref.uid,)).fetchall()
         except sqlite3.Error as e:
-            raise store._fail(f"journal of {ref.uid}", e) from e
+            raise store._fail(f"{what} of {ref.uid}", e) from e
+
+
+def journal(store: Coordinator, machine: Machine[Any], ref: ObjectRef) -> list[JournalEntry]:
+    """``ref``'s journal, oldest first (:meth:`~.sqlite.SQLiteStore.journal`)."""
+    rows = _rows_of(store, machine, ref, "journal", _JOURNAL)
     with store._decoding(f"journal of {ref.uid}"):
         return [
             JournalEntry(
@@ -78,18 +90,10 @@ def journal(store: Coordinator, machine: Machine[Any], ref: ObjectRef) -> list[J
 
 def snapshot(store: Coordinator, machine: Machine[Any], ref: ObjectRef) -> Snapshot | None:
     """``ref``'s snapshot, or ``None`` (:meth:`~.sqlite.SQLiteStore.snapshot`)."""
-    with store._lock:
-        try:
-            _identity(store._db, machine, ref)
-            row = store._db.execute(
-                "SELECT version, status, schema_version, schema_fingerprint FROM snapshots "
-                "WHERE uid = ?",
-                (ref.uid,),
-            ).fetchone()
-        except sqlite3.Error as e:
-            raise store._fail(f"snapshot of {ref.uid}", e) from e
-    if row is None:
+    rows = _rows_of(store, machine, ref, "snapshot", _SNAPSHOT)  # one at most: uid is its key
+    if not rows:
         return None
+    row = rows[0]
     with store._decoding(f"snapshot of {ref.uid}"):
         return Snapshot(row[0], load_status(machine, loads(row[1]), row[2], row[3]))
 
