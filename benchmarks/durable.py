@@ -88,14 +88,14 @@ def raw_insert(path: Path, synchronous: str, chunk: int) -> Callable[[], int]:
 
 
 class SchemaByHand:
-    """The library's tables (its own DDL, read from ``stores/sqlite.py``), written by hand:
+    """The library's tables (its own DDL, from ``stores/_sqlite_schema.py``), written by hand:
     per observation the status row, the journal entry and one outbox row."""
 
     def __init__(self, path: Path, synchronous: str) -> None:
         self.db = connect(path, synchronous)
-        from lifecycle.stores import sqlite as module
+        from lifecycle.stores import _sqlite_schema as module
 
-        self.db.executescript(module._SCHEMA)
+        self.db.executescript(module.SCHEMA)
         self.names = Names("h")
 
     def rows(self, ref: ObjectRef) -> tuple[tuple[Any, ...], tuple[Any, ...], tuple[Any, ...]]:

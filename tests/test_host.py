@@ -19,12 +19,12 @@ from hypothesis import strategies as st
 
 from lifecycle import MemoryStore, MissingExtra, ObjectRef, Observation, Runner, UnknownMachine
 from lifecycle.adapters import Tracked
-from lifecycle.adapters.fake import FakeProvider, FakeSpec
 from lifecycle.host import HostLoop, Poll, Watched
 from lifecycle.machines import MachineRegistry
 from lifecycle.machines.pod import POD, CreateRequested, ProvisionSucceeded
 from lifecycle.stores.kubernetes import CustomResource, ObjectChange
 from lifecycle.testing import FakeApiServer, conditions_crd_schema
+from lifecycle.testing.fakes import FakeProvider, FakeSpec
 from tests.host_machine import MIRROR, MirrorStatus, Saw, Vanished
 from tests.test_core_install import run_blocked
 

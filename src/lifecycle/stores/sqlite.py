@@ -9,12 +9,22 @@ With ``group_commit=True`` (ADR 0026) concurrent ``commit`` calls share one tran
 flush: each caller's write is queued, one of them (the leader) writes the whole queue, each
 item in its own savepoint with its own compare-and-set, commits once, and only then answers
 every caller with its own result.
+
+Where things are, for a reader of the source (ADR 0153): :class:`SQLiteStore`, in this file,
+is the coordinator -- it owns the connections and their lock, the handle's history tag, the
+status cache and its coherence check, and answers the protocol. Its parts sit in the files
+beside this one, each named for what it owns: ``_sqlite_write.py``, what one commit writes
+and the transaction (values as JSON and 64-bit integers: ``_sqlite_codec.py``);
+``_sqlite_group.py``, group commit's queue, leader and flush; ``_sqlite_marks.py``, the
+delivery marks held for the next commit and their marker thread; ``_sqlite_journal.py``, the
+journal read back, snapshots and compaction; ``_sqlite_schema.py``, the tables and their
+migration at open; ``_sqlite_upgrade.py``, record schema reports and upgrades;
+``_sqlite_history.py``, epochs across a restored copy.
 """
 
 from __future__ import annotations
 
 import contextlib
-import functools
 import sqlite3
 import threading
 import time
@@ -23,28 +33,27 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal
 
-import attrs
-
-from .._core import threads
-from .._core.bounds import INT_MAX, INT_MIN
-from .._core.errors import Conflict, IdentityMismatch, StoreError, preview
+from .._core.errors import Conflict, StoreError
 from .._core.machine import Machine
 from .._core.observation import Observation
 from .._core.refs import ObjectRef
-from .._core.schema import (
-    SchemaCount,
-    load_observation,
-    load_status,
-    merge_counts,
-    upgraded_observation,
-    upgraded_status,
-)
+from .._core.schema import SchemaCount, load_status
 from .._core.transition import Transition
 from .._log import get_logger
 from . import _sqlite_find
 from . import _sqlite_history as history
 from ._cache import StatusCache
+from ._sqlite_codec import int64, loads
+from ._sqlite_group import GroupCommit
 from ._sqlite_history import HistoryRewind, SQLiteHistory
+from ._sqlite_marks import MARK_DELAY as _MARK_DELAY
+from ._sqlite_marks import MARKER_IDLE as _MARKER_IDLE
+from ._sqlite_marks import OUTBOX_SUMMARY as OUTBOX_SUMMARY
+from ._sqlite_marks import HeldMarks, delete_marked
+from ._sqlite_marks import outbox_summary_of as outbox_summary_of
+from ._sqlite_schema import SCHEMA_VERSION as SCHEMA_VERSION
+from ._sqlite_schema import prepare
+from ._sqlite_write import CHUNK, INSERT_JOURNAL, LOAD, Row, Tx, Writer, encode
 from .base import (
     CommitItem,
     Found,
@@ -54,147 +63,18 @@ from .base import (
     Snapshot,
     StateCount,
     UpgradeReport,
-    check_batch,
     check_identity,
     check_query,
     epoch_time,
-    journal_start,
-    plan_compaction,
     transition_from_row,
-    transition_to_row,
 )
 
 if TYPE_CHECKING:
     from pathlib import Path
 
-SCHEMA_VERSION = 4  # 4: objects.entered and its triggers (ADR 0159)
-_CHUNK = 500  # uids per IN (...) query: well under SQLite's variable limit
-
-
-@functools.cache
-def _encoder() -> Callable[[Any], str]:
-    """``json``'s compact encoder, built once, at the first write: ``json`` and ``orjson``
-    (which imports ``json``, ``dataclasses`` and ``uuid``) are imported when a store first
-    writes or reads, not with the store's class (ADR 0139)."""
-    import json
-
-    return json.JSONEncoder(separators=(",", ":")).encode
-
-
-def _dumps(value: Any) -> str:
-    """Compact JSON text (``json``): a status, which a machine computes."""
-    return _encoder()(value)
-
-
-def _dumps_bounded(value: Any) -> str:
-    """Compact JSON text of a value within the input bounds (ADR 0073: finite numbers,
-    64-bit integers) -- an observation's fields, a transition: ``orjson``, a third of the
-    cost of ``json``; ``json`` for anything it refuses. (A status, which a machine computes,
-    goes through ``json``: orjson would write a NaN as ``null``.)"""
-    import orjson
-
-    try:
-        return orjson.dumps(value).decode()
-    except orjson.JSONEncodeError:
-        return _dumps(value)
-
-
-def _loads(text: str) -> Any:
-    """Parse stored JSON text: ``orjson``, or ``json`` for what it refuses (``NaN``, which
-    an older writer may have stored)."""
-    import orjson
-
-    try:
-        return orjson.loads(text)
-    except orjson.JSONDecodeError:
-        import json
-
-        return json.loads(text)
-
-
 _log = get_logger("lifecycle.stores")
 
-_SCHEMA = (
-    """
-CREATE TABLE IF NOT EXISTS lifecycle_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS objects (
-    uid TEXT PRIMARY KEY,
-    machine TEXT NOT NULL,
-    kind TEXT NOT NULL,
-    namespace TEXT NOT NULL,
-    name TEXT NOT NULL,
-    state TEXT NOT NULL,
-    version INTEGER NOT NULL,
-    status TEXT NOT NULL,
-    schema_version INTEGER NOT NULL DEFAULT 1,
-    schema_fingerprint TEXT NOT NULL DEFAULT ''
-);
-CREATE INDEX IF NOT EXISTS objects_by_machine ON objects (machine, state);
-CREATE TABLE IF NOT EXISTS journal (
-    uid TEXT NOT NULL,
-    version INTEGER NOT NULL,
-    at TEXT NOT NULL,
-    observation TEXT NOT NULL,
-    fields TEXT NOT NULL,
-    transitions TEXT NOT NULL,
-    schema_version INTEGER NOT NULL DEFAULT 1,
-    schema_fingerprint TEXT NOT NULL DEFAULT '',
-    PRIMARY KEY (uid, version)
-) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS outbox (
-    id TEXT PRIMARY KEY,
-    uid TEXT NOT NULL,
-    version INTEGER NOT NULL,
-    n INTEGER NOT NULL,
-    payload TEXT NOT NULL,
-    claimed_by TEXT,
-    claimed_until REAL
-);
-CREATE INDEX IF NOT EXISTS outbox_order ON outbox (uid, version, n);
-CREATE TABLE IF NOT EXISTS snapshots (
-    uid TEXT PRIMARY KEY,
-    version INTEGER NOT NULL,
-    status TEXT NOT NULL,
-    schema_version INTEGER NOT NULL DEFAULT 1,
-    schema_fingerprint TEXT NOT NULL DEFAULT ''
-) WITHOUT ROWID;
-"""
-    + history.EPOCHS_TABLE
-)
-#: Schema 3 (ADR 0088): every status, journal entry and snapshot records the version and
-#: fingerprint of its machine's schema. Rows written before get version 1 and no fingerprint:
-#: the tables as they were then are version 1 by definition.
-_SCHEMA_COLUMNS = (
-    "schema_version INTEGER NOT NULL DEFAULT 1",
-    "schema_fingerprint TEXT NOT NULL DEFAULT ''",
-)
-_INSERT_OBJECT = (
-    "INSERT INTO objects (uid, machine, kind, namespace, name, state, version, status, "
-    "schema_version, schema_fingerprint) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
-)
-_INSERT_JOURNAL = (
-    "INSERT INTO journal (uid, version, at, observation, fields, transitions, schema_version, "
-    "schema_fingerprint) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
-)
-
-#: Group commit (ADR 0026): the compare-and-set of many objects in one statement each.
-_NEW_RETURNING = "ON CONFLICT (uid) DO NOTHING RETURNING uid"
-_UPDATE_ALL = (
-    "WITH v (uid, expected, machine, kind, namespace, name, state, version, status, sv, fp) "
-    "AS (VALUES {values}) "
-    "UPDATE objects SET state = v.state, version = v.version, status = v.status, "
-    "schema_version = v.sv, schema_fingerprint = v.fp FROM v "
-    "WHERE objects.uid = v.uid AND objects.version = v.expected AND objects.machine = v.machine "
-    "AND objects.kind = v.kind AND objects.namespace = v.namespace AND objects.name = v.name "
-    "RETURNING objects.uid"
-)
-
 Synchronous = Literal["OFF", "NORMAL", "FULL", "EXTRA"]
-#: An object's row with its identity, to check it in the same read (``check_identity``).
-_LOAD = (
-    "SELECT version, status, machine, kind, namespace, name, schema_version, schema_fingerprint "
-    "FROM objects WHERE uid = ?"
-)
 
 
 class SQLiteStore:
@@ -250,25 +130,22 @@ class SQLiteStore:
         self._busy_timeout = busy_timeout
         self._clock = clock
         self._keep_journal = journal
+        #: what each commit writes, inside a transaction this store holds (``_sqlite_write``)
+        self._writer = Writer(owner, journal)
         #: the coherent status cache (``cache=N``, ADR 0134), or ``None``
         self.cache: StatusCache | None = StatusCache(cache) if cache else None
         self._version_cursor: sqlite3.Cursor | None = None
         self._lock = threading.RLock()
         #: Commits waiting for, or in, a shared flush (``group_commit=True``), and the
         #: connection reads take meanwhile.
-        self._group: _Group | None = _Group() if group_commit else None
+        self._group: GroupCommit | None = GroupCommit() if group_commit else None
         #: Without group commit: delivery marks held for the next commit's transaction (up to
-        #: ``_HELD_MARKS``; ADR 0132), so a changed observe is one transaction.
-        self._held: list[str] = []
-        self._held_lock = threading.Lock()
-        #: wakes the thread that writes held marks no commit took within ``_MARK_DELAY``
-        self._held_waiting = threading.Event()
-        self._marker: threading.Thread | None = None
-        #: Times a marker thread could not be started (ADR 0140): marks were then written
-        #: by the caller, or by the next commit, claim or close.
-        self.marker_refusals = 0
-        self._stop_marker = threading.Event()
-        self._closing = False
+        #: ``HELD_MARKS``; ADR 0132), so a changed observe is one transaction, and the marker
+        #: thread that writes those no commit took within the mark delay (``_sqlite_marks``).
+        #: (The delay and the idle time are read here: a test may shorten them.)
+        self._marks = HeldMarks(
+            min(_MARK_DELAY, lease_seconds / 10), _MARKER_IDLE, weakref.WeakMethod(self._marks_due)
+        )
         self._reader: sqlite3.Connection | None = None
         self._read_lock = threading.Lock()
         #: Transactions ``commit`` ran (with group commit, fewer than the commits answered).
@@ -287,18 +164,7 @@ class SQLiteStore:
             self._db = sqlite3.connect(
                 self.path, timeout=busy_timeout, isolation_level=None, check_same_thread=False
             )
-            self._refuse_a_newer_schema()
-            self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute(f"PRAGMA synchronous={synchronous}")
-            self._db.executescript(_SCHEMA)
-            self._add_schema_columns()
-            with self._transaction() as db:  # schema 4 (ADR 0159)
-                _sqlite_find.migrate(db)
-            self._db.execute(
-                "INSERT INTO lifecycle_meta VALUES ('schema_version', ?) ON CONFLICT (key) "
-                "DO UPDATE SET value = excluded.value WHERE CAST(value AS INTEGER) < ?",
-                (str(SCHEMA_VERSION), SCHEMA_VERSION),
-            )
+            prepare(self._db, self.path, synchronous)
             with self._transaction() as db:
                 self.epoch, rewind = history.begin_session(
                     db, self.path, durable=synchronous != "OFF", owner=self.owner
@@ -321,34 +187,6 @@ class SQLiteStore:
                 hint = f" (folder {Path(self.path).parent} does not exist; sqlite:////ABS/PATH)"
             raise StoreError(f"cannot open SQLite store {self.path}: {e}{hint}") from e
 
-    def _refuse_a_newer_schema(self) -> None:
-        """Before anything is written (not even the journal mode): a store a newer release
-        marked with a schema version this one does not know is refused, as PostgreSQL's is
-        (:class:`StoreError`; the CLI exits 2). Its tables may mean what this release cannot
-        read, and writing them could break the release that made them."""
-        try:
-            found = self._db.execute(
-                "SELECT value FROM lifecycle_meta WHERE key = 'schema_version'"
-            ).fetchone()
-        except sqlite3.OperationalError:  # no such table: a new file, or one before schemas
-            return
-        version = found[0] if found is not None else None
-        try:
-            number = int(version) if version is not None else None
-        except (TypeError, ValueError):
-            number = -1
-        if number is None or 0 < number <= SCHEMA_VERSION:
-            return
-        self._db.close()
-        if number > SCHEMA_VERSION:
-            problem = (
-                f"its schema is at version {number}, newer than this release knows "
-                f"({SCHEMA_VERSION}); upgrade lifecycle"
-            )
-        else:
-            problem = f"its schema version {preview(version)} is not one this release knows"
-        raise StoreError(f"SQLite store {self.path}: {problem} (nothing was written)")
-
     def _writing(self) -> None:
         """Before this handle's first write (under ``_lock``): a new history tag, in its own
         transaction, so a copy of the file taken before this write is recognised as older
@@ -366,7 +204,7 @@ class SQLiteStore:
             db = sqlite3.connect(self.path, timeout=self._busy_timeout, isolation_level=None)
             try:
                 db.execute(f"PRAGMA synchronous={self._synchronous}")
-                with _Tx(db):
+                with Tx(db):
                     history.advance(db, sidecar, durable=self._synchronous != "OFF")
             finally:
                 db.close()
@@ -377,22 +215,6 @@ class SQLiteStore:
             raise StoreError(
                 f"SQLite store {self.path}: cannot advance its history tag ({sidecar}): {e}"
             ) from e
-
-    def _add_schema_columns(self) -> None:
-        """Migrate a store of schema 2: add the record-schema columns (ADR 0088), once, in
-        one transaction (another process opening it at once waits, then finds them)."""
-        tables = ("objects", "journal", "snapshots")
-        if all(self._has_schema_columns(t) for t in tables):
-            return
-        with self._transaction() as db:
-            for table in tables:
-                if not self._has_schema_columns(table):
-                    for column in _SCHEMA_COLUMNS:
-                        db.execute(f"ALTER TABLE {table} ADD COLUMN {column}")
-
-    def _has_schema_columns(self, table: str) -> bool:
-        names = {row[1] for row in self._db.execute(f"PRAGMA table_info({table})")}
-        return "schema_fingerprint" in names
 
     @property
     def group_commit(self) -> bool:
@@ -405,6 +227,17 @@ class SQLiteStore:
         of it (``ThreadedStore``) sizes itself by this; 1 without group commit."""
         return 64 if self._group is not None else 1
 
+    @property
+    def marker_refusals(self) -> int:
+        """Times a marker thread could not be started (ADR 0140): marks were then written
+        by the caller, or by the next commit, claim or close."""
+        return self._marks.refusals
+
+    @property
+    def _marker(self) -> threading.Thread | None:
+        """The thread that writes held marks no commit took, while one runs."""
+        return self._marks.marker
+
     # -- plumbing -----------------------------------------------------------------------
     def _reading(self) -> tuple[sqlite3.Connection, threading.Lock | threading.RLock]:
         """The connection reads use, and its lock: the reader with group commit (reads do
@@ -413,8 +246,8 @@ class SQLiteStore:
             return self._reader, self._read_lock
         return self._db, self._lock
 
-    def _transaction(self) -> _Tx:
-        return _Tx(self._db)
+    def _transaction(self) -> Tx:
+        return Tx(self._db)
 
     def _fail(self, what: str, e: BaseException) -> StoreError:
         return StoreError(f"SQLite store {self.path}: {what} failed: {e}")
@@ -466,7 +299,7 @@ class SQLiteStore:
         db, lock = self._reading()
         with lock:
             try:
-                row = db.execute(_LOAD, (ref.uid,)).fetchone()
+                row = db.execute(LOAD, (ref.uid,)).fetchone()
             except sqlite3.Error as e:
                 raise self._fail(f"load of {ref.uid}", e) from e
         if row is None:
@@ -475,7 +308,7 @@ class SQLiteStore:
         if m != machine.name or kind != ref.kind or namespace != ref.namespace or name != ref.name:
             check_identity(m, kind, namespace, name, machine.name, ref)
         with self._decoding(f"status of {ref.uid}"):
-            return Record(ref, machine.name, load_status(machine, _loads(status), sv, fp), version)
+            return Record(ref, machine.name, load_status(machine, loads(status), sv, fp), version)
 
     def commit(
         self,
@@ -486,7 +319,7 @@ class SQLiteStore:
         observation: Observation,
         transitions: Sequence[Transition],
     ) -> int:
-        row = self._encode(machine, ref, expected, status, observation, transitions)
+        row = encode(machine, ref, expected, status, observation, transitions)
         if self.cache is None:
             return self._commit_row(row)
         with self.cache.flight(machine, ref) as flight:
@@ -494,20 +327,20 @@ class SQLiteStore:
             flight.record = Record(ref, machine.name, status, version)
         return version
 
-    def _commit_row(self, row: _Row) -> int:
+    def _commit_row(self, row: Row) -> int:
         ref, expected = row.ref, row.expected
         if self._group is not None:
-            return self._commit_grouped(self._group, row)
+            return self._group.commit(self, row)
         lease_until = self._clock() + self._lease
         with self._lock:
             self._writing()
             self.flushes += 1
-            marks = self._take_held()
+            marks = self._marks.take()
             try:
                 with self._transaction() as db:
-                    self._write(db, row, lease_until)
+                    self._writer.write(db, row, lease_until)
                     if marks:  # the last deliveries' marks ride with this commit
-                        _delete_marked(db, marks)
+                        delete_marked(db, marks)
             except sqlite3.Error as e:
                 self._hold(marks)  # rolled back: the next transaction carries them
                 raise self._fail(f"commit of {ref.uid} v{expected + 1}", e) from e
@@ -516,319 +349,10 @@ class SQLiteStore:
                 raise
         return expected + 1
 
-    def _take_held(self) -> list[str]:
-        with self._held_lock:
-            marks, self._held = self._held, []
-        return marks
-
     def _hold(self, marks: list[str]) -> None:
         """Put ``marks`` back for the next transaction (the one that took them did not land),
         and have the marker thread see them."""
-        if marks:
-            with self._held_lock:
-                self._held[:0] = marks
-                self._wake_marker()  # no thread: the next commit, claim or close takes them
-
-    # -- group commit (ADR 0026) --------------------------------------------------------
-    def _commit_grouped(self, group: _Group, row: _Row) -> int:
-        """Queue ``row``. The first caller to find no transaction in progress leads
-        (:meth:`_lead`); the others sleep until their write's transaction is over, each on its
-        own lock, and are woken one by one with their own outcome -- or, the first of the
-        queue, with none: it leads the next transaction."""
-        slot = _Slot(row)
-        with group.mutex:
-            group.queue.append(slot)
-            lead = not group.leading
-            group.leading = True
-        if not lead:
-            slot.wake.acquire()  # until answered, or handed the lead
-            lead = slot.outcome is None
-        if lead:
-            self._lead(group)
-        outcome = slot.outcome
-        if isinstance(outcome, BaseException):
-            raise outcome
-        assert outcome is not None
-        return outcome
-
-    def _lead(self, group: _Group) -> None:
-        """As the group's leader: write the whole queue and the waiting delivery marks in one
-        transaction (:meth:`_flush`), answer each caller, then hand the lead to the first
-        caller queued meanwhile -- or stand down. Marks alone (no commit waiting) are deleted
-        by the leader itself."""
-        while True:
-            # the marks are taken and written under the store's lock: a claim between the two
-            # would lease rows already delivered and hand them out again
-            with self._lock:
-                with group.mutex:
-                    batch, group.queue = group.queue, []
-                    marks, group.marks = group.marks, []
-                    if not batch and not marks:
-                        group.leading = False
-                        return
-                try:
-                    if batch:
-                        self._flush(batch, marks)
-                    else:
-                        self._mark_quietly(marks)
-                finally:
-                    for slot in batch:  # every outcome is set: wake its caller
-                        slot.wake.release()
-                    with group.mutex:
-                        successor = group.queue[0] if group.queue else None
-                        again = successor is None and bool(group.marks)  # marks only: do them
-                        if successor is None and not again:
-                            group.leading = False
-            if successor is not None:
-                successor.wake.release()  # woken without an outcome: it leads
-            if not again:
-                return
-
-    def _take_marks(self) -> list[str]:
-        """The delivery marks waiting for the next transaction (held ones, and group
-        commit's)."""
-        marks = self._take_held()
-        group = self._group
-        if group is None:
-            return marks
-        with group.mutex:
-            more, group.marks = group.marks, []
-        return marks + more
-
-    def _flush(self, batch: list[_Slot], marks: list[str]) -> None:
-        """Write ``batch`` (and delete the delivered ``marks``) in one transaction, each item
-        with its own compare-and-set, and commit once. If the transaction cannot be begun or
-        committed, every item of the batch gets a :class:`StoreError`."""
-        lease_until = self._clock() + self._lease
-        with self._lock:
-            try:
-                self._writing()
-            except StoreError as e:
-                for slot in batch:
-                    slot.outcome = e
-                return
-            self.flushes += 1
-            try:
-                if len(batch) == 1:  # a lone caller: the plain commit
-                    self._flush_one(batch[0], marks, lease_until)
-                else:
-                    self._flush_many(batch, marks, lease_until)
-            except sqlite3.Error as e:
-                for slot in batch:  # one flush for all: its failure is every caller's
-                    what = f"commit of {slot.row.ref.uid} v{slot.row.expected + 1}"
-                    if len(batch) > 1:
-                        what = f"group commit of {len(batch)} writes ({what})"
-                    slot.outcome = self._fail(what, e)
-            except BaseException as e:  # never leave a caller waiting for an answer
-                with contextlib.suppress(sqlite3.Error):
-                    if self._db.in_transaction:
-                        self._db.execute("ROLLBACK")
-                for slot in batch:
-                    if not isinstance(slot.outcome, int):
-                        slot.outcome = StoreError(f"group commit interrupted: {e!r}")
-                raise
-
-    def _flush_one(self, slot: _Slot, marks: list[str], lease_until: float) -> None:
-        try:
-            with self._transaction() as db:
-                self._write(db, slot.row, lease_until)
-                _delete_marked(db, marks)
-        except (Conflict, IdentityMismatch) as e:
-            slot.outcome = e
-            return
-        slot.outcome = slot.row.expected + 1
-
-    def _flush_many(self, batch: list[_Slot], marks: list[str], lease_until: float) -> None:
-        """As :meth:`commit_many`: every item's compare-and-set, then the journal and outbox
-        rows of those that passed in one statement each; if a stray row refuses an insert,
-        the transaction is done again with each item in its own savepoint."""
-        written: list[_Slot] = []
-        try:
-            with self._transaction() as db:
-                journal: list[tuple[Any, ...]] = []
-                outbox: list[tuple[Any, ...]] = []
-                passed = self._cas_all(db, [slot.row for slot in batch])
-                for slot in batch:
-                    try:
-                        if passed is None:
-                            self._cas(db, slot.row)  # a refused CAS writes nothing
-                        elif slot.row.ref.uid not in passed:
-                            row = slot.row
-                            raise self._conflict(row.machine, row.ref, row.expected)
-                    except (Conflict, IdentityMismatch) as e:
-                        slot.outcome = e
-                        continue
-                    written.append(slot)
-                    journal.append(self._journal_row(slot.row))
-                    outbox.extend(self._outbox_rows(slot.row, lease_until))
-                if self._keep_journal and journal:
-                    db.executemany(_INSERT_JOURNAL, journal)
-                if outbox:
-                    db.executemany("INSERT INTO outbox VALUES (?, ?, ?, ?, ?, ?, ?)", outbox)
-                _delete_marked(db, marks)
-        except sqlite3.IntegrityError:  # a stray row: find the item it belongs to
-            written = []
-            with self._transaction() as db:
-                for slot in batch:
-                    slot.outcome = self._item_in_savepoint(db, slot.row, lease_until)
-                    if slot.outcome is None:
-                        written.append(slot)
-                _delete_marked(db, marks)
-        for slot in written:  # committed: only now is anyone told
-            slot.outcome = slot.row.expected + 1
-
-    def _cas_all(self, db: sqlite3.Connection, rows: list[_Row]) -> set[str] | None:
-        """Every row's compare-and-set in a few statements -- an ``INSERT ... ON CONFLICT DO
-        NOTHING`` of the new objects and an ``UPDATE ... FROM`` of the stored ones, each
-        ``RETURNING`` the uids it wrote, :data:`_CHUNK` rows at a time -- so a group or a
-        batch costs a few calls into SQLite, not one per item. ``None`` (nothing written) when
-        a uid appears twice: the rows then go one by one, in order."""
-        if len({row.ref.uid for row in rows}) != len(rows):
-            return None
-        passed: set[str] = set()
-        new = [row for row in rows if row.expected == 0]
-        stored = [row for row in rows if row.expected != 0]
-        insert = _INSERT_OBJECT.partition(" VALUES ")[0]
-        for start in range(0, len(new), _CHUNK):
-            part = new[start : start + _CHUNK]
-            params: list[Any] = []
-            for row in part:
-                ref = row.ref
-                params += (ref.uid, row.machine, ref.kind, ref.namespace, ref.name, row.state,
-                           1, row.status, row.schema_version, row.fingerprint)  # fmt: skip
-            values = ",".join(["(?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"] * len(part))
-            sql = f"{insert} VALUES {values} {_NEW_RETURNING}"
-            passed.update(uid for (uid,) in db.execute(sql, params).fetchall())
-        for start in range(0, len(stored), _CHUNK):
-            part = stored[start : start + _CHUNK]
-            params = []
-            for row in part:
-                ref = row.ref
-                params += (ref.uid, row.expected, row.machine, ref.kind, ref.namespace, ref.name,
-                           row.state, row.expected + 1, row.status, row.schema_version,
-                           row.fingerprint)  # fmt: skip
-            values = ",".join(["(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"] * len(part))
-            sql = _UPDATE_ALL.format(values=values)
-            passed.update(uid for (uid,) in db.execute(sql, params).fetchall())
-        return passed
-
-    def _item_in_savepoint(
-        self, db: sqlite3.Connection, row: _Row, lease_until: float
-    ) -> BaseException | None:
-        """One item of a group in its own savepoint: ``None`` once written, else why not."""
-        db.execute("SAVEPOINT item")
-        try:
-            self._write(db, row, lease_until)
-        except (Conflict, IdentityMismatch) as e:
-            db.execute("ROLLBACK TO item")
-            return e
-        except sqlite3.IntegrityError as e:
-            db.execute("ROLLBACK TO item")
-            return self._fail(f"commit of {row.ref.uid} v{row.expected + 1}", e)
-        finally:
-            db.execute("RELEASE item")
-        return None
-
-    def _encode(
-        self,
-        machine: Machine[Any],
-        ref: ObjectRef,
-        expected: int,
-        status: Any,
-        observation: Observation,
-        transitions: Sequence[Transition],
-    ) -> _Row:
-        _int64("expected version", expected, ref.uid, room=1)
-        try:
-            status_json = _dumps(machine.dump_status(status))
-            fields_json = _dumps_bounded(machine.dump_observation(observation))
-            events = [_dumps_bounded(transition_to_row(t)) for t in transitions]
-        except (TypeError, ValueError) as e:
-            raise StoreError(f"cannot serialise the status of {ref}: {e}") from e
-        return _Row(
-            machine.name,
-            ref,
-            expected,
-            status.state,
-            status_json,
-            observation,
-            fields_json,
-            tuple(transitions),
-            events,
-            machine.schema.version,
-            machine.schema.fingerprint,
-        )
-
-    def _write(self, db: sqlite3.Connection, row: _Row, lease_until: float) -> None:
-        """The compare-and-set write of one object, inside the caller's transaction."""
-        self._cas(db, row)
-        if self._keep_journal:
-            db.execute(_INSERT_JOURNAL, self._journal_row(row))
-        if row.transitions:
-            db.executemany(
-                "INSERT INTO outbox VALUES (?, ?, ?, ?, ?, ?, ?)",
-                self._outbox_rows(row, lease_until),
-            )
-
-    def _journal_row(self, row: _Row) -> tuple[Any, ...]:
-        obs = row.observation
-        events = "[" + ",".join(row.events) + "]"
-        return (row.ref.uid, row.expected + 1, obs.at.isoformat(), obs.name(), row.fields, events,
-                row.schema_version, row.fingerprint)  # fmt: skip
-
-    def _outbox_rows(self, row: _Row, lease_until: float) -> list[tuple[Any, ...]]:
-        uid = row.ref.uid
-        return [
-            (t.id, uid, t.version, t.n, e, self.owner, lease_until)
-            for t, e in zip(row.transitions, row.events, strict=True)
-        ]
-
-    def _cas(self, db: sqlite3.Connection, row: _Row) -> None:
-        """Compare and set the object's row (raises :class:`Conflict`)."""
-        ref, expected = row.ref, row.expected
-        version = expected + 1
-        if expected == 0:
-            try:
-                db.execute(
-                    _INSERT_OBJECT,
-                    (
-                        ref.uid,
-                        row.machine,
-                        ref.kind,
-                        ref.namespace,
-                        ref.name,
-                        row.state,
-                        version,
-                        row.status,
-                        row.schema_version,
-                        row.fingerprint,
-                    ),
-                )
-            except sqlite3.IntegrityError:
-                raise self._conflict(row.machine, ref, expected) from None
-        else:
-            # the identity is part of the compare-and-set: a row stored for another object
-            # is not updated, and _conflict says which it was
-            cur = db.execute(
-                "UPDATE objects SET state = ?, version = ?, status = ?, schema_version = ?, "
-                "schema_fingerprint = ? WHERE uid = ? "
-                "AND version = ? AND machine = ? AND kind = ? AND namespace = ? AND name = ?",
-                (
-                    row.state,
-                    version,
-                    row.status,
-                    row.schema_version,
-                    row.fingerprint,
-                    ref.uid,
-                    expected,
-                    row.machine,
-                    ref.kind,
-                    ref.namespace,
-                    ref.name,
-                ),
-            )
-            if cur.rowcount != 1:
-                raise self._conflict(row.machine, ref, expected)
+        self._marks.hold(marks)
 
     # -- batches (BatchStore) -----------------------------------------------------------
     def load_many(self, items: Sequence[tuple[Machine[Any], ObjectRef]]) -> list[Record | None]:
@@ -850,8 +374,8 @@ class SQLiteStore:
         db, lock = self._reading()
         with lock:
             try:
-                for start in range(0, len(uids), _CHUNK):
-                    chunk = uids[start : start + _CHUNK]
+                for start in range(0, len(uids), CHUNK):
+                    chunk = uids[start : start + CHUNK]
                     marks = ",".join("?" * len(chunk))
                     for uid, *row in db.execute(
                         "SELECT uid, version, status, machine, kind, namespace, name, "
@@ -872,7 +396,7 @@ class SQLiteStore:
                 out.append(None)
                 continue
             with self._decoding(f"status of {ref.uid}"):
-                status = load_status(machine, _loads(row[1]), row[6], row[7])
+                status = load_status(machine, loads(row[1]), row[6], row[7])
             out.append(Record(ref, machine.name, status, row[0]))
         return out
 
@@ -892,11 +416,11 @@ class SQLiteStore:
         return batch.results
 
     def _commit_many(self, items: Sequence[CommitItem]) -> list[int | StoreError]:
-        rows: list[_Row | StoreError] = []
+        rows: list[Row | StoreError] = []
         for item in items:
             try:
                 rows.append(
-                    self._encode(
+                    encode(
                         item.machine,
                         item.ref,
                         item.expected,
@@ -908,6 +432,7 @@ class SQLiteStore:
             except StoreError as e:
                 rows.append(e)
         lease_until = self._clock() + self._lease
+        writer = self._writer
         out: list[int | StoreError] = []
         with self._lock:
             if any(not isinstance(row, StoreError) for row in rows):
@@ -917,26 +442,26 @@ class SQLiteStore:
                     journal: list[tuple[Any, ...]] = []
                     outbox: list[tuple[Any, ...]] = []
                     valid = [row for row in rows if not isinstance(row, StoreError)]
-                    passed = self._cas_all(db, valid)  # every CAS in one or two statements
+                    passed = writer.cas_all(db, valid)  # every CAS in one or two statements
                     for row in rows:
                         if isinstance(row, StoreError):
                             out.append(row)
                             continue
                         try:
                             if passed is None:
-                                self._cas(db, row)
+                                writer.cas(db, row)
                             elif row.ref.uid not in passed:
-                                raise self._conflict(row.machine, row.ref, row.expected)
+                                raise writer.conflict(db, row.machine, row.ref, row.expected)
                         except Conflict as e:
                             out.append(e)
                             continue
                         out.append(row.expected + 1)
-                        journal.append(self._journal_row(row))
-                        outbox.extend(self._outbox_rows(row, lease_until))
+                        journal.append(writer.journal_row(row))
+                        outbox.extend(writer.outbox_rows(row, lease_until))
                     # the object rows are set one by one (each its own CAS); the journal
                     # entries and the outbox rows of those that passed go in two statements
                     if self._keep_journal and journal:
-                        db.executemany(_INSERT_JOURNAL, journal)
+                        db.executemany(INSERT_JOURNAL, journal)
                     if outbox:
                         db.executemany("INSERT INTO outbox VALUES (?, ?, ?, ?, ?, ?, ?)", outbox)
                 return out
@@ -951,14 +476,14 @@ class SQLiteStore:
                 raise self._fail(f"commit of {len(items)} objects", e) from e
 
     def _savepoint(
-        self, db: sqlite3.Connection, row: _Row | StoreError, lease_until: float
+        self, db: sqlite3.Connection, row: Row | StoreError, lease_until: float
     ) -> int | StoreError:
         """One item of a batch in its own savepoint: its version, or why it was refused."""
         if isinstance(row, StoreError):
             return row
         db.execute("SAVEPOINT item")
         try:
-            self._write(db, row, lease_until)
+            self._writer.write(db, row, lease_until)
         except StoreError as e:
             db.execute("ROLLBACK TO item")
             return e
@@ -969,43 +494,10 @@ class SQLiteStore:
             db.execute("RELEASE item")
         return row.expected + 1
 
-    def _conflict(self, machine: str, ref: ObjectRef, expected: int) -> Conflict:
-        """Why a compare-and-set failed: the :class:`Conflict` to raise, or (raised here)
-        :class:`~lifecycle.IdentityMismatch` when the uid is stored for another object."""
-        row = self._db.execute(_LOAD, (ref.uid,)).fetchone()
-        if row is None:
-            return Conflict(ref.uid, expected, None)
-        check_identity(row[2], row[3], row[4], row[5], machine, ref)
-        return Conflict(ref.uid, expected, row[0])
-
-    def _identity(self, machine: Machine[Any], ref: ObjectRef) -> None:
-        """:func:`check_identity` of ``ref`` against its stored row (if there is one)."""
-        row = self._db.execute(
-            "SELECT machine, kind, namespace, name FROM objects WHERE uid = ?", (ref.uid,)
-        ).fetchone()
-        if row is not None:
-            check_identity(row[0], row[1], row[2], row[3], machine.name, ref)
-
     def journal(self, machine: Machine[Any], ref: ObjectRef) -> list[JournalEntry]:
-        with self._lock:
-            try:
-                self._identity(machine, ref)
-                rows = self._db.execute(
-                    "SELECT version, at, observation, fields, transitions, schema_version, "
-                    "schema_fingerprint FROM journal WHERE uid = ? ORDER BY version",
-                    (ref.uid,),
-                ).fetchall()
-            except sqlite3.Error as e:
-                raise self._fail(f"journal of {ref.uid}", e) from e
-        with self._decoding(f"journal of {ref.uid}"):
-            return [
-                JournalEntry(
-                    version,
-                    load_observation(machine, name, at, _loads(fields), sv, fp),
-                    tuple(transition_from_row(t) for t in _loads(events)),
-                )
-                for version, at, name, fields, events, sv, fp in rows
-            ]
+        from . import _sqlite_journal as retention  # the history's part, at its first use
+
+        return retention.journal(self, machine, ref)
 
     def records(self, machine: Machine[Any]) -> Iterator[Record]:
         with self._lock:
@@ -1020,7 +512,7 @@ class SQLiteStore:
         for kind, namespace, name, uid, version, status, sv, fp in rows:
             ref = ObjectRef(kind, namespace, name, uid)
             with self._decoding(f"status of {uid}"):
-                loaded = load_status(machine, _loads(status), sv, fp)
+                loaded = load_status(machine, loads(status), sv, fp)
             yield Record(ref, machine.name, loaded, version)
 
     # -- questions (FindStore, ADR 0159) -------------------------------------------------
@@ -1045,7 +537,7 @@ class SQLiteStore:
         found = []
         for kind, namespace, name, uid, version, status, sv, fp, entered in rows:
             with self._decoding(f"status of {uid}"):
-                loaded = load_status(machine, _loads(status), sv, fp)
+                loaded = load_status(machine, loads(status), sv, fp)
             record = Record(ObjectRef(kind, namespace, name, uid), machine.name, loaded, version)
             found.append(Found(record, epoch_time(entered)))
         return found
@@ -1062,20 +554,9 @@ class SQLiteStore:
 
     # -- retention (RetentionStore) -----------------------------------------------------
     def snapshot(self, machine: Machine[Any], ref: ObjectRef) -> Snapshot | None:
-        with self._lock:
-            try:
-                self._identity(machine, ref)
-                row = self._db.execute(
-                    "SELECT version, status, schema_version, schema_fingerprint FROM snapshots "
-                    "WHERE uid = ?",
-                    (ref.uid,),
-                ).fetchone()
-            except sqlite3.Error as e:
-                raise self._fail(f"snapshot of {ref.uid}", e) from e
-        if row is None:
-            return None
-        with self._decoding(f"snapshot of {ref.uid}"):
-            return Snapshot(row[0], load_status(machine, _loads(row[1]), row[2], row[3]))
+        from . import _sqlite_journal as retention
+
+        return retention.snapshot(self, machine, ref)
 
     def compact(
         self, machine: Machine[Any], *, keep: int = 0, refs: Iterable[ObjectRef] | None = None
@@ -1083,134 +564,36 @@ class SQLiteStore:
         """Drop all but the last ``keep`` journal entries of each object behind a snapshot,
         one transaction per object; an object whose journal does not fold to its status is
         left as it is (and logged). Returns how many entries were dropped."""
-        _int64("keep", keep)
-        if not self._keep_journal:
-            return 0
-        chosen = [r.ref for r in self.records(machine)] if refs is None else list(refs)
-        dropped = 0
-        for ref in chosen:
-            with self._lock:
-                try:
-                    with self._transaction():
-                        dropped += self._compact_one(machine, ref, keep)
-                except StoreError as e:
-                    _log.warning("journal left uncompacted", uid=ref.uid, error=str(e))
-                except sqlite3.Error as e:
-                    raise self._fail(f"compaction of {ref.uid}", e) from e
-        return dropped
+        from . import _sqlite_journal as retention
 
-    def _compact_one(self, machine: Machine[Any], ref: ObjectRef, keep: int) -> int:
-        current = self.load(machine, ref)
-        if current is None:
-            return 0
-        entries = self.journal(machine, ref)
-        start = journal_start(self, machine, ref)
-        snapshot = plan_compaction(machine, ref, start, entries, current, keep)
-        if snapshot is None:
-            return 0
-        status_json = _dumps(machine.dump_status(snapshot.status))
-        schema = machine.schema
-        self._db.execute(
-            "INSERT INTO snapshots (uid, version, status, schema_version, schema_fingerprint) "
-            "VALUES (?, ?, ?, ?, ?) ON CONFLICT (uid) DO UPDATE SET version = excluded.version, "
-            "status = excluded.status, schema_version = excluded.schema_version, "
-            "schema_fingerprint = excluded.schema_fingerprint",
-            (ref.uid, snapshot.version, status_json, schema.version, schema.fingerprint),
-        )
-        cur = self._db.execute(
-            "DELETE FROM journal WHERE uid = ? AND version <= ?", (ref.uid, snapshot.version)
-        )
-        return cur.rowcount
+        return retention.compact(self, machine, keep, refs)
 
     # -- schema versions (SchemaStore, ADR 0088) -------------------------------------------
     def schema_versions(self) -> list[SchemaCount]:
         """Per machine, kind of record, version and fingerprint: how many, one example uid
         (one aggregate read)."""
-        with self._lock:
-            try:
-                rows = self._db.execute(_SCHEMA_VERSIONS).fetchall()
-            except sqlite3.Error as e:
-                raise self._fail("schema report", e) from e
-        return merge_counts(rows)
+        from . import _sqlite_upgrade as upgrades  # record schemas' part, at its first use
+
+        return upgrades.schema_versions(self)
 
     def upgrade(self, machine: Machine[Any], *, batch: int = 500) -> UpgradeReport:
         """Rewrite ``machine``'s statuses, journal entries and snapshots below its schema
         version, ``batch`` rows per transaction (see :class:`~lifecycle.stores.SchemaStore`).
         Rows are read and upcast outside the write transaction; each is then set only if its
         version and schema are still what was read, so a concurrent commit wins."""
-        check_batch(batch)
-        _int64("batch", batch)
-        schema = machine.schema
-        now = (schema.version, schema.fingerprint)
-        name = machine.name
+        from . import _sqlite_upgrade as upgrades
 
-        def status(row: tuple[Any, ...]) -> tuple[Any, ...]:
-            uid, version, data, sv, fp = row
-            state, new = upgraded_status(machine, _loads(data), sv, fp)
-            return (state, _dumps(new), *now, uid, version, sv, fp)
-
-        def entry(row: tuple[Any, ...]) -> tuple[Any, ...]:
-            uid, version, at, obs, fields, sv, fp = row
-            obs, new = upgraded_observation(machine, obs, at, _loads(fields), sv, fp)
-            return (obs, _dumps(new), *now, uid, version, sv, fp)
-
-        def snapshot(row: tuple[Any, ...]) -> tuple[Any, ...]:
-            uid, version, data, sv, fp = row
-            _, new = upgraded_status(machine, _loads(data), sv, fp)
-            return (_dumps(new), *now, uid, version, sv, fp)
-
-        done = [
-            self._upgrade_rows(name, schema.version, batch, select, update, convert)
-            for select, update, convert in (
-                (_OLD_STATUSES, _UPGRADE_STATUS, status),
-                (_OLD_ENTRIES, _UPGRADE_ENTRY, entry),
-                (_OLD_SNAPSHOTS, _UPGRADE_SNAPSHOT, snapshot),
-            )
-        ]
-        skipped = sum(n for _, n in done)
-        return UpgradeReport(name, done[0][0], done[1][0], done[2][0], skipped)
-
-    def _upgrade_rows(
-        self,
-        machine: str,
-        version: int,
-        batch: int,
-        select: str,
-        update: str,
-        convert: Callable[[tuple[Any, ...]], tuple[Any, ...]],
-    ) -> tuple[int, int]:
-        """One kind of row, in batches: (rewritten, skipped)."""
-        written = skipped = 0
-        after: tuple[str, int] = ("", -1)
-        while True:
-            with self._lock:
-                try:
-                    rows = self._db.execute(select, (machine, version, *after, batch)).fetchall()
-                except sqlite3.Error as e:
-                    raise self._fail("upgrade scan", e) from e
-            if not rows:
-                return written, skipped
-            after = (rows[-1][0], rows[-1][1])
-            updates = [_upgraded(convert, row) for row in rows]
-            with self._lock:
-                try:
-                    with self._transaction() as db:
-                        for params in updates:
-                            n = db.execute(update, params).rowcount
-                            written += n
-                            skipped += 1 - n
-                except sqlite3.Error as e:
-                    raise self._fail("upgrade", e) from e
+        return upgrades.upgrade(self, machine, batch)
 
     def claim_undelivered(self, limit: int = 1000) -> list[Transition]:
         """Lease up to ``limit`` undelivered events: this store's own, and expired leases."""
-        _int64("limit", limit)
+        int64("limit", limit)
         now = self._clock()
         with self._lock:
             marks = self._take_marks()  # a delivered event is never claimed again
             try:
                 with self._transaction() as db:
-                    _delete_marked(db, marks)
+                    delete_marked(db, marks)
                     rows = db.execute(
                         "UPDATE outbox SET claimed_by = ?, claimed_until = ? WHERE id IN ("
                         " SELECT id FROM outbox WHERE claimed_by = ? OR claimed_by IS NULL"
@@ -1222,14 +605,14 @@ class SQLiteStore:
                 self._hold(marks)  # rolled back: the next transaction carries them
                 raise self._fail("outbox claim", e) from e
         with self._decoding("outbox"):
-            found = [transition_from_row(_loads(p)) for (p,) in rows]
+            found = [transition_from_row(loads(p)) for (p,) in rows]
         found.sort(key=lambda t: (t.ref.uid, t.version, t.n))
         return found
 
     def mark_delivered(self, ids: Iterable[str]) -> None:
         """Delete delivered rows. The mark need not be durable (lost in a crash, an event is
         delivered again under its id): it rides with the next commit's transaction (ADR
-        0132), or -- once ``_HELD_MARKS`` wait, and at a claim or close -- is written in its
+        0132), or -- once ``HELD_MARKS`` wait, and at a claim or close -- is written in its
         own at ``synchronous=NORMAL``; with group commit, marks share transactions too: a
         mark made while one is in progress is carried by the next (ADR 0026)."""
         done = [str(i) for i in ids]
@@ -1237,21 +620,11 @@ class SQLiteStore:
             return
         group = self._group
         if group is None:
-            with self._held_lock:
-                first = not self._held
-                self._held.extend(done)
-                if len(self._held) < _HELD_MARKS and (not first or self._wake_marker()):
-                    return
-                # a full batch, or no marker thread to write them later: written now
-                done, self._held = self._held, []
-            self._mark_now(done)
+            done = self._marks.add(done)
+            if done:  # a full batch, or no marker thread to write them later: written now
+                self._mark_now(done)
             return
-        with group.mutex:
-            group.marks.extend(done)
-            if group.leading:  # a transaction is in progress: the next one carries them
-                return
-            group.leading = True  # else lead one, for every mark (and commit) waiting
-        self._lead(group)
+        group.mark(self, done)
 
     def _mark_now(self, ids: list[str]) -> None:
         """Delete delivered rows in their own transaction, at ``synchronous=NORMAL``."""
@@ -1261,7 +634,7 @@ class SQLiteStore:
                     self._db.execute("PRAGMA synchronous=NORMAL")
                 try:
                     with self._transaction() as db:
-                        _delete_marked(db, ids)
+                        delete_marked(db, ids)
                 finally:
                     if self._synchronous in ("FULL", "EXTRA"):
                         self._db.execute(f"PRAGMA synchronous={self._synchronous}")
@@ -1285,45 +658,7 @@ class SQLiteStore:
     def undelivered_marks_held(self) -> int:
         """Delivery marks held for the next commit (or the marker thread): their rows are
         delivered, and still in the outbox table for a moment (ADR 0132)."""
-        with self._held_lock:
-            return len(self._held)
-
-    def _wake_marker(self) -> bool:
-        """Have held marks written within the mark delay if no commit takes them first:
-        other stores on the file then never claim a delivered row (they wait out its lease,
-        far longer). One thread per store, started with the first held mark (under
-        ``_held_lock``); it ends when idle for ``_MARKER_IDLE`` seconds and holds the store
-        only weakly, so a store nobody closes is still collected. ``False``: no thread could
-        be started (ADR 0140; logged once per store), so the caller writes the marks itself
-        or leaves them to the next commit, claim or close -- the next wake tries again."""
-        if self._marker is None and not self._closing:
-            marker = threading.Thread(
-                target=_write_held_marks,
-                args=(
-                    weakref.ref(self),
-                    self._held_waiting,
-                    self._stop_marker,
-                    min(_MARK_DELAY, self._lease / 10),
-                ),
-                name="lifecycle-sqlite-marks",
-                daemon=True,
-            )
-            told = self.marker_refusals > 0
-            if not threads.start(marker, _NO_MARKER, log=not told):
-                self.marker_refusals += 1
-                return False
-            self._marker = marker  # only a started thread: close joins it
-        self._held_waiting.set()
-        return True
-
-    def _marker_idle(self) -> bool:
-        """The marker thread found nothing to do for ``_MARKER_IDLE`` seconds: it ends (and
-        the next held mark starts another) unless a wake came meanwhile."""
-        with self._held_lock:
-            if self._held_waiting.is_set() or self._marker is not threading.current_thread():
-                return False
-            self._marker = None
-            return True
+        return len(self._marks)
 
     def flush_marks(self) -> None:
         """Write the delivery marks still held (ADR 0132) now: a process may exit right after
@@ -1332,10 +667,19 @@ class SQLiteStore:
 
     def _marks_due(self) -> bool:
         """The marker thread's turn: write what is held (``False``: the store is closing)."""
-        if self._closing:
+        if self._marks.closing:
             return False
         self._write_marks()  # a failure is logged: the events repeat, under their ids
         return True
+
+    def _take_marks(self) -> list[str]:
+        """The delivery marks waiting for the next transaction (held ones, and group
+        commit's)."""
+        marks = self._marks.take()
+        group = self._group
+        if group is None:
+            return marks
+        return marks + group.take_marks()
 
     def _write_marks(self) -> None:
         """Write the marks still held (before a count of what is undelivered, and on the
@@ -1373,12 +717,7 @@ class SQLiteStore:
     def close(self) -> None:
         """Close the store: a new history tag ends this session (so a copy of the file taken
         while it was open is recognised as older if it is ever restored; ADR 0037)."""
-        self._closing = True
-        self._stop_marker.set()
-        self._held_waiting.set()
-        marker = self._marker
-        if marker is not None:  # a write it started finishes before the connection closes
-            marker.join(timeout=10)
+        self._marks.close()  # its thread ends first: a write it started finishes before ours
         self._write_marks()
         with self._lock:
             if self._history == "written":
@@ -1388,203 +727,3 @@ class SQLiteStore:
         if self._reader is not None:
             with self._read_lock:
                 self._reader.close()
-
-
-#: Delivery marks a store without group commit holds for the next commit before it writes
-#: them in a transaction of their own (a crash loses at most these: their events repeat).
-_HELD_MARKS = 256
-#: Seconds a held mark waits for a commit to carry it before it is written on its own (well
-#: inside any lease, so no other store claims a delivered row).
-_MARK_DELAY = 0.2
-#: Seconds the marker thread waits for a mark before it ends (the next mark starts another).
-_MARKER_IDLE = 30.0
-#: What a store without its marker thread does instead (the log line of ADR 0140).
-_NO_MARKER = (
-    "SQLite delivery marks are written by the caller, or by the next commit, claim or close"
-)
-
-
-def _write_held_marks(
-    store: Callable[[], SQLiteStore | None],
-    waiting: threading.Event,
-    stop: threading.Event,
-    delay: float,
-) -> None:
-    """The marker thread: after each wake, wait ``delay`` for a commit to take the held marks,
-    then write what is left; ends at once when the store closes (``stop``; its close writes
-    what is held) or is collected, and after ``_MARKER_IDLE`` seconds without a wake."""
-    while not stop.is_set():
-        if not waiting.wait(timeout=_MARKER_IDLE):
-            found = store()
-            if found is None or found._marker_idle():
-                return
-            del found
-            continue
-        waiting.clear()
-        if stop.wait(delay):
-            return
-        found = store()
-        if found is None or not found._marks_due():
-            return
-        del found
-
-
-#: What waits in the outbox: how many rows, and the oldest one's observation time (the
-#: transition's ``at``; the SQLite outbox records no commit time).
-OUTBOX_SUMMARY = "SELECT count(*), min(json_extract(payload, '$.at')) FROM outbox"
-
-
-def outbox_summary_of(row: Any) -> OutboxSummary:
-    """The :class:`OutboxSummary` of an :data:`OUTBOX_SUMMARY` row."""
-    if row is None:
-        return OutboxSummary(0, None)
-    count, oldest = row
-    at = None
-    if isinstance(oldest, str):
-        with contextlib.suppress(ValueError):
-            at = datetime.fromisoformat(oldest)
-    return OutboxSummary(int(count), at)
-
-
-def _int64(what: str, value: int, uid: str | None = None, *, room: int = 0) -> None:
-    """Refuse an integer SQLite cannot store (a signed 64-bit column; ``room``: how much is
-    added to it before it is stored) with a :class:`StoreError`, before anything is written
-    -- sqlite3 would raise a bare ``OverflowError``."""
-    if type(value) is not int:
-        if isinstance(value, int):  # bool, an int subclass
-            return
-        raise StoreError(f"{what} must be an int, got {preview(value)}")
-    if not INT_MIN <= value <= INT_MAX - room:
-        where = f" of {uid}" if uid is not None else ""
-        raise StoreError(f"{what}{where} is beyond a 64-bit integer: {preview(value)}")
-
-
-def _delete_marked(db: sqlite3.Connection, ids: list[str]) -> None:
-    """Delete the outbox rows of delivered events, inside the caller's transaction."""
-    if ids:
-        db.executemany("DELETE FROM outbox WHERE id = ?", [(i,) for i in ids])
-
-
-def _upgraded(
-    convert: Callable[[tuple[Any, ...]], tuple[Any, ...]], row: tuple[Any, ...]
-) -> tuple[Any, ...]:
-    """A row's upgrade parameters; an upcaster that fails or yields a record the machine
-    refuses stops the upgrade there (this batch unwritten) with a :class:`StoreError`."""
-    try:
-        return convert(row)
-    except StoreError:
-        raise
-    except Exception as e:
-        raise StoreError(f"upgrade of {row[0]} v{row[1]} failed: {e!r}") from e
-
-
-# One aggregate read: per machine, kind, version and fingerprint, the count and one uid.
-_SCHEMA_VERSIONS = """
-SELECT machine, 'status', schema_version, schema_fingerprint, count(*), min(uid)
-FROM objects GROUP BY machine, schema_version, schema_fingerprint
-UNION ALL
-SELECT o.machine, 'journal', j.schema_version, j.schema_fingerprint, count(*), min(j.uid)
-FROM journal j JOIN objects o ON o.uid = j.uid
-GROUP BY o.machine, j.schema_version, j.schema_fingerprint
-UNION ALL
-SELECT o.machine, 'snapshot', s.schema_version, s.schema_fingerprint, count(*), min(s.uid)
-FROM snapshots s JOIN objects o ON o.uid = s.uid
-GROUP BY o.machine, s.schema_version, s.schema_fingerprint
-"""
-# What ``upgrade`` reads, a batch at a time after a (uid, version) key, and how it writes
-# back: compare-and-set on the version and schema that were read.
-_OLD_STATUSES = (
-    "SELECT uid, version, status, schema_version, schema_fingerprint FROM objects "
-    "WHERE machine = ? AND schema_version < ? AND (uid, version) > (?, ?) ORDER BY uid LIMIT ?"
-)
-_UPGRADE_STATUS = (
-    "UPDATE objects SET state = ?, status = ?, schema_version = ?, schema_fingerprint = ? "
-    "WHERE uid = ? AND version = ? AND schema_version = ? AND schema_fingerprint = ?"
-)
-_OLD_ENTRIES = (
-    "SELECT j.uid, j.version, j.at, j.observation, j.fields, j.schema_version, "
-    "j.schema_fingerprint FROM journal j JOIN objects o ON o.uid = j.uid "
-    "WHERE o.machine = ? AND j.schema_version < ? AND (j.uid, j.version) > (?, ?) "
-    "ORDER BY j.uid, j.version LIMIT ?"
-)
-_UPGRADE_ENTRY = (
-    "UPDATE journal SET observation = ?, fields = ?, schema_version = ?, schema_fingerprint = ? "
-    "WHERE uid = ? AND version = ? AND schema_version = ? AND schema_fingerprint = ?"
-)
-_OLD_SNAPSHOTS = (
-    "SELECT s.uid, s.version, s.status, s.schema_version, s.schema_fingerprint "
-    "FROM snapshots s JOIN objects o ON o.uid = s.uid "
-    "WHERE o.machine = ? AND s.schema_version < ? AND (s.uid, s.version) > (?, ?) "
-    "ORDER BY s.uid LIMIT ?"
-)
-_UPGRADE_SNAPSHOT = (
-    "UPDATE snapshots SET status = ?, schema_version = ?, schema_fingerprint = ? "
-    "WHERE uid = ? AND version = ? AND schema_version = ? AND schema_fingerprint = ?"
-)
-
-
-@attrs.frozen(slots=True)
-class _Row:
-    """One commit, serialised: what :meth:`SQLiteStore._write` inserts."""
-
-    machine: str
-    ref: ObjectRef
-    expected: int
-    state: str
-    status: str
-    observation: Observation
-    fields: str
-    transitions: tuple[Transition, ...]
-    events: list[str]
-    schema_version: int
-    fingerprint: str
-
-
-class _Slot:
-    """One caller's write in a group commit: its answer once its transaction is over (the
-    new version or the exception to raise), and the lock its caller sleeps on meanwhile."""
-
-    __slots__ = ("outcome", "row", "wake")
-
-    def __init__(self, row: _Row) -> None:
-        self.row = row
-        self.outcome: int | BaseException | None = None
-        self.wake = threading.Lock()
-        self.wake.acquire()
-
-
-class _Group:
-    """The queue of a group commit: writes and delivery marks waiting for the next
-    transaction, and whether a caller leads one (``mutex`` guards the three)."""
-
-    __slots__ = ("leading", "marks", "mutex", "queue")
-
-    def __init__(self) -> None:
-        self.mutex = threading.Lock()
-        self.queue: list[_Slot] = []
-        #: outbox ids marked delivered, for the next transaction to delete
-        self.marks: list[str] = []
-        self.leading = False
-
-
-class _Tx:
-    """``BEGIN IMMEDIATE`` ... ``COMMIT``, or ``ROLLBACK`` on any exception (a ``COMMIT``
-    that fails is rolled back too, so the connection is never left inside a transaction)."""
-
-    def __init__(self, db: sqlite3.Connection) -> None:
-        self._db = db
-
-    def __enter__(self) -> sqlite3.Connection:
-        self._db.execute("BEGIN IMMEDIATE")
-        return self._db
-
-    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
-        if exc_type is None:
-            try:
-                self._db.execute("COMMIT")
-            except BaseException:  # a failed COMMIT leaves the transaction open: end it
-                with contextlib.suppress(sqlite3.Error):
-                    self._db.execute("ROLLBACK")
-                raise
-        else:
-            self._db.execute("ROLLBACK")
