@@ -49,11 +49,12 @@ from ._core.errors import LifecycleError
 from ._core.observation import Observation, Tick
 from ._core.refs import ObjectRef
 from ._host_watch import KindWatch
+from ._k8s_api.client import configuration as api_configuration
+from ._k8s_api.client import kubernetes_client
 from ._log import get_logger
 from ._protocol import Result
 from ._requeue import seconds_until
 from .adapters.provider import Provider, Tracked
-from .emitters._k8s.sinks import ApiNotConfigured, _client
 from .runner import Runner
 from .stores.kubernetes import CustomResource, ObjectCache, ObjectChange
 
@@ -218,16 +219,9 @@ class HostLoop:
             raise ValueError("a host loop watches at least one kind")
         for kind in watched:
             runner.machines.for_kind(kind)  # UnknownMachine for a kind the runner maps not
-        client = _client("lifecycle.host.HostLoop")
-        configuration = (
-            client.Configuration.get_default_copy() if api is None else api.configuration
-        )
-        if not getattr(configuration, "host", ""):
-            raise ApiNotConfigured(
-                "the Kubernetes client has no API server: load a configuration first "
-                "(kubernetes.config.load_incluster_config() or load_kube_config()), or pass "
-                "an ApiClient"
-            )
+        needs = "lifecycle.host.HostLoop"
+        client = kubernetes_client(needs)
+        configuration = api_configuration(api, needs)  # ApiNotConfigured: no API server
         self.runner = runner
         self.watched = dict(watched)
         self.api_client = client.ApiClient(configuration)
