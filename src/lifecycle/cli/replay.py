@@ -506,20 +506,14 @@ def _replay(
     return EXIT_OK
 
 
-#: The status cache a replay into SQLite keeps unless its URL sets ``?cache=``: a replay is a
-#: batch writer, and an object's next line is then decided without a read (ADR 0134).
-REPLAY_CACHE = 16_384
-
-
 def _cached(url: str) -> dict[str, Any]:
-    """The options a replay adds to its store URL: a status cache for an SQLite file; on
-    PostgreSQL, ``notify`` -- a replica's cache must see what the replay writes."""
+    """The options a replay adds to its store URL: on PostgreSQL, ``notify`` -- a replica's
+    cache must see what the replay writes. (A replay into SQLite keeps the store's default
+    status cache, ADR 0155, unless its URL sets ``?cache=``.)"""
     scheme = url.partition(":")[0].lower()
     if scheme in ("postgresql", "postgres"):
         return {"notify": True}
-    if scheme != "sqlite" or "cache" in parse_sqlite_url(url).options:
-        return {}
-    return {"cache": REPLAY_CACHE}
+    return {}
 
 
 def _metrics(args: argparse.Namespace) -> Any:
