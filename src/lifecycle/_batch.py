@@ -75,6 +75,9 @@ class Pause:
 Request = Load | Commit | Mark | Pause
 Driven = Generator[Request, Any, list[Result]]
 
+#: Builds a :class:`Result` in one ``tuple.__new__``, fields in order (ADR 0067, 0156).
+_result = tuple.__new__
+
 
 @attrs.define(slots=True)
 class _Item:
@@ -274,15 +277,11 @@ def _decide(
     if item.attempt == 1 and machine.has_actions:
         item.actions = protocol.actions(machine, item.ref, before, item.observation, version)
     item.version, item.before, item.write = version, before, write
-    if write is None:
-        return Result(
-            Outcome.UNCHANGED,
-            item.ref,
-            before,
-            version,
-            attempts=item.attempt,
-            actions=item.actions,
-        )
+    if write is None:  # one ``tuple.__new__``, fields in order (the cycle's common case)
+        return _result(Result, (
+            Outcome.UNCHANGED, item.ref, before, version, (), (), None, item.attempt, (),
+            item.actions, (),
+        ))  # fmt: skip
     return None
 
 
