@@ -223,10 +223,11 @@ class WriteProtocol:
         #: Per source machine name, the machines its links reach, directly or not: what a
         #: batch's cascade may write (``lifecycle._batch``: an object it reaches waits).
         self.reach = _link_intents.reach(links_seen)
-        #: Refs admitted (checked, their by-ref targets checked), by identity, with their
-        #: machine: what does not change between two observations of one ref is checked once
-        #: (ADR 0156). Holding the ref keeps its id from being reused.
-        self._admitted: dict[int, tuple[ObjectRef, Machine[Any]]] = {}
+        #: Refs admitted (checked, their by-ref targets checked), by uid, with their machine:
+        #: what does not change between two observations of one object is checked once (ADR
+        #: 0156). One entry per object, so a host that builds a new ref per poll (a replay)
+        #: holds no more than one that keeps its refs.
+        self._admitted: dict[str, tuple[ObjectRef, Machine[Any]]] = {}
         #: Observations that are another controller's direct write: one attempt (ADR 0090).
         self.direct = frozenset(direct)
         #: What the next call finishes first: link intents whose target write failed, and
@@ -312,8 +313,14 @@ class WriteProtocol:
         does not know, or one outside the input bounds, before anything is read. What
         depends on the ref alone (its bounds, its machine, its by-ref link targets) is
         checked once per ref (ADR 0156); the observation, every call."""
-        known = self._admitted.get(id(ref))
-        machine = known[1] if known is not None and known[0] is ref else self._admit_ref(ref)
+        try:
+            known = self._admitted.get(ref.uid) if type(ref) is ObjectRef else None
+        except TypeError:  # an unhashable uid: refused by the full check
+            known = None
+        if known is not None and (known[0] is ref or known[0] == ref):
+            machine = known[1]
+        else:
+            machine = self._admit_ref(ref)
         if observation.__class__ not in machine.accepted:
             raise UnknownObservation(
                 f"{machine.name}: {observation.__class__.__name__} is not one of its "
@@ -331,7 +338,7 @@ class WriteProtocol:
         if type(ref) is ObjectRef:  # immutable: remembered (a subclass may not be)
             if len(self._admitted) >= ADMITTED:
                 self._admitted.clear()
-            self._admitted[id(ref)] = (ref, machine)
+            self._admitted[ref.uid] = (ref, machine)
         return machine
 
     def _check_targets(self, machine: Machine[Any], ref: ObjectRef, links: Sequence[Link]) -> None:
