@@ -432,7 +432,7 @@ def test_the_cycle_beside_a_second_writer_gives_what_one_observe_per_item_gives(
             runner = Runner(
                 _faults(Raced(store, writer), conflicts, errors),
                 [emitter],
-                policy=FAST,  # type: ignore[arg-type]
+                policy=FAST,
             )
             got: list[Any] = []
             for start, page in pages:
