@@ -540,7 +540,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     for name, m in found.items():
         lo, hi = m["range"]
-        sides = f"  {m['ours']:.1f} / {m['baseline']:.1f} ms" if "ours" in m else ""
+        unit = str(m.get("unit", "")).split("/")[0]
+        sides = f"  {m['ours']:.2f} / {m['baseline']:.2f} {unit}" if "ours" in m else ""
         print(f"{name:52} {m['ratio']:8.2f} [{lo:.2f}-{hi:.2f}]{sides}  {m.get('note', '')}")
     return 0
 
