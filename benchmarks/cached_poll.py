@@ -75,7 +75,7 @@ def suite(quick: bool, postgres: bool = True) -> dict[str, Metric]:
     with tempfile.TemporaryDirectory() as tmp:
         stores: dict[str, Any] = {
             "memory": MemoryStore(),
-            "sqlite": SQLiteStore(Path(tmp) / "plain.db", synchronous="NORMAL"),
+            "sqlite": SQLiteStore(Path(tmp) / "plain.db", synchronous="NORMAL", cache=0),
             "sqlite_cached": SQLiteStore(Path(tmp) / "cached.db", synchronous="NORMAL", cache=1000),
         }
         pg = None
@@ -86,7 +86,7 @@ def suite(quick: bool, postgres: bool = True) -> dict[str, Metric]:
 
             pg = PgServer()
             pg.start()
-            stores["postgres"] = PostgresStore(pg.url(schema="plain"), pool_size=1)
+            stores["postgres"] = PostgresStore(pg.url(schema="plain"), pool_size=1, cache=0)
             cached = PostgresStore(pg.url(schema="cached"), pool_size=1, cache=1000)
             assert cached.settle_cache()
             stores["postgres_cached"] = cached

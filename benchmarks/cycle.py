@@ -15,14 +15,21 @@ this thread's CPU clock:
   ON CONFLICT`` and the journal ``INSERT`` in one statement: one round trip a cycle);
 - **the library, as the README shows it**: ``Runner(store)`` -- the shipped machines and
   links (a Pod's change also writes its NodeClaim) -- on ``MemoryStore()``,
-  ``SQLiteStore(path)`` (``synchronous=FULL``, no cache) and ``PostgresStore(url)`` (no cache),
-  polled by an ``observe`` loop and by ``observe_many`` in pages of 500.
+  ``SQLiteStore(path)`` (``synchronous=FULL``; the status cache on, the default since ADR
+  0155), ``SQLiteStore(path, synchronous="NORMAL")`` and ``PostgresStore(url)`` (the cache
+  on), polled by ``observe_many`` in pages of 500 (the cycle API, ADR 0155) and by an
+  ``observe`` loop.
 
-Rows: each contender's cycle ÷ its floor, wall and client CPU (SQLite and memory ÷ the SQLite
-FULL floor, PostgreSQL ÷ the PostgreSQL floor); round trips per cycle on PostgreSQL (counted
-in libpq's protocol trace on a one-connection pool, ``postgres_floor.traced``); and the
-growth -- cost per Pod at 100 000 Pods ÷ at 1 000, the floor's beside it (full suite only).
-Informational: these measure what separates the defaults from the floor, they set no target.
+Rows: each contender's cycle ÷ its floor, wall and client CPU (SQLite FULL and memory ÷ the
+SQLite FULL floor, SQLite NORMAL ÷ the NORMAL floor, PostgreSQL ÷ the PostgreSQL floor);
+round trips per cycle on PostgreSQL (counted in libpq's protocol trace on a one-connection
+pool, ``postgres_floor.traced``); a cached unchanged poll (one ``Runner.observe`` at the
+defaults) ÷ a hand-written poll deciding the same, per store (the ``cycle_poll_*`` rows,
+client CPU); and the growth -- cost per Pod at 100 000 Pods ÷ at 1 000, the floor's beside it
+(full suite only). The issue's targets are the rows' ``target``: at most 3 times the floor
+for the default configuration's ``observe_many`` cycle on SQLite FULL, NORMAL and
+PostgreSQL; at most twice a hand-written poll on the memory store, 3 times on SQLite and
+PostgreSQL.
 """
 
 from __future__ import annotations
@@ -48,6 +55,8 @@ from .fair import Metric, metric, ratios
 
 CHANGING = 0.02
 PAGE = 500
+#: the status cache of the poll rows: ``lifecycle.stores.DEFAULT_CACHE``'s value, given
+POLL_CACHE = 262_144
 START = datetime(2026, 12, 1, tzinfo=UTC)
 
 #: a contender: runs one cycle
@@ -244,7 +253,7 @@ def _rows(
             ours = times[name][clock]
             out[f"cycle_{name}_vs_{floor}_{clock}"] = metric(
                 ratios(ours, base[clock]),
-                "info",
+                TARGETS.get(name, "info"),
                 ours=ours,
                 base=base[clock],
                 unit="ms/cycle",
@@ -259,21 +268,30 @@ def _rows(
 CONTENDERS = {
     # name: (store kind, observe_many?)
     "memory_loop": ("memory", False),
+    "memory_many": ("memory", True),
     "sqlite_loop": ("sqlite", False),
     "sqlite_many": ("sqlite", True),
+    "sqlite_normal_many": ("sqlite_normal", True),
     "postgres_loop": ("postgres", False),
     "postgres_many": ("postgres", True),
 }
+#: the target of each contender's ratio to its floor (issue 37: the default configuration's
+#: cycle, by the cycle API)
+TARGETS = {"sqlite_many": "<= 3", "sqlite_normal_many": "<= 3", "postgres_many": "<= 3"}
 
 
 def _library_store(kind: str, tmp: Path, server: Any, name: str) -> Any:
     if kind == "memory":
         return MemoryStore()
     if kind == "sqlite":
-        return SQLiteStore(tmp / f"{name}.db")  # the defaults: FULL, no cache
+        return SQLiteStore(tmp / f"{name}.db")  # the defaults: FULL, the status cache on
+    if kind == "sqlite_normal":
+        return SQLiteStore(tmp / f"{name}.db", synchronous="NORMAL")  # the cache on
     from lifecycle.stores.postgres import PostgresStore
 
-    return PostgresStore(server.url(schema=name))  # the defaults: no cache
+    store = PostgresStore(server.url(schema=name))  # the defaults: the status cache on
+    assert store.settle_cache(), "the status cache's listener did not start"
+    return store
 
 
 def cycles(
@@ -380,12 +398,16 @@ def growth(tmp: Path, postgres: bool, server: Any) -> dict[str, Metric]:
     return out
 
 
-def suite(quick: bool, postgres: bool = True) -> dict[str, Metric]:
-    n, rounds = (1_000, 3) if quick else (10_000, 3)
+def suite(
+    quick: bool, postgres: bool = True, pods: int | None = None, rounds: int | None = None
+) -> dict[str, Metric]:
+    n, rounds = (pods or (1_000 if quick else 10_000)), (rounds or 3)
     floors = {
         "memory_loop": "floor_sqlite_full",
+        "memory_many": "floor_sqlite_full",
         "sqlite_loop": "floor_sqlite_full",
         "sqlite_many": "floor_sqlite_full",
+        "sqlite_normal_many": "floor_sqlite_normal",
     }
     if postgres:
         floors |= {"postgres_loop": "floor_postgres", "postgres_many": "floor_postgres"}
@@ -409,8 +431,93 @@ def suite(quick: bool, postgres: bool = True) -> dict[str, Metric]:
         )
         if postgres:
             out["cycle_postgres_round_trips"] = round_trips(server, n)
+        out |= polls(tmp, server, rounds=5 if quick else 15, chunk=2_000)
         if not quick:
             out |= growth(tmp, postgres, server)
+    return out
+
+
+# -- a cached unchanged poll against a hand-written one ----------------------------------
+def _library_poll(store: Any) -> Callable[[int], int]:
+    """``n`` unchanged polls of one running Pod: ``Runner.observe`` at the defaults."""
+    runner = Runner(store)
+    fleet = Fleet(1, "poll")
+    for step in fleet.boot():
+        runner.observe_many(step)
+    ref = fleet.refs[0]
+    poll = pod.InstanceRunning(at=START, instance_id=ref.uid)
+    observe = runner.observe
+    assert observe(ref, poll).outcome.value == "unchanged"
+
+    def chunk(n: int) -> int:
+        for _ in range(n):
+            observe(ref, poll)
+        return n
+
+    return chunk
+
+
+def _hand_poll() -> Callable[[int], int]:
+    """``n`` polls decided by hand as the floor's cycle decides them: the Pod's record in a
+    dict (its version, readiness and instance), compared with what the poll says; a call per
+    poll, as the library's."""
+    ref = ObjectRef("Pod", "fleet", "hand-0", "hand-0")
+    known = {ref.uid: (3, True, ref.uid)}
+    poll = pod.InstanceRunning(at=START, instance_id=ref.uid)
+
+    def decide(ref: ObjectRef, seen: pod.InstanceRunning) -> bool:
+        mine = known.get(ref.uid)
+        return mine is None or mine[1] != seen.readiness_confirmed or mine[2] != seen.instance_id
+
+    assert not decide(ref, poll)
+
+    def chunk(n: int) -> int:
+        for _ in range(n):
+            decide(ref, poll)
+        return n
+
+    return chunk
+
+
+def polls(tmp: Path, server: Any, rounds: int, chunk: int) -> dict[str, Metric]:
+    """A cached unchanged poll on each store at its defaults ÷ the hand-written poll (client
+    CPU, interleaved in chunks: ``benchmarks.fair``)."""
+    from .fair import CPU
+    from .fair import interleave as chunks
+
+    # the default cache's size, given: an older release (cache off by default) runs the same
+    stores: dict[str, Any] = {
+        "memory": MemoryStore(),
+        "sqlite": SQLiteStore(tmp / "poll.db", cache=POLL_CACHE),
+    }
+    if server is not None:
+        from lifecycle.stores.postgres import PostgresStore
+
+        cached = PostgresStore(server.url(schema="pollcached"), cache=POLL_CACHE)
+        assert cached.settle_cache(), "the status cache's listener did not start"
+        stores["postgres"] = cached
+    try:
+        floor = _hand_poll()
+        contenders: dict[str, Callable[[], int]] = {"hand": lambda: floor(chunk)}
+        for name, store in stores.items():
+            run = _library_poll(store)
+            contenders[name] = lambda run=run: run(chunk)  # type: ignore[misc]
+        times = chunks(contenders, rounds, clock=CPU)
+    finally:
+        for store in stores.values():
+            store.close()
+    out: dict[str, Metric] = {}
+    for name in stores:
+        out[f"cycle_poll_unchanged_{name}_vs_hand"] = metric(
+            ratios(times[name], times["hand"]),
+            "<= 2" if name == "memory" else "<= 3",
+            ours=times[name],
+            base=times["hand"],
+            unit="us/poll",
+            what=f"a cached unchanged poll, Runner.observe on the {name} store at its defaults "
+            "÷ a hand-written poll deciding the same (a dict of each Pod's readiness; "
+            f"client CPU, {rounds} rounds of {chunk})",
+        )
     return out
 
 
@@ -424,14 +531,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--no-postgres", action="store_true")
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--pods", type=int, help="Pods in the fleet (default 10 000; quick 1 000)")
+    parser.add_argument("--rounds", type=int, help="timed cycles per contender (default 3)")
     args = parser.parse_args(argv)
-    found = suite(args.quick, postgres=not args.no_postgres)
+    found = suite(args.quick, postgres=not args.no_postgres, pods=args.pods, rounds=args.rounds)
     if args.json:
         json.dump(found, sys.stdout, indent=2)
         return 0
     for name, m in found.items():
         lo, hi = m["range"]
-        sides = f"  {m['ours']:.1f} / {m['baseline']:.1f} ms" if "ours" in m else ""
+        unit = str(m.get("unit", "")).split("/")[0]
+        sides = f"  {m['ours']:.2f} / {m['baseline']:.2f} {unit}" if "ours" in m else ""
         print(f"{name:52} {m['ratio']:8.2f} [{lo:.2f}-{hi:.2f}]{sides}  {m.get('note', '')}")
     return 0
 

@@ -20,10 +20,9 @@ def main(db: str = "controller.db") -> list[str]:
         created = provider.provision(pod, spec, at=now)  # ProvisionSucceeded(reserved=True, ...)
         runner.observe(pod, created)
         tracked = {pod: Tracked.provisioned(spec, created)}  # keep it, or rebuild it from the pod
-        for _ in range(3):  # your reconcile loop: poll the provider, observe, repeat
+        for _ in range(3):  # your poll cycle: poll the provider, observe it all, repeat
             now += timedelta(seconds=15)
-            for ref, seen in provider.observe(tracked, at=now).items():
-                runner.observe(ref, seen)
+            runner.observe_many(provider.observe(tracked, at=now).items())  # one transaction
         runner.observe(pod, DeletionRequested(at=now))
         runner.observe(pod, provider.terminate(pod, tracked.pop(pod), at=now))
     lines = [f"{t.ref.kind}/{t.ref.name}: {t.flip}" for t in events.events]

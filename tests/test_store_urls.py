@@ -17,6 +17,7 @@ import lifecycle.stores.postgres as postgres
 from lifecycle.aio import open_async_store
 from lifecycle.cli import main
 from lifecycle.stores import (
+    DEFAULT_CACHE,
     InvalidStoreURL,
     MemoryStore,
     SQLiteStore,
@@ -96,7 +97,8 @@ def test_the_sqlite_parameters_reach_the_store(tmp_path: Path) -> None:
     store = open_store(url)
     assert isinstance(store, SQLiteStore)
     try:
-        assert store.cache is None  # off unless asked for
+        assert store.cache is not None  # on by default (ADR 0155)
+        assert store.cache.size == DEFAULT_CACHE
         assert (store.path, store.owner) == ("q.db", "pod-7")
         assert store._db.execute("PRAGMA synchronous").fetchone() == (1,)  # NORMAL
     finally:

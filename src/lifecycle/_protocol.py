@@ -182,6 +182,10 @@ class Write(NamedTuple):
 #: ``_write(Write, (after, flips, ...))``.
 _write: Callable[[type[Write], tuple[Any, ...]], Write] = Write._make.__func__  # type: ignore[attr-defined]
 
+#: The most refs a protocol remembers as admitted before it starts again (ADR 0156): a cycle
+#: over more objects than this checks each ref again, as every call did before.
+ADMITTED = 1 << 17
+
 
 class WriteProtocol:
     """One runner's configuration and every decision of the protocol; no store I/O."""
@@ -220,8 +224,11 @@ class WriteProtocol:
         #: Per source machine name, the machines its links reach, directly or not: what a
         #: batch's cascade may write (``lifecycle._batch``: an object it reaches waits).
         self.reach = _link_intents.reach(links_seen)
-        #: Refs whose by-ref targets were checked (by identity, as ``check_ref`` remembers).
-        self._targets_checked: dict[int, ObjectRef] = {}
+        #: Refs admitted (checked, their by-ref targets checked), by uid, with their machine:
+        #: what does not change between two observations of one object is checked once (ADR
+        #: 0156). One entry per object, so a host that builds a new ref per poll (a replay)
+        #: holds no more than one that keeps its refs.
+        self._admitted: dict[str, tuple[ObjectRef, Machine[Any]]] = {}
         #: Observations that are another controller's direct write: one attempt (ADR 0090).
         self.direct = frozenset(direct)
         #: What the next call finishes first: link intents whose target write failed, and
@@ -304,18 +311,35 @@ class WriteProtocol:
 
     def admit(self, ref: ObjectRef, observation: Observation) -> Machine[Any]:
         """``ref``'s machine; refuses (raises) a bad reference, an observation the machine
-        does not know, or one outside the input bounds, before anything is read."""
-        check_ref(ref)
-        machine = self.machines.for_kind(ref.kind)
-        named = self.named_by_ref.get(machine.name)
-        if named is not None and self._targets_checked.get(id(ref)) is not ref:
-            self._check_targets(machine, ref, named)
+        does not know, or one outside the input bounds, before anything is read. What
+        depends on the ref alone (its bounds, its machine, its by-ref link targets) is
+        checked once per ref (ADR 0156); the observation, every call."""
+        try:
+            known = self._admitted.get(ref.uid) if type(ref) is ObjectRef else None
+        except TypeError:  # an unhashable uid: refused by the full check
+            known = None
+        if known is not None and (known[0] is ref or known[0] == ref):
+            machine = known[1]
+        else:
+            machine = self._admit_ref(ref)
         if observation.__class__ not in machine.accepted:
             raise UnknownObservation(
                 f"{machine.name}: {observation.__class__.__name__} is not one of its "
                 f"observations ({', '.join(sorted(machine.vocabulary))})"
             )
         check_observation(observation)
+        return machine
+
+    def _admit_ref(self, ref: ObjectRef) -> Machine[Any]:
+        check_ref(ref)
+        machine = self.machines.for_kind(ref.kind)
+        named = self.named_by_ref.get(machine.name)
+        if named is not None:
+            self._check_targets(machine, ref, named)
+        if type(ref) is ObjectRef:  # immutable: remembered (a subclass may not be)
+            if len(self._admitted) >= ADMITTED:
+                self._admitted.clear()
+            self._admitted[ref.uid] = (ref, machine)
         return machine
 
     def _check_targets(self, machine: Machine[Any], ref: ObjectRef, links: Sequence[Link]) -> None:
@@ -330,9 +354,6 @@ class WriteProtocol:
                 raise InvalidReference(
                     f"{machine.name} {preview(ref.uid)}: its {link.target} cannot be named: {e}"
                 ) from None
-        if len(self._targets_checked) >= 4096:
-            self._targets_checked.clear()
-        self._targets_checked[id(ref)] = ref  # holding the ref keeps its id from being reused
 
     def policy_for(self, machine: Machine[Any]) -> RetryPolicy:
         """The retry policy for ``machine``'s writes: ``policies[name]`` if given, else the

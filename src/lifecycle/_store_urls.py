@@ -100,5 +100,6 @@ def store_help() -> str:
     return (
         "memory://; sqlite:///PATH (relative; sqlite:////PATH absolute) taking "
         f"?{sqlite} (joined by &; S: seconds); or postgresql://USER:PASSWORD@HOST:PORT/DB "
-        f"taking ?{_listed(POSTGRES_PARAMETERS)} and libpq's own parameters"
+        f"taking ?{_listed(POSTGRES_PARAMETERS)}, cache=N (the store's, by open_store and "
+        "the CLI) and libpq's own parameters"
     )

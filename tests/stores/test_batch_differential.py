@@ -293,3 +293,166 @@ def test_a_chunked_replay_gives_each_line_and_object_what_a_line_by_line_one_giv
     trace = _parse(lines)
     with fresh(kind, request) as store:
         assert _replayed(trace, store, batch) == _replayed(trace, MemoryStore(), 1)
+
+
+# -- a second writer on its own handle (issue 37: the stores cache by default) ---------------
+#: what the second writer reports of a Pod (refused in some states: that is its result)
+_INTRUSIONS = ("ConfigInvalid", "DeletionRequested", "InstanceUnknown")
+
+
+def _intrusion(name: str) -> Any:
+    from datetime import UTC, datetime
+
+    from lifecycle.machines import pod
+
+    at = datetime(2026, 11, 30, 10, 30, tzinfo=UTC)
+    if name == "ConfigInvalid":
+        return pod.ConfigInvalid(at=at, error="the other writer")
+    if name == "InstanceUnknown":
+        return pod.InstanceUnknown(at=at, error="the other writer")
+    return pod.DeletionRequested(at=at)
+
+
+@contextmanager
+def other_handle(kind: str, store: Store, request: pytest.FixtureRequest) -> Iterator[Store]:
+    """A second handle on ``store``'s database (each with its own cache, at the defaults);
+    the memory store is its own second handle."""
+    if kind == "memory":
+        yield store
+        return
+    if kind == "sqlite":
+        assert isinstance(store, SQLiteStore)
+        other: Any = SQLiteStore(store.path, synchronous="OFF")
+    else:
+        from lifecycle.stores.postgres import PostgresStore
+
+        assert isinstance(store, PostgresStore)
+        server = request.getfixturevalue("pg_server")
+        other = PostgresStore(server.url(schema=store.target.schema))
+    try:
+        yield other
+    finally:
+        other.close()
+
+
+class SecondWriter:
+    """A runner on another handle. Armed for a Pod, it writes it just before the first
+    commit of ours that includes the Pod -- between our read and our compare-and-set, a real
+    lost race -- whether that commit is one item's or a batch's."""
+
+    def __init__(self, store: Store) -> None:
+        self.runner = Runner(store, [MemoryEmitter()], links=(), policy=FAST)
+        self.armed: dict[str, tuple[Any, str]] = {}
+        self.said: list[Any] = []
+
+    def write(self, ref: Any, name: str) -> None:
+        try:
+            self.said.append(shape(self.runner.observe(ref, _intrusion(name))))
+        except LifecycleError as e:
+            self.said.append(("refused", type(e).__name__))
+
+    def before(self, refs: list[Any]) -> None:
+        for ref in refs:
+            if ref.uid in self.armed:
+                self.write(*self.armed.pop(ref.uid))
+
+
+class Raced:
+    """``inner`` with the second writer let in before each commit (see :class:`SecondWriter`)."""
+
+    def __init__(self, inner: Any, writer: SecondWriter) -> None:
+        self.inner, self.writer = inner, writer
+
+    def __getattr__(self, name: str) -> Any:
+        found = getattr(self.inner, name)
+        if name != "commit_many":
+            return found
+
+        def commit_many(items: Any) -> Any:  # (only where the store has it)
+            self.writer.before([i.ref for i in items])
+            return found(items)
+
+        return commit_many
+
+    def commit(self, machine: Any, ref: Any, *rest: Any) -> int:
+        self.writer.before([ref])
+        done: int = self.inner.commit(machine, ref, *rest)
+        return done
+
+
+def _settled(store: Any) -> None:
+    """The handle's barrier (ADR 0143, 0156): every commit made before it is seen."""
+    settle = getattr(store, "settle_cache", None)
+    if settle is not None:
+        assert settle()
+
+
+@KIND
+@settings(
+    max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    lines=families(),
+    size=st.integers(1, 40),
+    between=st.lists(
+        st.tuples(st.integers(0, 60), st.sampled_from(PODS), st.sampled_from(_INTRUSIONS)),
+        max_size=3,
+    ),
+    raced=st.lists(
+        st.tuples(st.integers(0, 60), st.sampled_from(PODS), st.sampled_from(_INTRUSIONS)),
+        max_size=3,
+    ),
+    conflicts=st.dictionaries(st.sampled_from(_CONFLICTED), st.integers(0, 1), max_size=2),
+    errors=st.dictionaries(st.sampled_from(PODS), st.integers(0, 1), max_size=1),
+)
+def test_the_cycle_beside_a_second_writer_gives_what_one_observe_per_item_gives(
+    kind: str,
+    request: pytest.FixtureRequest,
+    lines: list[dict[str, Any]],
+    size: int,
+    between: list[tuple[int, str, str]],
+    raced: list[tuple[int, str, str]],
+    conflicts: dict[str, int],
+    errors: dict[str, int],
+) -> None:
+    """The cycle API (``observe_many`` by pages, ADR 0155) on cached stores at their
+    defaults, beside a second writer on another handle that writes Pods between pages
+    (then the barrier) and inside them (between our read and our commit), with injected
+    conflicts and write errors: every result (every field), event (times included), status,
+    and the second writer's own results, equal those of one ``observe`` per item with the
+    same writer at the same places."""
+    items = _items(lines)
+    refs = {r.uid: r for r, _ in items}
+    pages = [(start, items[start : start + size]) for start in range(0, len(items), size)]
+
+    def run(store: Store, batched: bool) -> tuple[list[Any], dict[str, list[Any]], list[Any]]:
+        emitter = MemoryEmitter()
+        with other_handle(kind, store, request) as second:
+            writer = SecondWriter(second)
+            runner = Runner(
+                _faults(Raced(store, writer), conflicts, errors),
+                [emitter],
+                policy=FAST,
+            )
+            got: list[Any] = []
+            for start, page in pages:
+                for at, uid, name in between:
+                    if at == start and uid in refs:
+                        writer.write(refs[uid], name)
+                        _settled(store)
+                for at, uid, name in raced:
+                    if at == start and uid in refs:
+                        writer.armed.setdefault(uid, (refs[uid], name))
+                if batched:
+                    got.extend(_said(r) for r in runner.observe_many(page))
+                    continue
+                for ref, observation in page:
+                    try:
+                        got.append(_said(runner.observe(ref, observation)))
+                    except LifecycleError as e:
+                        got.append(_said(e))
+            return got, _events(emitter), writer.said
+
+    with fresh(kind, request) as batch_store, fresh(kind, request) as one_store:
+        assert run(batch_store, True) == run(one_store, False)
+        assert _statuses(batch_store) == _statuses(one_store)

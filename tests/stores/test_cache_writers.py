@@ -1,7 +1,7 @@
 """No writer can make a PostgreSQL status cache stale (ADR 0143), on ``PostgresStore`` and
 ``AsyncPostgresStore`` alike.
 
-- **Differentially**: a cached handle and a second one beside a handle at the defaults, plain
+- **Differentially**: a cached handle and a second one beside an uncached handle, plain
   SQL through psycopg (a version bumped, a status edited in place, an object deleted) and
   the listener's connection ended by ``pg_terminate_backend``, in any interleaving
   Hypothesis picks; with the cached handle's barrier before its steps, every decision equals
@@ -45,7 +45,7 @@ BOUND = 5.0
 Action = tuple[Any, ...]
 actions = st.lists(
     st.one_of(
-        # observe by handle 0 (cached), 1 (the defaults) or 2 (cached)
+        # observe by handle 0 (cached), 1 (uncached) or 2 (cached)
         st.tuples(
             st.just("observe"),
             st.integers(0, 2),
@@ -73,15 +73,15 @@ class Side:
             from lifecycle.stores.postgres_async import AsyncPostgresStore
 
             self.loop = asyncio.new_event_loop()
-            options: dict[str, Any] = {"cache": cache, "pool_size": 2} if cache else {}
+            options: dict[str, Any] = {"cache": cache, "pool_size": 2} if cache else {"cache": 0}
             self.store: Any = self.run(AsyncPostgresStore.open(url, **options))
             self.runner: Any = AsyncRunner(self.store, [], links=())
         else:
             from lifecycle.stores.postgres import PostgresStore
 
             self.store = PostgresStore(url, cache=cache, pool_size=2) if cache else None
-            if self.store is None:
-                self.store = PostgresStore(url)  # the defaults
+            if self.store is None:  # an uncached writer (the defaults cache since ADR 0155)
+                self.store = PostgresStore(url, cache=0)
             self.runner = Runner(self.store, [], links=())
 
     def run(self, value: Any) -> Any:
@@ -155,8 +155,8 @@ def kill_listeners(pg_server: PgServer) -> int:
 def run(
     pg_server: PgServer, aio: bool, schedule: list[Action], *, cached: bool
 ) -> tuple[list[Any], dict[str, Any]]:
-    """The schedule on a fresh schema: handles 0 and 2 cached (when ``cached``), handle 1 at
-    the defaults. Each step's summary, and what a fresh handle reads at the end."""
+    """The schedule on a fresh schema: handles 0 and 2 cached (when ``cached``), handle 1
+    uncached. Each step's summary, and what a fresh handle reads at the end."""
     schema, url = _schema(pg_server)
     sides = [Side(aio, url, CACHE if cached and n != 1 else 0) for n in range(3)]
     try:
@@ -223,7 +223,7 @@ def test_a_fixed_schedule_of_every_writer_and_killed_listeners(
         obj = n % len(UIDS)
         schedule += [
             ("observe", 0, obj, 0),
-            ("observe", 1, obj, 1),  # the defaults: a change the cached handle must see
+            ("observe", 1, obj, 1),  # uncached: a change the cached handle must see
             ("observe", 0, obj, 2),
             ("sql", ["bump", "edit", "delete"][n % 3], obj),
             ("observe", 2, obj, 2),

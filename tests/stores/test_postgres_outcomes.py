@@ -339,7 +339,9 @@ def backend_pids(server: PgServer) -> list[int]:
 
 
 def test_a_hung_server_is_a_typed_error_within_the_call_timeout(own_server: PgServer) -> None:
-    store = PostgresStore(own_server.url() + "?call_timeout=1.5&resolve_timeout=1", timeout=1.0)
+    store = PostgresStore(  # uncached: the load goes to the hung server
+        own_server.url() + "?call_timeout=1.5&resolve_timeout=1", timeout=1.0, cache=0
+    )
     ref = pod_ref("frozen")
     step(store, pod.CreateRequested(at=t(0)), ref)
     frozen = backend_pids(own_server)

@@ -37,7 +37,7 @@ def round_trips(store: PostgresStore) -> Iterator[Callable[[], int]]:
 
 
 def test_observe_is_a_load_and_a_commit_carrying_the_marks(pg_url: str) -> None:
-    store = PostgresStore(pg_url, pool_size=1)
+    store = PostgresStore(pg_url, pool_size=1, cache=0)  # the uncached path: a load first
     emitter = MemoryEmitter()
     runner = Runner(store, [emitter], links=())
     for i in range(6):  # warm: the pool's connection is open, statements are prepared

@@ -3,10 +3,11 @@ store handle (threads or processes; SQLite or PostgreSQL), interleave polls and 
 shared objects, with their caches on and off, and must decide alike.
 
 - **Sequential interleavings** (Hypothesis picks who observes what, in which order): with the
-  cache on, every step's result and events equal the uncached run's. SQLite's check is
-  synchronous (``PRAGMA data_version``); PostgreSQL's signal is asynchronous, so there each
-  step is preceded by the handle's barrier (``settle_cache``) -- the property is then that
-  nothing the cache held or kept was stale once the signals were in.
+  cache on, every step's result and events equal the uncached run's. Each step is preceded
+  by the handle's barrier (``settle_cache``): PostgreSQL's signal is asynchronous, and a
+  single SQLite read relies on a ``PRAGMA data_version`` asked up to a millisecond before
+  (ADR 0156) -- the property is then that nothing the cache held or kept was stale once the
+  signals were in.
 - **Without barriers** (PostgreSQL) every step may decide from a stale entry: the run may
   differ, but no write is lost (each object's journal is 1..n, folds to its status) and, after
   the barrier and one more poll each of its last observation, every object ends where the
@@ -160,8 +161,8 @@ PG_SLOW = settings(SLOW, max_examples=6 * LONG)
 def test_cached_runners_decide_every_step_as_uncached_ones(
     peers: list[Peer], kind: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
-    """SQLite's check is synchronous; PostgreSQL's signal is not, so there each step is
-    preceded by the stepping handle's barrier."""
+    """Each step is preceded by the stepping handle's barrier: PostgreSQL's signal is
+    asynchronous, and SQLite's check is made at most once a millisecond for single reads."""
     server = request.getfixturevalue("pg_server") if kind == "postgres" else None
 
     @(PG_SLOW if server is not None else SLOW)
@@ -169,8 +170,9 @@ def test_cached_runners_decide_every_step_as_uncached_ones(
     def check(schedule: list[Step]) -> None:
         cached_target = targets(kind, tmp_path, server)
         plain_target = targets(kind, tmp_path, server)
-        settle = server is not None
-        cached = run_schedule(peers, kind, cached_target, CACHE, schedule, settle=settle)
+        # each step after the stepping handle's barrier: PostgreSQL's signal is asynchronous,
+        # and a single SQLite read relies on a check made less than a millisecond ago (0156)
+        cached = run_schedule(peers, kind, cached_target, CACHE, schedule, settle=True)
         plain = run_schedule(peers, kind, plain_target, 0, schedule, settle=False)
         assert cached == plain
         assert final_records(kind, cached_target) == final_records(kind, plain_target)
@@ -319,14 +321,21 @@ def test_a_signal_drops_only_older_entries_and_a_suspended_cache_keeps_nothing()
     assert len(cache) == 1
 
 
-def test_the_cache_is_bounded_and_evicts_the_least_recently_used() -> None:
+def test_the_cache_is_bounded_and_evicts_the_one_kept_longest_ago() -> None:
+    """Reads take no lock and move nothing (ADR 0156): a read does not save an entry from
+    eviction, keeping a newer version of it does."""
     cache = StatusCache(2)
-    for uid in "abc":
+    for uid in "ab":
         cache.end(uid, cache.begin(uid), record(uid, 1), POD.schema)
-        if uid == "b":
-            cache.get(POD, workers.ref("a"))
+    cache.get(POD, workers.ref("a"))  # read: still the first to go
+    cache.end("c", cache.begin("c"), record("c", 1), POD.schema)
     assert len(cache) == 2
-    assert cache.get(POD, workers.ref("b")) is None
+    assert cache.get(POD, workers.ref("a")) is None
+    cache.end("b", cache.begin("b"), record("b", 2), POD.schema)  # kept anew: now the last
+    cache.end("d", cache.begin("d"), record("d", 1), POD.schema)
+    assert cache.get(POD, workers.ref("c")) is None
+    assert cache.get(POD, workers.ref("b")) is not None
+    assert cache.get(POD, workers.ref("d")) is not None
     with pytest.raises(ValueError, match="at least 1"):
         StatusCache(0)
 
@@ -374,6 +383,7 @@ def test_a_foreign_commit_before_the_first_read_is_seen(tmp_path: Path) -> None:
         other.commit(
             POD, workers.ref("a"), 1, other_record.status, pod.CreateRequested(at=at(1)), ()
         )
+        assert mine.settle_cache()  # a single read may rely on a check < 1 ms old (0156)
         assert mine.load(POD, workers.ref("a")).version == 2  # type: ignore[union-attr]
     finally:
         mine.close()
@@ -394,6 +404,7 @@ def test_another_connection_s_commit_drops_the_sqlite_cache(tmp_path: Path) -> N
         assert mine.cache is not None
         drops = mine.cache.stats.drops
         step(other, pod.ConfigInvalid(at=at(1), error="x"), workers.ref("a"))
+        assert mine.settle_cache()  # a single read may rely on a check < 1 ms old (0156)
         assert mine.load(POD, workers.ref("a")).version == 2  # type: ignore[union-attr]
         assert mine.cache.stats.drops == drops + 1
         assert mine.load(POD, workers.ref("a")).version == 2  # type: ignore[union-attr]
@@ -421,8 +432,8 @@ def test_a_lost_listener_suspends_the_cache_and_it_starts_empty_when_back(
     url = pg_server.url(schema=f"listen{next(_names)}")
     mine = PostgresStore(url, cache=8)
     other = PostgresStore(
-        url
-    )  # at the defaults: it notifies (ADR 0143), but not while mine is deaf
+        url, cache=0
+    )  # uncached: it notifies (ADR 0143), but not while mine is deaf
     try:
         assert mine.settle_cache()
         assert mine.cache is not None

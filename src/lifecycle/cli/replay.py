@@ -551,17 +551,21 @@ class _Shown:
             out.write(summary + "\n")
 
 
-#: The status cache a replay into SQLite keeps unless its URL sets ``?cache=``: a replay is a
-#: batch writer, and an object's next line is then decided without a read (ADR 0134).
+#: The status cache a replay keeps unless its URL sets ``?cache=``: a replay is a batch writer
+#: over a trace of any length, so its cache is bounded well below the stores' default
+#: (ADR 0134, 0155): its memory does not grow with the trace's objects past this.
 REPLAY_CACHE = 16_384
 
 
 def _cached(url: str) -> dict[str, Any]:
-    """The options a replay adds to its store URL: a status cache for an SQLite file; on
-    PostgreSQL, ``notify`` -- a replica's cache must see what the replay writes."""
+    """The options a replay adds to its store URL: a bounded status cache (unless the URL
+    sets one); on PostgreSQL, ``notify`` -- a replica's cache must see what the replay
+    writes."""
     scheme = url.partition(":")[0].lower()
     if scheme in ("postgresql", "postgres"):
-        return {"notify": True}
+        query = url.partition("?")[2].partition("#")[0]
+        named = {p.partition("=")[0] for p in query.split("&")}
+        return {"notify": True} | ({} if "cache" in named else {"cache": REPLAY_CACHE})
     if scheme != "sqlite" or "cache" in parse_sqlite_url(url).options:
         return {}
     return {"cache": REPLAY_CACHE}

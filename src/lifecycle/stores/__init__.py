@@ -18,7 +18,7 @@ from .._core.errors import StoreError, preview
 from .._core.redact import redact
 from .._store_urls import MAX_CACHE as MAX_CACHE
 from .._store_urls import SQLITE_PARAMETERS
-from ._cache import CacheStats, StatusCache
+from ._cache import DEFAULT_CACHE, CacheStats, StatusCache
 from .base import (
     BatchStore,
     CommitItem,
@@ -46,6 +46,7 @@ if TYPE_CHECKING:
     from .postgres import PostgresStore as PostgresStore
 
 __all__ = [
+    "DEFAULT_CACHE",
     "BatchStore",
     "CacheStats",
     "CommitItem",
@@ -198,6 +199,7 @@ def open_store(url: str, **options: Any) -> Store:
     if url.startswith(POSTGRES_SCHEMES):  # libpq's URL rules: its store parses them
         from .postgres import PostgresStore
 
+        url, options = _postgres_cache(url, options)
         return PostgresStore(url, **options)
     if url == "memory":
         return MemoryStore(**options)
@@ -219,5 +221,27 @@ def open_store(url: str, **options: Any) -> Store:
     if parts.scheme in ("postgresql", "postgres"):
         from .postgres import PostgresStore
 
+        url, options = _postgres_cache(url, options)
         return PostgresStore(url, **options)
     raise InvalidStoreURL(f"unknown store URL {_shown(url)}; {_USAGE}")
+
+
+def _postgres_cache(url: str, options: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """A PostgreSQL URL's ``?cache=N`` (the status cache's bound, ``0``: off; ADR 0155) taken
+    out of the URL and into the store's options; the rest of the URL is libpq's."""
+    base, sep, query = url.partition("?")
+    if not sep:
+        return url, options
+    query, hash_, fragment = query.partition("#")
+    pairs = query.split("&")
+    found = [p for p in pairs if p.partition("=")[0] == "cache"]
+    if not found:
+        return url, options
+    if len(found) > 1 or "cache" in options:
+        raise InvalidStoreURL(f"store URL {_shown(url)}: cache is set twice")
+    try:
+        size = SQLITE_PARAMETERS["cache"].convert(found[0].partition("=")[2])
+    except ValueError as e:
+        raise InvalidStoreURL(f"store URL {_shown(url)}: cache {e}") from None
+    rest = "&".join(p for p in pairs if p.partition("=")[0] != "cache")
+    return base + ("?" + rest if rest else "") + hash_ + fragment, {**options, "cache": size}

@@ -24,6 +24,7 @@ The rules every entry obeys:
 from __future__ import annotations
 
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
@@ -33,7 +34,17 @@ from .._core.machine import Machine
 from .._core.refs import ObjectRef
 from .base import CommitItem, Record, check_record
 
-__all__ = ["CacheStats", "StatusCache"]
+__all__ = ["DEFAULT_CACHE", "CacheStats", "StatusCache"]
+
+#: The most objects a store's status cache holds unless ``cache=`` says otherwise (ADR 0155):
+#: the PostgreSQL and SQLite stores cache by default. The cache holds the objects the handle
+#: has read or committed, so its memory grows with the objects it serves, up to this bound;
+#: ``cache=0`` turns it off.
+DEFAULT_CACHE = 262_144
+
+#: How long a single read may rely on the last coherence check (SQLite's ``PRAGMA
+#: data_version``) before it asks again, in seconds (ADR 0156). A batch read always asks.
+CURRENT_FOR = 0.001
 
 
 class CacheStats:
@@ -53,9 +64,17 @@ class CacheStats:
 
 
 class StatusCache:
-    """Up to ``size`` records by uid, least recently used evicted first; thread-safe. A
-    store made with ``cache=N`` holds one as ``store.cache``; ``store.cache.stats`` is its
-    :class:`CacheStats`."""
+    """Up to ``size`` records by uid, the one kept longest ago evicted first; thread-safe. A
+    store's ``cache`` (``cache=N``; :data:`DEFAULT_CACHE` by default) is one;
+    ``store.cache.stats`` is its :class:`CacheStats`.
+
+    Reads take no lock (ADR 0156): :meth:`get` is one ``dict`` read, atomic in CPython, and a
+    read racing a drop answers what the cache held just before it, as a read that came first
+    would. Every change to the entries is made under the lock. A hit does not move its entry
+    (that would be a write): eviction is by when an entry was kept, not when it was last
+    read, so past the bound an object polled but never written is read again once per
+    ``size`` keeps. The counters in :attr:`stats` are not locked either: exact for one
+    thread, a close count under contention."""
 
     def __init__(self, size: int, *, usable: bool = True) -> None:
         if isinstance(size, bool) or not isinstance(size, int) or size < 1:
@@ -70,6 +89,8 @@ class StatusCache:
         self.generation = 0
         #: the store's coherence token last seen (SQLite: ``PRAGMA data_version``)
         self._token: object = None
+        #: until when (``time.monotonic``) a single read may skip asking for the token
+        self._current_until = 0.0
         #: uid -> [reads and commits in flight, highest version signalled, read or committed
         #: meanwhile]
         self._flights: dict[str, list[int]] = {}
@@ -89,13 +110,11 @@ class StatusCache:
     def get(self, machine: Machine[Any], ref: ObjectRef) -> Record | None:
         """The cached record of ``ref`` (checked as a store checks a stored identity), or
         ``None``: read the store between :meth:`begin` and :meth:`end`."""
-        with self._lock:
-            entry = self._records.get(ref.uid) if self._usable else None
-            if entry is None or entry[1] is not machine.schema:
-                self.stats.misses += 1
-                return None
-            self._records.move_to_end(ref.uid)
-            self.stats.hits += 1
+        entry = self._records.get(ref.uid) if self._usable else None  # lock-free: one dict read
+        if entry is None or entry[1] is not machine.schema:
+            self.stats.misses += 1
+            return None
+        self.stats.hits += 1
         record = entry[0]
         if record.ref is not ref or record.machine != machine.name:
             check_record(record, machine.name, ref)  # IdentityMismatch, as the store raises
@@ -142,8 +161,9 @@ class StatusCache:
                 if held is not None:
                     del self._records[uid]
                 return
+            if held is not None:  # kept anew: it goes to the back of the eviction order
+                del self._records[uid]
             self._records[uid] = (record, schema)
-            self._records.move_to_end(uid)
             while len(self._records) > self.size:
                 self._records.popitem(last=False)
 
@@ -162,17 +182,28 @@ class StatusCache:
         with self._lock:
             self._records.pop(uid, None)
 
+    def current(self) -> bool:
+        """Whether a single read may rely on the last coherence check (made less than
+        :data:`CURRENT_FOR` ago; ADR 0156); else ask the store again."""
+        return time.monotonic() < self._current_until
+
+    def expire(self) -> None:
+        """The next read asks for the coherence token, however recent the last check (a
+        barrier: every commit made before this call is seen by the next read)."""
+        self._current_until = 0.0
+
     def observe_token(self, token: object) -> None:
         """The store's coherence token now: a different one than last seen drops the cache
         (the first one seen too, unless the cache is still empty: a store reads it once at
         open, before anything is kept)."""
-        if token == self._token:
-            return
-        with self._lock:
-            if token != self._token:
-                if self._token is not None or self._records:
-                    self._drop("another connection wrote")
-                self._token = token
+        until = time.monotonic() + CURRENT_FOR
+        if token != self._token:
+            with self._lock:
+                if token != self._token:
+                    if self._token is not None or self._records:
+                        self._drop("another connection wrote")
+                    self._token = token
+        self._current_until = until  # once what the token says is done
 
     def drop(self, why: str) -> None:
         """Forget everything (a signal may have been missed)."""

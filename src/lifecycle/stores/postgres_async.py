@@ -36,7 +36,7 @@ from .._core.schema import SchemaCount, merge_counts
 from .._core.transition import Transition
 from .._log import get_logger
 from . import _pgsql as sql
-from ._cache import StatusCache
+from ._cache import DEFAULT_CACHE, StatusCache
 from ._pgio import MARK_DELAY, HistoryReport, LoopMarks, LoopWatch, Lost, RecordList, snapshot_rows
 from ._pglisten import Listener
 from ._pgsql import (
@@ -227,7 +227,9 @@ class AsyncPostgresStore(sql.PgSettings):
     install (ADR 0143), and a listener thread drops what another writer changed. The
     listener checks every second that the trigger is in force; while it is not, the cache is
     unused (reads go to the store) and a warning says why. ``notify`` is kept for
-    compatibility: every commit notifies, and ``notify=False`` is refused.
+    compatibility: every commit notifies, and ``notify=False`` is refused. On by default, up
+    to :data:`~lifecycle.stores.DEFAULT_CACHE` objects (ADR 0155); ``cache=0`` turns
+    it off (and starts no listener).
     """
 
     def __init__(
@@ -243,7 +245,7 @@ class AsyncPostgresStore(sql.PgSettings):
         migrate: bool = True,
         synchronous_commit: SynchronousCommit | None = None,
         owner: str | None = None,
-        cache: int = 0,
+        cache: int = DEFAULT_CACHE,
         notify: bool | None = None,
     ) -> None:
         if notify is False:

@@ -42,7 +42,7 @@ from .._core.transition import Transition
 from .._log import get_logger
 from . import _sqlite_find
 from . import _sqlite_history as history
-from ._cache import StatusCache
+from ._cache import DEFAULT_CACHE, StatusCache
 from ._sqlite_codec import int64, loads
 from ._sqlite_group import GroupCommit
 from ._sqlite_history import HistoryRewind, SQLiteHistory
@@ -96,10 +96,13 @@ class SQLiteStore:
     caller commits as without it.
 
     ``cache=N`` keeps the last committed record of up to ``N`` objects in this handle
-    (ADR 0134), so an observation that changes nothing is decided without a read. Before each
-    use the cache asks SQLite whether another connection committed (``PRAGMA data_version``)
-    and is dropped whole if one did; a change decided from it is still compared-and-set.
-    Off (``0``) by default.
+    (ADR 0134), so an observation that changes nothing is decided without a read. The cache
+    asks SQLite whether another connection committed (``PRAGMA data_version``) and is dropped
+    whole if one did: before every batch read (``load_many``: once per ``observe_many`` page),
+    and before a single read unless it asked less than a millisecond ago (ADR 0156;
+    :meth:`settle_cache` makes the next read ask); a change decided from it is still
+    compared-and-set. On by default, up to
+    :data:`~lifecycle.stores.DEFAULT_CACHE` objects (ADR 0155); ``cache=0`` turns it off.
     """
 
     def __init__(
@@ -113,7 +116,7 @@ class SQLiteStore:
         clock: Callable[[], float] = time.time,
         owner: str | None = None,
         group_commit: bool = False,
-        cache: int = 0,
+        cache: int = DEFAULT_CACHE,
     ) -> None:
         if synchronous not in ("OFF", "NORMAL", "FULL", "EXTRA"):
             raise ValueError(f"synchronous must be OFF, NORMAL, FULL or EXTRA, not {synchronous!r}")
@@ -283,11 +286,18 @@ class SQLiteStore:
         cache.observe_token(token)
         return True
 
+    def settle_cache(self, timeout: float = 5.0) -> bool:
+        """A barrier (ADR 0156): the next read through the cache asks whether another
+        connection committed, however recently it last asked. True (no wait is needed)."""
+        if self.cache is not None:
+            self.cache.expire()
+        return True
+
     def load(self, machine: Machine[Any], ref: ObjectRef) -> Record | None:
         """The stored record, or ``None``; :class:`~lifecycle.IdentityMismatch` when the
         uid is stored for another object (its identity is read in the same ``SELECT``)."""
         cache = self.cache
-        if cache is None or not self._cache_coherent(cache):
+        if cache is None or not (cache.current() or self._cache_coherent(cache)):  # ADR 0156
             return self._load(machine, ref)
         record = cache.get(machine, ref)
         if record is None:
