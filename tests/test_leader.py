@@ -57,6 +57,12 @@ def lease(name: str = "ctl", **spec: Any) -> dict[str, Any]:
     }
 
 
+def spec_of(server: FakeApiServer) -> dict[str, Any]:
+    found = server.object("leases", "ops", "ctl")
+    assert found is not None
+    return dict(found["spec"])
+
+
 def elector(server: FakeApiServer, identity: str, clock: Clock, **kw: Any) -> LeaderElector:
     lock = LeaseLock("ctl", "ops", identity, api=server.configuration())
     timings = {"lease_duration": 15, "renew_deadline": 10, "retry_period": 2} | kw
@@ -83,7 +89,7 @@ def test_a_lease_is_created_read_and_replaced_with_compare_and_set(server: FakeA
     code, refused = send(server, "PUT", LEASES + "/ctl", stale)
     assert code == 409
     assert refused["reason"] == "Conflict"
-    assert server.object("leases", "ops", "ctl")["spec"]["holderIdentity"] == "b"
+    assert spec_of(server)["holderIdentity"] == "b"
     code, listed = send(server, "GET", LEASES)
     assert code == 200
     assert [i["metadata"]["name"] for i in listed["items"]] == ["ctl"]
@@ -119,10 +125,10 @@ def test_the_first_candidate_acquires_and_renews_the_other_waits(server: FakeApi
     assert not b.attempt()
     assert not b.is_leader()
     assert b.holder == "a"
-    first = server.object("leases", "ops", "ctl")["spec"]
+    first = spec_of(server)
     clock.now += 2
     assert a.attempt()
-    spec = server.object("leases", "ops", "ctl")["spec"]
+    spec = spec_of(server)
     assert spec["holderIdentity"] == "a"
     assert spec["leaseDurationSeconds"] == 15
     assert spec["acquireTime"] == first["acquireTime"]
@@ -148,8 +154,8 @@ def test_a_lost_race_is_a_409_and_only_one_candidate_leads(server: FakeApiServer
     assert not a.lock.update("ctl", "ops", rec)
     conflicts = [r for r in server.requests if r.method == "PUT"]
     assert len(conflicts) == 2
-    assert server.object("leases", "ops", "ctl")["spec"]["holderIdentity"] == "b"
-    assert server.object("leases", "ops", "ctl")["spec"]["leaseTransitions"] == 1
+    assert spec_of(server)["holderIdentity"] == "b"
+    assert spec_of(server)["leaseTransitions"] == 1
 
 
 def test_an_expired_lease_is_taken_over_after_the_old_leader_stopped(
@@ -173,7 +179,7 @@ def test_an_expired_lease_is_taken_over_after_the_old_leader_stopped(
     assert b.attempt()
     assert b.is_leader()
     assert not a.is_leader()
-    assert server.object("leases", "ops", "ctl")["spec"]["leaseTransitions"] == 1
+    assert spec_of(server)["leaseTransitions"] == 1
 
 
 def test_stop_releases_the_lease_and_another_takes_it_at_once(server: FakeApiServer) -> None:
@@ -186,7 +192,7 @@ def test_stop_releases_the_lease_and_another_takes_it_at_once(server: FakeApiSer
     a.stop()
     assert not a.is_leader()
     assert stopped == ["a"]
-    assert "holderIdentity" not in server.object("leases", "ops", "ctl")["spec"]
+    assert "holderIdentity" not in spec_of(server)
     assert b.attempt()
     assert b.is_leader()
 
@@ -229,11 +235,13 @@ def test_the_thread_starts_leads_and_stops_within_a_retry_period(server: FakeApi
         began = time.monotonic()
     assert time.monotonic() - began < 2
     assert not a.is_leader()
-    assert "holderIdentity" not in server.object("leases", "ops", "ctl")["spec"]
+    assert "holderIdentity" not in spec_of(server)
 
 
 def test_the_lock_serves_the_official_leader_election(server: FakeApiServer) -> None:
-    from kubernetes.leaderelection.leaderelection import LeaderElection
+    from kubernetes.leaderelection.leaderelection import (  # type: ignore[import-untyped]
+        LeaderElection,
+    )
 
     lock = LeaseLock("ctl", "ops", "official", api=server.configuration())
     election = LeaderElection.__new__(LeaderElection)
@@ -246,7 +254,7 @@ def test_the_lock_serves_the_official_leader_election(server: FakeApiServer) -> 
     election.election_config = Config
     assert election.try_acquire_or_renew()  # creates the Lease
     assert election.try_acquire_or_renew()  # renews it (str(datetime) times made MicroTime)
-    spec = server.object("leases", "ops", "ctl")["spec"]
+    spec = spec_of(server)
     assert spec["holderIdentity"] == "official"
     assert spec["renewTime"].endswith("Z")
 

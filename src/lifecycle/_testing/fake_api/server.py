@@ -89,6 +89,8 @@ class Request:
     body: Any
     arrived: float = 0.0
     raw: bytes = b""
+    #: the request's headers, names in lower case (``authorization`` tells clients apart)
+    headers: dict[str, str] = attrs.Factory(dict)
 
 
 Answer = (
@@ -483,7 +485,13 @@ class FakeApiServer:
         except ValueError:
             body = None
         request = Request(
-            h.command, h.path, h.headers.get("Content-Type", ""), body, time.monotonic(), raw
+            h.command,
+            h.path,
+            h.headers.get("Content-Type", ""),
+            body,
+            time.monotonic(),
+            raw,
+            {k.lower(): v for k, v in h.headers.items()},
         )
         with self._lock:
             self.requests.append(request)
