@@ -22,7 +22,7 @@ from lifecycle.stores.kubernetes import PODS, KubernetesStore
 AT = datetime(2026, 11, 30, 10, 0, tzinfo=UTC)
 NAMESPACE = "ops"
 #: the timings of the test: a lease of 3 s, a renew deadline of 2 s, a retry every 0.5 s
-TIMINGS = {"lease_duration": 3, "renew_deadline": 2, "retry_period": 0.5}
+LEASE_DURATION, RENEW_DEADLINE, RETRY_PERIOD = 3.0, 2.0, 0.5
 
 
 def script(i: int) -> list[Any]:
@@ -44,7 +44,12 @@ def main(url: str, identity: str, pods: int) -> None:
     configuration.host = url
     configuration.api_key = {"authorization": identity}  # the fake server keeps who sent what
     api = client.ApiClient(configuration)
-    elector = LeaderElector(LeaseLock("controller", NAMESPACE, identity, api=api), **TIMINGS)
+    elector = LeaderElector(
+        LeaseLock("controller", NAMESPACE, identity, api=api),
+        lease_duration=LEASE_DURATION,
+        renew_deadline=RENEW_DEADLINE,
+        retry_period=RETRY_PERIOD,
+    )
     elector.start()
     store = KubernetesStore(api, resources={"Pod": PODS}, namespace=NAMESPACE)
     emitter = KubernetesEmitter(ApiEventSink(api), hostname=identity, timers=False)

@@ -4,10 +4,13 @@ the elector's fence and the store gate."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,6 +22,7 @@ from lifecycle.leader import LeaderElector, LeaderGate, LeaseLock, NotLeader
 from lifecycle.machines import POD, pod
 from lifecycle.testing import FakeApiServer
 
+ROOT = Path(__file__).resolve().parents[1]
 AT = datetime(2026, 11, 30, 10, 0, tzinfo=UTC)
 LEASES = "/apis/coordination.k8s.io/v1/namespaces/ops/leases"
 
@@ -397,3 +401,45 @@ def test_the_gate_checks_an_async_store_before_awaiting() -> None:
     flag.leading = True
     assert asyncio.run(gate.commit()) == 1
     assert Async.calls == 1
+
+
+def test_the_lease_lock_names_the_kubernetes_extra_and_the_gate_needs_none(
+    tmp_path: Path,
+) -> None:
+    """On the core install (the SDKs unimportable, as ``scripts/core_check.py`` blocks
+    them): ``lifecycle.leader`` imports, the gate works, the Lease lock raises
+    ``MissingExtra`` naming the ``kubernetes`` extra."""
+    code = tmp_path / "leader.py"
+    code.write_text(
+        """
+import sys
+from lifecycle import MemoryStore, MissingExtra
+from lifecycle.leader import LeaderGate, LeaseLock, NotLeader
+
+class Never:
+    def is_leader(self):
+        return False
+
+try:
+    LeaderGate(MemoryStore(), Never()).mark_delivered([])
+except NotLeader:
+    pass
+try:
+    LeaseLock("ctl", "ops", "a")
+except MissingExtra as e:
+    assert e.extra == "kubernetes", e
+    print("ok")
+assert not [m for m in sys.modules if m.split(".")[0] in ("kubernetes", "urllib3")]
+""",
+        encoding="utf-8",
+    )
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "core_check.py"), "--run", "--block", str(code)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "ok"

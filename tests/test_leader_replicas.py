@@ -21,7 +21,7 @@ from lifecycle.machines import POD
 from lifecycle.stores.kubernetes import PODS, KubernetesStore
 from lifecycle.testing import FakeApiServer
 
-from ._leader_replica import NAMESPACE, TIMINGS, ref
+from ._leader_replica import LEASE_DURATION, NAMESPACE, RETRY_PERIOD, ref
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="SIGKILL")
 
@@ -29,7 +29,7 @@ REPLICA = Path(__file__).with_name("_leader_replica.py")
 PODS_N = 8
 #: the takeover bound: the lease duration after the last renewal the follower saw (at most a
 #: retry period before the kill), plus a retry period; and slack for a loaded machine
-TAKEOVER = TIMINGS["lease_duration"] + TIMINGS["retry_period"] + 4.0
+TAKEOVER = LEASE_DURATION + RETRY_PERIOD + 4.0
 
 
 class Replica:
