@@ -41,13 +41,22 @@ class Clock:
         return self.now
 
 
-def send(server: FakeApiServer, method: str, path: str, body: Any = None) -> tuple[int, Any]:
+def send(
+    server: FakeApiServer,
+    method: str,
+    path: str,
+    body: Any = None,
+    content_type: str = "application/json",
+) -> tuple[int, Any]:
     data = None if body is None else json.dumps(body).encode()
     request = urllib.request.Request(server.url + path, data=data, method=method)
-    request.add_header("Content-Type", "application/json")
+    request.add_header("Content-Type", content_type)
     try:
         with urllib.request.urlopen(request, timeout=5) as answer:
-            return answer.status, json.loads(answer.read())
+            text = answer.read().decode()
+            if "watch=" in path:
+                return answer.status, [json.loads(line) for line in text.splitlines()]
+            return answer.status, json.loads(text)
     except urllib.error.HTTPError as e:
         return e.code, json.loads(e.read())
 
@@ -97,6 +106,14 @@ def test_a_lease_is_created_read_and_replaced_with_compare_and_set(server: FakeA
     code, listed = send(server, "GET", LEASES)
     assert code == 200
     assert [i["metadata"]["name"] for i in listed["items"]] == ["ctl"]
+    patch = {"spec": {"leaseDurationSeconds": 30}}
+    code, patched = send(server, "PATCH", LEASES + "/ctl", patch, "application/merge-patch+json")
+    assert code == 200
+    assert patched["spec"] == {"holderIdentity": "b", "leaseDurationSeconds": 30}
+    code, seen = send(server, "GET", LEASES + "?watch=true&resourceVersion=0&timeoutSeconds=1")
+    assert [(e["type"], e["object"]["spec"]["leaseDurationSeconds"]) for e in seen] == [
+        ("ADDED", 30)
+    ]
 
 
 @pytest.mark.parametrize(
