@@ -88,9 +88,17 @@ class _Record:
 
 
 def _key(record: Any) -> tuple[Any, ...] | None:
+    """What tells one state of the lock from another: the record, and the object's
+    ``resourceVersion`` where the lock gives it (:class:`LeaseLock` does)."""
     if record is None:
         return None
-    return (record.holder_identity, record.lease_duration, record.acquire_time, record.renew_time)
+    return (
+        record.holder_identity,
+        record.lease_duration,
+        record.acquire_time,
+        record.renew_time,
+        getattr(record, "resource_version", None),
+    )
 
 
 class LeaderElector:
@@ -215,7 +223,10 @@ class LeaderElector:
     def run(self) -> None:
         """Try every ``retry_period`` until :meth:`stop`; then release the Lease if held."""
         while not self._stopping.is_set():
-            self.attempt()
+            try:
+                self.attempt()
+            except Exception:  # a lock of the host's that raised: try again later
+                log.exception("leader election attempt failed")
             self._stopping.wait(self.retry_period)
         self._finish()
 

@@ -101,12 +101,15 @@ class LeaseLock:
         spec = answer.get("spec") or {}
         if not spec.get("holderIdentity"):
             return True, None
-        return True, self._record_type(
+        record = self._record_type(
             spec.get("holderIdentity"),
             str(spec["leaseDurationSeconds"]) if spec.get("leaseDurationSeconds") else None,
             spec.get("acquireTime"),
             spec.get("renewTime"),
         )
+        # any write changes it, whatever the fields (the elector tells states apart by it)
+        record.resource_version = (answer.get("metadata") or {}).get("resourceVersion")
+        return True, record
 
     def create(self, name: str, namespace: str, election_record: Any) -> bool:
         """Create the Lease holding ``election_record``; False when it exists or failed."""
