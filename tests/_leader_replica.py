@@ -21,8 +21,8 @@ from lifecycle.stores.kubernetes import PODS, KubernetesStore
 
 AT = datetime(2026, 11, 30, 10, 0, tzinfo=UTC)
 NAMESPACE = "ops"
-#: the timings of the test: a lease of 3 s, a renew deadline of 2 s, a retry every 0.5 s
-LEASE_DURATION, RENEW_DEADLINE, RETRY_PERIOD = 3.0, 2.0, 0.5
+#: the timings of the test: a lease of 4 s, a renew deadline of 3 s, a retry every 0.5 s
+LEASE_DURATION, RENEW_DEADLINE, RETRY_PERIOD = 4.0, 3.0, 0.5
 
 
 def script(i: int) -> list[Any]:

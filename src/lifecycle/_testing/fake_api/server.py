@@ -297,7 +297,8 @@ class FakeApiServer:
         self._released.set()
 
     def hold(self, *, landed: bool) -> None:
-        """From now on every create hangs: stored first when ``landed``, else not stored."""
+        """From now on every Event create hangs: stored first when ``landed``, else not
+        stored (a Lease create is answered as usual)."""
         with self._lock:
             self._holding = (landed, threading.Event())
 
