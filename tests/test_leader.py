@@ -248,13 +248,13 @@ def test_the_thread_starts_leads_and_stops_within_a_retry_period(server: FakeApi
         on_started_leading=lambda: started.append(True),
     )
     with a:
-        deadline = time.monotonic() + 5
+        deadline = time.monotonic() + 20
         while not a.is_leader() and time.monotonic() < deadline:
             time.sleep(0.01)
         assert a.is_leader()
         assert started == [True]
         began = time.monotonic()
-    assert time.monotonic() - began < 2
+    assert time.monotonic() - began < 5  # a wait of 0.5 s cut short, one release
     assert not a.is_leader()
     assert "holderIdentity" not in spec_of(server)
 
