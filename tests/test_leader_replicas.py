@@ -27,9 +27,10 @@ pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="SIGKILL")
 
 REPLICA = Path(__file__).with_name("_leader_replica.py")
 PODS_N = 8
-#: the takeover bound: the lease duration after the last renewal the follower saw (at most a
-#: retry period before the kill), plus a retry period; and slack for a loaded machine
-TAKEOVER = LEASE_DURATION + RETRY_PERIOD + 4.0
+#: the takeover bound: the follower sees the leader's last renewal (before the kill) at most a
+#: retry period after it landed, and takes over at its first try a lease duration later; plus
+#: slack for a loaded machine
+TAKEOVER = LEASE_DURATION + 2 * RETRY_PERIOD + 3.0
 
 
 class Replica:
