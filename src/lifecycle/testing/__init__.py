@@ -74,8 +74,8 @@ every change a host ticking every second sees, at the same times; ADR 0149).
 
 A Kubernetes controller is tested against :class:`FakeApiServer`: a validating fake API server
 on loopback for the real ``kubernetes`` client (Events, Pods and CRDs with their status
-subresource, ``resourceVersion`` conflicts, schema checks, watches, scripted faults), the one
-the library's own Kubernetes tests and guide run on (ADR 0138).
+subresource, Leases, ``resourceVersion`` conflicts, schema checks, watches, scripted faults),
+the one the library's own Kubernetes tests and guide run on (ADR 0138).
 """
 
 from __future__ import annotations

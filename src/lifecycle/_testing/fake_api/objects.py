@@ -16,6 +16,9 @@ conventions say.
   models (a JSON type its Go field refuses is 400) and its conditions validated (422).
   Unknown fields follow ``fieldValidation``: ``Strict`` 400, ``Warn`` (default) dropped
   with a ``Warning: 299`` header each, ``Ignore`` dropped.
+- Leases (``coordination.k8s.io/v1``, namespaced) are created through the API too (POST:
+  201, 409 AlreadyExists for a taken name) and checked as :mod:`.leases` says; a Lease has
+  no status and no ``generation``.
 - Size: a body over 3 MiB is 413; an object whose JSON would exceed 1.5 MiB is 500
   ``etcdserver: request is too large`` and is not stored.
 """
@@ -32,6 +35,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import attrs
 
+from .leases import check_micro_times, lease_causes, name_causes
 from .schema import (
     Cause,
     DecodeError,
@@ -108,6 +112,7 @@ class Resource:
 
 
 POD = Resource("", "v1", "pods", "Pod", model="V1Pod")
+LEASE = Resource("coordination.k8s.io", "v1", "leases", "Lease", model="V1Lease")
 DEFAULT_POD_SPEC: dict[str, Any] = {"containers": [{"name": "main", "image": "busybox"}]}
 
 
@@ -158,7 +163,10 @@ class ObjectStore:
     runs under the server's lock."""
 
     def __init__(self) -> None:
-        self.resources: dict[tuple[str, str, str], Resource] = {("", "v1", "pods"): POD}
+        self.resources: dict[tuple[str, str, str], Resource] = {
+            ("", "v1", "pods"): POD,
+            ("coordination.k8s.io", "v1", "leases"): LEASE,
+        }
         self.objects: dict[tuple[str, str, str], dict[str, Any]] = {}
         #: successful object writes (a no-op update is none)
         self.writes = 0
@@ -260,6 +268,8 @@ class ObjectStore:
             raise ApiError(404, "NotFound", message, {})
         resource, namespace, name, sub = route
         if name is None:
+            if method == "POST" and resource is LEASE:
+                return self._create(resource, namespace, raw, query)
             if method != "GET":
                 raise _not_allowed()
             return 200, self._list(resource, namespace, query), []
@@ -336,7 +346,7 @@ class ObjectStore:
             if not wanted(obj["metadata"].get("labels") or {}):
                 continue
             item = copy.deepcopy(obj)
-            if resource is POD:  # a typed list's items carry no kind of their own
+            if resource.model is not None:  # a typed list's items carry no kind of their own
                 item.pop("apiVersion", None)
                 item.pop("kind", None)
             items.append(item)
@@ -388,6 +398,8 @@ class ObjectStore:
             rest = {k: v for k, v in body.items() if k != "metadata"}
             try:
                 decode_model(rest, resource.model, "", unknown)
+                if resource is LEASE:
+                    check_micro_times(rest)
             except DecodeError as e:
                 raise ApiError(400, "BadRequest", self._undecodable(resource, e)) from e
             body = _drop(body, [u for u in unknown if not u.startswith("metadata.")])
@@ -426,7 +438,7 @@ class ObjectStore:
             raise _invalid(resource, name, causes)
         if result == stored:  # no change: no write, the version stays
             return 200, result, warnings
-        if _spec(result) != _spec(stored):
+        if _spec(result) != _spec(stored) and resource is not LEASE:
             generation = stored["metadata"].get("generation")
             result["metadata"]["generation"] = int(generation or 0) + 1
         result["metadata"]["resourceVersion"] = self._next_version()
@@ -436,6 +448,57 @@ class ObjectStore:
         self.writes += 1
         self._changed("MODIFIED", resource.plural, namespace, result)
         return 200, copy.deepcopy(result), warnings
+
+    def _create(
+        self, resource: Resource, namespace: str, raw: bytes, query: dict[str, str]
+    ) -> Reply:
+        """POST to a collection: the object as given (its system metadata set here), 201;
+        409 AlreadyExists for a taken name."""
+        try:
+            body = json.loads(raw) if raw else None
+        except ValueError as e:
+            raise ApiError(400, "BadRequest", f"invalid JSON in the body: {e}") from e
+        if not isinstance(body, dict):
+            raise ApiError(400, "BadRequest", "the body is not a JSON object")
+        metadata = body.get("metadata")
+        if not isinstance(metadata, dict):
+            metadata = {}
+        given_ns = metadata.get("namespace") or ""
+        if given_ns and given_ns != namespace:
+            message = (
+                "the namespace of the provided object does not match the namespace sent "
+                "on the request"
+            )
+            raise ApiError(400, "BadRequest", message)
+        name = str(metadata.get("name") or "")
+        if not name:
+            cause = Cause(
+                "metadata.name",
+                "FieldValueRequired",
+                "Required value: name or generateName is required",
+            )
+            raise _invalid(resource, name, [cause])
+        validation = query.get("fieldValidation", "Warn")
+        body, warnings = self._decode(resource, body, validation)
+        body["apiVersion"], body["kind"] = resource.api_version, resource.kind
+        body.pop("status", None)
+        causes = name_causes(name) + self._causes(resource, body, None, None)
+        if causes:
+            raise _invalid(resource, name, causes)
+        if (resource.plural, namespace, name) in self.objects:
+            message = f'{resource.qualified} "{name}" already exists'
+            raise ApiError(409, "AlreadyExists", message, resource.details(name))
+        kept = {k: v for k, v in body["metadata"].items() if k in ("name", "labels", "annotations")}
+        body["metadata"] = kept | {
+            "namespace": namespace,
+            "uid": str(uuid.uuid4()),
+            "resourceVersion": self._next_version(),
+            "creationTimestamp": _now(),
+        }
+        self.objects[(resource.plural, namespace, name)] = body
+        self.writes += 1
+        self._changed("ADDED", resource.plural, namespace, body)
+        return 201, copy.deepcopy(body), warnings
 
     @staticmethod
     def _strategy(
@@ -480,6 +543,8 @@ class ObjectStore:
                 if key != "metadata" and key in props and (sub != "status" or key == "status"):
                     causes += validate_custom(value, props[key], key)
             return causes
+        if resource is LEASE:
+            return causes + lease_causes(result)
         for i, condition in enumerate((result.get("status") or {}).get("conditions") or []):
             causes += _pod_condition_causes(condition, f"status.conditions[{i}]")
         if (

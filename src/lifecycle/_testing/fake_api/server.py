@@ -26,8 +26,10 @@ connection (RST); codes 500 and ``(429, {"Retry-After": "1"})`` are plain script
 ``("landed", "drop")`` or ``("landed", 504)`` applies the request, then drops the connection or
 answers that code (a write whose answer was lost).
 
-Objects and their status subresource (:mod:`.objects`): Pods under ``/api/v1`` and
-custom resources of CRDs :meth:`FakeApiServer.register_crd` registers under ``/apis``, put
+Objects and their status subresource (:mod:`.objects`): Pods under ``/api/v1``, Leases
+under ``/apis/coordination.k8s.io/v1`` (created through the API as well, for leader
+election; ``fail_path("/leases/", "hang")`` hangs the next renewal) and custom resources
+of CRDs :meth:`FakeApiServer.register_crd` registers under ``/apis``, put
 in place out of band with :meth:`FakeApiServer.add_object` (as a user's ``kubectl apply``)
 and then read, replaced and patched through the API as its conventions say. Every scripted
 answer above reaches these paths too (:meth:`FakeApiServer.fail_path`).
@@ -87,6 +89,8 @@ class Request:
     body: Any
     arrived: float = 0.0
     raw: bytes = b""
+    #: the request's headers, names in lower case (``authorization`` tells clients apart)
+    headers: dict[str, str] = attrs.Factory(dict)
 
 
 Answer = (
@@ -331,7 +335,8 @@ class FakeApiServer:
         self._released.set()
 
     def hold(self, *, landed: bool) -> None:
-        """From now on every create hangs: stored first when ``landed``, else not stored."""
+        """From now on every Event create hangs: stored first when ``landed``, else not
+        stored (a Lease create is answered as usual)."""
         with self._lock:
             self._holding = (landed, threading.Event())
 
@@ -557,7 +562,13 @@ class FakeApiServer:
         except ValueError:
             body = None
         request = Request(
-            h.command, h.path, h.headers.get("Content-Type", ""), body, time.monotonic(), raw
+            h.command,
+            h.path,
+            h.headers.get("Content-Type", ""),
+            body,
+            time.monotonic(),
+            raw,
+            {k.lower(): v for k, v in h.headers.items()},
         )
         with self._lock:
             self.requests.append(request)
@@ -631,7 +642,8 @@ class FakeApiServer:
             if watched is not None:
                 return self._watch(h, *watched)
         with self._lock:
-            holding = self._holding if request.method == "POST" else None
+            event_create = request.method == "POST" and request.path.startswith(PREFIX)
+            holding = self._holding if event_create else None
             if holding is None:
                 self._route(h, request)
                 return
