@@ -22,6 +22,9 @@ Round trips (libpq's protocol trace of the store's only connection, as
 ``benchmarks.postgres_floor``): per change with changes 1 s apart -- the gap simulated on the
 delivered-marks' clock, whose timer sends a held mark on its own once it is due (target <= 1.1)
 -- and per list page of 500 objects (``observe_many`` of 500 changes, cached; target <= 2).
+
+The outbox claim: server CPU of ``claim_undelivered(500)`` on a large outbox ÷ on a small one
+(target <= 1.5: a claim's cost follows what it takes).
 """
 
 from __future__ import annotations
@@ -47,6 +50,7 @@ from tests.stores.pg import PgServer  # noqa: E402
 
 from benchmarks.fair import Metric, metric, ratios  # noqa: E402
 from benchmarks.postgres_floor import AT, BODY, Ours, traced  # noqa: E402
+from benchmarks.store_throughput import fill_outbox  # noqa: E402
 from benchmarks.workload import BENCH, OBSERVATIONS  # noqa: E402
 from lifecycle import MachineRegistry, MemoryEmitter, ObjectRef, Runner  # noqa: E402
 from lifecycle._core.transition import stamp  # noqa: E402
@@ -230,6 +234,40 @@ def _page_trips(change: Change, pages: int, size: int) -> float:
         return count_trips() / pages
 
 
+def claim_growth(server: PgServer, small: int, large: int, rounds: int = 4) -> dict[str, Metric]:
+    """Server CPU of one ``claim_undelivered(500)`` on an outbox of ``large`` events ÷ on one
+    of ``small`` (40 per object): a claim's cost should follow what it takes, not the table."""
+    cost: dict[int, list[float]] = {}
+    for events in (small, large):
+        target = server.url(schema=f"claims_{events}")
+        fill_outbox(target, events // 40, 40)
+        store = PostgresStore(target, pool_size=1, owner="claimer")
+        with store._pool.connection() as conn:
+            pid = int(conn.info.backend_pid)
+        store.claim_undelivered(500)  # warm; then its own leases are claimed again each time
+        spent = []
+        for _ in range(rounds):
+            s0 = backend_cpu(pid)
+            store.claim_undelivered(500)
+            spent.append(backend_cpu(pid) - s0)
+        cost[events] = spent
+        store.close()
+    grow = statistics.fmean(cost[large]) / max(statistics.fmean(cost[small]), 1 / _TICK)
+    return {
+        "pg_claim_server_cpu_growth": {
+            "ratio": grow,
+            "range": [grow, grow],
+            "target": "<= 1.5",
+            "met": grow <= 1.5,
+            "ours": statistics.fmean(cost[large]) * 1e6,
+            "baseline": statistics.fmean(cost[small]) * 1e6,
+            "unit": "us/claim",
+            "what": f"server CPU of claim_undelivered(500) on an outbox of {large} events ÷ "
+            f"of {small} (40 per object; before ADR 0157 a claim scanned the whole outbox)",
+        }
+    }
+
+
 def suite(quick: bool) -> dict[str, Metric]:
     rounds, chunk = (5, 100) if quick else (15, 300)
     server = PgServer()
@@ -247,6 +285,7 @@ def suite(quick: bool) -> dict[str, Metric]:
         page_trips = _page_trips(change, 2 if quick else 4, 500)
         floor.conn.close()
         change.close()
+        claims = claim_growth(server, *((2000, 8000) if quick else (4000, 16000)))
     finally:
         server.destroy()
     out: dict[str, Metric] = {}
@@ -265,6 +304,7 @@ def suite(quick: bool) -> dict[str, Metric]:
             what=f"PostgreSQL Runner.observe of a change (cached status, one event delivered) "
             f"÷ a one-row INSERT in autocommit, {clock.replace('_', ' ')} per call",
         )
+    out.update(claims)
     out["pg_change_round_trips_1s_apart"] = {
         "ratio": gap_trips,
         "range": [gap_trips, gap_trips],

@@ -761,29 +761,39 @@ class Statements:
         # replica claiming it right now is skipped, not waited for) while that row is free
         # (unclaimed, its own, or its lease expired). It then takes the object's free rows up
         # to the first one another live replica still holds.
+        #
+        # Each object's first row is found by a skip scan of the ``(uid, version, n)`` index
+        # (``firsts``: one probe per object, in uid order), and everything downstream pulls
+        # from it one object at a time (nested loops, no sort): the statement stops at
+        # ``limit`` rows, having read and locked only the objects those rows belong to. So a
+        # claim costs what it takes, not the whole outbox, and concurrent claims of several
+        # replicas lock disjoint objects instead of one of them locking every head (ADR 0157).
         self.claim = f"""
-            WITH heads AS (
-                SELECT o.uid FROM {s}.outbox o
-                WHERE {claimable.format(t="o")}
-                  AND NOT EXISTS (
-                      SELECT 1 FROM {s}.outbox p
-                      WHERE p.uid = o.uid AND (p.version, p.n) < (o.version, o.n))
-                ORDER BY o.uid
-                LIMIT %(limit)s
-                FOR UPDATE OF o SKIP LOCKED
+            WITH RECURSIVE firsts AS (
+                (SELECT f.uid, f.id FROM {s}.outbox f ORDER BY f.uid, f.version, f.n LIMIT 1)
+                UNION ALL
+                SELECT g.uid, g.id FROM firsts, LATERAL (
+                    SELECT x.uid, x.id FROM {s}.outbox x WHERE x.uid > firsts.uid
+                    ORDER BY x.uid, x.version, x.n LIMIT 1) g
+            ), heads AS (
+                SELECT h.uid FROM firsts, LATERAL (
+                    SELECT o.uid FROM {s}.outbox o
+                    WHERE o.id = firsts.id AND {claimable.format(t="o")}
+                    FOR UPDATE OF o SKIP LOCKED) h
             ), picked AS (
-                SELECT b.id FROM {s}.outbox b JOIN heads h ON b.uid = h.uid
-                WHERE {claimable.format(t="b")}
-                  AND NOT EXISTS (
-                      SELECT 1 FROM {s}.outbox c
-                      WHERE c.uid = b.uid AND (c.version, c.n) < (b.version, b.n)
-                        AND NOT {claimable.format(t="c")})
-                ORDER BY b.uid, b.version, b.n
+                SELECT r.id FROM heads, LATERAL (
+                    SELECT b.id FROM {s}.outbox b
+                    WHERE b.uid = heads.uid AND {claimable.format(t="b")}
+                      AND NOT EXISTS (
+                          SELECT 1 FROM {s}.outbox c
+                          WHERE c.uid = b.uid AND (c.version, c.n) < (b.version, b.n)
+                            AND NOT {claimable.format(t="c")})
+                    ORDER BY b.version, b.n) r
                 LIMIT %(limit)s
             )
             UPDATE {s}.outbox SET claimed_by = %(me)s,
                 claimed_until = clock_timestamp() + make_interval(secs => %(lease)s)
-            WHERE id IN (SELECT id FROM picked)
+            WHERE id = ANY(ARRAY(SELECT id FROM picked))
             RETURNING payload"""
         # A mark need not be durable: lost in a crash, the event is delivered again under its
         # id (at least once). So its commit does not wait for the disk.
