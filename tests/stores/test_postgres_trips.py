@@ -14,7 +14,7 @@ import attrs
 import pytest
 from benchmarks.postgres_floor import traced
 
-from lifecycle import Conflict, IdentityMismatch, MemoryEmitter, Runner
+from lifecycle import Conflict, IdentityMismatch, MemoryEmitter, ObjectRef, Runner
 from lifecycle._core.transition import stamp
 from lifecycle.machines import POD, pod
 from lifecycle.stores._pgio import MARK_DELAY
@@ -38,6 +38,13 @@ def round_trips(store: PostgresStore) -> Iterator[Callable[[], int]]:
         yield count
 
 
+def provision(runner: Runner, ref: ObjectRef) -> None:
+    """A change of ``ref`` (created before) that commits and delivers an event."""
+    result = runner.observe(ref, pod.ProvisionSucceeded(at=t(1), reserved=True, instance_id="i"))
+    assert result.committed
+    assert result.transitions
+
+
 def test_observe_is_a_load_and_a_commit_carrying_the_marks(pg_url: str) -> None:
     store = PostgresStore(pg_url, pool_size=1)
     emitter = MemoryEmitter()
@@ -47,12 +54,9 @@ def test_observe_is_a_load_and_a_commit_carrying_the_marks(pg_url: str) -> None:
     refs = [pod_ref(f"warm{i}") for i in range(3)]
     with round_trips(store) as count:
         for ref in refs:
-            result = runner.observe(ref, pod.ProvisionSucceeded(at=t(1), reserved=True,
-                                                                instance_id="i"))  # fmt: skip
-            assert result.committed
-            assert result.transitions
+            provision(runner, ref)
         trips = count()
-    assert trips == 2 * len(refs)  # load, commit (one statement, the marks in front of it)
+    assert trips == 2 * len(refs)  # load, commit (one statement, the marks inside it)
     assert len(emitter.events) == 6 + len(refs)
     assert len(raw(store, "SELECT id FROM {s}outbox")) == 1  # the last one's mark is held
     assert store.undelivered_count() == 0  # a count sends the held marks first
@@ -113,10 +117,7 @@ def test_changes_a_second_apart_are_one_round_trip_each_their_marks_riding(
     clock = Clock(store)
     with round_trips(store) as count:
         for ref in refs:
-            result = runner.observe(ref, pod.ProvisionSucceeded(at=t(1), reserved=True,
-                                                                instance_id="i"))  # fmt: skip
-            assert result.committed
-            assert result.transitions
+            provision(runner, ref)
             clock.offset += 1.0
             store._marks.send_due()  # what the mark thread does once a second has passed
         trips = count()
