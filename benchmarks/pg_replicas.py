@@ -8,6 +8,10 @@ Contenders, each a cell of ``benchmarks.store_throughput`` (writer processes sta
 behind a barrier, each on its own objects, the sum of their commits in the timed window):
 
 - **floor**: a one-row ``INSERT`` in autocommit per write (one round trip, one flush);
+- **floor, notifying**: the same ``INSERT`` sending a ``NOTIFY`` in its transaction, as every
+  write of the store does (ADR 0143): what the server's notification lock -- held by a
+  notifying commit until it is flushed, so notifying commits cannot share a flush -- costs
+  any writer, ours or not (issue 37: the share of the scaling that is the server's);
 - **observe**: ``Runner.observe`` flipping a stored Pod, no status cache;
 - **observe, cached**: the same with ``cache=4096``, so each commit also ``NOTIFY``s
   (ADR 0134) and a change is one round trip;
@@ -33,7 +37,7 @@ from tests.stores.pg import PgServer
 from .fair import Metric, metric
 from .store_throughput import cell, fill_outbox
 
-CONTENDERS = ("floor", "observe", "observe_cached", "dispatch")
+CONTENDERS = ("floor", "floor_notify", "observe", "observe_cached", "dispatch")
 #: what each dispatch cell drains: one undelivered event per (object, version); the cell's
 #: window ends at the last delivery, so a drained outbox does not cap the rate
 OUTBOX = (400, 40)
@@ -76,6 +80,23 @@ def suite(quick: bool) -> dict[str, Metric]:
             f"{os.cpu_count()} CPUs"
             + ("; NOTIFY serialises the flushes" if c != "observe" else ""),
         )
+    notifying = scaling("floor_notify")
+    out["pg_replicas_4_floor_notify_scaling_vs_floor"] = metric(
+        [n / f for n, f in zip(notifying, floor, strict=True)],
+        "info",
+        what="the INSERT floor sending a NOTIFY in each transaction: its 4 ÷ 1 scaling over "
+        "the plain floor's -- what PostgreSQL's notification lock (held through the commit's "
+        "flush) takes from any notifying writer: the server's share",
+        note=f"scaling: notifying floor {statistics.median(notifying):.2f}, floor "
+        f"{statistics.median(floor):.2f}",
+    )
+    ours = scaling("observe")
+    out["pg_replicas_4_uncached_scaling_vs_floor_notify"] = metric(
+        [o / n for o, n in zip(ours, notifying, strict=True)],
+        ">= 0.8",
+        what="Runner.observe (uncached) 4 ÷ 1 scaling over the notifying floor's: what is "
+        "ours once the server's notification lock is counted on both sides",
+    )
     dispatch = scaling("dispatch")
 
     out["pg_dispatch_4_vs_1"] = metric(

@@ -99,6 +99,12 @@ def _pg_notify(quick: bool) -> dict[str, Metric]:
     return pg_notify.suite(quick)
 
 
+def _pg_commit(quick: bool) -> dict[str, Metric]:
+    from . import pg_commit  # a throwaway server
+
+    return pg_commit.suite(quick)
+
+
 def _pg_replicas(quick: bool) -> dict[str, Metric]:
     from . import pg_replicas  # a throwaway server and writer processes
 
@@ -128,6 +134,7 @@ SUITES: dict[str, Callable[[bool], dict[str, Metric]]] = {
     "cached_poll": lambda quick: cached_poll.suite(quick, postgres=not quick),
     "pg_replicas": lambda quick: _pg_replicas(quick),  # 1 and 4 writer processes
     "pg_notify": _pg_notify,  # issue 34: every write notifying, on ÷ off
+    "pg_commit": _pg_commit,  # issue 37: a change ÷ the one-row INSERT; round trips
     # issue 26: peak RSS at 1 M lines on 100 k objects in flight
     "replay_wide_rss": replay.wide_rss_suite,
     # issue 37: a poll cycle of 10 000 Pods (2 % changing) ÷ hand-written one-statement floors
@@ -136,7 +143,7 @@ SUITES: dict[str, Callable[[bool], dict[str, Metric]]] = {
     "tricks": tricks.suite,
 }
 #: what --quick leaves out (a PostgreSQL server takes seconds to start)
-NOT_QUICK = {"postgres", "pg_replicas", "pg_notify"}
+NOT_QUICK = {"postgres", "pg_replicas", "pg_notify", "pg_commit"}
 
 
 def environment() -> dict[str, Any]:

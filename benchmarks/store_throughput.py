@@ -68,9 +68,11 @@ def _open(backend: str, target: str, cache: int = 0) -> Any:
     return SQLiteStore(target, synchronous="FULL", cache=cache)
 
 
-def _floor_writer(target: str) -> Callable[[], int]:
+def _floor_writer(target: str, notify: bool = False) -> Callable[[], int]:
     """PostgreSQL's floor for one write: a one-row ``INSERT`` of a status-sized JSON document
-    in autocommit on a plain connection (one round trip, one flush)."""
+    in autocommit on a plain connection (one round trip, one flush). ``notify``: the same
+    statement also sends a ``NOTIFY`` in its transaction, as every write of the store does
+    (ADR 0143) -- what the server's notification lock costs any notifying writer."""
     import psycopg
 
     from lifecycle.stores._pgsql import parse_url
@@ -79,8 +81,15 @@ def _floor_writer(target: str) -> Callable[[], int]:
     conn.execute("CREATE TABLE IF NOT EXISTS floor_rows (id bigserial PRIMARY KEY, doc json)")
     doc = json.dumps({"state": "Running", "conditions": [{"type": "Ready", "status": "True"}]})
 
+    statement = "INSERT INTO floor_rows (doc) VALUES (%s::json)"
+    if notify:
+        statement = (
+            "WITH w AS (INSERT INTO floor_rows (doc) VALUES (%s::json) RETURNING id) "
+            "SELECT pg_notify('floor', id::text) FROM w"
+        )
+
     def write() -> int:
-        conn.execute("INSERT INTO floor_rows (doc) VALUES (%s::json)", (doc,))
+        conn.execute(statement, (doc,))
         return 1
 
     return write
@@ -249,8 +258,8 @@ def _writer(row: str, target: str, worker: int, seconds: float, barrier: Any, ou
     try:
         if implementation == "eventsourcing":
             write = _eventsourcing_writer(backend, target, worker)
-        elif implementation == "floor":
-            write = _floor_writer(target)
+        elif implementation in ("floor", "floor_notify"):
+            write = _floor_writer(target, notify=implementation == "floor_notify")
         elif implementation == "dispatch":
             write = _dispatch_writer(target, worker)
         else:

@@ -14,10 +14,12 @@ import attrs
 import pytest
 from benchmarks.postgres_floor import traced
 
-from lifecycle import Conflict, IdentityMismatch, MemoryEmitter, Runner
+from lifecycle import Conflict, IdentityMismatch, MemoryEmitter, ObjectRef, Runner
 from lifecycle._core.transition import stamp
 from lifecycle.machines import POD, pod
-from lifecycle.stores.base import CommitItem
+from lifecycle.stores._pgio import MARK_DELAY
+from lifecycle.stores._pgsql import _dumps
+from lifecycle.stores.base import CommitItem, transition_to_row
 from lifecycle.stores.postgres import PostgresStore
 
 from .helpers import pod_ref, raw, t
@@ -36,6 +38,13 @@ def round_trips(store: PostgresStore) -> Iterator[Callable[[], int]]:
         yield count
 
 
+def provision(runner: Runner, ref: ObjectRef) -> None:
+    """A change of ``ref`` (created before) that commits and delivers an event."""
+    result = runner.observe(ref, pod.ProvisionSucceeded(at=t(1), reserved=True, instance_id="i"))
+    assert result.committed
+    assert result.transitions
+
+
 def test_observe_is_a_load_and_a_commit_carrying_the_marks(pg_url: str) -> None:
     store = PostgresStore(pg_url, pool_size=1, cache=0)  # the uncached path: a load first
     emitter = MemoryEmitter()
@@ -45,12 +54,9 @@ def test_observe_is_a_load_and_a_commit_carrying_the_marks(pg_url: str) -> None:
     refs = [pod_ref(f"warm{i}") for i in range(3)]
     with round_trips(store) as count:
         for ref in refs:
-            result = runner.observe(ref, pod.ProvisionSucceeded(at=t(1), reserved=True,
-                                                                instance_id="i"))  # fmt: skip
-            assert result.committed
-            assert result.transitions
+            provision(runner, ref)
         trips = count()
-    assert trips == 2 * len(refs)  # load, commit (one statement, the marks in front of it)
+    assert trips == 2 * len(refs)  # load, commit (one statement, the marks inside it)
     assert len(emitter.events) == 6 + len(refs)
     assert len(raw(store, "SELECT id FROM {s}outbox")) == 1  # the last one's mark is held
     assert store.undelivered_count() == 0  # a count sends the held marks first
@@ -76,11 +82,49 @@ def test_held_marks_ride_with_the_next_commit_and_are_sent_when_none_comes(pg_ur
     assert trips == 1 + 2  # the load alone, then observe's load and its commit
     assert not ids & outbox(store)  # gone with b's commit
     assert {e.id for e in second.transitions} <= outbox(store)
+    clock = Clock(store)
+    clock.offset = MARK_DELAY / 2
+    store._marks.send_due()
+    assert {e.id for e in second.transitions} <= outbox(store)  # not due yet: still held
+    clock.offset = MARK_DELAY
     deadline = time.monotonic() + 10
     while outbox(store) and time.monotonic() < deadline:  # no commit comes: sent on its own
-        time.sleep(0.05)
+        time.sleep(0.05)  # (by the mark thread, on the moved clock)
     assert outbox(store) == set()
     store.close()
+
+
+class Clock:
+    """The store's delivered-marks clock, moved on by ``offset`` seconds instead of waiting."""
+
+    def __init__(self, store: PostgresStore) -> None:
+        self.offset = 0.0
+        store._marks.clock = lambda: time.monotonic() + self.offset
+
+
+def test_changes_a_second_apart_are_one_round_trip_each_their_marks_riding(
+    pg_url: str,
+) -> None:
+    """Changes 1 s apart (the marks' clock moved on, not waited for): each is one round trip,
+    the commit carrying the previous change's mark -- no mark goes out on its own between
+    them (before: 2 each, the mark sent alone 0.2 s after its change)."""
+    store = PostgresStore(pg_url, pool_size=1, cache=64)
+    assert store.settle_cache()
+    runner = Runner(store, [MemoryEmitter()], links=())
+    refs = [pod_ref(f"gap{i}") for i in range(4)]
+    for ref in refs:
+        assert runner.observe(ref, pod.CreateRequested(at=t(0))).committed
+    clock = Clock(store)
+    with round_trips(store) as count:
+        for ref in refs:
+            provision(runner, ref)
+            clock.offset += 1.0
+            store._marks.send_due()  # what the mark thread does once a second has passed
+        trips = count()
+    assert trips == len(refs)
+    assert len(outbox(store)) == 1  # the last change's mark, held for the next commit
+    store.close()
+    assert outbox(store) == set()  # close sends it
 
 
 def test_a_commit_that_fails_keeps_the_marks_it_carried(pg_url: str) -> None:
@@ -224,3 +268,52 @@ def test_the_commit_reads_no_server_history() -> None:
         assert "pg_current_wal_lsn" not in text
     assert "pg_control_system" in statements.epoch_verify
     assert "pg_is_in_recovery" in statements.epoch_verify
+
+
+def test_the_outbox_rows_are_the_events_json_byte_for_byte(pg_url: str) -> None:
+    """The commit statement derives the outbox rows from the events' JSON array (no binary
+    arrays, ADR 0157): each row's payload is its event's encoding as it was, its position
+    and id its own, and the journal holds the same array."""
+    store = PostgresStore(pg_url, pool_size=1)
+    ref = pod_ref("exact")
+    obs = pod.CreateRequested(at=t(0))
+    before = POD.initial(ref)
+    after = POD.apply(before, obs)
+    flips = stamp(POD.flips(before, after), ref, POD.name, 1, obs.at, store.epoch)
+    flips += tuple(  # more events, one with text JSON escapes, so the zip is tested too
+        flips[0]._replace(n=n, message=f'é "{n}" \\ \u2028') for n in (1, 2)
+    )
+    assert store.commit(POD, ref, 0, after, obs, flips) == 1
+    rows = raw(store, "SELECT id, n, payload::text FROM {s}outbox WHERE uid = ? ORDER BY n",
+               (ref.uid,))  # fmt: skip
+    encoded = [_dumps(transition_to_row(f)) for f in flips]
+    assert rows == [(f.id, f.n, e) for f, e in zip(flips, encoded, strict=True)]
+    (journal,) = raw(store, "SELECT transitions::text FROM {s}journal WHERE uid = ?", (ref.uid,))
+    assert journal == ("[" + ",".join(encoded) + "]",)
+    store.close()
+
+
+def test_the_marks_riding_in_a_commit_are_deleted_by_key_not_by_a_scan(pg_url: str) -> None:
+    """The marks' ``DELETE`` inside the commit statement finds the rows by the outbox's key,
+    whatever the outbox holds: a first version (``id IN (SELECT …)``) planned a sequential
+    scan of the whole outbox per commit."""
+    import psycopg
+
+    from lifecycle.stores._pgsql import commit_args, commit_params
+
+    store = PostgresStore(pg_url, pool_size=1)
+    raw(store, "INSERT INTO {s}outbox (id, uid, version, n, payload) SELECT 'x' || g, 'x' || g, "
+        "1, 0, '{}' FROM generate_series(1, 5000) g")  # fmt: skip
+    raw(store, "ANALYZE {s}outbox")
+    ref = pod_ref("plan")
+    obs = pod.CreateRequested(at=t(0))
+    after = POD.apply(POD.initial(ref), obs)
+    params = commit_params(POD, ref, 0, after, obs, (), owner="o", lease=30.0)
+    params["epoch"] = store.epoch
+    with psycopg.connect(store.target.conninfo, autocommit=True) as conn:
+        cur = psycopg.ClientCursor(conn)  # the arguments bound as literals, for EXPLAIN
+        cur.execute("EXPLAIN " + store._sql.commit, commit_args(params, ["x1", "x2"]))
+        plan = "\n".join(str(r[0]) for r in cur.fetchall())
+    assert "outbox_pkey" in plan
+    assert "Seq Scan on outbox" not in plan, plan
+    store.close()

@@ -38,8 +38,9 @@ __all__ = [
 ]
 
 #: The longest a delivered-mark is held back for a commit to carry it, in seconds (a quarter
-#: of the lease at most, so no other replica takes over events already delivered).
-MARK_DELAY = 0.2
+#: of the lease at most, so no other replica takes over events already delivered): long
+#: enough that changes a second apart carry each other's marks (ADR 0157).
+MARK_DELAY = 2.0
 
 #: What the asyncio store's ``records`` returns ...
 RecordList: TypeAlias = list[Record]
@@ -209,6 +210,8 @@ class _Held:
         #: the lists :meth:`riding` handed to commits and not yet given back to
         #: :meth:`restore`: those events are delivered, their rows possibly not yet deleted
         self._riding: list[list[str]] = []
+        #: the clock the delay runs on (a benchmark or a test moves it on instead of waiting)
+        self.clock: Callable[[], float] = time.monotonic
 
     def _ride(self, ids: list[str]) -> list[str]:
         if ids:
@@ -230,7 +233,7 @@ class _Held:
 
     def _hold(self, ids: Iterable[str]) -> None:
         if not self._ids:
-            self._since = time.monotonic()
+            self._since = self.clock()
         self._ids.extend(ids)
 
     def _take(self) -> list[str]:
@@ -301,13 +304,18 @@ class HeldMarks(_Held):
         with self._lock:
             return super().in_flight()
 
+    def send_due(self) -> None:
+        """Send the held ids on their own if the oldest has waited ``delay`` seconds (what
+        the thread does on each tick)."""
+        if self._ids and self.clock() - self._since >= self.delay:
+            with self.sending:
+                ids = self.take()
+                if ids:
+                    self._send(ids)
+
     def _watch(self) -> None:
         while not self._stop.wait(min(self.delay / 2, 0.05)):
-            if self._ids and time.monotonic() - self._since >= self.delay:
-                with self.sending:
-                    ids = self.take()
-                    if ids:
-                        self._send(ids)
+            self.send_due()
 
     def close(self) -> None:
         """Stop the thread (what is still held stays for the caller to send)."""

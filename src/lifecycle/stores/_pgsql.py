@@ -7,6 +7,7 @@ import enum
 import hashlib
 import itertools
 import json
+import os
 import re
 import secrets
 import urllib.parse
@@ -593,13 +594,6 @@ class Statements:
         # The session setting names the store it verified (its identity) and the epoch:
         # "e:IDENTITY:TAG"; a schema restored or made again under the session is another store.
         verified = f"'e:' || {identity_sql(s)} || ':'"
-        #: Whether a write stamped with ``%(epoch)s`` (NULL: no events, any epoch will do) may
-        #: land on this session: it verified the store's epoch against its server's history.
-        self.epoch_ok = (
-            f"SELECT coalesce(c.s LIKE {verified} || '%%' AND (%(epoch)s::text IS NULL "
-            f"OR c.s = {verified} || %(epoch)s::text), false) AS ok "
-            f"FROM (SELECT {setting} AS s) c"
-        )
         # Run once per session (each new pooled connection) and by every epoch refresh: the
         # current epoch, the history it belongs to and the server's, in one snapshot; the
         # session trusts the epoch only when they agree on a server out of recovery. Such a
@@ -615,54 +609,73 @@ class Statements:
             f""", j AS (
                 INSERT INTO {s}.journal (uid, version, at, observation, fields, transitions,
                                          commit_token, schema_version, schema_fingerprint)
-                SELECT uid, %(version)s, %(at)s, %(observation)s, %(fields)s::json,
-                       %(events)s::json, %(token)s, %(sv)s, %(sfp)s
-                FROM w
+                SELECT w.uid, p.expected + 1, p.at, p.observation, p.fields::json,
+                       p.events::json, p.token, p.sv, p.sfp
+                FROM w, p
             )"""
             if journal
             else ""
         )
-        # One statement, so one round trip and (in autocommit) its own transaction: the CAS
-        # (an UPDATE of the expected version of *this* object -- same machine, kind, namespace
-        # and name -- or an INSERT of version 1), the journal entry and the outbox rows, all
-        # carrying the commit's token. ``ep`` holds the write to the epoch its events were
-        # stamped with: the one this session verified is current on its server's history
-        # (:attr:`epoch_verify`, ADR 0068). No row in ``w``: nothing was written; the second
-        # column says whether the epoch was the cause, and the rest is the stored row's
-        # version and identity as this statement's snapshot saw it (no read after a conflict;
-        # ADR 0127).
+        # One statement, so one round trip and (in autocommit) its own transaction, prepared
+        # with positional parameters, each given once (``p``, in :data:`COMMIT_ARGS` order;
+        # ADR 0157): the held delivered-marks (``m``, a JSON array of outbox ids, ADR 0127),
+        # the CAS (an UPDATE of the expected version of *this* object -- same machine, kind,
+        # namespace and name -- or an INSERT of version 1), the journal entry and the outbox
+        # rows (the events' JSON array, zipped with their ids), all carrying the commit's
+        # token. ``ep`` holds the write to the epoch its events were stamped with: the one
+        # this session verified is current on its server's history (:attr:`epoch_verify`, ADR
+        # 0068). No row in ``w``: nothing was written; the second column says whether the
+        # epoch was the cause, and the rest is the stored row's version and identity as this
+        # statement's snapshot saw it (no read after a conflict; ADR 0127).
         self.commit = f"""
-            WITH ep AS ({self.epoch_ok}), u AS (
-                UPDATE {s}.objects
-                SET state = %(state)s, version = %(version)s, status = %(status)s::json,
-                    updated_at = now(), commit_token = %(token)s, schema_version = %(sv)s,
-                    schema_fingerprint = %(sfp)s
-                WHERE uid = %(uid)s AND version = %(expected)s AND machine = %(machine)s
-                  AND kind = %(kind)s AND namespace = %(namespace)s AND name = %(name)s
-                  AND (SELECT ok FROM ep)
-                RETURNING uid
+            WITH p AS (
+                SELECT %s::text AS uid, %s::text AS machine, %s::text AS kind,
+                       %s::text AS namespace, %s::text AS name, %s::text AS state,
+                       %s::bigint AS expected, %s::text AS status, %s::text AS at,
+                       %s::text AS observation, %s::text AS fields, %s::text AS events,
+                       %s::text AS ids, %s::text AS token, %s::int AS sv, %s::text AS sfp,
+                       %s::text AS epoch, %s::text AS owner, %s::float8 AS lease,
+                       %s::text AS marks
+            ), m AS (
+                DELETE FROM {s}.outbox
+                WHERE id = ANY(ARRAY(SELECT json_array_elements_text(p.marks::json) FROM p))
+            ), ep AS (
+                SELECT coalesce(c.s LIKE {verified} || '%%'
+                                AND (p.epoch IS NULL OR c.s = {verified} || p.epoch),
+                                false) AS ok
+                FROM p, (SELECT {setting} AS s) c
+            ), u AS (
+                UPDATE {s}.objects o
+                SET state = p.state, version = p.expected + 1, status = p.status::json,
+                    updated_at = now(), commit_token = p.token, schema_version = p.sv,
+                    schema_fingerprint = p.sfp
+                FROM p, ep
+                WHERE o.uid = p.uid AND o.version = p.expected AND o.machine = p.machine
+                  AND o.kind = p.kind AND o.namespace = p.namespace AND o.name = p.name
+                  AND ep.ok
+                RETURNING o.uid
             ), i AS (
                 INSERT INTO {s}.objects (uid, machine, kind, namespace, name, state, version,
                                          status, commit_token, schema_version,
                                          schema_fingerprint)
-                SELECT %(uid)s, %(machine)s, %(kind)s, %(namespace)s, %(name)s, %(state)s,
-                       %(version)s, %(status)s::json, %(token)s, %(sv)s, %(sfp)s
-                WHERE %(expected)s = 0 AND (SELECT ok FROM ep)
+                SELECT p.uid, p.machine, p.kind, p.namespace, p.name, p.state, 1,
+                       p.status::json, p.token, p.sv, p.sfp
+                FROM p, ep
+                WHERE p.expected = 0 AND ep.ok
                 ON CONFLICT (uid) DO NOTHING
                 RETURNING uid
             ), w AS (
                 SELECT uid FROM u UNION ALL SELECT uid FROM i
             ){journal_cte}, x AS (
                 INSERT INTO {s}.outbox (id, uid, version, n, payload, claimed_by, claimed_until)
-                SELECT e.id, w.uid, %(version)s, e.n, e.payload::json, %(owner)s,
-                       clock_timestamp() + make_interval(secs => %(lease)s)
-                FROM w, unnest(%(ids)b::text[], %(ns)b::int[], %(payloads)b::text[])
-                     AS e(id, n, payload)
+                SELECT e.id, w.uid, p.expected + 1, (e.payload ->> 'n')::int, e.payload,
+                       p.owner, clock_timestamp() + make_interval(secs => p.lease)
+                FROM w, p, ROWS FROM (json_array_elements(p.events::json),
+                                      json_array_elements_text(p.ids::json)) AS e(payload, id)
             )
             SELECT (SELECT count(*) FROM w), (SELECT ok FROM ep), c.version, c.machine,
                    c.kind, c.namespace, c.name
-            FROM (SELECT 1) AS one
-            LEFT JOIN {s}.objects c ON c.uid = %(uid)s AND NOT EXISTS (SELECT 1 FROM w)"""
+            FROM p LEFT JOIN {s}.objects c ON c.uid = p.uid AND NOT EXISTS (SELECT 1 FROM w)"""
         batch_journal = (
             f""", j AS (
                 INSERT INTO {s}.journal (uid, version, at, observation, fields, transitions,
@@ -805,29 +818,39 @@ class Statements:
         # replica claiming it right now is skipped, not waited for) while that row is free
         # (unclaimed, its own, or its lease expired). It then takes the object's free rows up
         # to the first one another live replica still holds.
+        #
+        # Each object's first row is found by a skip scan of the ``(uid, version, n)`` index
+        # (``firsts``: one probe per object, in uid order), and everything downstream pulls
+        # from it one object at a time (nested loops, no sort): the statement stops at
+        # ``limit`` rows, having read and locked only the objects those rows belong to. So a
+        # claim costs what it takes, not the whole outbox, and concurrent claims of several
+        # replicas lock disjoint objects instead of one of them locking every head (ADR 0157).
         self.claim = f"""
-            WITH heads AS (
-                SELECT o.uid FROM {s}.outbox o
-                WHERE {claimable.format(t="o")}
-                  AND NOT EXISTS (
-                      SELECT 1 FROM {s}.outbox p
-                      WHERE p.uid = o.uid AND (p.version, p.n) < (o.version, o.n))
-                ORDER BY o.uid
-                LIMIT %(limit)s
-                FOR UPDATE OF o SKIP LOCKED
+            WITH RECURSIVE firsts AS (
+                (SELECT f.uid, f.id FROM {s}.outbox f ORDER BY f.uid, f.version, f.n LIMIT 1)
+                UNION ALL
+                SELECT g.uid, g.id FROM firsts, LATERAL (
+                    SELECT x.uid, x.id FROM {s}.outbox x WHERE x.uid > firsts.uid
+                    ORDER BY x.uid, x.version, x.n LIMIT 1) g
+            ), heads AS (
+                SELECT h.uid FROM firsts, LATERAL (
+                    SELECT o.uid FROM {s}.outbox o
+                    WHERE o.id = firsts.id AND {claimable.format(t="o")}
+                    FOR UPDATE OF o SKIP LOCKED) h
             ), picked AS (
-                SELECT b.id FROM {s}.outbox b JOIN heads h ON b.uid = h.uid
-                WHERE {claimable.format(t="b")}
-                  AND NOT EXISTS (
-                      SELECT 1 FROM {s}.outbox c
-                      WHERE c.uid = b.uid AND (c.version, c.n) < (b.version, b.n)
-                        AND NOT {claimable.format(t="c")})
-                ORDER BY b.uid, b.version, b.n
+                SELECT r.id FROM heads, LATERAL (
+                    SELECT b.id FROM {s}.outbox b
+                    WHERE b.uid = heads.uid AND {claimable.format(t="b")}
+                      AND NOT EXISTS (
+                          SELECT 1 FROM {s}.outbox c
+                          WHERE c.uid = b.uid AND (c.version, c.n) < (b.version, b.n)
+                            AND NOT {claimable.format(t="c")})
+                    ORDER BY b.version, b.n) r
                 LIMIT %(limit)s
             )
             UPDATE {s}.outbox SET claimed_by = %(me)s,
                 claimed_until = clock_timestamp() + make_interval(secs => %(lease)s)
-            WHERE id IN (SELECT id FROM picked)
+            WHERE id = ANY(ARRAY(SELECT id FROM picked))
             RETURNING payload"""
         # A mark need not be durable: lost in a crash, the event is delivered again under its
         # id (at least once). So its commit does not wait for the disk.
@@ -930,6 +953,7 @@ def commit_params(
         payloads = [_dumps(transition_to_row(t)) for t in transitions]
     except (TypeError, ValueError) as e:
         raise StoreError(f"cannot serialise the status of {ref}: {e}") from e
+    ids = [t.id for t in transitions]
     return {
         "uid": ref.uid,
         "machine": machine.name,
@@ -944,17 +968,54 @@ def commit_params(
         "observation": observation.name(),
         "fields": fields_json,
         "events": "[" + ",".join(payloads) + "]",
-        "ids": [t.id for t in transitions],
+        "ids": ids,
+        "ids_json": _dumps(ids),
         "ns": [t.n for t in transitions],
         "payloads": payloads,
         "owner": owner,
         "lease": lease,
-        "token": secrets.token_hex(8),
+        "token": commit_token(),
         "sv": machine.schema.version,
         "sfp": machine.schema.fingerprint,
         # the epoch the events were stamped with (None: no events, any epoch will do)
         "epoch": transitions[0].epoch if transitions else None,
     }
+
+
+#: The parameters of :attr:`Statements.commit`, in order (its ``p`` row).
+COMMIT_ARGS = (
+    "uid", "machine", "kind", "namespace", "name", "state", "expected", "status", "at",
+    "observation", "fields", "events", "ids_json", "token", "sv", "sfp", "epoch", "owner",
+    "lease",
+)  # fmt: skip
+
+
+def commit_args(params: dict[str, Any], marks: Sequence[str] = ()) -> tuple[Any, ...]:
+    """:func:`commit_params` as :attr:`Statements.commit`'s positional parameters, with the
+    held delivered-marks it carries (``marks``: outbox ids)."""
+    return (*[params[k] for k in COMMIT_ARGS], _dumps(list(marks)) if marks else "[]")
+
+
+class _Tokens:
+    """Commit tokens: a random prefix per process (drawn again in a forked child) and a
+    counter -- unique across processes and hosts without a system call per commit
+    (ADR 0157)."""
+
+    def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        self.prefix = secrets.token_hex(8)
+        self.count = itertools.count(1)
+
+    def __call__(self) -> str:
+        return f"{self.prefix}{next(self.count):x}"
+
+
+#: a new commit token (what resolves a commit whose connection was lost)
+commit_token = _Tokens()
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=commit_token.reset)
 
 
 def status_json(machine: Machine[Any], ref: ObjectRef, status: Any) -> str:

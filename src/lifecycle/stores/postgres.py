@@ -542,20 +542,16 @@ class PostgresStore(sql.PgSettings):
         marks: list[str],
         stamped: bool,
     ) -> int:
-        """:meth:`commit`'s attempts; ``marks`` ride in front of the first one's statement,
-        in its round trip and its transaction, and are emptied once it answered. ``stamped``:
+        """:meth:`commit`'s attempts; ``marks`` ride inside the first one's statement (its
+        round trip and its transaction) and are emptied once it answered. ``stamped``:
         the events carry the epoch (else it is the handle's, renewed with it)."""
         for _ in range(3):
             try:
                 with self._conn(what, writes=True) as conn:
-                    try:
-                        if marks:
-                            with conn.pipeline():  # one round trip, one transaction
-                                conn.execute(self._sql.mark_riding, (marks,))
-                                cur = conn.execute(self._sql.commit, params)
-                            marks.clear()
-                        else:
-                            cur = conn.execute(self._sql.commit, params)
+                    try:  # the marks ride in the statement: one round trip, one transaction
+                        args = sql.commit_args(params, marks)
+                        cur = conn.execute(self._sql.commit, args, prepare=True)
+                        marks.clear()
                         row = cur.fetchone()
                     except pg_errors.UniqueViolation as e:
                         raise sql.unique_violation(self.target, e, ref.uid, expected) from None
@@ -710,7 +706,7 @@ class PostgresStore(sql.PgSettings):
 
     def mark_delivered(self, ids: Iterable[str]) -> None:
         """Mark events delivered: held back for this store's next commit to carry in its
-        round trip, sent on their own within ``MARK_DELAY`` (0.2 s, a quarter of the lease at
+        round trip, sent on their own within ``MARK_DELAY`` (2 s, a quarter of the lease at
         most) if none comes, and before a claim, a count or :meth:`close` (ADR 0127). A mark
         is not a durable write (ADR 0062): lost, the events are delivered again, same ids."""
         self._marks.add(ids)
@@ -953,7 +949,8 @@ class PostgresStore(sql.PgSettings):
             conn.transaction(),
         ):
             with conn.cursor() as cur:
-                cur.executemany(self._sql.commit, params, returning=True)
+                args = [sql.commit_args(p) for p in params]
+                cur.executemany(self._sql.commit, args, returning=True)
                 while True:
                     row = cur.fetchone()
                     counts.append((0, True) if row is None else (int(row[0]), bool(row[1])))

@@ -545,20 +545,16 @@ class AsyncPostgresStore(sql.PgSettings):
         marks: list[str],
         stamped: bool,
     ) -> int:
-        """:meth:`commit`'s attempts; ``marks`` ride in front of the first one's statement,
-        in its round trip and its transaction, and are emptied once it answered. ``stamped``:
+        """:meth:`commit`'s attempts; ``marks`` ride inside the first one's statement (its
+        round trip and its transaction) and are emptied once it answered. ``stamped``:
         the events carry the epoch (else it is the handle's, renewed with it)."""
         for _ in range(3):
             try:
                 async with self._conn(what, writes=True) as conn:
-                    try:
-                        if marks:
-                            async with conn.pipeline():  # one round trip, one transaction
-                                await conn.execute(self._sql.mark_riding, (marks,))
-                                cur = await conn.execute(self._sql.commit, params)
-                            marks.clear()
-                        else:
-                            cur = await conn.execute(self._sql.commit, params)
+                    try:  # the marks ride in the statement: one round trip, one transaction
+                        args = sql.commit_args(params, marks)
+                        cur = await conn.execute(self._sql.commit, args, prepare=True)
+                        marks.clear()
                         row = await cur.fetchone()
                     except pg_errors.UniqueViolation as e:
                         raise sql.unique_violation(self.target, e, ref.uid, expected) from None
@@ -716,7 +712,7 @@ class AsyncPostgresStore(sql.PgSettings):
 
     async def mark_delivered(self, ids: Iterable[str]) -> None:
         """Mark events delivered: held back for this store's next commit to carry in its
-        round trip, sent on their own within ``MARK_DELAY`` (0.2 s, a quarter of the lease at
+        round trip, sent on their own within ``MARK_DELAY`` (2 s, a quarter of the lease at
         most) if none comes, and before a claim, a count or :meth:`close` (ADR 0127). A mark
         is not a durable write (ADR 0062): lost, the events are delivered again, same ids."""
         self._marks.add(ids)
@@ -966,7 +962,8 @@ class AsyncPostgresStore(sql.PgSettings):
             conn.transaction(),
         ):
             async with conn.cursor() as cur:
-                await cur.executemany(self._sql.commit, params, returning=True)
+                args = [sql.commit_args(p) for p in params]
+                await cur.executemany(self._sql.commit, args, returning=True)
                 while True:
                     row = await cur.fetchone()
                     counts.append((0, True) if row is None else (int(row[0]), bool(row[1])))
