@@ -9,7 +9,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable, Iterator
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -17,14 +17,22 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from lifecycle import MemoryStore, MissingExtra, ObjectRef, Observation, Runner, UnknownMachine
+from lifecycle import (
+    MemoryEmitter,
+    MemoryStore,
+    MissingExtra,
+    ObjectRef,
+    Observation,
+    Runner,
+    UnknownMachine,
+)
 from lifecycle.adapters import Tracked
 from lifecycle.host import HostLoop, Poll, Watched
 from lifecycle.machines import MachineRegistry
 from lifecycle.machines.pod import POD, CreateRequested, ProvisionSucceeded
 from lifecycle.stores.kubernetes import CustomResource, ObjectChange
 from lifecycle.testing import FakeApiServer, conditions_crd_schema
-from lifecycle.testing.fakes import FakeProvider, FakeSpec
+from lifecycle.testing.fakes import FailingEmitter, FakeProvider, FakeSpec
 from tests.host_machine import MIRROR, MirrorStatus, Saw, Vanished
 from tests.test_core_install import run_blocked
 
@@ -351,6 +359,30 @@ def test_a_follower_writes_nothing_and_catches_up_when_it_leads(
     finally:
         stop(loop, thread)
     assert [v for _, _, _, v in seen.changes] == [version]  # the latest state only
+
+
+def test_a_writer_redelivers_what_a_crashed_one_committed_and_never_sent(
+    cluster: FakeApiServer,
+) -> None:
+    """A replica that committed a transition and died before its Event went out: the loop that
+    writes next sends it in its first cycle (the runner's redelivery), before anything new."""
+    registry = MachineRegistry([MIRROR, POD])
+    store = MemoryStore()
+    crashed = Runner(store, [FailingEmitter(failures=10)], machines=registry, links=())
+    ref = ObjectRef("Widget", "ml", "w-old", "uid-old")
+    assert crashed.observe(ref, Saw(at=datetime(2026, 1, 1, tzinfo=UTC), version="1")).committed
+    assert store.undelivered_count() == 1
+    emitter = MemoryEmitter()
+    runner = Runner(store, [emitter], machines=registry, links=())
+    api = client.ApiClient(cluster.configuration())
+    loop = HostLoop(runner, {"Widget": Watched(WIDGETS, Seen())}, api=api, watch_timeout=5)
+    done = loop.cycle()
+    assert not done.failures
+    # the old Event first; then the cycle's own work (its timer has long expired)
+    assert [(e.id, e.target) for e in emitter.events[:1]] == [("uid-old:1:0", "Present")]
+    assert store.undelivered_count() == 0
+    loop.stop()
+    runner.close()
 
 
 # -- shutdown ---------------------------------------------------------------------------------

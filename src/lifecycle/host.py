@@ -131,8 +131,8 @@ class Probe(Protocol):
 @attrs.frozen
 class Failure:
     """Something that went wrong without stopping the loop: ``where`` (``"mapping"``,
-    ``"poll"``, ``"observe"``, ``"watch"``), the object it concerns (``None`` for a watch or a
-    whole poll) and the error."""
+    ``"poll"``, ``"observe"``, ``"redeliver"``, ``"watch"``), the object it concerns (``None``
+    for a watch, a whole poll or a redelivery) and the error."""
 
     where: str
     ref: ObjectRef | None
@@ -343,8 +343,10 @@ class HostLoop:
             self._leading = True
             changes = [*self._held.values(), *changes]
             self._held.clear()
+            self._redeliver(failures)  # what a crashed or deposed writer committed, unsent
             self._read_due(now, failures)
         elif time.monotonic() - self._due_read >= self.resync:
+            self._redeliver(failures)
             self._read_due(now, failures)
         if len(changes) > self.batch:  # the rest in the next cycle, at once
             with self._wake:
@@ -418,6 +420,15 @@ class HostLoop:
             if result.error is not None and not result.committed:
                 failures.append(Failure("observe", result.ref, result.error))
         return results
+
+    def _redeliver(self, failures: list[Failure]) -> None:
+        """Hand the emitters every committed event not yet marked delivered: at the start, on
+        gaining leadership and at each resync, so an Event a crashed (or deposed) replica
+        committed but never sent is sent by the one that writes now."""
+        try:
+            self.runner.redeliver()
+        except Exception as e:
+            failures.append(Failure("redeliver", None, e))
 
     def _read_due(self, now: datetime, failures: list[Failure]) -> None:
         self._due_read = time.monotonic()
