@@ -41,9 +41,11 @@ LINKED: dict[str, set[str]] = {
     "adapters/base.py": {"pod"},
     "adapters/modal.py": {"pod"},
     "adapters/provider.py": {"pod"},
-    # the Workflow's timeout write on a Job, reported by workflow-controller; a NodeClaim's
-    # derived uid (the Pod -> NodeClaim link)
-    "emitters/kubernetes.py": {"job", "nodeclaim"},
+    # the Workflow's timeout write on a Job, reported by workflow-controller
+    "emitters/kubernetes.py": {"job"},
+    # a NodeClaim's derived uid (the Pod -> NodeClaim link), told apart by the store and the
+    # emitter alike
+    "_k8s_api/uids.py": {"nodeclaim"},
     # `lifecycle restore check`: the Restore gate's own offline command
     "cli/__init__.py": {"restore"},
     "cli/parsers.py": {"restore"},
