@@ -44,7 +44,7 @@ from .._core.errors import LifecycleError, StoreError, preview
 from .._core.machine import Machine
 from .._core.schema import review
 from ..machines import MachineRegistry, default_registry
-from ..stores import POSTGRES_SCHEMES, open_store, parse_sqlite_url, redact_url
+from ..stores import POSTGRES_SCHEMES, cache_option, open_store, parse_sqlite_url, redact_url
 from ..stores.base import OutboxSummary, fold_problem
 from ..stores.sqlite import OUTBOX_SUMMARY, SQLiteStore, outbox_summary_of
 from ..stores.sqlite import SCHEMA_VERSION as SQLITE_SCHEMA
@@ -69,7 +69,7 @@ def cmd_migrate(args: argparse.Namespace, out: TextIO) -> int:
         else:
             out.write(f"{where} is up to date (schema version {version})\n")
         return 0
-    store = open_store(args.store)  # SQLite creates and upgrades its tables on open
+    store = _open(args.store)  # SQLite creates and upgrades its tables on open
     store.close()
     out.write(f"{redact_url(args.store)} is up to date\n")
     return 0
@@ -201,7 +201,7 @@ def cmd_compact(args: argparse.Namespace, out: TextIO) -> int:
         path = parse_sqlite_url(args.store).path
         if sqlite_schema_version(path) is None:  # refused, not created empty
             raise StoreError(f"{redact_url(args.store)}: no store to compact (no such file)")
-    store: Any = open_store(args.store)
+    store: Any = _open(args.store)
     try:
         compact = getattr(store, "compact", None)
         if compact is None:
@@ -416,8 +416,15 @@ def _open_existing(url: str, what: str, *, migrate: bool = True) -> Any:
     if url.startswith(POSTGRES_SCHEMES) and not migrate:
         from ..stores.postgres import PostgresStore
 
-        return PostgresStore(url, migrate=False)
-    return open_store(url)
+        return PostgresStore(url, migrate=False, **cache_option(url, 0))
+    return _open(url)
+
+
+def _open(url: str) -> Any:
+    """A ``db`` command's store: without a status cache unless the URL asks for one (a
+    command reads or maintains once; a cache would open a listener connection and thread
+    for nothing)."""
+    return open_store(url, **cache_option(url, 0))
 
 
 def load_machines(spec: str | None) -> MachineRegistry:

@@ -21,7 +21,7 @@ from .._core.refs import ObjectRef
 from .._core.transition import EMPTY, Transition
 from ..machines import MachineRegistry
 from ..runner import Result
-from ..stores import MemoryStore, open_store, parse_sqlite_url, redact_url
+from ..stores import MemoryStore, cache_option, open_store, parse_sqlite_url, redact_url
 from ..stores.base import Store
 from ..trace import (
     CONCURRENT_WRITE,
@@ -555,20 +555,15 @@ class _Shown:
 #: over a trace of any length, so its cache is bounded well below the stores' default
 #: (ADR 0134, 0155): its memory does not grow with the trace's objects past this.
 REPLAY_CACHE = 16_384
+_POSTGRES = ("postgresql", "postgres")
 
 
 def _cached(url: str) -> dict[str, Any]:
     """The options a replay adds to its store URL: a bounded status cache (unless the URL
     sets one); on PostgreSQL, ``notify`` -- a replica's cache must see what the replay
     writes."""
-    scheme = url.partition(":")[0].lower()
-    if scheme in ("postgresql", "postgres"):
-        query = url.partition("?")[2].partition("#")[0]
-        named = {p.partition("=")[0] for p in query.split("&")}
-        return {"notify": True} | ({} if "cache" in named else {"cache": REPLAY_CACHE})
-    if scheme != "sqlite" or "cache" in parse_sqlite_url(url).options:
-        return {}
-    return {"cache": REPLAY_CACHE}
+    notify = {"notify": True} if url.partition(":")[0].lower() in _POSTGRES else {}
+    return notify | cache_option(url, REPLAY_CACHE)
 
 
 def _metrics(args: argparse.Namespace) -> Any:

@@ -226,6 +226,18 @@ def open_store(url: str, **options: Any) -> Store:
     raise InvalidStoreURL(f"unknown store URL {_shown(url)}; {_USAGE}")
 
 
+def cache_option(url: str, size: int) -> dict[str, Any]:
+    """``{"cache": size}`` for an SQLite or PostgreSQL URL that does not set ``?cache=`` itself,
+    else ``{}``: what a caller passes to :func:`open_store` to choose its own bound (the CLI's
+    ``db`` commands: ``0``; a replay: a bounded one) while the URL's own choice still wins."""
+    scheme = url.partition(":")[0].lower()
+    if scheme not in ("sqlite", "postgresql", "postgres"):
+        return {}
+    query = url.partition("?")[2].partition("#")[0]
+    named = {part.partition("=")[0].lower() for part in query.split("&")}
+    return {} if "cache" in named else {"cache": size}
+
+
 def _postgres_cache(url: str, options: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     """A PostgreSQL URL's ``?cache=N`` (the status cache's bound, ``0``: off; ADR 0155) taken
     out of the URL and into the store's options; the rest of the URL is libpq's."""
