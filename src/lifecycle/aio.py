@@ -305,7 +305,7 @@ class AsyncRunner:
             links=links,
             policy=policy,
             policies=policies,
-            log=logger if logger is not None else _log,
+            log=get_logger("lifecycle.runner", logger),
             epoch_source=self.store,
         )
         # The start-up check (ADR 0088): a synchronous store is checked here, an asyncio one

@@ -106,7 +106,7 @@ class Runner:
         #: nothing is wrapped and the hot path is the plain one.
         self.telemetry = Guarded(telemetry) if telemetry is not None else None
         #: structlog-style logger for failed writes and emitters (a dry run passes a silent one)
-        self._log = logger if logger is not None else _log
+        self._log = get_logger("lifecycle.runner", logger)
         #: Every decision of the protocol, with this runner's configuration.
         self.protocol = WriteProtocol.configured(
             emitters,
