@@ -48,7 +48,10 @@ def cluster(server: FakeApiServer) -> tuple[ObjectRef, str]:
     return ObjectRef("Pod", "ml", "trainer-0", pod["metadata"]["uid"]), real
 
 
-def runner_on(api_client: Any, cache: ObjectCache) -> Runner:
+def runner_on(api_client: Any) -> Runner:
+    """A runner on the Kubernetes store whose emitter resolves uids through an object cache."""
+    cache = ObjectCache(api_client, resources=RESOURCES)
+    cache.sync()
     events = KubernetesEmitter.for_api(
         api_client, hostname="host-0", timers=False, resolve=cache.resolve
     )
@@ -65,9 +68,7 @@ def test_a_claim_the_api_created_gets_its_status_and_events_under_its_own_uid(
     server: FakeApiServer, api_client: Any
 ) -> None:
     ref, real = cluster(server)
-    cache = ObjectCache(api_client, resources=RESOURCES)
-    cache.sync()
-    runner = runner_on(api_client, cache)
+    runner = runner_on(api_client)
     results = provision(runner, ref)
     assert results.error is None
     assert all(sub.error is None for sub in results.linked), [s.error for s in results.linked]
@@ -89,8 +90,6 @@ def test_a_restarted_store_finds_the_claims_outbox_under_the_librarys_key(
     """What a replica committed for the claim and never delivered: another store's scan
     hands it out under the derived key, and its marks empty the claim's outbox."""
     ref, _ = cluster(server)
-    cache = ObjectCache(api_client, resources=RESOURCES)
-    cache.sync()
     silent = Runner(KubernetesStore(api_client, resources=RESOURCES), [Refusing()])
     provision(silent, ref)
     store = KubernetesStore(api_client, resources=RESOURCES)
@@ -111,9 +110,7 @@ def test_a_claim_made_again_under_the_name_is_another_object(
     server: FakeApiServer, api_client: Any
 ) -> None:
     ref, _ = cluster(server)
-    cache = ObjectCache(api_client, resources=RESOURCES)
-    cache.sync()
-    runner = runner_on(api_client, cache)
+    runner = runner_on(api_client)
     provision(runner, ref)
     runner.close(10.0)
     before = server.object("nodeclaims", "", "ml-trainer-0")
