@@ -5,7 +5,7 @@
 The workload: a fleet of Pods on the shipped Pod machine, running; each cycle polls every Pod
 once (``InstanceRunning``) and 2 % of them change (their readiness flips: Running <->
 Initializing), a different 2 % each cycle. Contenders run interleaved in this one process
-(``benchmarks.fair``'s rotation, one cycle per chunk), each timed on the wall clock and on
+(``benchmarks.fair``'s balanced order, one cycle per chunk), each timed on the wall clock and on
 this thread's CPU clock:
 
 - **floors** ("handj"): hand-written, one dict of what each Pod is (its version and
@@ -51,7 +51,7 @@ from typing import Any
 from lifecycle import MemoryStore, ObjectRef, Runner, SQLiteStore
 from lifecycle.machines import pod
 
-from .fair import Metric, metric, ratios
+from .fair import Metric, metric, order, ratios
 
 CHANGING = 0.02
 PAGE = 500
@@ -215,13 +215,12 @@ def interleave(
     contenders: dict[str, Cycle], rounds: int, warmup: int = 1
 ) -> dict[str, dict[str, list[float]]]:
     """Seconds per cycle of each contender, wall and this thread's CPU, one figure per
-    round; the order rotates each round (``benchmarks.fair.interleave``, with both clocks)."""
+    round; each round in its balanced order (``benchmarks.fair.interleave``, with both clocks)."""
     names = list(contenders)
     out: dict[str, dict[str, list[float]]] = {n: {"wall": [], "cpu": []} for n in names}
     for r in range(warmup + rounds):
         gc.collect()
-        shift = r % len(names)
-        for name in names[shift:] + names[:shift]:
+        for name in order(names, r - warmup if r >= warmup else r):
             wall, cpu = time.perf_counter(), time.thread_time()
             contenders[name]()
             wall, cpu = time.perf_counter() - wall, time.thread_time() - cpu

@@ -5,16 +5,16 @@ first real import, ``from lifecycle import ObjectRef, Runner, SQLiteStore``, ADR
     python -m benchmarks.import_time [--rounds N] [--src DIR] [--against DIR]
 
 Each contender is a fresh interpreter, timed on the wall clock from spawn to exit. Runs are
-interleaved: every round runs the floor and each contender once, in an order that rotates
-from round to round, and each ratio is taken within its round (contender / that round's
-floor), so a machine that slows down slows both sides. A row is the ratio's median over the
-rounds, with its range. Each row's ``cpu`` gives the same ratio on the children's CPU time
-(user + system, from ``getrusage``): on a loaded machine the wall clock also counts the time a
-fresh interpreter waits for a core, the CPU time does not. ``--src`` measures another
-checkout's ``src`` (the figures before a change: ``--src ../main/src``); by default this
-checkout's. ``--against DIR`` runs a host's first import from another checkout's ``src`` in
-the same rounds and adds the row ``startup_import_host_vs_against``: this checkout's import
-÷ that one's, round by round (a change's effect, measured side by side).
+interleaved: every round runs the floor and each contender once, in a balanced order that
+changes from round to round (``benchmarks.fair.order``), and each ratio is taken within its
+round (contender / that round's floor), so a machine that slows down slows both sides. A row is
+the ratio's median over the rounds, with its range. Each row's ``cpu`` gives the same ratio on
+the children's CPU time (user + system, from ``getrusage``): on a loaded machine the wall clock
+also counts the time a fresh interpreter waits for a core, the CPU time does not. ``--src``
+measures another checkout's ``src`` (the figures before a change: ``--src ../main/src``); by
+default this checkout's. ``--against DIR`` runs a host's first import from another checkout's
+``src`` in the same rounds and adds the row ``startup_import_host_vs_against``: this checkout's
+import ÷ that one's, round by round (a change's effect, measured side by side).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ import sys
 import time
 from pathlib import Path
 
-from .fair import Metric
+from .fair import Metric, order
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -86,9 +86,7 @@ def measure(
     cpu_ratios: dict[str, list[float]] = {name: [] for name in runs}
     seconds: dict[str, list[float]] = {name: [] for name in runs}
     for n in range(rounds):
-        order = list(runs)
-        order = order[n % len(order) :] + order[: n % len(order)]  # rotate who goes first
-        took = {name: _once(*runs[name]) for name in order}
+        took = {name: _once(*runs[name]) for name in order(list(runs), n)}  # balanced order
         for name in runs:
             ratios[name].append(took[name][0] / took["floor"][0])
             cpu_ratios[name].append(took[name][1] / took["floor"][1])

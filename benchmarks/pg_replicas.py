@@ -18,7 +18,8 @@ behind a barrier, each on its own objects, the sum of their commits in the timed
 - **dispatch**: ``Dispatcher.dispatch_once`` in a loop, each replica its own store handle and
   owner, draining an outbox filled beforehand (one event per commit, over 400 objects).
 
-Cells run in rounds, the order rotating. Rows: ours' scaling (4 writers ÷ 1) ÷ the floor's
+Cells run in rounds, in a balanced order (``benchmarks.fair.order``). Rows: ours' scaling
+(4 writers ÷ 1) ÷ the floor's
 scaling, per round (target >= 0.8); the cached store's 4-writer rate ÷ the uncached one's
 (what NOTIFY's database-wide commit lock costs with 4 writers, and what the saved read gains);
 the dispatchers' events/s with 4 replicas ÷ with 1 (target >= 3).
@@ -34,7 +35,7 @@ import uuid
 
 from tests.stores.pg import PgServer
 
-from .fair import Metric, metric
+from .fair import Metric, metric, order
 from .store_throughput import cell, fill_outbox
 
 CONTENDERS = ("floor", "floor_notify", "observe", "observe_cached", "dispatch")
@@ -52,8 +53,7 @@ def suite(quick: bool) -> dict[str, Metric]:
     try:
         cells = list(rates)
         for r in range(rounds):
-            shift = r % len(cells)
-            for implementation, writers in cells[shift:] + cells[:shift]:
+            for implementation, writers in order(cells, r):
                 target = server.url(schema=f"r_{implementation}_{writers}_{uuid.uuid4().hex[:6]}")
                 if implementation == "dispatch":
                     fill_outbox(target, *OUTBOX)

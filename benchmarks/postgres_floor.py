@@ -15,7 +15,8 @@ Single observations, wall time per call (they are durable writes):
 - **observe, existing object**: ``Runner.observe`` flipping a stored object (Running <->
   Degraded), so every call loads, commits a new version and delivers one event.
 
-Each round runs a chunk of every contender in turn (the order rotates between rounds); the
+Each round runs a chunk of every contender in turn (in the balanced order of
+``benchmarks.fair.order``); the
 ratio ``observe ÷ floor`` is taken per round, and its median and range are reported.
 
 Batches, wall time per batch of 500 new objects (and 500 existing ones for ``observe_many``):
@@ -89,6 +90,7 @@ if str(ROOT) not in sys.path:
 import psycopg  # noqa: E402
 from tests.stores.pg import PgServer  # noqa: E402
 
+from benchmarks.fair import order  # noqa: E402
 from benchmarks.workload import BENCH, OBSERVATIONS  # noqa: E402
 from lifecycle import MachineRegistry, ObjectRef, Runner  # noqa: E402
 from lifecycle.stores._pgsql import parse_url  # noqa: E402
@@ -363,11 +365,10 @@ def measure(
         ]
         for r in range(rounds):
             gc.collect()
-            shift = r % len(contenders)
-            for name, fn in contenders[shift:] + contenders[:shift]:
+            for name, fn in order(contenders, r):
                 single[name].append(fn())
-            for _ in range(batches):
-                for name, gfn in grouped_contenders[shift:] + grouped_contenders[:shift]:
+            for b in range(batches):
+                for name, gfn in order(grouped_contenders, r * batches + b):
                     batch[name].append(gfn())
     finally:
         ours.close()

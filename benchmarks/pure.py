@@ -30,7 +30,7 @@ from typing import Any, NamedTuple
 from lifecycle import Conflict, MachineRegistry, MemoryStore, ObjectRef, Runner
 
 from . import baselines, peers
-from .fair import CPU, Metric, interleave, metric, ratios
+from .fair import CPU, Metric, interleave, metric, order, ratios
 from .workload import BENCH, BENCH_ATTRS, DICT_TABLE, EDGES, OBSERVATIONS, stream
 
 AT = datetime(2026, 11, 30, tzinfo=UTC)
@@ -397,9 +397,8 @@ def scaling_suite(quick: bool) -> dict[str, Metric]:
     rounds = 2 if quick else 5  # 3 rounds left the 100k row at the mercy of one process
     timed = 10_000 if quick else 50_000
     costs: dict[int, list[float]] = {n: [] for n in sizes}
-    for r in range(rounds):  # interleaved, the order rotating
-        shift = r % len(sizes)
-        for n in sizes[shift:] + sizes[:shift]:
+    for r in range(rounds):  # interleaved, the order balanced (fair.order)
+        for n in order(sizes, r):
             costs[n].append(_scaling_child(n, timed))
     small = costs[sizes[0]]
     out: dict[str, Metric] = {}

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from lifecycle.cli import db, main
-from lifecycle.stores import cache_option
+from lifecycle.stores import cache_option, open_store
 
 
 @pytest.mark.parametrize(
@@ -39,10 +39,9 @@ def test_db_commands_open_an_uncached_store(
     url = f"sqlite:///{tmp_path / 'x.db'}"
     assert main(["db", "migrate", "--store", url]) == 0
     opened: list[Any] = []
-    real = db.open_store
 
     def spy(target: str, **options: Any) -> Any:
-        store = real(target, **options)
+        store = open_store(target, **options)
         opened.append(store)
         return store
 

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import functools
 import re
+import sys
 from collections.abc import Iterator, Mapping, MutableMapping
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, TextIO, cast
@@ -75,6 +76,8 @@ def _heard(logger: logging.Logger, method: str, event_dict: MutableMapping[str, 
     level = _LEVELS[method]
     if not logger.isEnabledFor(level):
         raise DropEvent
+    if isinstance(logger, _Adapted):
+        logger = logger.logger  # the host's adapter: its logger's handlers decide
     found = False
     current: logging.Logger | None = logger
     while current is not None:
@@ -133,34 +136,109 @@ class _Shown:
 _PROCESSORS = (_heard, _redacted, _to_record)
 
 
+class _Adapted:
+    """A host's :class:`logging.LoggerAdapter` as the target of the library's processors: the
+    adapter's ``process`` runs as it would for a call of its own (its ``extra``, its message
+    changes), then the library's fields are added to what it returns and the record goes to
+    the adapter's logger. ``logger`` is the stdlib logger at the bottom of the adapters."""
+
+    __slots__ = ("adapter", "logger")
+
+    def __init__(self, adapter: logging.LoggerAdapter[Any]) -> None:
+        import logging
+
+        self.adapter = adapter
+        inner: Any = adapter
+        while isinstance(inner, logging.LoggerAdapter):
+            inner = inner.logger
+        self.logger: logging.Logger = inner
+
+    @property
+    def name(self) -> str:
+        return self.logger.name
+
+    def isEnabledFor(self, level: int) -> bool:
+        return self.adapter.isEnabledFor(level)
+
+    def _emit(self, level: int, msg: str, *args: Any, **kwargs: Any) -> None:
+        fields = kwargs.pop("extra", {})
+        kwargs["stacklevel"] = kwargs.get("stacklevel", 1) + 1  # this frame
+        msg, processed = self.adapter.process(msg, kwargs)
+        processed = {**processed, "extra": {**(processed.get("extra") or {}), **fields}}
+        self.adapter.logger.log(level, msg, *args, **processed)
+
+    debug = functools.partialmethod(_emit, _LEVELS["debug"])
+    info = functools.partialmethod(_emit, _LEVELS["info"])
+    warning = warn = functools.partialmethod(_emit, _LEVELS["warning"])
+    error = functools.partialmethod(_emit, _LEVELS["error"])
+    critical = fatal = functools.partialmethod(_emit, _LEVELS["critical"])
+
+    def exception(self, msg: str, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("exc_info", True)
+        kwargs["stacklevel"] = kwargs.get("stacklevel", 1) + 1  # this frame
+        self._emit(_LEVELS["error"], msg, *args, **kwargs)
+
+
 class _Deferred:
     """A library logger that imports structlog on its first call: every module makes its
     logger at import time, and structlog (with what it imports) would cost each host's start
     more than the rest of the package (ADR 0118). :mod:`logging` and the package's
-    NullHandler come then too (ADR 0139). Any attribute is the bound logger's."""
+    NullHandler come then too (ADR 0139). Any attribute is the bound logger's. ``target``: a
+    host's stdlib logger or adapter to write to instead of the library's logger ``name``."""
 
-    __slots__ = ("_bound", "_name")
+    __slots__ = ("_bound", "_name", "_target")
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, target: Any = None) -> None:
         self._name = name
+        self._target = target
         self._bound: BoundLogger | None = None
 
     def __getattr__(self, attribute: str) -> Any:
         bound = self._bound
         if bound is None:
+            import logging
+
             from structlog.stdlib import BoundLogger
 
-            stdlib = library_logger(self._name)  # the package's NullHandler in place
-            bound = self._bound = BoundLogger(stdlib, list(_PROCESSORS), {})
+            target = self._target
+            if target is None:
+                target = library_logger(self._name)  # the package's NullHandler in place
+            elif isinstance(target, logging.LoggerAdapter):
+                target = _Adapted(target)
+            bound = self._bound = BoundLogger(target, list(_PROCESSORS), {})
         return getattr(bound, attribute)
 
 
-def get_logger(name: str) -> BoundLogger:
+#: The library's loggers by name (one each: a runner made per request shares its module's).
+_LIBRARY: dict[str, _Deferred] = {}
+
+
+def get_logger(name: str, host: object = None) -> BoundLogger:
     """A structlog logger writing to the stdlib logger ``name`` (under ``lifecycle``) through
     the library's own processors: level check first, values redacted, fields on the record.
     structlog and :mod:`logging` are imported, and the package's NullHandler added, when the
-    logger is first called."""
-    return cast("BoundLogger", _Deferred(checked_name(name)))
+    logger is first called.
+
+    ``host`` is what a host passed as ``logger=`` to a constructor (every constructor that
+    takes one calls this): ``None`` for the library's logger ``name``; a stdlib
+    :class:`logging.Logger` or :class:`logging.LoggerAdapter`, written to through the same
+    processors (redacted, fields on the record, the adapter's ``process`` applied); any other
+    object with the structlog call style (``log.warning("event", key=value)``, ``bind``) is
+    used as it is. An object without a ``warning`` method is a :class:`TypeError`."""
+    if host is None:
+        found = _LIBRARY.get(name)
+        if found is None:
+            found = _LIBRARY[name] = _Deferred(checked_name(name))
+        return cast("BoundLogger", found)
+    stdlib = sys.modules.get("logging")  # not loaded: the host's logger cannot be a stdlib one
+    if stdlib is not None and isinstance(host, stdlib.Logger | stdlib.LoggerAdapter):
+        return cast("BoundLogger", _Deferred(name, host))
+    if not callable(getattr(host, "warning", None)):
+        raise TypeError(
+            "logger must be a logging.Logger, a logging.LoggerAdapter or a structlog-style "
+            f"logger (log.warning('event', key=value)), not {type(host).__name__}"
+        )
+    return cast("BoundLogger", host)
 
 
 # -- psycopg_pool -----------------------------------------------------------------------------

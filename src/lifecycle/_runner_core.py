@@ -20,9 +20,6 @@ from .telemetry._port import Guarded, Telemetry
 
 __all__ = ["RunnerCore"]
 
-#: Both runners log as the runner.
-_log = get_logger("lifecycle.runner")
-
 #: The store a runner is given (a ``CommitStore``; for the asyncio runner an awaited one too).
 StoreT = TypeVar("StoreT")
 
@@ -59,7 +56,7 @@ class RunnerCore(Generic[StoreT]):
         self.owns_store = owns_store
         self._closed_store = False
         #: structlog-style logger for failed writes and emitters (a dry run passes a silent one)
-        self._log = logger if logger is not None else _log
+        self._log = get_logger("lifecycle.runner", logger)  # a stdlib logger is wrapped
         chosen = self._choose(store)
         #: Every decision of the protocol, with this runner's configuration.
         self.protocol = WriteProtocol.configured(

@@ -47,8 +47,6 @@ if TYPE_CHECKING:
     from ._protocol import Result
     from .runner import Runner
 
-_log = get_logger("lifecycle.dispatch")
-
 
 class Dispatcher:
     """Delivers ``store``'s outbox to ``emitters``; run one per replica.
@@ -80,7 +78,7 @@ class Dispatcher:
             emitters = reporting_emitters(emitters, self.telemetry)
         self.store = store
         self.batch = batch
-        self._log = logger if logger is not None else _log
+        self._log = get_logger("lifecycle.dispatch", logger)
         #: How this dispatcher hands events to ``emitters`` (the one order of every runner).
         self.delivery = Delivery(emitters, self._log)
         self._runner = runner

@@ -25,11 +25,24 @@ def ref(uid: str) -> ObjectRef:
     return ObjectRef("Pod", "ml", f"trainer-{uid}", uid)
 
 
+def raise_flag(flag: str, text: str) -> None:
+    """Write ``text`` to ``flag`` atomically: a temporary name, then a rename. A reader that
+    sees the file sees all of it (``write_text`` creates the file empty, then writes: a
+    parent polling for it could read ``""``, or kill the writer between the two)."""
+    temporary = f"{flag}.{os.getpid()}.tmp"
+    with open(temporary, "w", encoding="utf-8") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(temporary, flag)
+
+
 class FileSink:
     """Appends each delivered event to a JSON Lines file at once (a SIGKILL loses nothing it
     took). Refuses ``fail_rate`` of deliveries (they stay in the outbox). With ``block_after``
-    it hangs, *before* taking it, on that delivery, after touching ``flag``: the parent then
-    kills the process between commit and delivery."""
+    it hangs, *before* taking it, on that delivery (or on the first one after ``block_now`` is
+    set), after raising ``flag`` with the event's id: the parent then kills the process
+    between commit and delivery."""
 
     def __init__(
         self,
@@ -44,11 +57,12 @@ class FileSink:
         self.fail_rate = fail_rate
         self.block_after = block_after
         self.flag = flag
+        self.block_now = False
         self.taken = 0
 
     def emit(self, transition: Transition) -> None:
-        if self.block_after is not None and self.taken >= self.block_after:
-            Path(self.flag).write_text(transition.id)
+        if self.block_now or (self.block_after is not None and self.taken >= self.block_after):
+            raise_flag(self.flag, transition.id)
             time.sleep(3600)
         if self.rng.random() < self.fail_rate:
             raise ConnectionError("sink unavailable")
@@ -108,6 +122,8 @@ def soak(
             record(runner.observe(ref(rng.choice(uids)), obs), type(obs).__name__)
         if i % 15 == worker:
             runner.redeliver()
+    if block_after is not None:  # a slow machine took fewer events: hang on the next one
+        sink.block_now = True
     end = EPOCH + timedelta(seconds=100_000)
     for uid in uids:
         final: Any = (

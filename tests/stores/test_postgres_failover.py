@@ -314,3 +314,49 @@ def test_soak_failover_asynchronous(pair: Pair) -> None:  # pragma: no cover - s
     print(summary(found))
     assert found["reused"] == {}
     assert found["unreported"] == []
+
+
+def test_db_check_reports_a_failover_until_it_is_acknowledged_then_passes(pair: Pair) -> None:
+    """A standby promoted (the store's history changes: a new epoch): ``db check`` reports it
+    and says what to do, on every run until ``--acknowledge`` records the history as
+    reviewed; then it passes, until the history changes again (a lost write reported)."""
+    schema = "acknowledged"
+    store = PostgresStore(pair.url(schema))
+    Runner(store, [], links=()).observe(ref("u0"), pod.CreateRequested(at=START))
+    store.close()
+    deadline = time.monotonic() + 20
+    while not sql(pair.standby, f"SELECT 1 FROM pg_tables WHERE schemaname = '{schema}'"):
+        assert time.monotonic() < deadline, "the store never reached the standby"
+        time.sleep(0.1)
+    time.sleep(0.5)  # the write itself streamed too (a later record of the same commit)
+    pair.primary.kill()
+    pair.standby.promote()
+    url = f"postgresql://{USER}:{PASSWORD}@127.0.0.1:{pair.standby.port}/postgres?schema={schema}"
+
+    def check(*extra: str) -> tuple[int, str]:
+        out = io.StringIO()
+        return main(["db", "check", "--store", url, *extra], out=out), out.getvalue()
+
+    for _ in range(2):  # reported, and again: nothing changed, nothing was reviewed
+        code, text = check()
+        assert code == 1, text
+        assert "2 epoch(s), 0 rewind(s)" in text
+        assert "the database's history changed" in text
+        assert "--acknowledge" in text
+    code, text = check("--acknowledge")
+    assert code == 0, text
+    assert "(reviewed)" in text
+    code, text = check()
+    assert code == 0, text  # the failover was reviewed: the check passes again
+    assert "history changed" not in text
+    # a replica reports a lost write afterwards: a finding again, until acknowledged
+    sql(
+        pair.standby,
+        f"INSERT INTO {schema}.rewinds (uid, acknowledged, found, epoch, reported_by) "
+        "VALUES ('u0', 3, 1, 'x', 'replica-2')",
+    )
+    code, text = check()
+    assert code == 1, text
+    assert "LOST u0: v3" in text
+    assert check("--acknowledge")[0] == 0
+    assert check()[0] == 0

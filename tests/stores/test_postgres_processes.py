@@ -12,6 +12,7 @@ import json
 import multiprocessing
 import os
 import signal
+import threading
 import time
 from collections import Counter
 from pathlib import Path
@@ -38,9 +39,17 @@ def spawn(target: Any, *args: Any) -> multiprocessing.process.BaseProcess:
     return process
 
 
-def wait_for(path: Path, timeout: float) -> None:
+def wait_for(path: Path, timeout: float, writer: Any = None) -> str:
+    """The flag's text, once it has some (the workers raise it atomically; an empty file is
+    never taken for a raised flag). ``writer``: the process that raises it, which must still
+    be running (it hangs once the flag is up): one that ended fails the test at once."""
     deadline = time.monotonic() + timeout
-    while not path.exists():
+    while True:
+        text = path.read_text(encoding="utf-8") if path.exists() else ""
+        if text:
+            return text
+        if writer is not None and writer.exitcode is not None:
+            pytest.fail(f"the process raising {path.name} ended ({writer.exitcode}) without it")
         assert time.monotonic() < deadline, f"{path} never appeared"
         time.sleep(0.02)
 
@@ -71,8 +80,8 @@ def test_four_replicas_racing_keep_every_guarantee_and_one_killed_loses_nothing(
     outs = [str(tmp_path / f"w{i}.json") for i in range(n)]
     flag = tmp_path / "blocked"
     procs = [spawn(workers.soak, pg_url, i, uids, SECONDS, outs[i], barrier) for i in range(4)]
-    victim = spawn(workers.soak, pg_url, 4, uids, SECONDS, outs[4], barrier, 40, str(flag))
-    wait_for(flag, 60 + SECONDS)
+    victim = spawn(workers.soak, pg_url, 4, uids, SECONDS, outs[4], barrier, 10, str(flag))
+    wait_for(flag, 60 + SECONDS, victim)
     os.kill(victim.pid, signal.SIGKILL)  # type: ignore[arg-type]
     victim.join(timeout=30)
     assert victim.exitcode == -signal.SIGKILL
@@ -128,8 +137,7 @@ def test_a_replica_killed_between_commit_and_delivery_is_covered_by_another(
 ) -> None:
     flag = tmp_path / "hung"
     hung = spawn(workers.commit_then_hang, pg_url, "k1", str(flag))
-    wait_for(flag, 60)
-    assert flag.read_text() == "k1:1:0"  # committed, delivery under way
+    assert wait_for(flag, 60, hung) == "k1:1:0"  # committed, delivery under way
     os.kill(hung.pid, signal.SIGKILL)  # type: ignore[arg-type]
     hung.join(timeout=30)
     assert hung.exitcode == -signal.SIGKILL
@@ -152,3 +160,17 @@ def test_a_replica_killed_between_commit_and_delivery_is_covered_by_another(
     )
     assert result.version == 2
     survivor.close()
+
+
+def test_a_flag_is_read_once_it_has_its_text_and_is_raised_whole(tmp_path: Path) -> None:
+    """The race the helpers close: a flag file that exists but is still empty (what a
+    non-atomic writer leaves between creating and writing it) is not yet a raised flag."""
+    flag = tmp_path / "flag"
+    flag.write_text("")  # created, not yet written
+    timer = threading.Timer(0.3, workers.raise_flag, args=(str(flag), "k1:1:0"))
+    timer.start()
+    try:
+        assert wait_for(flag, 10) == "k1:1:0"
+    finally:
+        timer.join()
+    assert [p.name for p in tmp_path.iterdir()] == ["flag"]  # no temporary left behind

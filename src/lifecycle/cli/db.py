@@ -233,7 +233,7 @@ def cmd_check(args: argparse.Namespace, out: TextIO) -> int:
     if args.store.startswith(POSTGRES_SCHEMES):
         from ..stores.postgres import check_history
 
-        report = check_history(args.store)
+        report = check_history(args.store, acknowledge=args.acknowledge)
         out.write("\n".join(report.lines()) + "\n")
         ok = report.ok
     store = _open_existing(args.store, "check", migrate=False)

@@ -263,6 +263,12 @@ def _add_db(sub: Any) -> None:
     )
     ck.add_argument("--store", required=True, help=STORE_HELP)
     ck.add_argument("--sample", type=int, default=None, help="fold N objects per machine")
+    ck.add_argument(
+        "--acknowledge",
+        action="store_true",
+        help="PostgreSQL: record the history shown (epochs, lost writes) as reviewed; later "
+        "checks pass until it changes again",
+    )
     ck.add_argument("--machines", metavar="REFERENCE", default=None, help=MACHINES_HELP)
     ck.add_argument(
         "--max-undelivered",

@@ -16,7 +16,7 @@ class LogEmitter:
     """Logs ``transition`` events at info (Normal) or warning (Warning) level."""
 
     def __init__(self, logger: Any = None) -> None:
-        self._log = logger if logger is not None else get_logger("lifecycle.transitions")
+        self._log = get_logger("lifecycle.transitions", logger)
 
     def emit(self, transition: Transition) -> None:
         t = transition

@@ -36,6 +36,7 @@ from .._core.refs import EventType, ObjectRef
 from .._core.schema import load_status
 from .._core.serde import parse_time
 from .._core.transition import EMPTY, Transition
+from .._k8s_api.uids import DERIVED_KINDS, is_derived_uid
 from .._k8s_status import NoStatusBody, kubernetes_status, kubernetes_time
 from .._log import get_logger
 from . import _k8s_encoding as encoding
@@ -374,7 +375,7 @@ class StatusCore:
             raise StoreError(f"{ref.uid}: the API server answered {preview(obj)}, not an object")
         meta = obj.get("metadata") or {}
         uid = str(meta.get("uid") or "")
-        if uid != ref.uid:
+        if uid != ref.uid and not _found_by_name(ref, obj):
             raise ObjectGone(
                 f"{ref.kind} {ref.namespace}/{ref.name} is now uid {uid!r}, not {ref.uid!r}: "
                 "the object was deleted (and maybe created again)"
@@ -596,6 +597,9 @@ class StatusCore:
             "token": token,
             "entered": _entered_now(stored, dumped),
         }
+        if is_derived_uid(ref):  # found by name: the library's key, the object's uid (0162)
+            record["key"] = ref.uid
+            record["object"] = str((obj.get("metadata") or {}).get("uid") or "")
         since = stored.since if stored is not None and stored.since else kubernetes_time(at)
         message, given_up = self._pack(ref, record)
         field = self._resource(ref.kind).record_field
@@ -739,7 +743,7 @@ class StatusCore:
         for _ in range(MAX_RACES):
             if obj is None:
                 obj = yield from self.read(ref)
-                if obj is None or (obj.get("metadata") or {}).get("uid") != uid:
+                if obj is None or not _same_object(ref, obj):
                     with self._lock:  # gone: nothing to remove
                         self._delivered.pop(uid, None)
                     self._forget(uid)
@@ -817,6 +821,8 @@ class StatusCore:
         try:
             meta = obj.get("metadata") or {}
             uid = str(meta["uid"])
+            if kind in DERIVED_KINDS:  # written under the library's key? (ADR 0162)
+                uid = str(_record_of(obj).get("key") or uid)
             ref = ObjectRef(kind, str(meta.get("namespace") or ""), str(meta["name"]), uid)
             mine = self._cached(uid)
             if mine is not None and _newer_or_same(mine, obj):
@@ -1004,6 +1010,37 @@ def _giving_up(record: dict[str, Any], indices: Sequence[int]) -> dict[str, Any]
         "lost": {"count": count, "first": first, "last": last},
     }
     return {**record, "outbox": [summary, *rest]}
+
+
+def _record_of(obj: Any) -> dict[str, Any]:
+    """The record in ``obj``'s status, unpacked; ``{}`` when there is none or it does not
+    read (the caller's own reading reports that)."""
+    found = _record_condition(obj)
+    if found is None:
+        return {}
+    try:
+        data = encoding.unpack(str(found.get("message") or ""))
+    except (ValueError, TypeError, KeyError, AttributeError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _found_by_name(ref: ObjectRef, obj: Any) -> bool:
+    """Whether ``obj``, read by ``ref``'s name, is the object a ref with a derived uid (a
+    linked NodeClaim's ``<pod uid>-claim``) names although its uid differs (ADR 0162): one
+    without a record yet, or the one its record was first written to. Another one (no
+    recorded uid, or another) was deleted and made again under the name."""
+    if not is_derived_uid(ref):
+        return False
+    if _record_condition(obj) is None:
+        return True
+    uid = str((obj.get("metadata") or {}).get("uid") or "")
+    return _record_of(obj).get("object") == uid
+
+
+def _same_object(ref: ObjectRef, obj: dict[str, Any]) -> bool:
+    """Whether ``obj`` is still the object ``ref`` names (the identity rule of :meth:`stored`)."""
+    return (obj.get("metadata") or {}).get("uid") == ref.uid or _found_by_name(ref, obj)
 
 
 def _record_condition(obj: Any) -> dict[str, Any] | None:

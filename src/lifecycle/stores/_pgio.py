@@ -9,6 +9,7 @@ import asyncio
 import contextlib
 import itertools
 import os
+import re
 import socket
 import threading
 import time
@@ -164,37 +165,88 @@ class Lost(Exception):  # internal: never reaches a caller (tests/test_exception
         self.server = server
 
 
+#: The comment on a store's ``epochs`` table that records the history an operator reviewed
+#: (``lifecycle db check --acknowledge``, ADR 0163): the last epoch and the rewinds seen.
+REVIEWED = re.compile(r"^lifecycle reviewed: epoch ([0-9]+), ([0-9]+) rewind\(s\)$")
+
+
+def reviewed_query(schema: str) -> str:
+    """The comment of ``schema``'s epochs table (``None``: no review recorded)."""
+    return f"SELECT obj_description('{sql.q(schema)}.epochs'::regclass, 'pg_class')"
+
+
+def review_statement(schema: str, epoch: int, rewinds: int) -> str:
+    """Record that the history through epoch ``epoch`` and the first ``rewinds`` rewinds
+    were reviewed (a comment: no table, no migration; only digits are formatted in)."""
+    return (
+        f"COMMENT ON TABLE {sql.q(schema)}.epochs IS "
+        f"'lifecycle reviewed: epoch {int(epoch)}, {int(rewinds)} rewind(s)'"
+    )
+
+
+def parse_review(comment: object) -> tuple[int, int] | None:
+    """``(epoch, rewinds)`` of a :func:`review_statement` comment; ``None`` for anything else."""
+    found = REVIEWED.match(comment) if isinstance(comment, str) else None
+    return (int(found[1]), int(found[2])) if found else None
+
+
 @attrs.frozen(slots=True)
 class HistoryReport:
     """What ``lifecycle db check`` reports of a PostgreSQL store's history: its epochs (more
     than one: the database's history changed -- a failover or a restore -- and writes
     acknowledged before may have been lost) and the rewinds replicas saw (an object found
-    behind a version they had committed: acknowledged writes that were lost)."""
+    behind a version they had committed: acknowledged writes that were lost).
+
+    ``reviewed``: the epoch and the number of rewinds an operator recorded as reviewed
+    (``lifecycle db check --acknowledge``); the history up to there is listed, marked
+    reviewed, and is no finding: a failover is reported until it is acknowledged, once."""
 
     where: str
     epochs: list[tuple[int, str, str, str, str]]
     rewinds: list[tuple[str, int, int | None, str, str, str]]
+    reviewed: tuple[int, int] | None = None
+
+    @property
+    def _reviewed_epoch(self) -> int:
+        first = self.epochs[0][0] if self.epochs else 0  # the first epoch is no change
+        return max(first, self.reviewed[0]) if self.reviewed is not None else first
+
+    @property
+    def _reviewed_rewinds(self) -> int:
+        return self.reviewed[1] if self.reviewed is not None else 0
 
     @property
     def ok(self) -> bool:
-        return len(self.epochs) <= 1 and not self.rewinds
+        changed = any(seq > self._reviewed_epoch for seq, *_ in self.epochs)
+        return not changed and len(self.rewinds) <= self._reviewed_rewinds
 
     def lines(self) -> list[str]:
         out = [f"{self.where}: {len(self.epochs)} epoch(s), {len(self.rewinds)} rewind(s)"]
         for seq, tag, history, started, by in self.epochs:
             who = f" by {by}" if by else ""
-            out.append(f"epoch {seq} {tag or '(first)'}: history {history}, since {started}{who}")
-        for uid, acknowledged, found, epoch, by, seen in self.rewinds:
+            first = seq == self.epochs[0][0]
+            seen = " (reviewed)" if not first and seq <= self._reviewed_epoch else ""
+            out.append(
+                f"epoch {seq} {tag or '(first)'}: history {history}, since {started}{who}{seen}"
+            )
+        for n, (uid, acknowledged, found, epoch, by, seen_at) in enumerate(self.rewinds):
             held = "nothing" if found is None else f"v{found}"
+            mark = " (reviewed)" if n < self._reviewed_rewinds else ""
             out.append(
                 f"LOST {uid}: v{acknowledged} was acknowledged, the store held {held} "
-                f"(epoch {epoch or '(first)'}, seen by {by} at {seen})"
+                f"(epoch {epoch or '(first)'}, seen by {by} at {seen_at}){mark}"
             )
-        if len(self.epochs) > 1:
+        if any(seq > self._reviewed_epoch for seq, *_ in self.epochs):
             out.append(
                 "the database's history changed: writes acknowledged just before each epoch "
                 "change may be lost (an asynchronous standby); event ids of later commits "
                 "carry @EPOCH, so none names two events"
+            )
+        if not self.ok:
+            out.append(
+                "to do: replay the LOST writes (if any) from their source; then "
+                "`lifecycle db check --store URL --acknowledge` records this history as "
+                "reviewed, and later checks pass until it changes again"
             )
         return out
 

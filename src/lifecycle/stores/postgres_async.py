@@ -35,6 +35,7 @@ from .._core.refs import ObjectRef
 from .._core.schema import SchemaCount, merge_counts
 from .._core.transition import Transition
 from .._log import get_logger
+from . import _pgio
 from . import _pgsql as sql
 from ._cache import DEFAULT_CACHE, StatusCache
 from ._pgio import MARK_DELAY, HistoryReport, LoopMarks, LoopWatch, Lost, RecordList, snapshot_rows
@@ -151,10 +152,12 @@ async def _version(conn: AsyncConn, target: Target) -> int | None:
 
 
 async def check_history(
-    url: str, *, schema: str | None = None, connect_timeout: float = 5.0
+    url: str, *, schema: str | None = None, connect_timeout: float = 5.0, acknowledge: bool = False
 ) -> HistoryReport:
     """The store's epochs and reported rewinds (``lifecycle db check``). Starts a new epoch
-    first if the server's history is not the current epoch's (as opening a store does)."""
+    first if the server's history is not the current epoch's (as opening a store does).
+    ``acknowledge``: record the history read as reviewed (ADR 0163): the report is then ok
+    until another epoch starts or another rewind is reported."""
     target = sql.parse_url(url, schema)
     conn = await _connect(target, connect_timeout)
     statements = sql.Statements(target.schema, journal=True)
@@ -169,20 +172,25 @@ async def check_history(
             if row is not None and row[1] != row[2]:
                 tag = sql.new_epoch_tag(str(row[2]))
                 await conn.execute(statements.epoch_add, (tag, "db check"))
-        cur = await conn.execute(statements.epochs)
-        epochs = [
-            (int(a), str(b), str(c), str(d), str(e)) for a, b, c, d, e in await cur.fetchall()
-        ]
-        cur = await conn.execute(statements.rewinds)
-        rewinds = [
-            (str(a), int(b), None if c is None else int(c), str(d), str(e), str(f))
-            for a, b, c, d, e, f in await cur.fetchall()
-        ]
+            cur = await conn.execute(statements.epochs)
+            epochs = [
+                (int(a), str(b), str(c), str(d), str(e)) for a, b, c, d, e in await cur.fetchall()
+            ]
+            cur = await conn.execute(statements.rewinds)
+            rewinds = [
+                (str(a), int(b), None if c is None else int(c), str(d), str(e), str(f))
+                for a, b, c, d, e, f in await cur.fetchall()
+            ]
+            if acknowledge and epochs:  # under the epoch lock: no epoch starts meanwhile
+                review = _pgio.review_statement(target.schema, epochs[-1][0], len(rewinds))
+                await conn.execute(review)
+            cur = await conn.execute(_pgio.reviewed_query(target.schema))
+            row = await cur.fetchone()
     except psycopg.Error as e:
         raise translate(target, "history check", e) from None
     finally:
         await conn.close()
-    return HistoryReport(target.where, epochs, rewinds)
+    return HistoryReport(target.where, epochs, rewinds, _pgio.parse_review(row and row[0]))
 
 
 async def _check_idle(conn: AsyncConn) -> None:

@@ -62,8 +62,6 @@ MAX_CACHED = 4096
 
 Clock = Callable[[], datetime]
 
-_log = get_logger("lifecycle.emitters.kubernetes")
-
 
 def utc_now() -> datetime:
     return datetime.now(UTC)
@@ -420,7 +418,7 @@ class Correlator:
         self.counters = counters if counters is not None else Counters()
         #: checked after each retry sleep: a cancelled correlator stops retrying (``ctx.Done``)
         self.cancelled = cancelled
-        self.log = logger if logger is not None else _log
+        self.log = get_logger("lifecycle.emitters.kubernetes", logger)
         self._lock = threading.Lock()
         self._cache: dict[EventKey, Event] = {}
         #: acknowledgements of transitions counted in memory, told when a patch carries them
