@@ -6,6 +6,7 @@ current. The committed manifests are the command's output (they cannot drift).""
 
 from __future__ import annotations
 
+import importlib.util
 import io
 import json
 import os
@@ -15,6 +16,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import pytest
@@ -26,8 +28,11 @@ client = pytest.importorskip("kubernetes.client")
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "controller"
-sys.path.insert(0, str(EXAMPLE))
-import jobs_controller as example  # noqa: E402
+_spec = importlib.util.spec_from_file_location("jobs_controller", EXAMPLE / "jobs_controller.py")
+assert _spec is not None
+assert _spec.loader is not None
+example: ModuleType = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(example)
 
 GROUP, VERSION, PLURAL = example.JOBS.group, example.JOBS.version, example.JOBS.plural
 
@@ -145,9 +150,8 @@ def test_the_example_controller_survives_a_kill_without_a_lost_or_doubled_event(
         obj = cluster.object(PLURAL, "ml", name)
         assert obj is not None
         held = [c for c in obj["status"]["conditions"] if c.get("observedGeneration")]
-        assert held and all(
-            c["observedGeneration"] == obj["metadata"]["generation"] for c in held
-        )
+        assert held
+        assert all(c["observedGeneration"] == obj["metadata"]["generation"] for c in held)
         (record,) = [c for c in obj["status"]["conditions"] if c["type"] == RECORD_CONDITION]
         assert json.loads(record["message"])["outbox"] == []
 
@@ -163,4 +167,5 @@ def test_the_committed_manifests_are_what_the_command_writes(tmp_path: Path) -> 
     argv = ["manifests", "job", "--namespace", "ml", "--name", "jobs-controller"]
     assert main([*argv, "--image", "jobs-controller:dev", "-o", str(out)], io.StringIO()) == 0
     written = {p.name: p.read_text(encoding="utf-8") for p in sorted(out.glob("*.yaml"))}
-    assert committed and committed == written
+    assert committed
+    assert committed == written

@@ -20,7 +20,9 @@ play the workload with ``kubectl annotate``. Every observation it makes is safe 
 Configuration, by flag or environment: ``--namespace`` (``WATCH_NAMESPACE``; all by default),
 ``--health-port`` (``LIFECYCLE_HEALTH_PORT``, 8081; the Deployment's probes), ``--kubeconfig``
 (``KUBECONFIG``), ``--fake`` (start a :class:`~lifecycle.testing.FakeApiServer` in this process
-with the Job CRD registered, and write its kubeconfig to ``--fake-kubeconfig``). ``SIGTERM``
+with the Job CRD registered and one Job, ``default/demo``, and write its kubeconfig to
+``--fake-kubeconfig``; the fake serves no object creates, so the rest of a walkthrough is done
+from Python: ``docs/guides/walkthrough.md``). ``SIGTERM``
 or ``SIGINT`` ends it within ``--shutdown-timeout`` seconds.
 """
 
@@ -130,7 +132,9 @@ def _arguments(argv: Sequence[str] | None) -> argparse.Namespace:
         "--health-port", type=int, default=int(os.environ.get("LIFECYCLE_HEALTH_PORT", HEALTH_PORT))
     )
     parser.add_argument("--kubeconfig", default=os.environ.get("KUBECONFIG") or None)
-    parser.add_argument("--fake", action="store_true", help="run against an in-process fake cluster")
+    parser.add_argument(
+        "--fake", action="store_true", help="run against an in-process fake cluster"
+    )
     parser.add_argument("--fake-kubeconfig", default="fake-kubeconfig")
     parser.add_argument("--shutdown-timeout", type=float, default=10.0)
     parser.add_argument("--resync", type=float, default=300.0)
@@ -158,6 +162,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         fake = FakeApiServer()
         register_crd(fake)
+        fake.add_object(JOBS.plural, "default", "demo", spec={"maxRestarts": 1})
         args.kubeconfig = fake.kubeconfig(args.fake_kubeconfig)
         print(f"fake cluster at {fake.url}; kubeconfig {args.kubeconfig}", flush=True)
     health = Health()
