@@ -33,7 +33,7 @@ def guides() -> list[Path]:
 def test_the_guides_exist_and_hold_code() -> None:
     names = {p.stem for p in guides()}
     assert {"getting-started", "controller", "tables", "stores", "emitters"} <= names
-    assert {"kubernetes", "replay", "testing"} <= names
+    assert {"kubernetes", "replay", "testing", "walkthrough"} <= names
     assert sum(len(python_blocks(p.read_text(encoding="utf-8"))) for p in guides()) >= 15
 
 
@@ -47,6 +47,10 @@ def test_every_python_block_of_a_guide_runs(
     guide: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.chdir(tmp_path)
+    # the walkthrough imports the example controller and starts it as a subprocess
+    monkeypatch.syspath_prepend(str(ROOT / "examples" / "controller"))
+    path = os.environ.get("PYTHONPATH", "")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(ROOT / "src"), path])))
     try:  # a guide loads a kubeconfig (the fake API server's): the default is restored after
         from kubernetes import client  # type: ignore[import-untyped]
 
@@ -54,9 +58,15 @@ def test_every_python_block_of_a_guide_runs(
     except ImportError:
         pass
     namespace: dict[str, object] = {"__name__": f"guide_{guide.stem.replace('-', '_')}"}
-    for number, block in enumerate(python_blocks(guide.read_text(encoding="utf-8")), 1):
-        code = compile(block, f"{guide.relative_to(ROOT)} (block {number})", "exec")
-        exec(code, namespace)
+    try:
+        for number, block in enumerate(python_blocks(guide.read_text(encoding="utf-8")), 1):
+            code = compile(block, f"{guide.relative_to(ROOT)} (block {number})", "exec")
+            exec(code, namespace)
+    finally:  # a process a guide started (the walkthrough's controller) ends with the test
+        for value in namespace.values():
+            if isinstance(value, subprocess.Popen) and value.poll() is None:
+                value.kill()
+                value.wait(10)
 
 
 KUBERNETES = GUIDES / "kubernetes.md"
@@ -111,3 +121,23 @@ def test_the_kubernetes_guide_type_checks_strictly_with_the_override_it_gives(
     assert refused.returncode == 1, refused.stdout
     assert 'Skipping analyzing "kubernetes"' in refused.stdout
     assert "import-untyped" in refused.stdout
+
+
+WALKTHROUGH = GUIDES / "walkthrough.md"
+
+
+def test_every_block_of_the_walkthrough_runs_but_the_kind_recipe() -> None:
+    """Issue 38: the walkthrough's blocks are Python the suite runs, except one ``sh`` block,
+    the ``kind`` recipe, under its own heading (it needs a cluster and Docker), which uses the
+    example's committed manifests and Dockerfile."""
+    text = WALKTHROUGH.read_text(encoding="utf-8")
+    fences = re.findall(r"^```(\w*)$", text, re.M)[0::2]
+    assert set(fences) == {"python", "sh"}, fences
+    assert fences.count("sh") == 1, fences
+    recipe = text[text.index("## On kind") :]
+    assert "```sh" in recipe
+    assert "```python" not in recipe
+    for needed in ("kind create cluster", "kind load docker-image", "kubectl apply -f"):
+        assert needed in recipe
+    assert (ROOT / "examples" / "controller" / "Dockerfile").is_file()
+    assert "## What the fake cluster cannot show" in text
