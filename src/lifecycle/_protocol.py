@@ -53,7 +53,7 @@ from ._core.machine import Machine
 from ._core.observation import Observation
 from ._core.redact import redact
 from ._core.refs import EventType, ObjectRef
-from ._core.serde import validate as check_observation
+from ._core.serde import built, validator
 from ._core.transition import Flip, Transition, stamp, store_epoch
 from ._delivery import Delivery
 from ._link import Link
@@ -186,6 +186,11 @@ _write: Callable[[type[Write], tuple[Any, ...]], Write] = Write._make.__func__  
 #: over more objects than this checks each ref again, as every call did before.
 ADMITTED = 1 << 17
 
+#: The compiled check of one observation class (``lifecycle._core.serde.validator``).
+Check = Callable[[Any, str], None]
+#: One machine's observation classes met so far, each with its check.
+Checks = dict[type, Check]
+
 
 class WriteProtocol:
     """One runner's configuration and every decision of the protocol; no store I/O."""
@@ -228,7 +233,11 @@ class WriteProtocol:
         #: what does not change between two observations of one object is checked once (ADR
         #: 0156). One entry per object, so a host that builds a new ref per poll (a replay)
         #: holds no more than one that keeps its refs.
-        self._admitted: dict[str, tuple[ObjectRef, Machine[Any]]] = {}
+        self._admitted: dict[str, tuple[ObjectRef, Machine[Any], Checks]] = {}
+        #: Per machine name, the compiled check of each of its observation classes met so
+        #: far: which classes it accepts and how each is checked are looked up once per
+        #: machine and class; each value is still checked on every call (ADR 0165).
+        self._checks: dict[str, Checks] = {}
         #: Observations that are another controller's direct write: one attempt (ADR 0090).
         self.direct = frozenset(direct)
         #: What the next call finishes first: link intents whose target write failed, and
@@ -319,28 +328,40 @@ class WriteProtocol:
         except TypeError:  # an unhashable uid: refused by the full check
             known = None
         if known is not None and (known[0] is ref or known[0] == ref):
-            machine = known[1]
+            _, machine, checks = known
         else:
-            machine = self._admit_ref(ref)
-        if observation.__class__ not in machine.accepted:
-            raise UnknownObservation(
-                f"{machine.name}: {observation.__class__.__name__} is not one of its "
-                f"observations ({', '.join(sorted(machine.vocabulary))})"
-            )
-        check_observation(observation)
+            machine, checks = self._admit_ref(ref)
+        check = checks.get(observation.__class__)
+        if check is None:
+            check = self._check_for(machine, checks, observation)
+        if observation is not built[0]:  # (one Machine.observation built: already checked)
+            check(observation, "")
         return machine
 
-    def _admit_ref(self, ref: ObjectRef) -> Machine[Any]:
+    def _check_for(self, machine: Machine[Any], checks: Checks, observation: Any) -> Check:
+        """The compiled check of ``observation``'s class on ``machine``, remembered in
+        ``checks``; :class:`UnknownObservation` for a class the machine does not accept."""
+        cls = observation.__class__
+        if cls not in machine.accepted:
+            raise UnknownObservation(
+                f"{machine.name}: {cls.__name__} is not one of its "
+                f"observations ({', '.join(sorted(machine.vocabulary))})"
+            )
+        check = checks[cls] = validator(cls)
+        return check
+
+    def _admit_ref(self, ref: ObjectRef) -> tuple[Machine[Any], Checks]:
         check_ref(ref)
         machine = self.machines.for_kind(ref.kind)
         named = self.named_by_ref.get(machine.name)
         if named is not None:
             self._check_targets(machine, ref, named)
+        checks = self._checks.setdefault(machine.name, {})
         if type(ref) is ObjectRef:  # immutable: remembered (a subclass may not be)
             if len(self._admitted) >= ADMITTED:
                 self._admitted.clear()
-            self._admitted[ref.uid] = (ref, machine)
-        return machine
+            self._admitted[ref.uid] = (ref, machine, checks)
+        return machine, checks
 
     def _check_targets(self, machine: Machine[Any], ref: ObjectRef, links: Sequence[Link]) -> None:
         """Refuse ``ref`` (:class:`InvalidReference`) when a target its links name from the

@@ -511,8 +511,18 @@ def validate(record: Any, where: str = "") -> None:
         return
     check = _VALIDATORS.get(record.__class__)
     if check is None:
-        check = _VALIDATORS[record.__class__] = _validator(record.__class__)
+        check = validator(record.__class__)
     check(record, where)
+
+
+def validator(cls: type[Any]) -> Callable[[Any, str], None]:
+    """:func:`validate`'s compiled check for the records of ``cls`` (built once per class,
+    then remembered): a caller that knows the class holds it and calls it directly. It does
+    not skip :data:`built`'s record: the caller does."""
+    check = _VALIDATORS.get(cls)
+    if check is None:
+        check = _VALIDATORS[cls] = _validator(cls)
+    return check
 
 
 def _validator(cls: type[Any]) -> Callable[[Any, str], None]:
