@@ -1,9 +1,9 @@
-"""``lifecycle db``: the store's schema and its journal.
+"""``lifecycle db``: the store's schema and its journal. Usage::
 
     lifecycle db migrate --store URL
     lifecycle db status  --store URL
     lifecycle db compact --store URL [--keep N] [--machine NAME ...]
-    lifecycle db check   --store URL [--sample N] [--machines SPEC]
+    lifecycle db check   --store URL [--sample N] [--machines SPEC] [--acknowledge]
     lifecycle db upgrade --store URL [--batch N] [--machines SPEC] [--machine NAME ...]
     lifecycle db find    --store URL [--machine NAME] [--state S] [--older-than 15m]
                          [--limit N] [--format table|json] [--machines SPEC]
