@@ -112,12 +112,8 @@ UNFINISHED = {
     "lifecycle.analysis",
     "lifecycle.trace",
     "lifecycle.manifests",
-    "lifecycle.adapters",
     "lifecycle.adapters.aws",
     "lifecycle.adapters.modal",
-    "lifecycle.telemetry",
-    "lifecycle.telemetry.otel",
-    "lifecycle.telemetry.prometheus",
     "lifecycle.docs",
     "lifecycle.stores.memory",
     "lifecycle.stores.base",
@@ -264,7 +260,9 @@ def object_problems(path: str, obj: Any) -> Iterator[str]:
             if id(fn) in seen_methods or name in _defined_before(obj, klass, name):
                 continue
             seen_methods.add(id(fn))
-            yield from check_function(f"{path}.{name}", fn, bound=True)
+            # a method's docstring may be inherited (a protocol's), as autodoc shows it
+            doc = inspect.getdoc(getattr(obj, name))
+            yield from check_function(f"{path}.{name}", fn, bound=True, doc=doc)
 
 
 def _defined_before(cls: type, klass: type, name: str) -> set[str]:
@@ -277,19 +275,21 @@ def _defined_before(cls: type, klass: type, name: str) -> set[str]:
     return set()
 
 
-def check_function(path: str, fn: Callable[..., Any], *, bound: bool) -> Iterator[str]:
+def check_function(
+    path: str, fn: Callable[..., Any], *, bound: bool, doc: str | None = None
+) -> Iterator[str]:
     if not own_module(fn).startswith("lifecycle") or pending(own_module(fn)):
         return
+    if doc is None:
+        doc = fn.__doc__
     wanted = parameters(fn, bound=bound)
-    have = documented(fn.__doc__, PARAM_SECTIONS)
+    have = documented(doc, PARAM_SECTIONS)
     for name in wanted:
         if name not in have:
             yield f"{path}: parameter {name!r} not documented (Args:)"
     for name in sorted(have - set(wanted)):
         yield f"{path}: Args: names {name!r}, which is no parameter"
-    if returns_something(fn) and not documented(fn.__doc__, RETURN_SECTIONS) and not (
-        sections(fn.__doc__).keys() & set(RETURN_SECTIONS)
-    ):
+    if returns_something(fn) and not sections(doc).keys() & set(RETURN_SECTIONS):
         yield f"{path}: returns a value but has no Returns:/Yields: section"
 
 
