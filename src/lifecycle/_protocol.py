@@ -110,8 +110,8 @@ class Result(NamedTuple):
     ``fallback`` holds the Warning sent instead when the write failed; ``linked`` holds the
     results of linked machines (a Pod's NodeClaim) that this commit fed.
 
-    An immutable named tuple (one is made per observation, so it is the cheapest record
-    Python has; see ADR 0067): read it by field name."""
+    An immutable named tuple, because one is made per observation and it is the cheapest
+    record Python has (ADR 0067): read it by field name."""
 
     outcome: Outcome
     ref: ObjectRef

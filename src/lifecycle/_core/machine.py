@@ -86,8 +86,9 @@ _CONSTANTS = frozenset({"TARGET", "REASON", "MESSAGE"})
 
 
 def is_record_tuple(tp: object) -> bool:
-    """Whether ``tp`` is a ``typing.NamedTuple`` record (the fastest status record: see ADR
-    0015); attrs classes are the other kind of status the kernel accepts."""
+    """Whether ``tp`` is a ``typing.NamedTuple`` record, the fastest status record: one
+    ``tuple.__new__`` builds it where an attrs class sets each field in turn (ADR 0015).
+    attrs classes are the other kind of status the kernel accepts."""
     return isinstance(tp, type) and issubclass(tp, tuple) and hasattr(tp, "_fields")
 
 
@@ -405,7 +406,8 @@ class Machine(Generic[S]):
         #: The observation types this machine accepts, for an O(1) membership check.
         self.accepted = frozenset(self.table.observations)
         # The hot path: one callable per (state, observation type), compiled once here so
-        # that ``apply`` is a dict lookup and a call (see ADR 0015).
+        # that ``apply`` is a dict lookup and a call: no row is searched per observation
+        # (ADR 0015).
         self._steps: dict[tuple[str, type[Observation]], Callable[[Any, Any], Any]] = {
             key: self._compile(key, rows) for key, rows in self._by_pair.items()
         }

@@ -1,5 +1,6 @@
 """The observation base: every observation carries the time it was made, and nothing else is
-implicit. Time enters a machine only through ``at`` (see ADR 0003)."""
+implicit. Time enters a machine only through ``at``, never a clock read inside it, so the same
+observations replay to the same statuses anywhere (ADR 0003)."""
 
 from __future__ import annotations
 

@@ -107,8 +107,9 @@ class Transition(NamedTuple):
     untouched, may repeat) regards the version it was sent at and has no id (``""``).
     ``controller`` names the reporting controller when the machine declares one.
 
-    An immutable named tuple (one is made per event; see ADR 0067): read it by field name,
-    copy it with ``_replace``.
+    An immutable named tuple, since one is made per event and a tuple is built in one call
+    where an attrs record sets each field in turn (ADR 0067): read it by field name, copy it
+    with ``_replace``.
     """
 
     ref: ObjectRef
