@@ -111,10 +111,8 @@ UNFINISHED = {
     "lifecycle.testing.fakes",
     "lifecycle.analysis",
     "lifecycle.trace",
-    "lifecycle.manifests",
     "lifecycle.adapters.aws",
     "lifecycle.adapters.modal",
-    "lifecycle.docs",
     "lifecycle.stores.memory",
     "lifecycle.stores.base",
 }
