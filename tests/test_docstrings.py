@@ -112,8 +112,6 @@ UNFINISHED = {
     "lifecycle.trace",
     "lifecycle.adapters.aws",
     "lifecycle.adapters.modal",
-    "lifecycle.stores.memory",
-    "lifecycle.stores.base",
 }
 
 SECTION = re.compile(r"^(?P<indent>[ \t]*)(?P<name>[A-Z][A-Za-z ]*):[ \t]*$", re.M)
