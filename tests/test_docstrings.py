@@ -109,7 +109,6 @@ UNFINISHED = {
     "lifecycle.emitters.kubernetes",
     "lifecycle.testing",
     "lifecycle.testing.fakes",
-    "lifecycle.trace",
     "lifecycle.adapters.aws",
     "lifecycle.adapters.modal",
 }
@@ -241,7 +240,11 @@ def object_problems(path: str, obj: Any) -> Iterator[str]:
         return
     wanted = class_parameters(obj)
     have = documented(obj.__doc__, PARAM_SECTIONS)
-    init = vars(obj).get("__init__")
+    # the constructor's parameters may be documented where it is defined (an error's base)
+    owner = next((k for k in obj.__mro__ if "__init__" in vars(k)), obj)
+    if owner is not obj and own_module(owner).startswith("lifecycle"):
+        have |= documented(owner.__doc__, PARAM_SECTIONS)
+    init = vars(owner).get("__init__")
     if inspect.isfunction(init):
         have |= documented(init.__doc__, PARAM_SECTIONS)
     for name in wanted:

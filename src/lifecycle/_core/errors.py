@@ -196,7 +196,13 @@ class StoreError(LifecycleError):
 
 
 class Conflict(StoreError):
-    """Optimistic concurrency: the stored version is not the one the write expected."""
+    """Optimistic concurrency: the stored version is not the one the write expected.
+
+    Args:
+        uid: the object's uid.
+        expected: the version the write expected stored.
+        actual: the version stored, ``None`` where the store cannot tell (or holds none).
+    """
 
     def __init__(self, uid: str, expected: int, actual: int | None) -> None:
         self.uid = uid
