@@ -109,7 +109,6 @@ UNFINISHED = {
     "lifecycle.emitters.kubernetes",
     "lifecycle.testing",
     "lifecycle.testing.fakes",
-    "lifecycle.adapters.aws",
     "lifecycle.adapters.modal",
 }
 
