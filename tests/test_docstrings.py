@@ -109,7 +109,6 @@ UNFINISHED = {
     "lifecycle.emitters.kubernetes",
     "lifecycle.testing",
     "lifecycle.testing.fakes",
-    "lifecycle.adapters.modal",
 }
 
 SECTION = re.compile(r"^(?P<indent>[ \t]*)(?P<name>[A-Z][A-Za-z ]*):[ \t]*$", re.M)
