@@ -49,6 +49,13 @@ class Verdict(Generic[S]):
 
     An event fires when the condition becomes True (``on_true``), and, if ``on_absent_to_false``
     is set, when it first appears as False. True -> False, and unchanged status, emit nothing.
+
+    Attributes:
+        condition: the condition's type.
+        read: finds the condition in a status (``None`` while absent).
+        on_true: the event type when it becomes True.
+        on_absent_to_false: the event type when it first appears False; ``None`` sends
+            nothing then, as most conditions start False without news.
     """
 
     condition: str
@@ -57,6 +64,15 @@ class Verdict(Generic[S]):
     on_absent_to_false: EventType | None = None
 
     def flip(self, before: S, after: S) -> Flip | None:
+        """The event the condition's change between two statuses calls for.
+
+        Args:
+            before: the status before the observation.
+            after: the status after it.
+
+        Returns:
+            The flip, or ``None`` when no event is due.
+        """
         old, new = self.read(before), self.read(after)
         if new is None:
             return None
@@ -202,6 +218,16 @@ def enter(
 
         def attaching(status, obs, row):
             return enter(status, obs, row, node=obs.node)
+
+    Args:
+        status: the object's status.
+        obs: the observation, whose fields fill the message's placeholders.
+        row: the row taken.
+        context: more placeholder values (the machine's :meth:`Machine.context`).
+        **changes: more fields to set on the status.
+
+    Returns:
+        The new status.
     """
     state = status.state if row.target == SAME else row.target  # type: ignore[attr-defined]
     return replace(

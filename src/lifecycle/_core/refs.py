@@ -35,6 +35,14 @@ class Condition:
 
     ``observed_generation`` is the object generation the condition was computed for (``None``
     where a controller does not stamp it).
+
+    Attributes:
+        type: the condition's type (``Ready``, ``Failed``): one condition per type.
+        status: ``"True"``, ``"False"`` or ``"Unknown"``, as Kubernetes spells them.
+        reason: a CamelCase reason, for machines.
+        message: the reason for people.
+        last_transition_time: when ``status`` last changed; ``None`` before it is set.
+        observed_generation: the object generation it was computed for, or ``None``.
     """
 
     type: str

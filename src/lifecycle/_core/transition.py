@@ -23,6 +23,15 @@ class Flip:
     ``condition`` is ``""`` for the exclusive state; for a verdict it names the condition and
     ``source``/``target`` are its statuses (``""`` meaning absent). ``controller`` is who
     reports it (``""``: not named), e.g. ``workflow-controller`` for a timeout it wrote on a Job.
+
+    Attributes:
+        source: the state (or condition status) left.
+        target: the state (or condition status) entered.
+        reason: the event's reason.
+        type: Normal or Warning.
+        message: the event's message.
+        condition: the verdict's condition, ``""`` for the exclusive state.
+        controller: who reports it, ``""`` for the machine's own controller.
     """
 
     source: str
