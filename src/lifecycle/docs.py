@@ -66,10 +66,13 @@ def _rows(header: Sequence[str], body: Iterable[Sequence[str]]) -> str:
 
 
 _ROLE = re.compile(r":(?:class|func|meth|attr|data|mod|exc):`~?([^`]+)`")
+#: A docstring's Google-style section (ADR 0161): the pages list a record's fields themselves.
+_SECTION = re.compile(r"^(?:Args|Attributes|Returns|Yields|Raises):[ \t]*$", re.M)
 
 
 def prose(doc: str | None) -> str:
-    """A docstring as Markdown: dedented, ``literal`` and :role:`x` as `code`.
+    """A docstring as Markdown: dedented, ``literal`` and :role:`x` as `code`, its
+    ``Args:``/``Attributes:``/``Returns:``/... sections left out (a page lists the fields).
 
     Args:
         doc: a docstring (reStructuredText), or ``None``.
@@ -82,6 +85,7 @@ def prose(doc: str | None) -> str:
     import inspect
 
     text = inspect.cleandoc(doc)
+    text = _SECTION.split(text, maxsplit=1)[0]
     text = _ROLE.sub(lambda m: f"`{m.group(1).rsplit('.', 1)[-1]}`", text)
     text = text.replace("``", "`")
     return text.strip() + "\n"

@@ -17,7 +17,15 @@ class EventType(enum.StrEnum):
 
 @attrs.frozen(slots=True)
 class ObjectRef:
-    """Which object a status belongs to. ``uid`` is the identity; the rest is for people."""
+    """Which object a status belongs to. ``uid`` is the identity; the rest is for people.
+
+    Attributes:
+        kind: the object's kind (``Pod``), which picks its machine.
+        namespace: its namespace; ``""`` for a cluster-scoped kind.
+        name: its name.
+        uid: its uid: the store's key, so a deleted and recreated object of the same name
+            is another object.
+    """
 
     kind: str
     namespace: str
