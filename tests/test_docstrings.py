@@ -37,43 +37,46 @@ from typing import Any
 
 import pytest
 
-#: The public modules whose ``__all__`` is checked. One line per module.
-COVERED = [
-    "lifecycle",
-    "lifecycle.tables",
-    "lifecycle.machines",
-    "lifecycle.machines.pod",
-    "lifecycle.machines.nodeclaim",
-    "lifecycle.machines.job",
-    "lifecycle.machines.workflow",
-    "lifecycle.machines.certification",
-    "lifecycle.machines.workloadrun",
-    "lifecycle.machines.restore",
-    "lifecycle.emitters",
-    "lifecycle.emitters.base",
-    "lifecycle.emitters.kubernetes",
-    "lifecycle.emitters.log",
-    "lifecycle.emitters.memory",
-    "lifecycle.testing",
-    "lifecycle.testing.fakes",
-    "lifecycle.analysis",
-    "lifecycle.trace",
-    "lifecycle.dispatch",
-    "lifecycle.manifests",
-    "lifecycle.adapters",
-    "lifecycle.adapters.base",
-    "lifecycle.adapters.provider",
-    "lifecycle.adapters.recording",
-    "lifecycle.adapters.aws",
-    "lifecycle.adapters.modal",
-    "lifecycle.telemetry",
-    "lifecycle.telemetry.otel",
-    "lifecycle.telemetry.prometheus",
-    "lifecycle.links",
-    "lifecycle.docs",
-    "lifecycle.stores.memory",
-    "lifecycle.stores.base",
-]
+#: The public modules whose ``__all__`` is checked, one line each: ``DONE``, or ``TODO`` for a
+#: module whose docstrings are not written yet (an expected failure, strictly: a module
+#: finished and still marked ``TODO`` fails too; mark it ``DONE``).
+DONE, TODO = True, False
+COVERED = {
+    "lifecycle": DONE,
+    "lifecycle.tables": DONE,
+    "lifecycle.machines": TODO,
+    "lifecycle.machines.pod": TODO,
+    "lifecycle.machines.nodeclaim": TODO,
+    "lifecycle.machines.job": TODO,
+    "lifecycle.machines.workflow": TODO,
+    "lifecycle.machines.certification": TODO,
+    "lifecycle.machines.workloadrun": TODO,
+    "lifecycle.machines.restore": TODO,
+    "lifecycle.emitters": DONE,
+    "lifecycle.emitters.base": DONE,
+    "lifecycle.emitters.kubernetes": TODO,
+    "lifecycle.emitters.log": DONE,
+    "lifecycle.emitters.memory": DONE,
+    "lifecycle.testing": TODO,
+    "lifecycle.testing.fakes": TODO,
+    "lifecycle.analysis": DONE,
+    "lifecycle.trace": DONE,
+    "lifecycle.dispatch": DONE,
+    "lifecycle.manifests": DONE,
+    "lifecycle.adapters": DONE,
+    "lifecycle.adapters.base": DONE,
+    "lifecycle.adapters.provider": DONE,
+    "lifecycle.adapters.recording": DONE,
+    "lifecycle.adapters.aws": DONE,
+    "lifecycle.adapters.modal": DONE,
+    "lifecycle.telemetry": DONE,
+    "lifecycle.telemetry.otel": DONE,
+    "lifecycle.telemetry.prometheus": DONE,
+    "lifecycle.links": DONE,
+    "lifecycle.docs": DONE,
+    "lifecycle.stores.memory": DONE,
+    "lifecycle.stores.base": DONE,
+}
 
 #: Modules (where an object is defined) not checked yet: being restructured. An entry ending
 #: in ``*`` is a prefix (``lifecycle.stores._pg*`` covers ``_pgio``, ``_pgsql``, ...).
@@ -92,22 +95,6 @@ PENDING = [
     "lifecycle._core.serde",
     "lifecycle._core.codegen",
 ]
-
-#: Covered modules whose docstrings are not written yet: expected to fail (strictly, so a module
-#: finished and left here fails too). Remove its line when its docstrings are done.
-UNFINISHED = {
-    "lifecycle.machines",
-    "lifecycle.machines.pod",
-    "lifecycle.machines.nodeclaim",
-    "lifecycle.machines.job",
-    "lifecycle.machines.workflow",
-    "lifecycle.machines.certification",
-    "lifecycle.machines.workloadrun",
-    "lifecycle.machines.restore",
-    "lifecycle.emitters.kubernetes",
-    "lifecycle.testing",
-    "lifecycle.testing.fakes",
-}
 
 SECTION = re.compile(r"^(?P<indent>[ \t]*)(?P<name>[A-Z][A-Za-z ]*):[ \t]*$", re.M)
 ENTRY = re.compile(r"^(?P<name>\*{0,2}\w+)(?:\s*\([^)]*\))?\s*:")
@@ -217,10 +204,11 @@ def class_parameters(cls: type) -> list[str]:
     if issubclass(cls, enum.Enum) or getattr(cls, "_is_protocol", False):
         return []
     init = cls.__init__
-    if init is object.__init__ or not own_module(init).startswith("lifecycle"):
-        # an attrs or NamedTuple constructor is generated in the class's own module
-        if not (hasattr(cls, "__attrs_attrs__") or hasattr(cls, "_fields")):
-            return []
+    written_here = init is not object.__init__ and own_module(init).startswith("lifecycle")
+    # an attrs or NamedTuple record's constructor is generated: its fields are its parameters
+    record = hasattr(cls, "__attrs_attrs__") or hasattr(cls, "_fields")
+    if not (written_here or record):
+        return []
     return parameters(cls, bound=False)
 
 
@@ -322,7 +310,7 @@ def test_a_missing_parameter_is_found() -> None:
     "module",
     [
         pytest.param(m, marks=pytest.mark.xfail(strict=True, reason="docstrings not written yet"))
-        if m in UNFINISHED
+        if not COVERED[m]
         else m
         for m in COVERED
     ],

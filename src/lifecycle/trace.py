@@ -505,15 +505,16 @@ def parse_lines(
 
     Beyond each line on its own: time must not go backwards for an object, and one uid must
     name one object throughout (including objects the links derive, e.g. a Pod's NodeClaim).
+    The whole list at once: :func:`iter_trace` for one record at a time.
 
     Args:
-        lines: the lines, with or without line endings.
-        name: what errors call the trace.
-        machines: the machines a line may name.
-        max_line_bytes: the longest line accepted.
+        lines: a trace's lines (a list, an open file), each with or without its ending.
+        name: the trace's name in every error (``NAME:LINE: problem``).
+        machines: the registry each line's ``machine`` is looked up in.
+        max_line_bytes: the longest line accepted, in UTF-8 bytes.
 
     Returns:
-        Every record, in order.
+        Every record, in order, blank and comment lines left out.
 
     Raises:
         TraceError: the first bad line, with its number.
