@@ -45,7 +45,7 @@ COVERED = {
     "lifecycle": DONE,
     "lifecycle.tables": DONE,
     "lifecycle.machines": TODO,
-    "lifecycle.machines.pod": TODO,
+    "lifecycle.machines.pod": DONE,
     "lifecycle.machines.nodeclaim": TODO,
     "lifecycle.machines.job": TODO,
     "lifecycle.machines.workflow": TODO,
@@ -224,6 +224,10 @@ def object_problems(path: str, obj: Any) -> Iterator[str]:
         return
     wanted = class_parameters(obj)
     have = documented(obj.__doc__, PARAM_SECTIONS)
+    # a field inherited from a library base is documented there (every observation's ``at``)
+    for base in obj.__mro__[1:]:
+        if own_module(base).startswith("lifecycle"):
+            have |= documented(base.__doc__, ("Attributes",))
     # the constructor's parameters may be documented where it is defined (an error's base)
     owner = next((k for k in obj.__mro__ if "__init__" in vars(k)), obj)
     if owner is not obj and own_module(owner).startswith("lifecycle"):
