@@ -174,9 +174,7 @@ class AsyncProvider(Protocol[S]):
     """:class:`Provider` for asyncio hosts: the same calls, awaited."""
 
     @property
-    def name(self) -> str:
-        """The provider's name, as ``CreateRequested.provider`` records it."""
-        ...
+    def name(self) -> str: ...
 
     async def provision(
         self, ref: ObjectRef, spec: S, *, attempt: int = 0, at: datetime | None = None
