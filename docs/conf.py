@@ -40,6 +40,7 @@ version = ".".join(__version__.split(".")[:2])
 
 extensions = [
     "sphinx.ext.autodoc",
+    "sphinx.ext.napoleon",
     "sphinx.ext.viewcode",
     "myst_parser",
 ]
@@ -61,6 +62,12 @@ autodoc_typehints_format = "short"
 autodoc_preserve_defaults = True
 add_module_names = False
 python_use_unqualified_type_names = True
+
+# -- napoleon: the docstrings' Args:/Returns:/Raises: sections (ADR 0161) ------------------
+napoleon_google_docstring = True
+napoleon_numpy_docstring = False
+napoleon_use_ivar = True  # a record's Attributes: as fields, not entries that clash with autodoc's
+napoleon_use_rtype = False
 
 # -- HTML -----------------------------------------------------------------------------------
 html_theme = "furo"

@@ -37,7 +37,16 @@ class LinkModel:
     """What a link can send: from machine ``source`` to machine ``target``, one of
     ``observations`` after a change of the source. With ``on_state_change`` a change of the
     source's state always sends one (a link is durable: it is applied until the target
-    confirms it); other changes (fields only) may or may not."""
+    confirms it); other changes (fields only) may or may not.
+
+    Attributes:
+        source: the name of the machine whose commits the link reads.
+        target: the name of the machine it writes to.
+        observations: the observation types it can send the target.
+        on_state_change: a change of the source's state always sends one; ``False`` for a
+            link that reacts to other fields (the Workflow's groups), so the analysis does not
+            assume a send that may not come.
+    """
 
     source: str
     target: str
@@ -48,7 +57,14 @@ class LinkModel:
 @attrs.frozen
 class LinkedGroup:
     """Machines analysed as one product, the links between them, and the findings of the
-    product that are deliberate (finding key -> reason)."""
+    product that are deliberate (finding key -> reason).
+
+    Attributes:
+        name: the group's name, as reports and allowances files name it.
+        machines: the machines combined; the product grows as the product of their states.
+        links: what each link can send between them.
+        allowances: finding key -> the reason it is deliberate.
+    """
 
     name: str
     machines: tuple[Machine[Any], ...]

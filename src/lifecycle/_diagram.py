@@ -1,7 +1,8 @@
 """Diagrams of a machine, drawn from its declared table by the ``transitions`` library.
 
 The table becomes a ``transitions`` graph machine, and transitions' own engines write the
-source (see ADR 0050): no renderer here. What goes in:
+source, so the diagrams read as any ``transitions`` user expects and this library keeps no
+drawing code of its own (ADR 0050): no renderer here. What goes in:
 
 - one state per exclusive state (``∅`` is the empty initial state); terminal states are
   tagged ``terminal`` and declared ``final`` (Mermaid draws ``--> [*]``, Graphviz a double

@@ -37,7 +37,20 @@ def kubernetes_status(machine: Machine[Any], status: Any) -> dict[str, Any]:
     writes to Kubernetes: the machine's own :meth:`~lifecycle.Machine.kubernetes_status`.
     Raises :class:`ValueError` for a status with no Kubernetes shape (another machine's
     status among them) and :class:`TypeError` for a ``machine`` that is not a
-    :class:`~lifecycle.Machine`."""
+    :class:`~lifecycle.Machine`.
+
+    Args:
+        machine: the machine whose status it is.
+        status: the status, checked to be that machine's: writing another machine's status
+            would put a foreign shape into the object.
+
+    Returns:
+        The body, as the status subresource takes it.
+
+    Raises:
+        TypeError: ``machine`` is not a machine.
+        ValueError: the status is not the machine's, or has no Kubernetes shape.
+    """
     if not isinstance(machine, Machine):
         raise TypeError(f"kubernetes_status: expected a Machine, got {preview(machine)}")
     declared = getattr(machine, "status_type", None)

@@ -37,6 +37,16 @@ class Link:
     for the target (or ``None``: nothing to tell it); ``target_ref(ref, after)`` names it.
     A link to *several* objects (a Workflow's Jobs) sets ``fan_out`` instead (see
     :meth:`fanning`): ``(ref, before, after, at) -> [(target ref, observation), ...]``.
+
+    Attributes:
+        source: the name of the machine whose commits the link reads.
+        target: the name of the machine it writes to.
+        observe: the committed change -> an observation for the target, or ``None``; pure,
+            as it is decided before the source's commit and written in it (ADR 0090).
+        target_ref: names the target from the source's ref and committed status.
+        fan_out: for a link to several objects, instead of ``observe`` and ``target_ref``.
+        direct: observations written as the source controller's direct write (see below).
+        by_ref: ``target_ref`` reads the source's ref only (see below).
     """
 
     source: str
@@ -62,12 +72,33 @@ class Link:
         fan_out: Derive,
         direct: frozenset[type[Observation]] = frozenset(),
     ) -> Link:
+        """A link to several objects (a Workflow's Jobs).
+
+        Args:
+            source: the name of the source machine.
+            target: the name of the target machine.
+            fan_out: ``(ref, before, after, at) -> [(target ref, observation), ...]``.
+            direct: observations written as direct writes (one attempt each).
+
+        Returns:
+            The link.
+        """
         return cls(source, target, _nothing, _no_ref, fan_out, direct)
 
     def derive(
         self, ref: ObjectRef, before: Any, after: Any, at: datetime
     ) -> Sequence[tuple[ObjectRef, Observation]]:
-        """What the committed change ``before -> after`` of ``ref`` tells the targets."""
+        """What the committed change ``before -> after`` of ``ref`` tells the targets.
+
+        Args:
+            ref: the source object.
+            before: its status before the commit.
+            after: its committed status.
+            at: the observation's time, stamped on what the targets are told.
+
+        Returns:
+            ``(target ref, observation)`` pairs; empty when there is nothing to tell.
+        """
         if self.fan_out is not None:
             return self.fan_out(ref, before, after, at)
         derived = self.observe(ref, before, after, at)

@@ -79,6 +79,16 @@ class RetryPolicy:
 
     The default mirrors client-go's ``retry.DefaultRetry`` in count (5 attempts) and waits
     10 ms (with 10 % jitter) between them.
+
+    Attributes:
+        attempts: writes tried in all, at least 1; a conflict past them fails the observation.
+        backoff: seconds between attempts; 0 retries at once (replay, tests).
+        jitter: the fraction the wait varies by, so writers that collided do not collide
+            again in step.
+        sleep: how to wait; a test gives its own.
+
+    Raises:
+        ValueError: ``attempts`` below 1, or a negative backoff or jitter.
     """
 
     attempts: int = 5
@@ -93,7 +103,11 @@ class RetryPolicy:
             raise ValueError("backoff and jitter must not be negative")
 
     def delay(self) -> float:
-        """Seconds to wait before the next attempt: the backoff with its jitter."""
+        """Seconds to wait before the next attempt: the backoff with its jitter.
+
+        Returns:
+            The wait, 0.0 without a backoff.
+        """
         if not self.backoff:
             return 0.0
         import random  # here: imported at the first retry, not with the runner (ADR 0139)
@@ -101,6 +115,7 @@ class RetryPolicy:
         return self.backoff * (1 + random.uniform(-self.jitter, self.jitter))
 
     def pause(self) -> None:
+        """Wait :meth:`delay` seconds (nothing without a backoff)."""
         if self.backoff:
             self.sleep(self.delay())
 
@@ -110,8 +125,22 @@ class Result(NamedTuple):
     ``fallback`` holds the Warning sent instead when the write failed; ``linked`` holds the
     results of linked machines (a Pod's NodeClaim) that this commit fed.
 
-    An immutable named tuple (one is made per observation, so it is the cheapest record
-    Python has; see ADR 0067): read it by field name."""
+    An immutable named tuple, because one is made per observation and it is the cheapest
+    record Python has (ADR 0067): read it by field name.
+
+    Attributes:
+        outcome: committed, unchanged, or failed.
+        ref: the object.
+        status: its status after the observation; ``None`` when the write failed.
+        version: its stored version after it.
+        transitions: the events committed.
+        fallback: the Warning sent instead when the write failed.
+        error: why it failed, else ``None``.
+        attempts: the writes tried: more than 1 after compare-and-set conflicts.
+        linked: the results of the linked writes this commit fed.
+        actions: action events sent before the write.
+        caught_up: earlier failed linked writes applied before this observation.
+    """
 
     outcome: Outcome
     ref: ObjectRef
@@ -130,6 +159,7 @@ class Result(NamedTuple):
 
     @property
     def committed(self) -> bool:
+        """Whether the observation's write committed."""
         return self.outcome is Outcome.COMMITTED
 
     @property
@@ -144,7 +174,14 @@ class Result(NamedTuple):
 
     def requeue_after(self, now: datetime) -> float | None:
         """Seconds from ``now`` until :attr:`next_tick` (0.0: due already), or ``None``: no
-        ``Tick`` is needed -- what a controller returns as its requeue delay (ADR 0149)."""
+        ``Tick`` is needed -- what a controller returns as its requeue delay (ADR 0149).
+
+        Args:
+            now: the host's clock (aware).
+
+        Returns:
+            Seconds, never negative, or ``None``.
+        """
         from ._requeue import seconds_until
 
         return seconds_until(self.next_tick, now)
@@ -155,7 +192,12 @@ class Result(NamedTuple):
         return self.linked
 
     def all_transitions(self) -> list[Transition]:
-        """This result's events and those of its linked writes, in the order they were emitted."""
+        """This result's events and those of its linked writes, in the order they were emitted.
+
+        Returns:
+            Caught-up writes' events, then this write's actions, events and fallback,
+            then the linked writes'.
+        """
         out: list[Transition] = []
         for r in self.caught_up:
             out.extend(r.all_transitions())

@@ -30,7 +30,14 @@ class StoreTooSmall(LifecycleError, ValueError):
     fit its store's record bound, so its commit would be refused on every retry. The message
     names the limit, the count that fits, and the store setting to raise; ``limits`` and
     ``field`` are that limit (``limits.set(field, fits)`` lowers it), ``fits`` the largest
-    count the store holds (0: none)."""
+    count the store holds (0: none).
+
+    Args:
+        message: the refusal, naming the setting to raise.
+        limits: the record class's limits.
+        field: the count field whose limit does not fit.
+        fits: the largest count the store holds.
+    """
 
     def __init__(self, message: str, limits: Limits, field: str, fits: int) -> None:
         super().__init__(message)

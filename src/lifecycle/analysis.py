@@ -68,18 +68,38 @@ class AllowanceError(LifecycleError):
 
 @attrs.frozen
 class Allowed:
-    """A finding its machine (or an allowances file) declares deliberate, and why."""
+    """A finding its machine (or an allowances file) declares deliberate, and why.
+
+    Attributes:
+        finding: the finding allowed.
+        reason: why it is deliberate.
+    """
 
     finding: Finding
     reason: str
 
     def as_dict(self) -> dict[str, Any]:
+        """The finding as JSON data, with its reason.
+
+        Returns:
+            :meth:`Finding.as_dict` plus ``reason``.
+        """
         return {**self.finding.as_dict(), "reason": self.reason}
 
 
 @attrs.frozen
 class Report:
-    """What ``lifecycle check`` found for one machine or one linked group."""
+    """What ``lifecycle check`` found for one machine or one linked group.
+
+    Attributes:
+        subject: the machine's or the group's name.
+        what: ``"machine"`` or ``"linked"``.
+        summary: what was explored (states and rows, or combinations).
+        findings: what is left once allowances are applied; empty means :attr:`ok`.
+        allowed: the findings allowed, each with its reason.
+        complete: ``False`` when a linked product hit its bound, so a clean report does not
+            claim more than was explored.
+    """
 
     subject: str
     what: str  # "machine" or "linked"
@@ -90,9 +110,15 @@ class Report:
 
     @property
     def ok(self) -> bool:
+        """No finding is left."""
         return not self.findings
 
     def as_dict(self) -> dict[str, Any]:
+        """The report as JSON data (``lifecycle check --format json``).
+
+        Returns:
+            Its fields, ``ok``, and each finding and allowance as a dict.
+        """
         return {
             "subject": self.subject,
             "what": self.what,
@@ -104,7 +130,11 @@ class Report:
         }
 
     def text(self) -> str:
-        """The report for people: one line per finding, its path and assumptions beneath."""
+        """The report for people: one line per finding, its path and assumptions beneath.
+
+        Returns:
+            The text ``lifecycle check`` prints.
+        """
         verdict = "ok" if self.ok else f"{len(self.findings)} finding(s)"
         extra = f", {len(self.allowed)} allowed" if self.allowed else ""
         lines = [f"{self.subject}: {verdict}{extra} ({self.summary})"]
@@ -170,7 +200,20 @@ def check_table(
     allowances: Mapping[str, str] | None = None,
     effect_targets: Mapping[Effect, Iterable[str]] | None = None,
 ) -> Report:
-    """The report of one table (compiled or only declared)."""
+    """The report of one table (compiled or only declared).
+
+    Args:
+        table: a compiled :class:`~lifecycle.Table` or a :class:`TableSpec`.
+        allowances: finding key -> why it is deliberate; one that matches no finding is a
+            finding itself, so none goes stale.
+        effect_targets: for each effect, the states it may lead to.
+
+    Returns:
+        The report.
+
+    Raises:
+        AllowanceError: an allowance without a reason.
+    """
     targets = {k: tuple(v) for k, v in (effect_targets or {}).items()}
     summary = f"{len(table.states)} states, {len(table.rows)} rows"
     return _settle(
@@ -179,7 +222,18 @@ def check_table(
 
 
 def check_machine(machine: Machine[Any], extra: Mapping[str, str] | None = None) -> Report:
-    """The report of one machine, with its declared allowances (and ``extra`` ones)."""
+    """The report of one machine, with its declared allowances (and ``extra`` ones).
+
+    Args:
+        machine: the machine checked.
+        extra: more allowances, e.g. from an allowances file; they win over the machine's.
+
+    Returns:
+        The report, under the machine's name.
+
+    Raises:
+        AllowanceError: an allowance without a reason.
+    """
     allowances = {**machine.analysis_allowances, **(extra or {})}
     report = check_table(machine.table, allowances, machine.effect_targets)
     return attrs.evolve(report, subject=machine.name)
@@ -188,7 +242,21 @@ def check_machine(machine: Machine[Any], extra: Mapping[str, str] | None = None)
 def check_group(
     group: LinkedGroup, extra: Mapping[str, str] | None = None, max_states: int = MAX_STATES
 ) -> Report:
-    """The report of a linked group: combinations in which one object waits for ever."""
+    """The report of a linked group: combinations in which one object waits for ever.
+
+    Args:
+        group: the machines and links analysed as one product.
+        extra: more allowances; they win over the group's.
+        max_states: the most combinations explored: the product grows as the product of
+            the machines' states, so the bound keeps a check fast (the report then says it
+            is incomplete).
+
+    Returns:
+        The report, under the group's name.
+
+    Raises:
+        AllowanceError: an allowance without a reason.
+    """
     product = Product(group, max_states)
     summary = f"{len(product.via)} combinations of {', '.join(product.names)}"
     return _settle(
@@ -202,7 +270,11 @@ def check_group(
 
 
 def shipped_groups() -> tuple[LinkedGroup, ...]:
-    """The shipped machines that links chain (see :mod:`lifecycle.links`), as groups."""
+    """The shipped machines that links chain (see :mod:`lifecycle.links`), as groups.
+
+    Returns:
+        Pod+NodeClaim, Job+Workflow+Certification and Job+Workflow+WorkloadRun.
+    """
     from .machines import (
         CERTIFICATION,
         JOB,
@@ -249,7 +321,18 @@ def shipped_groups() -> tuple[LinkedGroup, ...]:
 
 def load_allowances(path: str | Path) -> dict[str, dict[str, str]]:
     """An allowances file: a JSON object from machine or group name to an object from
-    finding key to reason, e.g. ``{"door": {"implicit-error: jammed x Opened": "why"}}``."""
+    finding key to reason, e.g. ``{"door": {"implicit-error: jammed x Opened": "why"}}``.
+
+    Args:
+        path: the file.
+
+    Returns:
+        ``{machine or group name: {finding key: reason}}``.
+
+    Raises:
+        AllowanceError: the file cannot be read, is not that shape, or an entry gives no
+            reason.
+    """
     try:
         data = json.loads(Path(path).read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, ValueError) as e:

@@ -56,6 +56,20 @@ class Dispatcher:
     ``runner`` applies link intents (default: a :class:`~lifecycle.Runner` on ``store``
     with ``emitters``, the default machines and links; give one on this same store); the
     events of the writes it makes are delivered by that runner.
+
+    Args:
+        store: the store whose outbox is delivered; its own instance (own ``owner``), so it
+            never claims what a runner on the same database is delivering right now.
+        emitters: where each event goes, in order, per object in commit order.
+        batch: how many outbox rows one round claims (at least 1): a bound on what one
+            round holds in memory and on what a crash mid-round hands back.
+        logger: a structlog-style logger; by default the library's ``lifecycle.dispatch``.
+        runner: applies the link intents found in the outbox; give one on this same store
+            to share its machines and links, else one is made with the shipped ones.
+        telemetry: the host's metrics and traces port; ``None`` wraps nothing.
+
+    Raises:
+        ValueError: ``batch`` below 1.
     """
 
     def __init__(
@@ -87,6 +101,7 @@ class Dispatcher:
 
     @property
     def emitters(self) -> tuple[Emitter, ...]:
+        """The emitters events are delivered to, in order."""
         return self.delivery.emitters
 
     @property
@@ -107,7 +122,13 @@ class Dispatcher:
         """One round: claim, deliver per object in order, mark; apply link intents. Returns
         the events handed over (an acknowledging emitter confirms them later: :meth:`flush`)
         plus the intents confirmed.
-        Raises :class:`~lifecycle.StoreError` if the store cannot be reached."""
+
+        Returns:
+            Events handed over plus link intents confirmed; 0 means nothing was waiting.
+
+        Raises:
+            StoreError: the store cannot be reached (nothing was claimed or marked).
+        """
         delivered, results = self._round()
         return delivered + sum(1 for r in results if _link_intents.confirmed(r.error))
 
@@ -130,7 +151,14 @@ class Dispatcher:
 
     def flush(self, timeout: float | None = 5.0) -> int:
         """Wait up to ``timeout`` seconds for what acknowledging emitters hold and mark every
-        acknowledgement received (see :meth:`Runner.flush <lifecycle.Runner.flush>`)."""
+        acknowledgement received (as :meth:`Runner.flush <lifecycle.Runner.flush>`).
+
+        Args:
+            timeout: seconds to wait at most; ``None`` waits until every answer is in.
+
+        Returns:
+            The events acknowledged and marked.
+        """
         return self.delivery.flush(marker(self.store), timeout)
 
     def close(self, timeout: float = 5.0) -> int:
@@ -138,7 +166,15 @@ class Dispatcher:
         and log how many events stay undelivered (see :meth:`Runner.close
         <lifecycle.Runner.close>`); returns that count. The store stays open (it is the
         host's), with every mark written: the ones the intents' runner holds too, and those
-        the store holds back (``flush_marks``, ADR 0135)."""
+        the store holds back (``flush_marks``, ADR 0135).
+
+        Args:
+            timeout: seconds the close may take, emitters and the intents' runner together,
+                so a host's shutdown stays within its own grace period.
+
+        Returns:
+            The events still undelivered: they stay in the outbox for the next dispatcher.
+        """
         deadline = time.monotonic() + timeout
         left = self.delivery.close(marker(self.store), timeout)
         if self._runner is not None:
@@ -149,7 +185,18 @@ class Dispatcher:
     def drain(self, rounds: int = 1000) -> int:
         """Rounds until a round delivers nothing (or ``rounds`` ran); returns the total. A
         round whose events an acknowledging emitter still holds waits for their answers
-        (:meth:`flush`, bounded) before it counts as idle."""
+        (:meth:`flush`, bounded) before it counts as idle.
+
+        Args:
+            rounds: the most rounds run, so a store that keeps filling cannot hold the caller
+                forever.
+
+        Returns:
+            The events delivered and intents confirmed, all rounds together.
+
+        Raises:
+            StoreError: the store cannot be reached.
+        """
         total = 0
         for _ in range(rounds):
             n = self.dispatch_once()
@@ -164,7 +211,14 @@ class Dispatcher:
 
     def run(self, stop: threading.Event, *, interval: float = 1.0) -> None:
         """Dispatch until ``stop`` is set: back to back while there is work, every
-        ``interval`` seconds when idle or when the store is unreachable (logged)."""
+        ``interval`` seconds when idle or when the store is unreachable (logged).
+
+        Args:
+            stop: set it (from another thread or a signal handler) to return after the
+                current round.
+            interval: seconds to wait between rounds when idle or after a store error: an
+                unreachable store is retried, never fatal, so a database restart is ridden out.
+        """
         while not stop.is_set():
             try:
                 busy = self.dispatch_once() > 0

@@ -66,22 +66,40 @@ def _rows(header: Sequence[str], body: Iterable[Sequence[str]]) -> str:
 
 
 _ROLE = re.compile(r":(?:class|func|meth|attr|data|mod|exc):`~?([^`]+)`")
+#: A docstring's Google-style section (ADR 0161): the pages list a record's fields themselves.
+_SECTION = re.compile(r"^(?:Args|Attributes|Returns|Yields|Raises):[ \t]*$", re.M)
 
 
 def prose(doc: str | None) -> str:
-    """A docstring as Markdown: dedented, ``literal`` and :role:`x` as `code`."""
+    """A docstring as Markdown: dedented, ``literal`` and :role:`x` as `code`, its
+    ``Args:``/``Attributes:``/``Returns:``/... sections left out (a page lists the fields).
+
+    Args:
+        doc: a docstring (reStructuredText), or ``None``.
+
+    Returns:
+        Markdown text ending in a newline; ``""`` for no docstring.
+    """
     if not doc:
         return ""
     import inspect
 
     text = inspect.cleandoc(doc)
+    text = _SECTION.split(text, maxsplit=1)[0]
     text = _ROLE.sub(lambda m: f"`{m.group(1).rsplit('.', 1)[-1]}`", text)
     text = text.replace("``", "`")
     return text.strip() + "\n"
 
 
 def type_name(tp: Any) -> str:
-    """``str``, ``int | None``, ``tuple[str, ...]``: a field type as a trace author reads it."""
+    """``str``, ``int | None``, ``tuple[str, ...]``: a field type as a trace author reads it.
+
+    Args:
+        tp: a resolved type annotation.
+
+    Returns:
+        Its name as Python spells it, without the ``typing.`` prefix.
+    """
     origin = typing.get_origin(tp)
     args = typing.get_args(tp)
     if origin in (typing.Union, types.UnionType):
@@ -136,7 +154,14 @@ def _notes(row: Row) -> str:
 
 
 def table_markdown(machine: Machine[Any]) -> str:
-    """The declared rows, in order, as a Markdown table."""
+    """The declared rows, in order, as a Markdown table.
+
+    Args:
+        machine: the machine documented, read from its declared table.
+
+    Returns:
+        The table, numbered as ``lifecycle check`` numbers its findings.
+    """
     body = [
         (
             str(n),
@@ -157,6 +182,14 @@ def table_markdown(machine: Machine[Any]) -> str:
 
 # -- the other sections -----------------------------------------------------------------------
 def states_markdown(machine: Machine[Any]) -> str:
+    """The states as a Markdown table: marks (initial, terminal, Warning) and where rows lead.
+
+    Args:
+        machine: the machine documented.
+
+    Returns:
+        The table.
+    """
     table = machine.table
     body = []
     for s in table.states:
@@ -180,6 +213,14 @@ def states_markdown(machine: Machine[Any]) -> str:
 
 
 def verdicts_markdown(machine: Machine[Any]) -> str:
+    """The machine's verdict conditions and the events they send, as a Markdown table.
+
+    Args:
+        machine: the machine documented.
+
+    Returns:
+        The table; ``""`` for a machine with no verdicts.
+    """
     if not machine.verdicts:
         return ""
     body = [
@@ -196,6 +237,15 @@ def verdicts_markdown(machine: Machine[Any]) -> str:
 
 
 def observations_markdown(machine: Machine[Any]) -> str:
+    """Each observation the table accepts: its docstring and its fields with types and
+    defaults, what a trace author writes.
+
+    Args:
+        machine: the machine documented.
+
+    Returns:
+        Markdown, one section per observation.
+    """
     out = []
     for cls in machine.table.observations:
         attrs.resolve_types(cls)
@@ -247,11 +297,26 @@ def _reasons(machine: Machine[Any]) -> list[tuple[str, str, str, str]]:
 
 
 def reasons_markdown(machine: Machine[Any]) -> str:
+    """Every reason the table names, with its event type, how it is sent and its rows.
+
+    Args:
+        machine: the machine documented.
+
+    Returns:
+        The Markdown table.
+    """
     return _rows(("reason", "event", "sent as", "rows (#)"), _reasons(machine))
 
 
 def page(machine: Machine[Any]) -> str:
-    """The whole reference page for ``machine`` (its drawing is :func:`drawing`)."""
+    """The whole reference page for ``machine`` (its drawing is :func:`drawing`).
+
+    Args:
+        machine: the machine documented; its module's docstring opens the page.
+
+    Returns:
+        The page's Markdown, marked as generated.
+    """
     module = sys.modules[type(machine).__module__]
     parts = [
         GENERATED,
@@ -319,6 +384,14 @@ def page(machine: Machine[Any]) -> str:
 
 
 def index(machines: Sequence[Machine[Any]]) -> str:
+    """The index page: one row per machine with its kind, states, terminal states and rows.
+
+    Args:
+        machines: the machines listed, in this order.
+
+    Returns:
+        The page's Markdown.
+    """
     body = [
         (
             f"[`{m.name}`]({m.name}.md)",
@@ -346,14 +419,28 @@ def index(machines: Sequence[Machine[Any]]) -> str:
 
 
 def drawing(machine: Machine[Any]) -> str:
-    """The SVG the page of ``machine`` shows (``lifecycle diagram MACHINE --format svg``)."""
+    """The SVG the page of ``machine`` shows (``lifecycle diagram MACHINE --format svg``).
+
+    Args:
+        machine: the machine drawn.
+
+    Returns:
+        The SVG text: the site loads nothing from another host to show it (ADR 0137).
+    """
     from ._svg import svg
 
     return svg(machine)
 
 
 def pages(machines: Sequence[Machine[Any]] | None = None) -> dict[str, str]:
-    """File name -> content for every page, its drawing, and the index."""
+    """File name -> content for every page, its drawing, and the index.
+
+    Args:
+        machines: the machines documented; by default the shipped ones.
+
+    Returns:
+        ``{"pod.md": ..., "pod.svg": ..., "README.md": ...}``.
+    """
     chosen = list(default_registry().values()) if machines is None else list(machines)
     out = {f"{m.name}.md": page(m) for m in chosen}
     out |= {f"{m.name}.svg": drawing(m) for m in chosen}
@@ -362,7 +449,15 @@ def pages(machines: Sequence[Machine[Any]] | None = None) -> dict[str, str]:
 
 
 def write(out: str | Path, machines: Sequence[Machine[Any]] | None = None) -> list[Path]:
-    """Write every page under ``out``; returns the paths written."""
+    """Write every page under ``out``.
+
+    Args:
+        out: the folder, made if missing.
+        machines: the machines documented; by default the shipped ones.
+
+    Returns:
+        The paths written.
+    """
     folder = Path(out)
     folder.mkdir(parents=True, exist_ok=True)
     written = []
@@ -375,7 +470,15 @@ def write(out: str | Path, machines: Sequence[Machine[Any]] | None = None) -> li
 
 def stale(out: str | Path, machines: Sequence[Machine[Any]] | None = None) -> list[str]:
     """Pages and drawings under ``out`` that are missing or differ from what the tables give
-    now, and ``.md`` and ``.svg`` files there that no machine generates."""
+    now, and ``.md`` and ``.svg`` files there that no machine generates.
+
+    Args:
+        out: the folder checked.
+        machines: the machines documented; by default the shipped ones.
+
+    Returns:
+        One line per stale, missing or stray file; empty when ``out`` is up to date.
+    """
     folder = Path(out)
     expected = pages(machines)
     problems = []
@@ -401,7 +504,17 @@ def run(
     machines: Sequence[Machine[Any]] | None = None,
 ) -> int:
     """``lifecycle docs``: write the pages of ``machines`` (default: the shipped ones), or
-    with ``check`` report stale ones (exit 1)."""
+    with ``check`` report stale ones (exit 1).
+
+    Args:
+        out: the folder written or checked.
+        check: only report stale pages, write nothing (CI).
+        stream: where the report goes.
+        machines: the machines documented; by default the shipped ones.
+
+    Returns:
+        The exit status: 1 when ``check`` found stale pages, else 0.
+    """
     if check:
         problems = stale(out, machines)
         for p in problems:
@@ -417,6 +530,14 @@ def run(
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m lifecycle.docs``: :func:`run` from the command line.
+
+    Args:
+        argv: the arguments; by default ``sys.argv[1:]``.
+
+    Returns:
+        The exit status of :func:`run`.
+    """
     parser = argparse.ArgumentParser(prog="python -m lifecycle.docs", description=__doc__)
     parser.add_argument("--out", default=str(DEFAULT_OUT), help="folder (docs/machines)")
     parser.add_argument("--check", action="store_true", help="only report stale pages")

@@ -77,7 +77,15 @@ def _job_to_workflow(
 
 
 def workflow_ref(job_ref: ObjectRef, status: job.JobStatus) -> ObjectRef:
-    """The Workflow that owns the Job ``job_ref`` (named in the Job's status)."""
+    """The Workflow that owns a Job: the target of the Job -> Workflow link.
+
+    Args:
+        job_ref: the Job; its namespace is the Workflow's (an owner is never elsewhere).
+        status: the Job's committed status, which names its Workflow and that Workflow's uid.
+
+    Returns:
+        The Workflow's ref.
+    """
 
     return ObjectRef(
         workflow.WorkflowMachine.kind, job_ref.namespace, status.workflow, status.workflow_uid
@@ -85,8 +93,15 @@ def workflow_ref(job_ref: ObjectRef, status: job.JobStatus) -> ObjectRef:
 
 
 def owner_ref(workflow_ref: ObjectRef, status: workflow.WorkflowStatus) -> ObjectRef:
-    """The object that owns the Workflow ``workflow_ref`` (a Certification or a WorkloadRun, named
-    in the Workflow's status)."""
+    """The object that owns a Workflow (a Certification or a WorkloadRun).
+
+    Args:
+        workflow_ref: the Workflow; its namespace is the owner's.
+        status: the Workflow's committed status, which names its owner's kind, name and uid.
+
+    Returns:
+        The owner's ref.
+    """
 
     return ObjectRef(status.owner_kind, workflow_ref.namespace, status.owner, status.owner_uid)
 
@@ -137,7 +152,15 @@ def _workflow_to_workloadrun(
 
 
 def job_ref(workflow_ref: ObjectRef, group: Group) -> ObjectRef:
-    """The Job the Workflow ``workflow_ref`` launched for ``group``."""
+    """The Job a Workflow launched for one of its groups.
+
+    Args:
+        workflow_ref: the Workflow; the Job lives in its namespace.
+        group: the group, which names its Job and that Job's uid.
+
+    Returns:
+        The Job's ref.
+    """
 
     return ObjectRef(job.JobMachine.kind, workflow_ref.namespace, group.job, group.job_uid)
 
@@ -178,7 +201,12 @@ WORKFLOW_TO_JOBS = Link.fanning(
 def default_links() -> tuple[Link, ...]:
     """The links between the shipped machines, what a :class:`~lifecycle.Runner` follows when it
     is given no ``links``: Pod -> NodeClaim, Job -> Workflow, Workflow -> Certification,
-    Workflow -> WorkloadRun, Workflow -> its Jobs."""
+    Workflow -> WorkloadRun, Workflow -> its Jobs.
+
+    Returns:
+        The five links, in the order a runner follows them: Workflow -> Jobs last, so an owner
+        hears a Workflow's statuses in order.
+    """
 
     return (
         POD_TO_NODECLAIM,

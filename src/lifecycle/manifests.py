@@ -102,7 +102,17 @@ class ManifestError(LifecycleError, ValueError):
 class ApiResource:
     """Where a machine's objects live: the API group (``""`` for the core API), version,
     kind and plural, whether they are namespaced, and whether the library defines their CRD
-    (``False`` for Pods and Karpenter's NodeClaims)."""
+    (``False`` for Pods and Karpenter's NodeClaims).
+
+    Attributes:
+        group: the API group; ``""`` for the core API (Pods).
+        version: the API version within the group (``v1``).
+        kind: the object kind, as the machine names it.
+        plural: the resource's plural name, as URLs and RBAC rules name it.
+        namespaced: whether objects live in a namespace; NodeClaims are cluster-scoped.
+        defined_here: whether the library writes the CRD; ``False`` for kinds another
+            project owns, whose CRD a cluster already has.
+    """
 
     group: str
     version: str
@@ -113,10 +123,12 @@ class ApiResource:
 
     @property
     def api_version(self) -> str:
+        """``group/version``, or the version alone for the core API."""
         return f"{self.group}/{self.version}" if self.group else self.version
 
     @property
     def crd_name(self) -> str:
+        """``plural.group``: the name a CustomResourceDefinition must have."""
         return f"{self.plural}.{self.group}"
 
 
@@ -134,7 +146,17 @@ def api_resource(machine: Machine[Any]) -> ApiResource:
     Karpenter's, cluster-scoped; every other kind (the Restore machine's ``RestoreAttempt``
     among them: its record needs an object of its own) is a custom resource of the group its
     Events name (else :data:`DEFAULT_GROUP`/:data:`DEFAULT_VERSION`), plural
-    ``<kind lowercased>s``."""
+    ``<kind lowercased>s``.
+
+    Args:
+        machine: the machine whose objects are asked about.
+
+    Returns:
+        Their group, version, kind, plural and scope.
+
+    Raises:
+        TypeError: ``machine`` is not a :class:`~lifecycle.Machine`.
+    """
     if not isinstance(machine, Machine):
         raise TypeError(f"api_resource: expected a Machine, got {preview(machine)}")
     group, _, version = _api_version(machine).rpartition("/")
@@ -220,8 +242,18 @@ def status_schema(machine: Machine[Any]) -> dict[str, Any]:
     ``conditions`` alone. A machine with its own ``kubernetes_status(status)``: the schema its
     ``kubernetes_status_schema()`` returns, if it has one, else its status type's fields
     (camelCase, typed from the attrs annotations), unknown fields kept (the body is the
-    host's); ``conditions`` added to either (the store's record lives there). Raises
-    :class:`ManifestError` for a status with no Kubernetes shape."""
+    host's); ``conditions`` added to either (the store's record lives there).
+
+    Args:
+        machine: the machine whose status is described.
+
+    Returns:
+        An OpenAPI v3 structural schema, as a CRD's ``status`` property takes it.
+
+    Raises:
+        ManifestError: the status has no Kubernetes shape (neither conditions nor a
+            ``kubernetes_status`` method), so no resource can hold it.
+    """
     status_type: Any = getattr(machine, "status_type", None)
     # its own body: a machine overriding the default (conditions only) of ``Machine``
     own = getattr(type(machine), "kubernetes_status", None) is not Machine.kubernetes_status
@@ -253,8 +285,19 @@ def status_schema(machine: Machine[Any]) -> dict[str, Any]:
 
 
 def crd(machine: Machine[Any]) -> dict[str, Any]:
-    """The ``CustomResourceDefinition`` of ``machine``'s kind (:class:`ManifestError` for a
-    kind the library does not define: Pods, NodeClaims)."""
+    """The ``CustomResourceDefinition`` of ``machine``'s kind.
+
+    Args:
+        machine: a machine whose kind the library defines.
+
+    Returns:
+        The CRD as a dict: the status subresource, the schema of :func:`status_schema`, and
+        State/Reason/Age printer columns for ``kubectl get``.
+
+    Raises:
+        ManifestError: a kind the library does not define (Pods, NodeClaims), or a status
+            with no Kubernetes shape.
+    """
     resource = api_resource(machine)
     if not resource.defined_here:
         raise ManifestError(
@@ -332,7 +375,21 @@ def rbac(
     machines: Sequence[Machine[Any]], *, namespace: str = "default", name: str = "lifecycle"
 ) -> list[dict[str, Any]]:
     """ServiceAccount, ClusterRole (the kinds, their status, Events) and its binding, Role
-    (Leases in ``namespace``) and its binding, for a controller of ``machines``."""
+    (Leases in ``namespace``) and its binding, for a controller of ``machines``.
+
+    Args:
+        machines: the machines the controller runs; each kind gets read access to its
+            objects and write access to their status, nothing more.
+        namespace: where the ServiceAccount and the Leases live.
+        name: the name of every object made (and their ``app.kubernetes.io/name`` label).
+
+    Returns:
+        The five documents, in the order to apply them.
+
+    Raises:
+        ManifestError: ``namespace`` or ``name`` is not a DNS label, or two machines claim
+            one kind differently.
+    """
     _checked(namespace, "namespace")
     _checked(name, "name")
     rules: list[dict[str, Any]] = []
@@ -388,7 +445,20 @@ def deployment(
     *, namespace: str = "default", name: str = "lifecycle", image: str = DEFAULT_IMAGE
 ) -> dict[str, Any]:
     """The controller's Deployment: one replica of ``image`` under the ServiceAccount
-    :func:`rbac` makes, probed on :data:`HEALTH_PORT` (:class:`Health` answers)."""
+    :func:`rbac` makes, probed on :data:`HEALTH_PORT` (:class:`Health` answers).
+
+    Args:
+        namespace: where it runs; the ServiceAccount's namespace.
+        name: its name and its ServiceAccount's.
+        image: the controller's image reference.
+
+    Returns:
+        The Deployment, one replica: a second replica would write the same objects at once.
+
+    Raises:
+        ManifestError: a bad namespace or name, or an image reference that is empty or holds
+            whitespace.
+    """
     _checked(namespace, "namespace")
     _checked(name, "name")
     if not image or any(c.isspace() for c in image):
@@ -435,7 +505,22 @@ def manifests(
     image: str = DEFAULT_IMAGE,
 ) -> list[dict[str, Any]]:
     """Everything a controller of ``machines`` needs, in the order to apply it: the CRDs
-    of the kinds the library defines, the RBAC, the Deployment."""
+    of the kinds the library defines, the RBAC, the Deployment.
+
+    Args:
+        machines: the machines the controller runs; repeats are dropped.
+        namespace: as :func:`rbac`.
+        name: as :func:`rbac`.
+        image: as :func:`deployment`.
+
+    Returns:
+        CRDs first, so the RBAC and the Deployment never refer to a kind not yet defined.
+
+    Raises:
+        TypeError: something in ``machines`` is not a machine.
+        ManifestError: no machines, or one of the errors of :func:`crd`, :func:`rbac` or
+            :func:`deployment`.
+    """
     chosen: list[Machine[Any]] = []
     for m in machines:
         if not isinstance(m, Machine):
@@ -459,7 +544,14 @@ def manifests(
 
 
 def to_yaml(documents: Iterable[dict[str, Any]]) -> str:
-    """The documents as one YAML stream (``---`` between them), keys in their order."""
+    """The documents as one YAML stream (``---`` between them), keys in their order.
+
+    Args:
+        documents: Kubernetes objects as dicts (what :func:`manifests` returns).
+
+    Returns:
+        The YAML text, for ``kubectl apply -f -``.
+    """
     import yaml  # type: ignore[import-untyped]
 
     text: str = yaml.safe_dump_all(list(documents), sort_keys=False, width=100)
@@ -473,7 +565,17 @@ class Health:
     its schema check passed), 503 before; :data:`LIVE_PATH` answers 200 while :meth:`beat`
     is called at least every ``stall_after`` seconds (the loop turns; counted from the start),
     503 once it stops. The host calls :meth:`ready` once and :meth:`beat` every turn of its
-    loop; :meth:`serve` starts answering on ``port`` (0: any free port) in a daemon thread."""
+    loop; :meth:`serve` starts answering on ``port`` (0: any free port) in a daemon thread.
+
+    Args:
+        stall_after: seconds without a :meth:`beat` after which the controller counts as
+            stalled (``/livez`` answers 503 and the kubelet restarts it); longer than the
+            slowest turn of the host's loop.
+        clock: the monotonic clock read; a test gives its own to stall without waiting.
+
+    Raises:
+        ValueError: ``stall_after`` is not positive.
+    """
 
     def __init__(
         self, *, stall_after: float = 60.0, clock: Callable[[], float] = time.monotonic
@@ -488,21 +590,32 @@ class Health:
         self._thread: threading.Thread | None = None
 
     def ready(self) -> None:
+        """Mark the controller ready: the store opened and its schema check passed."""
         self._ready = True
 
     def beat(self) -> None:
+        """Record one turn of the host's loop: the controller is live."""
         self._last = self._clock()
 
     @property
     def is_ready(self) -> bool:
+        """Ready and live: a stalled controller stops taking traffic too."""
         return self._ready and self.is_live
 
     @property
     def is_live(self) -> bool:
+        """Whether the last :meth:`beat` (or the start) is at most ``stall_after`` ago."""
         return self._clock() - self._last <= self.stall_after
 
     def answer(self, path: str) -> int:
-        """The status code for a probe of ``path``."""
+        """The status code for a probe of ``path``.
+
+        Args:
+            path: the request's path, query removed.
+
+        Returns:
+            200 or 503 for :data:`LIVE_PATH` and :data:`READY_PATH`, 404 for anything else.
+        """
         if path == LIVE_PATH:
             return 200 if self.is_live else 503
         if path == READY_PATH:
@@ -510,7 +623,16 @@ class Health:
         return 404
 
     def serve(self, port: int = HEALTH_PORT, host: str = "") -> int:
-        """Answer probes on ``host:port`` (``""``: every address); the port bound."""
+        """Answer probes on ``host:port`` in a daemon thread, until :meth:`close`.
+
+        Args:
+            port: the TCP port; 0 binds any free one (tests).
+            host: the address to bind; ``""`` for every address, as a kubelet probes the
+                pod's IP.
+
+        Returns:
+            The port bound.
+        """
         health = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -534,6 +656,7 @@ class Health:
         return int(server.server_address[1])
 
     def close(self) -> None:
+        """Stop answering and free the port."""
         if self._server is not None:
             self._server.shutdown()
             self._server.server_close()

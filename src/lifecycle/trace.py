@@ -93,7 +93,14 @@ FAULT_LIMITS = Limits(
 
 
 class ObservationLine(NamedTuple):
-    """An observation of ``ref`` on line ``line`` (named tuples: a trace has millions)."""
+    """An observation of ``ref`` on line ``line`` (named tuples: a trace has millions).
+
+    Attributes:
+        line: the line's number, from 1, as errors name it.
+        machine: the machine the line names.
+        ref: the object.
+        observation: what was observed, already checked against the machine's table.
+    """
 
     line: int
     machine: Machine[Any]
@@ -105,7 +112,17 @@ class FaultLine(NamedTuple):
     """A fault on ``ref``: its next ``times`` status writes fail with ``fault``
     (``conflict``, ``write-error``); or another writer commits ``observation`` just before
     our next write of it (``concurrent-write``); or the process dies right after its next
-    commit (``crash-after-commit``)."""
+    commit (``crash-after-commit``).
+
+    Attributes:
+        line: the line's number.
+        machine: the machine the line names.
+        ref: the object.
+        at: the line's time.
+        fault: ``conflict``, ``write-error``, ``concurrent-write`` or ``crash-after-commit``.
+        times: how many writes fail (1 for the last two).
+        observation: the other writer's observation (``concurrent-write`` only).
+    """
 
     line: int
     machine: Machine[Any]
@@ -127,7 +144,15 @@ class HostEvents(NamedTuple):
     committed (sent again from the outbox under the ids they were committed under; the others
     are the restarted host's own commits, made applying pending cascade intents), and
     ``before_crash`` holds the events the dying process had sent in that line before it died
-    (the line's result died with it)."""
+    (the line's result died with it).
+
+    Attributes:
+        cause: the fault line that fired.
+        transitions: the events the other host sent, in order.
+        results: the other writer's write; empty for a redelivery.
+        redelivered: the ids among ``transitions`` the dead process had committed.
+        before_crash: the events the dying process sent in that line before it died.
+    """
 
     #: the fault line that fired
     cause: FaultLine
@@ -193,9 +218,23 @@ def _check_ref(machine: Machine[Any], obj: object) -> ObjectRef:
 def parse_line(
     text: str, machines: MachineRegistry, line: int = 0, max_line_bytes: int = MAX_LINE_BYTES
 ) -> TraceLine | None:
-    """One line to a record (``None`` for blanks and comments); raises ``ValueError`` or a
-    :class:`~lifecycle.LifecycleError` describing what is wrong. ``line`` is its number; a
-    line longer than ``max_line_bytes`` (UTF-8, without its line ending) is refused."""
+    """One line to a record (``None`` for blanks and comments).
+
+    Args:
+        text: the line, with or without its line ending.
+        machines: the machines a line may name.
+        line: its number, stored in the record for error messages.
+        max_line_bytes: the longest line accepted (UTF-8, without its line ending): a trace
+            is untrusted input, and a bound keeps one line from exhausting memory.
+
+    Returns:
+        An :class:`ObservationLine` or a :class:`FaultLine`; ``None`` for a blank or ``#``
+        line.
+
+    Raises:
+        ValueError: malformed JSON, unknown keys, a bad fault line.
+        LifecycleError: what the machine refuses (an unknown observation, a bad field).
+    """
     if len(text) > max_line_bytes >> 2:  # a shorter one cannot exceed it, even all 4-byte
         _check_size(text, max_line_bytes)
     try:
@@ -382,8 +421,21 @@ def read_trace(
     name: str | None = None,
 ) -> list[TraceLine]:
     """Parse and validate a whole trace; the first bad line raises :class:`TraceError`.
-    A line longer than ``max_line_bytes`` (UTF-8) is a bad line. ``name`` is what errors
-    call the file (its path by default)."""
+    A line longer than ``max_line_bytes`` (UTF-8) is a bad line.
+
+    Args:
+        path: the trace file (JSON Lines, UTF-8).
+        machines: the machines a line may name; by default the shipped ones.
+        max_line_bytes: the longest line accepted.
+        name: what errors call the file; by default its path.
+
+    Returns:
+        Every record, in order.
+
+    Raises:
+        TraceError: the file cannot be read, or the first bad line, with its number.
+        ValueError: ``max_line_bytes`` is not a positive int.
+    """
     return list(stream_trace(path, machines, max_line_bytes=max_line_bytes, name=name))
 
 
@@ -397,7 +449,21 @@ def stream_trace(
     """:func:`read_trace` one record at a time, reading the file as it goes: a long trace is
     never held whole, nor a line longer than ``max_line_bytes``. Lines end at ``\\n``
     (``\\r\\n`` and ``\\r`` too); a bad line raises :class:`TraceError` when the iteration
-    reaches it, so what came before it was yielded."""
+    reaches it, so what came before it was yielded.
+
+    Args:
+        path: the trace file.
+        machines: the machines a line may name; by default the shipped ones.
+        max_line_bytes: the longest line accepted; a longer one is never read whole.
+        name: what errors call the file; by default its path.
+
+    Yields:
+        Each record, in order.
+
+    Raises:
+        TraceError: as :func:`read_trace`, when the iteration reaches the line.
+        ValueError: ``max_line_bytes`` is not a positive int.
+    """
     machines = machines if machines is not None else default_registry()
     _check_limit(max_line_bytes)
     name = str(path) if name is None else name
@@ -456,6 +522,19 @@ def parse_lines(
 
     Beyond each line on its own: time must not go backwards for an object, and one uid must
     name one object throughout (including objects the links derive, e.g. a Pod's NodeClaim).
+    The whole list at once: :func:`iter_trace` for one record at a time.
+
+    Args:
+        lines: a trace's lines (a list, an open file), each with or without its ending.
+        name: the trace's name in every error (``NAME:LINE: problem``).
+        machines: the registry each line's ``machine`` is looked up in.
+        max_line_bytes: the longest line accepted, in UTF-8 bytes.
+
+    Returns:
+        Every record, in order, blank and comment lines left out.
+
+    Raises:
+        TraceError: the first bad line, with its number.
     """
     return list(iter_trace(lines, name, machines, max_line_bytes=max_line_bytes))
 
@@ -467,7 +546,20 @@ def iter_trace(
     *,
     max_line_bytes: int = MAX_LINE_BYTES,
 ) -> Iterator[TraceLine]:
-    """:func:`parse_lines`, one record at a time (blank and comment lines yield nothing)."""
+    """:func:`parse_lines`, one record at a time (blank and comment lines yield nothing).
+
+    Args:
+        lines: the lines, read as they are iterated.
+        name: what errors call the trace.
+        machines: the machines a line may name.
+        max_line_bytes: the longest line accepted.
+
+    Yields:
+        Each record, in order.
+
+    Raises:
+        TraceError: the first bad line, when the iteration reaches it.
+    """
     _check_limit(max_line_bytes)
     # uid -> (its ref, the time of its last line, the number of its first line): one lookup
     # a line. Times repeat (one poll stamps many objects, parse_time hands out one datetime
@@ -605,12 +697,21 @@ class InjectedWriteError(StoreError):
 
 class InjectedConflict(Conflict):
     """A write conflict that a fault line of the trace injected (a phantom one, or the real
-    one a ``concurrent-write`` line's other writer caused)."""
+    one a ``concurrent-write`` line's other writer caused). Its parameters are
+    :class:`~lifecycle.Conflict`'s.
+    """
 
 
 def injected(error: BaseException | None) -> bool:
     """Whether ``error`` (a :class:`Result`'s) was injected by a fault line of the trace, as
-    opposed to a write the store really refused."""
+    opposed to a write the store really refused.
+
+    Args:
+        error: a result's error, or ``None``.
+
+    Returns:
+        ``True`` for an injected write error or conflict.
+    """
     return isinstance(error, InjectedWriteError | InjectedConflict)
 
 
@@ -618,7 +719,12 @@ class Crash(BaseException):
     """The replaying process died right after a commit a ``crash-after-commit`` line named.
 
     A ``BaseException``: nothing between the store and the replay loop may catch it, as
-    nothing survives a real crash (so it stays outside the ``LifecycleError`` tree)."""
+    nothing survives a real crash (so it stays outside the ``LifecycleError`` tree).
+
+    Args:
+        line: the ``crash-after-commit`` line that fired.
+        committed: the ids of the events of the commit that landed just before the crash.
+    """
 
     def __init__(self, line: FaultLine, committed: Iterable[str] = ()) -> None:
         super().__init__(f"crash after a commit of {line.ref} (trace line {line.line})")
@@ -999,7 +1105,17 @@ def check(
     machines: MachineRegistry | None = None,
 ) -> None:
     """Dry-run ``trace`` over a read-through overlay of ``store`` (faults included, nothing
-    emitted, nothing written): a line the machines refuse raises :class:`TraceError`."""
+    emitted, nothing written): a line the machines refuse raises :class:`TraceError`.
+
+    Args:
+        trace: the parsed records.
+        store: the store the replay would write to; only read.
+        name: what errors call the trace.
+        machines: the machines the lines name; by default the shipped ones.
+
+    Raises:
+        TraceError: the first line the machines refuse.
+    """
     machines = machines if machines is not None else default_registry()
     policy = RetryPolicy(backoff=0.0)
     runner = Runner(DryRunStore(store), (), machines=machines, policy=policy, logger=_SILENT)
@@ -1040,6 +1156,25 @@ def replay(
     too: its result died with the process, and the restart's :class:`HostEvents`, handed
     over just before, holds its events. The returned list holds the observation lines'
     results only.
+
+    Args:
+        trace: the parsed records (iterated twice when ``dry_run``).
+        store: where the statuses are written.
+        emitters: where events go, as a live runner's would.
+        name: what errors call the trace.
+        machines: the machines the lines name; by default the shipped ones.
+        on_result: called with each line and its result (see above).
+        dry_run: check the whole trace first, so a refused line leaves the store untouched.
+        keep_results: keep and return each result; ``False`` holds nothing per line.
+        telemetry: told what the replay's runners do.
+        batch: lines per ``commit_many`` transaction; 1 replays line by line.
+
+    Returns:
+        The observation lines' results, or ``[]`` with ``keep_results=False``.
+
+    Raises:
+        TraceError: a line the machines refuse (before anything is written, with
+            ``dry_run``).
     """
     machines = machines if machines is not None else default_registry()
     if dry_run:
@@ -1079,7 +1214,24 @@ def fault_line(
     (``conflict``, ``write-error``); or another writer commits ``observation`` just before
     the next one (``concurrent-write``: the line's ``at`` becomes the observation's time, and
     its strings are redacted as :meth:`TraceRecorder.record` does); or the process dies right
-    after it (``crash-after-commit``). The last two take no ``times``."""
+    after it (``crash-after-commit``). The last two take no ``times``.
+
+    Args:
+        machine: the machine of the object.
+        ref: the object.
+        at: the line's time.
+        fault: one of ``conflict``, ``write-error``, ``concurrent-write``,
+            ``crash-after-commit``.
+        times: how many writes fail; 1 for the last two.
+        observation: the other writer's observation; ``concurrent-write`` only.
+
+    Returns:
+        The line as JSON data.
+
+    Raises:
+        ValueError: an unknown fault, a ``times`` out of range (a trace its reader would
+            refuse), or an observation with the wrong fault.
+    """
     if fault not in TRACE_FAULTS:
         raise ValueError(f"fault must be one of {', '.join(TRACE_FAULTS)}, not {fault!r}")
     if times < 1:
@@ -1114,6 +1266,9 @@ class TraceRecorder:
     :class:`~lifecycle.testing.fakes.FakeNode` does this for you). Linked objects (a Pod's
     NodeClaim) need no lines of their own: replay derives them again. Strings in observations
     are redacted (:func:`lifecycle.adapters.recording.redact`): a trace never holds a secret.
+
+    Args:
+        machines: the machines observations are recorded for; by default the shipped ones.
     """
 
     def __init__(self, machines: MachineRegistry | None = None) -> None:
@@ -1121,7 +1276,15 @@ class TraceRecorder:
         self.lines: list[dict[str, Any]] = []
 
     def record(self, ref: ObjectRef, observation: Observation) -> None:
-        """Keep ``observation`` as a line, with credentials and tokens redacted."""
+        """Keep ``observation`` as a line, with credentials and tokens redacted.
+
+        Args:
+            ref: the object observed; its kind picks the machine.
+            observation: what was observed.
+
+        Raises:
+            UnknownMachine: no machine handles ``ref.kind``.
+        """
         machine = self.machines.for_kind(ref.kind)
         self.lines.append(observation_line(machine, ref, redact_observation(observation)))
 
@@ -1133,17 +1296,40 @@ class TraceRecorder:
         times: int = 1,
         observation: Observation | None = None,
     ) -> None:
-        """Keep a fault line (:func:`fault_line`)."""
+        """Keep a fault line (:func:`fault_line`).
+
+        Args:
+            ref: the object.
+            at: the line's time.
+            fault: the fault.
+            times: how many writes fail.
+            observation: the other writer's, for ``concurrent-write``.
+
+        Raises:
+            ValueError: as :func:`fault_line`.
+        """
         machine = self.machines.for_kind(ref.kind)
         self.lines.append(fault_line(machine, ref, at, fault, times, observation))
 
     def text(self, comment: str = "") -> str:
-        """The trace as JSON Lines, after an optional ``#`` comment line."""
+        """The trace as JSON Lines, after an optional ``#`` comment line.
+
+        Args:
+            comment: written first as ``#`` lines (say what was recorded, and when).
+
+        Returns:
+            The text, one line per record.
+        """
         head = "".join(f"# {c}\n" for c in comment.splitlines()) if comment else ""
         return head + "".join(json.dumps(line) + "\n" for line in self.lines)
 
     def write(self, target: str | Path | TextIO, comment: str = "") -> None:
-        """Save to a path or an open text stream."""
+        """Save to a path or an open text stream.
+
+        Args:
+            target: a path (replaced) or an open text stream (written to).
+            comment: as :meth:`text`.
+        """
         if isinstance(target, str | Path):
             Path(target).write_text(self.text(comment), encoding="utf-8")
         else:

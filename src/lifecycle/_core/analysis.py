@@ -59,7 +59,16 @@ class TableLike(Protocol):
 @attrs.frozen
 class TableSpec:
     """A table as declared, without the validation :class:`~lifecycle.Table` does on
-    construction: what a table author can analyse before it compiles."""
+    construction: what a table author can analyse before it compiles.
+
+    Attributes:
+        machine: the machine's name, as findings are reported under.
+        states: every state, in order.
+        initial: the state a new object is in.
+        terminal: the states an object ends in.
+        observations: the observation types the table accepts.
+        rows: the rows, in declared order (the first that matches wins).
+    """
 
     machine: str
     states: tuple[str, ...]
@@ -71,7 +80,16 @@ class TableSpec:
 
 @attrs.frozen
 class Assumption:
-    """A finding holds only if ``guard`` can be ``holds`` for ``observation`` in ``state``."""
+    """A finding holds only if ``guard`` can be ``holds`` for ``observation`` in ``state``:
+    the analysis does not run guards, so it says which outcome each finding relies on.
+
+    Attributes:
+        guard: the guard's name.
+        holds: the outcome assumed.
+        state: the state the row is taken in.
+        observation: the observation type's name.
+        machine: the machine whose guard it is, in a linked product where several take part.
+    """
 
     guard: str  # its name
     holds: bool
@@ -89,7 +107,15 @@ class Assumption:
 @attrs.frozen
 class Finding:
     """One problem of a table. ``key`` is stable across unrelated edits of the table and is
-    what an allowance names; ``path`` is a shortest observation sequence that shows it."""
+    what an allowance names; ``path`` is a shortest observation sequence that shows it.
+
+    Attributes:
+        kind: one of :data:`~lifecycle.analysis.KINDS`.
+        key: the stable key an allowance names (``"implicit-error: jammed x Opened"``).
+        message: the finding for people.
+        path: a shortest observation sequence from the initial state that shows it.
+        assumes: the guard outcomes that path relies on.
+    """
 
     kind: str
     key: str
@@ -98,6 +124,11 @@ class Finding:
     assumes: tuple[Assumption, ...] = ()
 
     def as_dict(self) -> dict[str, Any]:
+        """The finding as JSON data (``lifecycle check --format json``).
+
+        Returns:
+            ``kind``, ``key``, ``message``, ``path`` and ``assumes``.
+        """
         return {
             "kind": self.kind,
             "key": self.key,
@@ -270,7 +301,16 @@ def can_finish(model: TableModel, states: Iterable[str]) -> set[str]:
 def analyse_table(
     table: TableLike, effect_targets: Mapping[Effect, Collection[str]] | None = None
 ) -> list[Finding]:
-    """Every finding of one table, in :data:`KINDS` order."""
+    """Every finding of one table, in :data:`KINDS` order, allowances not applied.
+
+    Args:
+        table: a compiled :class:`~lifecycle.Table` or a :class:`TableSpec`.
+        effect_targets: for each effect, the states it may lead to, so rows whose target an
+            effect decides are followed rather than taken as dead ends.
+
+    Returns:
+        The findings.
+    """
     model = TableModel(table, effect_targets)
     seen = reachable(model)
     found: list[Finding] = []
@@ -417,7 +457,18 @@ def _terminal_exits(model: TableModel) -> list[Finding]:
 
 def allow(reason: str, *keys: str) -> dict[str, str]:
     """Allowances for ``Machine.analysis_allowances``: each finding key, with the one reason
-    it is deliberate (a reason is required: an allowance says why)."""
+    it is deliberate (a reason is required: an allowance says why).
+
+    Args:
+        reason: why the findings are deliberate; shown in every report that allows them.
+        *keys: the findings' keys, as reports print them.
+
+    Returns:
+        ``{key: reason}``, to merge into ``analysis_allowances``.
+
+    Raises:
+        ValueError: an empty reason.
+    """
     if not reason.strip():
         raise ValueError("an allowance needs a reason")
     return dict.fromkeys(keys, reason)
@@ -427,7 +478,19 @@ def allow_refused(
     reason: str, states: Iterable[str], observations: Iterable[type[Observation]]
 ) -> dict[str, str]:
     """Allowances for ``implicit-error`` findings: every pair of ``states`` x ``observations``
-    is refused on purpose (a host that sends it has a bug the runner should make loud)."""
+    is refused on purpose (a host that sends it has a bug the runner should make loud).
+
+    Args:
+        reason: why these pairs are refused.
+        states: the states.
+        observations: the observation types refused in each.
+
+    Returns:
+        ``{key: reason}`` for each pair.
+
+    Raises:
+        ValueError: an empty reason.
+    """
     names = [o.__name__ for o in observations]
     return allow(reason, *(f"implicit-error: {show(s)} x {n}" for s in states for n in names))
 

@@ -86,8 +86,12 @@ class MissingExtra(LifecycleError, ImportError):
     The message is one line: what needs it, the extra by name and the one command that
     installs it (``... needs the 'diagrams' extra (transitions is not installed): pip install
     'lifecycle-machines[diagrams]'``); the CLI prints it and exits 4. An ``ImportError``, so
-    ``except ImportError`` catches it too. ``extra`` names the extra, ``missing`` the
-    module that could not be imported (``None`` if unknown).
+    ``except ImportError`` catches it too.
+
+    Args:
+        extra: the extra's name, as ``pip install 'lifecycle-machines[EXTRA]'`` takes it.
+        needs: what needs it, for the message (``"lifecycle diagram"``).
+        missing: the module that could not be imported, ``None`` if unknown.
     """
 
     def __init__(self, extra: str, needs: str, missing: str | None = None) -> None:
@@ -105,7 +109,16 @@ class MissingExtra(LifecycleError, ImportError):
     def of(cls, error: ImportError, needs: str, extra: str | None = None) -> MissingExtra:
         """The missing extra behind ``error`` (an import that failed): ``error`` itself when
         it is one already, else one naming ``extra`` (by default, the extra that brings the
-        module ``error`` names)."""
+        module ``error`` names).
+
+        Args:
+            error: the failed import.
+            needs: what needs the module, for the message.
+            extra: the extra to name; by default the one that brings the missing module.
+
+        Returns:
+            The error to raise in its place.
+        """
         if isinstance(error, MissingExtra):
             return error
         missing = error.name.split(".")[0] if error.name else None
@@ -174,7 +187,13 @@ def brief(value: object, limit: int = 200) -> str:
 
 
 class InvalidTransition(LifecycleError):
-    """A (state, observation) pair that the machine's table refuses: no row, no ignore row."""
+    """A (state, observation) pair that the machine's table refuses: no row, no ignore row.
+
+    Args:
+        machine: the machine's name.
+        state: the object's state (``""`` for a new object).
+        observation: the observation's class name.
+    """
 
     def __init__(self, machine: str, state: str, observation: str) -> None:
         self.machine = machine
@@ -196,7 +215,13 @@ class StoreError(LifecycleError):
 
 
 class Conflict(StoreError):
-    """Optimistic concurrency: the stored version is not the one the write expected."""
+    """Optimistic concurrency: the stored version is not the one the write expected.
+
+    Args:
+        uid: the object's uid.
+        expected: the version the write expected stored.
+        actual: the version stored, ``None`` where the store cannot tell (or holds none).
+    """
 
     def __init__(self, uid: str, expected: int, actual: int | None) -> None:
         self.uid = uid
@@ -211,7 +236,12 @@ class CommitUnknown(StoreError):
     """A commit whose connection was lost while it was in flight, and whose outcome could not
     be resolved in time (by its commit token) after reconnecting: it may have landed. Not a
     failure to report: send no fallback for it; if it landed, its events are in the outbox
-    and a dispatcher delivers them when the lease ends."""
+    and a dispatcher delivers them when the lease ends.
+
+    Args:
+        uids: the objects the commit wrote.
+        detail: what was lost, for the message.
+    """
 
     def __init__(self, uids: tuple[str, ...], detail: str) -> None:
         self.uids = uids
@@ -220,7 +250,14 @@ class CommitUnknown(StoreError):
 
 class IdentityMismatch(LifecycleError):
     """A load or commit whose object identity (kind, namespace, name, uid) disagrees with
-    the object a store holds under that uid. Nothing is written: a uid names one object."""
+    the object a store holds under that uid. Nothing is written: a uid names one object.
+
+    Args:
+        uid: the uid.
+        stored: ``(kind, namespace, name)`` stored under it.
+        given: ``(kind, namespace, name)`` of the call.
+        machines: ``(stored machine, given machine)`` when those disagree, else ``None``.
+    """
 
     def __init__(
         self,
@@ -246,7 +283,13 @@ class IdentityMismatch(LifecycleError):
 
 class TraceError(LifecycleError):
     """A trace line that cannot be replayed; ``str()`` is ``FILE:LINE: what is wrong``, or
-    ``FILE: what is wrong`` for the file as a whole (``line`` 0: it cannot be read)."""
+    ``FILE: what is wrong`` for the file as a whole (``line`` 0: it cannot be read).
+
+    Args:
+        path: what the trace is called (its path, or ``<trace>``).
+        line: the bad line's number, from 1; 0 for the file as a whole.
+        problem: what is wrong.
+    """
 
     def __init__(self, path: str, line: int, problem: str) -> None:
         self.path = path
@@ -257,8 +300,16 @@ class TraceError(LifecycleError):
 
 class UnknownSchema(StoreError):
     """A stored status or journal entry written under a schema version this machine cannot
-    read: a newer version, or an older one with no upcaster path to the current one (see
-    ADR 0088). Nothing is written; ``lifecycle db check`` lists every such record."""
+    read: a newer version, or an older one with no upcaster path to the current one: reading
+    it as the current schema could silently lose fields (ADR 0088). Nothing is written;
+    ``lifecycle db check`` lists every such record.
+
+    Args:
+        machine: the machine's name.
+        version: the record's schema version.
+        current: the machine's schema version.
+        problem: why it cannot be read, saying what to declare.
+    """
 
     def __init__(self, machine: str, version: int, current: int, problem: str) -> None:
         self.machine = machine
@@ -273,7 +324,11 @@ class SchemaRefused(LifecycleError):
     """A runner refused to start: its store holds records its machines cannot read (no
     upcaster path) or that a table change did not declare (a fingerprint differing from what
     that version declared). ``findings`` lists them, one line each (machine, version, count,
-    one example uid)."""
+    one example uid).
+
+    Args:
+        findings: the findings, each printed on a line of its own.
+    """
 
     def __init__(self, findings: tuple[object, ...]) -> None:
         self.findings = findings

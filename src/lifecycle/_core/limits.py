@@ -44,6 +44,14 @@ class Limits(Mapping[str, int]):
     ``owner`` is where a host finds it (``"workflow.Partitioned.limits"``). Declared with
     ``field=(default, reason)``; :meth:`set` changes one for the process (a
     host whose fleet is larger raises it), :meth:`reset` restores the defaults.
+
+    Args:
+        owner: where a host finds it, named in every refusal so the fix is one search away.
+        **declared: ``field=(default, reason)`` per count field; the reason says what the
+            bound protects (memory, a journal row's size).
+
+    Raises:
+        ValueError: a default that is not an int in 1..2**63-1.
     """
 
     def __init__(self, owner: str, **declared: tuple[int, str]) -> None:
@@ -66,11 +74,22 @@ class Limits(Mapping[str, int]):
         return f"Limits({self.owner}: {shown})"
 
     def default(self, field: str) -> int:
-        """The documented default of ``field``'s limit."""
+        """The documented default of ``field``'s limit.
+
+        Args:
+            field: the count field.
+
+        Returns:
+            Its default, whatever is in force now.
+        """
         return self._declared[field]
 
     def describe(self) -> list[Limit]:
-        """Every limit: field, default, value in force, reason."""
+        """Every limit: field, default, value in force, reason.
+
+        Returns:
+            One :class:`Limit` per field, in declared order.
+        """
         return [
             Limit(name, self._declared[name], self._values[name], self._reasons[name])
             for name in self._values
@@ -78,8 +97,19 @@ class Limits(Mapping[str, int]):
 
     def set(self, field: str, value: int) -> int:
         """Make ``value`` the limit of ``field`` for this process; returns the previous one.
-        ``value`` is a positive int (at most the 64-bit bound); an unknown field is a
-        ``KeyError``."""
+        ``value`` is a positive int (at most the 64-bit bound).
+
+        Args:
+            field: the count field.
+            value: the new limit.
+
+        Returns:
+            The previous limit, to restore it later (a test).
+
+        Raises:
+            KeyError: an unknown field (the known ones are listed).
+            ValueError: ``value`` out of range.
+        """
         if field not in self._values:
             known = ", ".join(self._values)
             raise KeyError(f"{self.owner} declares no limit on {field!r} (known: {known})")
@@ -92,7 +122,15 @@ class Limits(Mapping[str, int]):
         self._values = dict(self._declared)
 
     def problem(self, field: str, value: int) -> str | None:
-        """Why ``value`` is over ``field``'s limit, or ``None``."""
+        """Why ``value`` is over ``field``'s limit, or ``None``.
+
+        Args:
+            field: the count field.
+            value: the count given.
+
+        Returns:
+            The refusal's text, naming the limit and where to raise it; ``None`` within it.
+        """
         limit = self._values[field]
         if value <= limit:
             return None
@@ -111,7 +149,16 @@ def _positive(owner: str, field: str, value: int) -> int:
 def within_limit(instance: Any, attribute: attrs.Attribute[Any], value: int | None) -> None:
     """An attrs validator: ``value`` is at most the limit its record class declares in
     ``limits`` for this field (a ``ValueError`` otherwise, which
-    :meth:`~lifecycle.Machine.observation` reports as :class:`~lifecycle.InvalidObservation`)."""
+    :meth:`~lifecycle.Machine.observation` reports as :class:`~lifecycle.InvalidObservation`).
+
+    Args:
+        instance: the record being built; its class's ``limits`` hold the bound.
+        attribute: the field validated.
+        value: the count given; a non-int is left to the field's type check.
+
+    Raises:
+        ValueError: ``value`` is over the limit.
+    """
     if type(value) is not int:
         return  # not a count: the field's type check says what is wrong
     limits: Limits = type(instance).limits

@@ -49,6 +49,13 @@ class Verdict(Generic[S]):
 
     An event fires when the condition becomes True (``on_true``), and, if ``on_absent_to_false``
     is set, when it first appears as False. True -> False, and unchanged status, emit nothing.
+
+    Attributes:
+        condition: the condition's type.
+        read: finds the condition in a status (``None`` while absent).
+        on_true: the event type when it becomes True.
+        on_absent_to_false: the event type when it first appears False; ``None`` sends
+            nothing then, as most conditions start False without news.
     """
 
     condition: str
@@ -57,6 +64,15 @@ class Verdict(Generic[S]):
     on_absent_to_false: EventType | None = None
 
     def flip(self, before: S, after: S) -> Flip | None:
+        """The event the condition's change between two statuses calls for.
+
+        Args:
+            before: the status before the observation.
+            after: the status after it.
+
+        Returns:
+            The flip, or ``None`` when no event is due.
+        """
         old, new = self.read(before), self.read(after)
         if new is None:
             return None
@@ -86,8 +102,9 @@ _CONSTANTS = frozenset({"TARGET", "REASON", "MESSAGE"})
 
 
 def is_record_tuple(tp: object) -> bool:
-    """Whether ``tp`` is a ``typing.NamedTuple`` record (the fastest status record: see ADR
-    0015); attrs classes are the other kind of status the kernel accepts."""
+    """Whether ``tp`` is a ``typing.NamedTuple`` record, the fastest status record: one
+    ``tuple.__new__`` builds it where an attrs class sets each field in turn (ADR 0015).
+    attrs classes are the other kind of status the kernel accepts."""
     return isinstance(tp, type) and issubclass(tp, tuple) and hasattr(tp, "_fields")
 
 
@@ -201,6 +218,16 @@ def enter(
 
         def attaching(status, obs, row):
             return enter(status, obs, row, node=obs.node)
+
+    Args:
+        status: the object's status.
+        obs: the observation, whose fields fill the message's placeholders.
+        row: the row taken.
+        context: more placeholder values (the machine's :meth:`Machine.context`).
+        **changes: more fields to set on the status.
+
+    Returns:
+        The new status.
     """
     state = status.state if row.target == SAME else row.target  # type: ignore[attr-defined]
     return replace(
@@ -405,7 +432,8 @@ class Machine(Generic[S]):
         #: The observation types this machine accepts, for an O(1) membership check.
         self.accepted = frozenset(self.table.observations)
         # The hot path: one callable per (state, observation type), compiled once here so
-        # that ``apply`` is a dict lookup and a call (see ADR 0015).
+        # that ``apply`` is a dict lookup and a call: no row is searched per observation
+        # (ADR 0015).
         self._steps: dict[tuple[str, type[Observation]], Callable[[Any, Any], Any]] = {
             key: self._compile(key, rows) for key, rows in self._by_pair.items()
         }
@@ -484,6 +512,18 @@ class Machine(Generic[S]):
         return self._vocabulary
 
     def observation_type(self, name: str) -> type[Observation]:
+        """The observation class a name (a trace's ``observe``) stands for.
+
+        Args:
+            name: the class's name, as traces and journals write it.
+
+        Returns:
+            The class, one of the table's observations.
+
+        Raises:
+            UnknownObservation: no observation of this machine has that name (the known
+                ones are listed).
+        """
         try:
             return self._vocabulary[name]
         except (KeyError, TypeError):  # TypeError: not a name at all (unhashable)
@@ -494,7 +534,21 @@ class Machine(Generic[S]):
 
     def observation(self, name: str, at: object, fields: Mapping[str, Any]) -> Observation:
         """Build an observation from untrusted data, refusing anything malformed or outside
-        the input bounds (ADR 0073) with :class:`~lifecycle.InvalidObservation`."""
+        the input bounds (ADR 0073) with :class:`~lifecycle.InvalidObservation`.
+
+        Args:
+            name: the observation's class name.
+            at: its time: an aware datetime or an RFC 3339 string.
+            fields: its other fields, as JSON data; ``at`` is given apart, once.
+
+        Returns:
+            The observation.
+
+        Raises:
+            UnknownObservation: an unknown name.
+            InvalidObservation: malformed fields, or a value past the input bounds, so a
+                hostile trace or a buggy host cannot plant a huge value in the journal.
+        """
         if type(name) is str and type(fields) is dict:
             build = self._builders.get(name)
             if build is not None:
@@ -515,16 +569,54 @@ class Machine(Generic[S]):
 
     # -- the pure core ------------------------------------------------------------------
     def initial(self, ref: ObjectRef) -> S:
+        """The status of an object never observed (a subclass defines it).
+
+        Args:
+            ref: the object.
+
+        Returns:
+            Its status in the table's initial state.
+        """
         raise NotImplementedError
 
     def state(self, status: S) -> str:
+        """The exclusive state of a status.
+
+        Args:
+            status: the object's status.
+
+        Returns:
+            ``status.state``.
+        """
         return status.state
 
     def is_terminal(self, status: S) -> bool:
+        """Whether the object is done.
+
+        Args:
+            status: the object's status.
+
+        Returns:
+            ``True`` in one of the table's terminal states.
+        """
         return status.state in self.table.terminal
 
     def select(self, status: S, obs: Observation) -> Row:
-        """The row that ``obs`` takes from ``status``, or a clear error."""
+        """The row that ``obs`` takes from ``status``, or a clear error.
+
+        Args:
+            status: the object's status.
+            obs: the observation; the first row of its (state, type) pair whose guard holds
+                is taken, in declared order.
+
+        Returns:
+            The row.
+
+        Raises:
+            UnknownObservation: ``obs`` is none of the table's observations.
+            InvalidTransition: the table has no row for it in this state: a refused
+                observation is loud, never silently ignored (declare an ``ignore`` row).
+        """
         rows = self._by_pair.get((status.state, obs.__class__))
         if rows is None:
             if obs.__class__ not in self.table.observations:
@@ -538,7 +630,20 @@ class Machine(Generic[S]):
         raise InvalidTransition(self.name, status.state, obs.__class__.__name__)  # unreachable
 
     def apply(self, status: S, obs: Observation) -> S:
-        """The next status. Pure: no clock, no I/O, no randomness."""
+        """The next status. Pure: no clock, no I/O, no randomness, so a replay of the journal
+        gives the same statuses anywhere.
+
+        Args:
+            status: the object's status.
+            obs: the observation.
+
+        Returns:
+            The next status (``status`` itself when nothing changes).
+
+        Raises:
+            UnknownObservation: as :meth:`select`.
+            InvalidTransition: as :meth:`select`.
+        """
         step = self._steps.get((status.state, obs.__class__))
         if step is None:
             self.select(status, obs)  # raises the right error
@@ -549,11 +654,28 @@ class Machine(Generic[S]):
     def next_tick(self, status: S) -> datetime | None:
         """When ``status`` next needs a :class:`~lifecycle.Tick`, from the deadlines its
         table's timer rows declare (:meth:`Table.next_tick`), or ``None``: no timer runs.
-        A host requeues the object for then (ADR 0149)."""
+        A host requeues the object for then (ADR 0149).
+
+        Args:
+            status: the object's status.
+
+        Returns:
+            The earliest deadline, or ``None`` when no timer runs in its state.
+        """
         return self.table.next_tick(status)
 
     def enter(self, status: S, obs: Observation, row: Row) -> S:
-        """The default effect: take the row's target, reason and message."""
+        """The default effect: take the row's target, reason and message.
+
+        Args:
+            status: the object's status.
+            obs: the observation, whose fields fill the message's placeholders.
+            row: the row taken.
+
+        Returns:
+            The status in the row's target (the same state for ``SAME``), with its reason
+            (the status's own when the row gives none) and rendered message.
+        """
         target = status.state if row.target == SAME else row.target
         result: S = replace(
             status,
@@ -565,11 +687,27 @@ class Machine(Generic[S]):
 
     def context(self, status: S, obs: Observation) -> Mapping[str, Any]:
         """Values for message placeholders the table declares in ``context`` (e.g. a name
-        taken from the status). The default supplies none."""
+        taken from the status). The default supplies none.
+
+        Args:
+            status: the object's status.
+            obs: the observation.
+
+        Returns:
+            Placeholder name -> value.
+        """
         return {}
 
     def actions(self, status: S, obs: Observation) -> tuple[Flip, ...]:
-        """The action events (not transitions) of the row ``obs`` takes from ``status``."""
+        """The action events (not transitions) of the row ``obs`` takes from ``status``.
+
+        Args:
+            status: the object's status.
+            obs: the observation.
+
+        Returns:
+            The row's action as a flip that keeps the state, or ``()``.
+        """
         if not self._has_actions:
             return ()
         action = self.select(status, obs).action
@@ -604,8 +742,17 @@ class Machine(Generic[S]):
         """The status subresource body (the API's camelCase names, JSON-ready) ``status``
         writes to Kubernetes (ADR 0099). The default writes a status's ``conditions`` as
         ``metav1.Condition`` s; a machine of another shape (the Pod's phase and Ready, the
-        NodeClaim's phase) overrides it. Raises :class:`ValueError` for a status with no
-        Kubernetes shape."""
+        NodeClaim's phase) overrides it.
+
+        Args:
+            status: the object's status.
+
+        Returns:
+            The body, as the status subresource takes it.
+
+        Raises:
+            ValueError: a status with no Kubernetes shape (no conditions, and no override).
+        """
         conditions = getattr(status, "conditions", None)
         if isinstance(conditions, tuple) and all(isinstance(c, Condition) for c in conditions):
             return {"conditions": kubernetes_conditions(conditions)}
@@ -617,7 +764,16 @@ class Machine(Generic[S]):
     def fallback_message(self, ref: ObjectRef, flip: Flip, error: Exception) -> str:
         """The message of the fallback Warning sent when the write carrying ``flip`` failed.
         It names both the cause and the error (redacted: a store error can quote a connection
-        string), and never claims the status was written."""
+        string), and never claims the status was written.
+
+        Args:
+            ref: the object.
+            flip: the change whose write failed.
+            error: the store's error.
+
+        Returns:
+            The Warning's message.
+        """
         what = flip.condition or flip.target
         cause = flip.message or flip.reason
         return f"{cause}; recording the {ref.kind} {what} status also failed: {redact(str(error))}"
@@ -678,7 +834,14 @@ class Machine(Generic[S]):
 
     def event_type(self, status: S) -> EventType:
         """The type of the event for entering ``status``'s state, as the table declares it:
-        by the state, or for a state entered with both types by the reason its row gave."""
+        by the state, or for a state entered with both types by the reason its row gave.
+
+        Args:
+            status: the status entered.
+
+        Returns:
+            ``EventType.WARNING`` or ``EventType.NORMAL``.
+        """
         if status.state in self._mixed:
             warns = (status.state, status.reason) in self._warning_reasons
             return EventType.WARNING if warns else EventType.NORMAL
@@ -689,12 +852,28 @@ class Machine(Generic[S]):
         """What an exclusive-state event is a change of: the state itself by default. A
         machine whose events follow more declares it here (the Pod: phase, reason, Ready and
         pod IP); the event still names the state it leaves and enters, and its reason and
-        message are the status's own (ADR 0001)."""
+        message are the status's own (ADR 0001).
+
+        Args:
+            status: the object's status.
+
+        Returns:
+            A hashable value; an event is sent when it differs between two statuses.
+        """
         return status.state
 
     def flips(self, before: S, after: S) -> tuple[Flip, ...]:
         """What changed that people should hear about: the exclusive state (or the declared
-        :meth:`signature`), or a verdict."""
+        :meth:`signature`), or a verdict.
+
+        Args:
+            before: the status before the observation.
+            after: the status after it.
+
+        Returns:
+            The changes, each becoming one event; ``()`` when nothing people hear about
+            changed.
+        """
         if self._memoise_flips:
             if before.state == after.state:
                 return ()
@@ -732,6 +911,18 @@ class Machine(Generic[S]):
         return out
 
     def fold(self, ref: ObjectRef, observations: Iterable[Observation]) -> S:
+        """The status a journal of observations leads to, from the initial one.
+
+        Args:
+            ref: the object.
+            observations: applied in order.
+
+        Returns:
+            The status.
+
+        Raises:
+            InvalidTransition: an observation the table refuses where it comes.
+        """
         status: S = self.initial(ref)
         for obs in observations:
             status = self.apply(status, obs)
@@ -739,18 +930,55 @@ class Machine(Generic[S]):
 
     # -- records ------------------------------------------------------------------------
     def dump_status(self, status: S) -> dict[str, Any]:
+        """A status as JSON data, as stores keep it.
+
+        Args:
+            status: the status.
+
+        Returns:
+            Plain values; :meth:`load_status` reads them back.
+        """
         return serde.dump(status)
 
     def load_status(self, data: Mapping[str, Any]) -> S:
+        """A status from what :meth:`dump_status` wrote.
+
+        Args:
+            data: the stored data.
+
+        Returns:
+            The status, of :attr:`status_type`.
+        """
         result: S = serde.load(self.status_type, data)
         return result
 
     def dump_observation(self, obs: Observation) -> dict[str, Any]:
+        """An observation's fields as JSON data, ``at`` left out (it is stored apart).
+
+        Args:
+            obs: the observation.
+
+        Returns:
+            Plain values.
+        """
         data = serde.dump(obs)
         data.pop("at", None)
         return data
 
     def load_observation(self, name: str, at: str, fields: Mapping[str, Any]) -> Observation:
-        """Rebuild an observation this library wrote itself (journal rows)."""
+        """Rebuild an observation this library wrote itself (journal rows): trusted, so not
+        bounded as :meth:`observation` bounds untrusted input.
+
+        Args:
+            name: the observation's class name.
+            at: its time, as stored.
+            fields: its fields, as :meth:`dump_observation` wrote them.
+
+        Returns:
+            The observation.
+
+        Raises:
+            UnknownObservation: an unknown name.
+        """
         cls = self.observation_type(name)
         return serde.load(cls, {**fields, "at": at})

@@ -174,7 +174,15 @@ _SEGMENT = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|[0-9]+")
 def is_secret_key(key: str) -> bool:
     """Whether a key (a field, header, flag or parameter name) names a secret's value:
     ``password``, ``DB_PASSWORD``, ``aws_secret_access_key``, ``X-Amz-Security-Token``,
-    ``privateKey``, ``tokens``, ``--token`` -- but not ``token_type`` or ``secret_name``."""
+    ``privateKey``, ``tokens``, ``--token`` -- but not ``token_type`` or ``secret_name``.
+
+    Args:
+        key: the name, in any case or separator style; one over 100 characters is never a
+            secret's name, which keeps the check bounded on hostile input.
+
+    Returns:
+        ``True`` when the value under ``key`` is to be replaced whole.
+    """
     if len(key) > 100:
         return False
     segments = [s.lower() for s in _SEGMENT.findall(key)]
@@ -541,7 +549,15 @@ def redact(text: str) -> str:
     """``text`` with every credential and token in it replaced by ``<redacted>``.
 
     Idempotent, bounded (one linear pass), and it returns ``text`` itself when there is
-    nothing to redact."""
+    nothing to redact.
+
+    Args:
+        text: free text, such as a provider's error message, which can quote signed URLs,
+            session tokens, key ids or connection strings (ADR 0080).
+
+    Returns:
+        The redacted text; ``text`` itself when nothing was found (no copy on the hot path).
+    """
     scan = _compiled(_SCAN_SRC if "@" in text and _DSN_AT.search(text) else _SCAN_PLAIN_SRC)
     m = scan.search(text)
     if m is None:
@@ -807,7 +823,14 @@ def scrub(value: Any) -> Any:
     attrs records. A string held under a secret key (``{"password": "x"}``, a field named
     ``token``) is replaced whole. No two keys of a mapping (or members of a set) are made
     equal: a changed one that would collide is numbered ``<redacted:1>``, ``<redacted:2>``.
-    What has nothing to redact comes back as the same object."""
+    What has nothing to redact comes back as the same object.
+
+    Args:
+        value: any value built of strings, containers and attrs records.
+
+    Returns:
+        The redacted value, of the same shape and types.
+    """
     return _walk(value, False)
 
 
@@ -818,6 +841,14 @@ ObsT = TypeVar("ObsT", bound=Observation)
 
 
 def redact_observation(observation: ObsT) -> ObsT:
-    """The same observation with every string in it (nested ones too) redacted."""
+    """The same observation with every string in it (nested ones too) redacted.
+
+    Args:
+        observation: what an adapter saw; a provider's text enters the library here, so the
+            journal, traces and events only ever hold the redacted form.
+
+    Returns:
+        An observation of the same type; ``observation`` itself when nothing was redacted.
+    """
     cleaned: ObsT = scrub(observation)
     return cleaned

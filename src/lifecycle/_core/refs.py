@@ -17,7 +17,15 @@ class EventType(enum.StrEnum):
 
 @attrs.frozen(slots=True)
 class ObjectRef:
-    """Which object a status belongs to. ``uid`` is the identity; the rest is for people."""
+    """Which object a status belongs to. ``uid`` is the identity; the rest is for people.
+
+    Attributes:
+        kind: the object's kind (``Pod``), which picks its machine.
+        namespace: its namespace; ``""`` for a cluster-scoped kind.
+        name: its name.
+        uid: its uid: the store's key, so a deleted and recreated object of the same name
+            is another object.
+    """
 
     kind: str
     namespace: str
@@ -35,6 +43,14 @@ class Condition:
 
     ``observed_generation`` is the object generation the condition was computed for (``None``
     where a controller does not stamp it).
+
+    Attributes:
+        type: the condition's type (``Ready``, ``Failed``): one condition per type.
+        status: ``"True"``, ``"False"`` or ``"Unknown"``, as Kubernetes spells them.
+        reason: a CamelCase reason, for machines.
+        message: the reason for people.
+        last_transition_time: when ``status`` last changed; ``None`` before it is set.
+        observed_generation: the object generation it was computed for, or ``None``.
     """
 
     type: str

@@ -89,6 +89,11 @@ class Upcaster:
     dict they are given. ``fingerprint`` is version N's fingerprint (as ``lifecycle db
     check`` or :attr:`Schema.fingerprint` showed it before the change): records of version N
     with another fingerprint were written by an undeclared change, and are reported.
+
+    Attributes:
+        fingerprint: version N's fingerprint, to tell its records from an undeclared change's.
+        status: N's status data -> N+1's; ``None`` when statuses did not change.
+        observation: ``(name, fields)`` of N -> N+1's; ``None`` when observations did not.
     """
 
     fingerprint: str = ""
@@ -159,7 +164,15 @@ def fingerprint(machine: Versioned) -> str:
 @attrs.frozen(slots=True, eq=False)
 class Schema:
     """A machine's record schema: ``version`` and ``fingerprint`` (constants, computed once
-    per machine) and the upcasters that bring older records to them."""
+    per machine) and the upcasters that bring older records to them.
+
+    Attributes:
+        machine: the machine's name.
+        version: the machine's ``schema_version``.
+        fingerprint: a hash of the status fields, observations and states, so a table
+            changed without a version bump is found (ADR 0088).
+        upcasters: N -> the :class:`Upcaster` from N to N+1.
+    """
 
     machine: str
     version: int
@@ -169,8 +182,18 @@ class Schema:
 
     @classmethod
     def of(cls, machine: Versioned) -> Schema:
-        """The schema ``machine`` declares; :class:`TableError` for a version that is not a
-        positive int or an upcaster that does not lead below it."""
+        """The schema ``machine`` declares.
+
+        Args:
+            machine: the machine.
+
+        Returns:
+            Its schema, fingerprint computed.
+
+        Raises:
+            TableError: a version that is not a positive int, or an upcaster that does not
+                lead below it.
+        """
         version = machine.schema_version
         if type(version) is not int or version < 1:
             raise TableError(f"{machine.name}: schema_version must be an int >= 1, got {version!r}")
@@ -186,6 +209,15 @@ class Schema:
         return cls(machine.name, version, fingerprint(machine), ups)
 
     def same(self, version: int, fingerprint: str) -> bool:
+        """Whether records at ``(version, fingerprint)`` are this schema's own.
+
+        Args:
+            version: the records' schema version.
+            fingerprint: their fingerprint.
+
+        Returns:
+            ``True`` when both match: nothing to upcast.
+        """
         return version == self.version and fingerprint == self.fingerprint
 
     def __eq__(self, other: object) -> bool:
@@ -203,7 +235,15 @@ class Schema:
     def problem(self, version: int, fingerprint: str) -> str | None:
         """Why records at ``(version, fingerprint)`` cannot be trusted by this table, or
         ``None`` (current, or with a declared upcaster path). An empty fingerprint is a
-        record written before versions were kept: version 1 by definition (ADR 0088)."""
+        record written before versions were kept: version 1 by definition (ADR 0088).
+
+        Args:
+            version: the records' schema version.
+            fingerprint: their fingerprint (``""`` when not kept).
+
+        Returns:
+            The problem, saying what to declare; ``None`` when they can be read.
+        """
         if type(version) is not int or version < 1:
             return f"{version!r} is not a schema version"
         if version > self.version:
@@ -247,7 +287,20 @@ class Schema:
         return [self.upcasters[n] for n in range(version, self.version)]
 
     def upcast_status(self, data: dict[str, Any], version: int, fingerprint: str) -> dict[str, Any]:
-        """A status of ``version`` as plain data, brought to this version."""
+        """A status of ``version`` as plain data, brought to this version.
+
+        Args:
+            data: the stored status data; an upcaster may change it in place.
+            version: its schema version.
+            fingerprint: its fingerprint.
+
+        Returns:
+            The data at this version, ready to structure.
+
+        Raises:
+            UnknownSchema: no declared path from ``version`` (a newer table wrote it, or an
+                upcaster is missing).
+        """
         for up in self._path(version, fingerprint):
             if up.status is not None:
                 data = up.status(data)
@@ -257,7 +310,20 @@ class Schema:
         self, name: str, fields: dict[str, Any], version: int, fingerprint: str
     ) -> tuple[str, dict[str, Any]]:
         """A journal entry's observation of ``version`` (name and fields), brought to this
-        version."""
+        version.
+
+        Args:
+            name: the observation's name.
+            fields: its fields, without ``at``.
+            version: the entry's schema version.
+            fingerprint: its fingerprint.
+
+        Returns:
+            ``(name, fields)`` at this version.
+
+        Raises:
+            UnknownSchema: no declared path from ``version``.
+        """
         for up in self._path(version, fingerprint):
             if up.observation is not None:
                 name, fields = up.observation(name, fields)

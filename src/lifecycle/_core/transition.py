@@ -23,6 +23,15 @@ class Flip:
     ``condition`` is ``""`` for the exclusive state; for a verdict it names the condition and
     ``source``/``target`` are its statuses (``""`` meaning absent). ``controller`` is who
     reports it (``""``: not named), e.g. ``workflow-controller`` for a timeout it wrote on a Job.
+
+    Attributes:
+        source: the state (or condition status) left.
+        target: the state (or condition status) entered.
+        reason: the event's reason.
+        type: Normal or Warning.
+        message: the event's message.
+        condition: the verdict's condition, ``""`` for the exclusive state.
+        controller: who reports it, ``""`` for the machine's own controller.
     """
 
     source: str
@@ -107,8 +116,28 @@ class Transition(NamedTuple):
     untouched, may repeat) regards the version it was sent at and has no id (``""``).
     ``controller`` names the reporting controller when the machine declares one.
 
-    An immutable named tuple (one is made per event; see ADR 0067): read it by field name,
-    copy it with ``_replace``.
+    An immutable named tuple, since one is made per event and a tuple is built in one call
+    where an attrs record sets each field in turn (ADR 0067): read it by field name, copy it
+    with ``_replace``.
+
+    Attributes:
+        ref: the object.
+        machine: the machine's name.
+        source: the state (or condition status) left; ``""`` for a new object.
+        target: the state (or condition status) entered.
+        reason: the event's reason.
+        type: Normal or Warning.
+        message: the event's message.
+        version: the status version the event was committed with.
+        at: the observation's time.
+        n: the event's number within its commit (its id's last part).
+        condition: a verdict's condition, ``""`` for the exclusive state.
+        fallback: a Warning sent because the write failed (the status was not written).
+        controller: the reporting controller, when the machine names one.
+        action: a row's action event, not a transition (no id, may repeat).
+        epoch: the store epoch of the commit (see below).
+        intent: set on a link intent (see below).
+        trace: the committing span's ``traceparent`` (see below).
     """
 
     ref: ObjectRef
@@ -136,6 +165,7 @@ class Transition(NamedTuple):
 
     @property
     def id(self) -> str:
+        """The event's id, stable across redelivery (see the class); ``""`` for an action."""
         known = _IDS.get(id(self))
         if known is not None and known[0] is self:
             return known[1]
@@ -156,7 +186,11 @@ class Transition(NamedTuple):
 
     def as_dict(self) -> dict[str, object]:
         """A flat, JSON-ready projection (the ``--format jsonl`` line). ``controller`` and
-        ``action`` appear only when set."""
+        ``action`` appear only when set.
+
+        Returns:
+            The fields as plain values, ``at`` in ISO 8601 and the id included.
+        """
         # Equal instants in other zones (or either side of a DST fold) print differently.
         key = (self.at, self.at.tzinfo, self.at.fold)
         at = _ISO.get(key)

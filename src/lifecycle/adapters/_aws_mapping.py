@@ -74,7 +74,15 @@ _NOT_QUOTA = frozenset({"RequestLimitExceeded", "ThrottlingException", "Throttli
 
 
 def classify_code(code: str) -> FailureKind:
-    """The kind of an EC2 error code (create_fleet errors and API errors alike)."""
+    """The kind of an EC2 error code (create_fleet errors and API errors alike).
+
+    Args:
+        code: the error code EC2 answered (``InsufficientInstanceCapacity``, ...).
+
+    Returns:
+        ``AUTH``, ``QUOTA``, ``CAPACITY`` or ``UNKNOWN``; every kind but ``UNKNOWN`` is a
+        refusal a retry will not change, so it fails the pod instead of retrying.
+    """
     if code in _AUTH:
         return FailureKind.AUTH
     if code in _QUOTA or (code.endswith("LimitExceeded") and code not in _NOT_QUOTA):
@@ -87,7 +95,15 @@ def classify_code(code: str) -> FailureKind:
 @attrs.frozen(slots=True)
 class FleetFailure:
     """The deciding error of a fleet that launched nothing. ``lifecycle`` is the capacity
-    tier it concerns (``spot``/``on-demand``), so a host can block just that tier."""
+    tier it concerns (``spot``/``on-demand``), so a host can block just that tier.
+
+    Attributes:
+        kind: why, ranked (auth > quota > capacity > unknown).
+        code: EC2's error code.
+        message: EC2's message (redacted when shown).
+        lifecycle: the capacity tier it concerns, if EC2 said.
+        others: how many other errors the fleet reported.
+    """
 
     kind: FailureKind
     code: str
@@ -97,9 +113,15 @@ class FleetFailure:
 
     @property
     def rejection(self) -> bool:
+        """Whether it refuses the pod for good (any kind but ``UNKNOWN``)."""
         return self.kind is not FailureKind.UNKNOWN
 
     def text(self) -> str:
+        """The failure for the pod's message.
+
+        Returns:
+            ``kind: code [tier]: message``, redacted.
+        """
         more = f" (and {self.others} more error(s))" if self.others else ""
         tier = f" [{self.lifecycle}]" if self.lifecycle else ""
         return redact(f"{self.kind.name.lower()}: {self.code}{tier}: {self.message}{more}")
@@ -107,7 +129,14 @@ class FleetFailure:
 
 def rank_fleet_errors(errors: Sequence[Mapping[str, Any]]) -> FleetFailure:
     """The error that decides a failed instant fleet: auth > quota > capacity > unknown (the
-    first of the highest kind). No errors at all means no capacity."""
+    first of the highest kind). No errors at all means no capacity.
+
+    Args:
+        errors: the ``Errors`` of a ``create_fleet`` answer.
+
+    Returns:
+        The deciding error, with how many others there were.
+    """
     if not errors:
         return FleetFailure(
             FailureKind.CAPACITY, "NoCapacity", "the fleet launched no instance and gave no error"
@@ -140,13 +169,26 @@ def error_text(e: BaseException) -> str:
 # -- the mapping -------------------------------------------------------------------------------
 @attrs.frozen(slots=True)
 class StatusUnavailable:
-    """``describe_instance_status`` failed: readiness of running instances is unknown."""
+    """``describe_instance_status`` failed: readiness of running instances is unknown.
+
+    Attributes:
+        error: what failed, redacted.
+    """
 
     error: str
 
 
 def status_checks_ok(status: Mapping[str, Any] | None) -> bool:
-    """Both the system and the instance status check report ``ok``."""
+    """Both the system and the instance status check report ``ok``.
+
+    Args:
+        status: the instance's ``describe_instance_status`` entry, or ``None`` when it has
+            none yet.
+
+    Returns:
+        ``True`` only when both report ``ok``: an instance is Ready only then, as upstream
+        reads it.
+    """
     if not status:
         return False
     system = (status.get("SystemStatus") or {}).get("Status")
@@ -192,6 +234,16 @@ def ec2_observation(
     pending -> Pending; running with both checks ok -> Running (ready); running otherwise ->
     Pending, or Unknown when the status read failed; stopping/stopped/shutting-down/terminated
     -> Terminated (a spot reclaim as ``preempted: ...``); any other state -> Pending.
+
+    Args:
+        instance: the ``describe_instances`` entry.
+        status: its status entry, ``None`` when it has none, or :class:`StatusUnavailable`
+            when the status read failed (the pod's readiness is then unknown, not false).
+        at: the time stamped on the observation.
+        address: ``private`` or ``public``, which address is the endpoint.
+
+    Returns:
+        The Pod observation.
     """
     iid = str(instance.get("InstanceId", ""))
     endpoint = endpoint_of(instance, address)

@@ -26,14 +26,27 @@ PROBE_TAG_VALUE = "true"
 # -- pure mappings -----------------------------------------------------------------------------
 @attrs.frozen(slots=True)
 class ProbePlan:
-    """The Modal readiness probe a Pod's probe maps to: exec ``argv`` or a TCP ``port``."""
+    """The Modal readiness probe a Pod's probe maps to: exec ``argv`` or a TCP ``port``.
+
+    Attributes:
+        exec_argv: the command of an exec probe; empty for a TCP probe.
+        tcp_port: the port of a TCP probe.
+        interval_ms: how often Modal probes, from the Pod's ``periodSeconds``.
+    """
 
     exec_argv: tuple[str, ...] = ()
     tcp_port: int | None = None
     interval_ms: int | None = None
 
     def build(self, sdk: Any) -> Any:
-        """The ``modal.Probe`` for this plan."""
+        """The ``modal.Probe`` for this plan.
+
+        Args:
+            sdk: the ``modal`` module, or a fake of it.
+
+        Returns:
+            The probe, for ``Sandbox.create``.
+        """
         kw = {} if self.interval_ms is None else {"interval_ms": self.interval_ms}
         if self.exec_argv:
             return sdk.Probe.with_exec(*self.exec_argv, **kw)
@@ -57,6 +70,12 @@ def probe_plan(readiness_probe: Mapping[str, Any] | None) -> ProbePlan | None:
     ``httpGet`` on a numeric port -> TCP on that port (the path is ignored); a named port or no
     handler -> no probe (and no probe tag). Exec beats the others. ``periodSeconds`` becomes the
     probe interval.
+
+    Args:
+        readiness_probe: the container's ``readinessProbe`` as the API returns it, or ``None``.
+
+    Returns:
+        The plan, or ``None`` when nothing maps: the pod is then Ready once it runs.
     """
     if not readiness_probe:
         return None
@@ -83,7 +102,14 @@ def probe_plan(readiness_probe: Mapping[str, Any] | None) -> ProbePlan | None:
 
 
 def exit_meaning(code: int) -> str:
-    """What an exit code conventionally means (the SDK collapses result statuses into it)."""
+    """What an exit code conventionally means (the SDK collapses result statuses into it).
+
+    Args:
+        code: the sandbox's exit code.
+
+    Returns:
+        A short phrase for the pod's message (``"killed by signal SIGTERM"``).
+    """
     known = {
         0: "exited successfully",
         1: "general error",
@@ -107,7 +133,16 @@ def exit_meaning(code: int) -> str:
 
 def exit_observation(code: int, *, instance_id: str, at: datetime) -> InstanceObservation:
     """``InstanceTerminated`` for 0, 124 and 137; ``InstanceFailed`` for any other code.
-    Both keep the code and its meaning."""
+    Both keep the code and its meaning.
+
+    Args:
+        code: the sandbox's exit code.
+        instance_id: the sandbox's id.
+        at: the time stamped on the observation.
+
+    Returns:
+        The Pod observation.
+    """
     return state_observation(
         classify_exit(code),
         at,
@@ -125,6 +160,17 @@ def sandbox_observation(
     Exited -> :func:`exit_observation`. Running without a probe tag, or with one whose
     readiness is latched -> Running, ready. Running with an unconfirmed probe -> Running,
     ``readiness_confirmed=False`` (the pod stays Initializing, never Ready).
+
+    Args:
+        instance_id: the sandbox's id.
+        returncode: its exit code, ``None`` while it runs.
+        probe: it carries the probe tag: it was created with a readiness probe.
+        latched: its readiness was confirmed once (:class:`ReadinessLatch`); a confirmed
+            sandbox stays ready, as the SDK cannot be asked again cheaply.
+        at: the time stamped on the observation.
+
+    Returns:
+        The Pod observation.
     """
     if returncode is not None:
         return exit_observation(returncode, instance_id=instance_id, at=at)
@@ -165,16 +211,41 @@ class ReadinessLatch:
         return sandbox_id in self._entries
 
     def is_set(self, sandbox_id: str) -> bool:
+        """Whether the sandbox's readiness was confirmed (and it was not forgotten since).
+
+        Args:
+            sandbox_id: the sandbox's id.
+
+        Returns:
+            ``True`` once a waiter confirmed it.
+        """
         entry = self._entries.get(sandbox_id)
         return entry is not None and entry.ready and not entry.forgotten
 
     def waiting(self, sandbox_id: str) -> bool:
+        """Whether a waiter runs for the sandbox.
+
+        Args:
+            sandbox_id: the sandbox's id.
+
+        Returns:
+            ``True`` while one runs.
+        """
         entry = self._entries.get(sandbox_id)
         return entry is not None and entry.waiter is not None
 
     def start(self, sandbox_id: str, wait: Callable[[], Awaitable[bool]]) -> bool:
         """Start the waiter unless one runs, the latch is set, or the sandbox was forgotten.
-        Must be called on the event loop that will run the waiter. Returns whether it started."""
+        Must be called on the event loop that will run the waiter.
+
+        Args:
+            sandbox_id: the sandbox's id.
+            wait: makes the waiter's coroutine; ``True`` when it ends latches the sandbox.
+
+        Returns:
+            Whether it started: at most one waiter per sandbox, so a poll every few seconds
+            does not pile up calls to the SDK.
+        """
         entry = self._entries.get(sandbox_id)
         if entry is None:
             entry = self._entries[sandbox_id] = _Entry(next(self._tokens))
@@ -207,7 +278,11 @@ class ReadinessLatch:
                     entry.ready = True
 
     def forget(self, sandbox_id: str) -> None:
-        """The sandbox exited or was terminated: unlatch it and never latch it again."""
+        """The sandbox exited or was terminated: unlatch it and never latch it again.
+
+        Args:
+            sandbox_id: the sandbox's id; its waiter, if any, is cancelled.
+        """
         entry = self._entries.get(sandbox_id)
         if entry is None:
             entry = self._entries[sandbox_id] = _Entry(next(self._tokens))
@@ -218,7 +293,14 @@ class ReadinessLatch:
             entry.waiter = None
 
     def prune(self, keep: set[str]) -> int:
-        """Drop entries of sandboxes not in ``keep`` (cancelling their waiters)."""
+        """Drop entries of sandboxes not in ``keep`` (cancelling their waiters).
+
+        Args:
+            keep: the ids still listed; the latch's memory stays bounded by them.
+
+        Returns:
+            How many entries were dropped.
+        """
         gone = [sid for sid in self._entries if sid not in keep]
         for sid in gone:
             entry = self._entries.pop(sid)
@@ -227,7 +309,11 @@ class ReadinessLatch:
         return len(gone)
 
     def waiters(self) -> list[asyncio.Task[None]]:
-        """The waiters still running (a finished task is never handed out again)."""
+        """The waiters still running (a finished task is never handed out again).
+
+        Returns:
+            Their tasks.
+        """
         return [e.waiter for e in self._entries.values() if e.waiter and not e.waiter.done()]
 
     async def drain(self) -> None:

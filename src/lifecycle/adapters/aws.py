@@ -116,7 +116,16 @@ def fleet_client_token(claim: str, uid: str, attempt: int = 0) -> str:
     """The ``ClientToken`` of a pod's ``create_fleet``: the same for every retry of one create
     (so EC2 answers a repeat with the first fleet), different for another pod of the same name
     (another ``uid``) and for a deliberate re-create (the host's next ``attempt``). 58 ASCII
-    characters (EC2 allows 64)."""
+    characters (EC2 allows 64).
+
+    Args:
+        claim: the pod's claim, ``<namespace>-<name>``.
+        uid: the pod's uid.
+        attempt: the host's deliberate re-creates of the pod (0 for the first).
+
+    Returns:
+        The token.
+    """
     digest = hashlib.sha256(f"{claim}\n{uid}\n{attempt}".encode()).hexdigest()
     return f"lifecycle-{digest[:48]}"
 
@@ -188,7 +197,22 @@ def _non_empty(instance: Any, attribute: Any, value: tuple[str, ...]) -> None:
 @attrs.frozen(slots=True)
 class FleetSpec:
     """What a pod asks of EC2: a launch template (id or name), the instance types and subnets
-    to try (one override each pair) and the capacity tier."""
+    to try (one override each pair) and the capacity tier.
+
+    Attributes:
+        region: the AWS region.
+        instance_types: the instance types to try, at least one.
+        subnet_ids: the subnets to try, at least one; each (type, subnet) pair is one of the
+            fleet's overrides, at most 300.
+        launch_template_id: the launch template by id; give this or the name, not both.
+        launch_template_name: the launch template by name.
+        launch_template_version: the template's version.
+        capacity_type: ``on-demand`` or ``spot``.
+        tags: tags put on the instance; the claim tag is the library's and always set.
+
+    Raises:
+        ValueError: a spec EC2 would refuse on every attempt, refused here once.
+    """
 
     region: str
     instance_types: tuple[str, ...] = attrs.field(converter=_strings, validator=_non_empty)
@@ -212,7 +236,16 @@ class FleetSpec:
         _validate_fleet_request(self.request("namespace-name", fleet_client_token("", "")))
 
     def request(self, claim: str, client_token: str = "") -> CreateFleetRequestTypeDef:
-        """The ``create_fleet`` arguments for ``claim`` (with ``client_token``, if given)."""
+        """The ``create_fleet`` arguments for ``claim`` (with ``client_token``, if given).
+
+        Args:
+            claim: the pod's claim, put on the instance as its claim tag, so the instance is
+                found again by it.
+            client_token: the idempotency token (:func:`fleet_client_token`).
+
+        Returns:
+            The request, as boto3's ``create_fleet`` takes it.
+        """
         template: dict[str, str] = {"Version": self.launch_template_version}
         if self.launch_template_id:
             template["LaunchTemplateId"] = self.launch_template_id
@@ -257,6 +290,27 @@ class AwsAdapter(RecordingMixin):
     ``total_max_attempts``: 1 means no retry). ``address`` picks an instance's endpoint:
     ``private`` (its ``PrivateIpAddress``, the pod IP) or ``public`` (upstream's public DNS
     name, else public IP). Every observation returned is also handed to ``recorder``.
+
+    Args:
+        client_factory: makes a region's EC2 client; by default a ``boto3`` client with
+            short timeouts and standard retries (needs the ``aws`` extra).
+        session: the ``boto3`` session the default clients come from.
+        endpoint_url: where the default clients connect (a local EC2 double).
+        recorder: also given every observation returned, to save a trace.
+        clock: stamps observations when the host gives no ``at``.
+        monotonic: the clock of ``not_found_grace``.
+        not_found_grace: seconds after an id first answers NotFound during which it is
+            reported unknown, not absent: EC2's reads are eventually consistent, so a
+            just-launched instance can be missing from them for a while.
+        page_size: instances per ``describe_instances`` page (5..1000).
+        connect_timeout: seconds to connect, per attempt.
+        read_timeout: seconds to read an answer, per attempt.
+        max_attempts: attempts of one call in all (1: no retry).
+        address: ``private`` or ``public``.
+
+    Raises:
+        ValueError: a ``page_size`` or ``address`` out of range.
+        MissingExtra: no ``client_factory`` and ``boto3`` is not installed.
     """
 
     name = "aws"
@@ -299,6 +353,14 @@ class AwsAdapter(RecordingMixin):
 
     # -- clients ------------------------------------------------------------------------------
     def client(self, region: str) -> EC2Client:
+        """A region's EC2 client, made once.
+
+        Args:
+            region: the AWS region.
+
+        Returns:
+            The client.
+        """
         if region not in self._clients:
             factory = self._factory or self._default_client
             self._clients[region] = factory(region)
@@ -363,7 +425,20 @@ class AwsAdapter(RecordingMixin):
         of the claim, ``ref.uid`` and ``attempt``), so EC2 answers a repeated create with the
         fleet it already launched. ``attempt`` is the host's count of *deliberate* creates for
         this pod (0 for the first): raise it only to launch anew after the pod's earlier
-        instance is known to be gone; never for a retry after an error or a timeout."""
+        instance is known to be gone; never for a retry after an error or a timeout.
+
+        Args:
+            ref: the Pod.
+            spec: the fleet to launch.
+            attempt: the host's deliberate re-creates (0 for the first).
+            at: the time stamped on the observation; by default the clock.
+
+        Returns:
+            As :meth:`Provider.provision <lifecycle.adapters.provider.Provider.provision>`.
+
+        Raises:
+            ValueError: a bad ``attempt``.
+        """
         check_attempt(attempt)
         at = at_or_now(at, self.clock)
         claim = claim_name(ref.namespace, ref.name)
@@ -422,7 +497,15 @@ class AwsAdapter(RecordingMixin):
         self, pods: Mapping[ObjectRef, Tracked[FleetSpec]], *, at: datetime | None = None
     ) -> dict[ObjectRef, PollOutcome]:
         """One observation pass: one paginated list per region, status checks for running
-        instances, and a by-id lookup for tracked instances the list did not show."""
+        instances, and a by-id lookup for tracked instances the list did not show.
+
+        Args:
+            pods: the pods tracked, each with its spec (its region) and instance id.
+            at: the time stamped on the observations; by default the clock.
+
+        Returns:
+            As :meth:`Provider.observe <lifecycle.adapters.provider.Provider.observe>`.
+        """
         at = at_or_now(at, self.clock)
         out: dict[ObjectRef, PollOutcome] = {}
         regions: dict[str, dict[ObjectRef, str]] = {}
@@ -527,7 +610,16 @@ class AwsAdapter(RecordingMixin):
     ) -> TerminateOutcome:
         """Terminate the pod's instance (by id, else every live instance with its claim tag).
         Idempotent: an instance EC2 does not know is already gone. Succeeds only when every
-        id is gone (terminated by this call or unknown to EC2)."""
+        id is gone (terminated by this call or unknown to EC2).
+
+        Args:
+            ref: the Pod, whose claim tag finds instances when no id is known.
+            pod: the tracked pod.
+            at: the time stamped on the observation; by default the clock.
+
+        Returns:
+            As :meth:`Provider.terminate <lifecycle.adapters.provider.Provider.terminate>`.
+        """
         at = at_or_now(at, self.clock)
         try:
             client = self.client(pod.spec.region)

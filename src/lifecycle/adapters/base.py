@@ -52,13 +52,27 @@ GONE_EXIT_CODES = frozenset({0, 124, 137})
 
 
 def classify_exit(exit_code: int) -> InstanceState:
-    """``Terminated`` for 0, 124 and 137; ``Failed`` for any other exit code."""
+    """What an instance's exit code says of it, when the provider says no more.
+
+    Args:
+        exit_code: the process's exit code; 124 (a timeout) and 137 (killed) count as gone,
+            not failed, as upstream reads them, so a timed-out or evicted pod is not a failure.
+
+    Returns:
+        ``TERMINATED`` for 0, 124 and 137; ``FAILED`` for any other code.
+    """
     return InstanceState.TERMINATED if exit_code in GONE_EXIT_CODES else InstanceState.FAILED
 
 
 class ProviderError(LifecycleError):
     """A provider call failed. ``rejection`` marks an attributable refusal of the request
-    (auth, capacity, quota, unsupported), which fails a pod; anything else is retried."""
+    (auth, capacity, quota, unsupported), which fails a pod; anything else is retried.
+
+    Args:
+        message: what failed, as the provider said it (redacted before it is journalled).
+        rejection: the provider refused this request for a reason a retry will not change;
+            ``False`` (transport, 5xx, throttling) makes the pod retry instead of fail.
+    """
 
     def __init__(self, message: str, *, rejection: bool = False) -> None:
         super().__init__(message)
@@ -79,7 +93,23 @@ def state_observation(
     detail: str = "",
     preempted: bool = False,
 ) -> InstanceObservation:
-    """The Pod observation for an instance a successful List found in ``state``."""
+    """The Pod observation for an instance a successful List found in ``state``.
+
+    Args:
+        state: the instance's provider-neutral state (each adapter maps its own vocabulary).
+        at: when it was observed.
+        instance_id: the provider's id of the instance.
+        endpoint: where it answers (an address), when known.
+        readiness_confirmed: ``False`` while a readiness probe is configured and has not
+            passed; such a pod is never Ready. Read only for ``RUNNING``.
+        exit_code: the exit code of a finished instance, when known.
+        detail: the provider's reason text for a finished instance.
+        preempted: the provider took the capacity back (an EC2 spot reclaim), so the pod
+            reports why it vanished. Read only for ``TERMINATED``.
+
+    Returns:
+        ``InstancePending``, ``InstanceRunning``, ``InstanceFailed`` or ``InstanceTerminated``.
+    """
     if state is InstanceState.PENDING:
         return InstancePending(at=at, instance_id=instance_id, endpoint=endpoint)
     if state is InstanceState.RUNNING:

@@ -69,7 +69,7 @@ from ._modal_mapping import (
     sandbox_observation,
 )
 from .base import Clock, RecordingMixin, at_or_now, check_attempt, utc_now
-from .provider import PollOutcome, ProvisionOutcome, TerminateOutcome, Tracked
+from .provider import PollOutcome, Provider, ProvisionOutcome, TerminateOutcome, Tracked
 from .recording import ObservationRecorder, redact
 
 __all__ = [
@@ -110,7 +110,14 @@ def sandbox_name(claim: str) -> str:
     """The name a claim's sandbox is created under: the claim itself when Modal accepts it as
     a name (at most 64 of ``A-Za-z0-9._-``, not shaped like an app id), else its first 53
     characters (others replaced by ``-``), ``-`` and 10 hex of its sha256. Deterministic, so
-    every retry of one pod's create asks for the same name."""
+    every retry of one pod's create asks for the same name.
+
+    Args:
+        claim: the pod's claim, ``<namespace>-<name>``.
+
+    Returns:
+        The sandbox name; a name Modal holds once makes a repeated create find the first.
+    """
     if _NAME_CHARS.fullmatch(claim) and not _APP_ID.fullmatch(claim):
         return claim
     digest = hashlib.sha256(claim.encode()).hexdigest()[:10]
@@ -122,7 +129,19 @@ def sandbox_name(claim: str) -> str:
 class SandboxSpec:
     """What a pod asks of its sandbox. ``readiness_probe`` is the container's Kubernetes
     ``readinessProbe`` as the API returns it (``exec``/``tcpSocket``/``httpGet``,
-    ``periodSeconds``); ``active_deadline_seconds`` bounds the lifetime (else 24 h)."""
+    ``periodSeconds``); ``active_deadline_seconds`` bounds the lifetime (else 24 h).
+
+    Attributes:
+        image: the container image reference.
+        command: the command run; empty for the image's own.
+        env: environment variables.
+        gpu: Modal's GPU request (``"A100"``, ``"H100:8"``), or ``None``.
+        cpu: CPU cores requested, or ``None`` for Modal's default.
+        memory_mib: memory requested in MiB, or ``None``.
+        active_deadline_seconds: the sandbox's lifetime; by default 24 h, so a forgotten
+            sandbox does not run (and bill) for ever.
+        readiness_probe: the Pod's ``readinessProbe`` (see :func:`probe_plan`).
+    """
 
     image: str
     command: tuple[str, ...] = ()
@@ -144,6 +163,23 @@ class AsyncModalAdapter(RecordingMixin):
     ``sdk`` is the ``modal`` module (imported on first use when not given) or a fake of it.
     Sandboxes live in the app ``app_name`` (looked up, created if missing). Every observation
     returned is also handed to ``recorder``.
+
+    Args:
+        app_name: the Modal app the sandboxes live in.
+        sdk: the ``modal`` module or a fake of it; by default imported on first use (needs
+            the ``modal`` extra).
+        recorder: also given every observation returned, to save a trace.
+        clock: stamps observations when the host gives no ``at``.
+        call_timeout: seconds one SDK call may take: a hung call becomes an unknown or
+            errored observation instead of holding the host's loop.
+        provision_timeout: seconds ``Sandbox.create`` may take, longer than other calls as
+            it can pull or build the image.
+        readiness_budget: seconds a detached waiter waits for a sandbox's readiness probe.
+        max_concurrency: SDK calls in flight at once during one observation pass.
+
+    Raises:
+        ValueError: a timeout or the budget is not positive.
+        MissingExtra: no ``sdk`` and ``modal`` is not installed.
     """
 
     name = "modal"
@@ -178,6 +214,7 @@ class AsyncModalAdapter(RecordingMixin):
 
     @property
     def sdk(self) -> Any:
+        """The ``modal`` module (or the fake given), imported on first use."""
         if self._sdk is None:
             self._sdk = importlib.import_module("modal")
         return self._sdk
@@ -278,7 +315,20 @@ class AsyncModalAdapter(RecordingMixin):
         ``ProvisionRejected`` (auth, quota, capacity, unsupported) or ``ProvisionErrored``
         (among others: the lookup failed, or the found sandbox's tags were unreadable).
         ``attempt`` changes nothing: the sandbox's name is its claim's, free again once the
-        earlier sandbox has finished."""
+        earlier sandbox has finished.
+
+        Args:
+            ref: the Pod.
+            spec: the sandbox to create.
+            attempt: the host's deliberate re-creates; checked, not used (see above).
+            at: the time stamped on the observation; by default the clock.
+
+        Returns:
+            As :meth:`Provider.provision <lifecycle.adapters.provider.Provider.provision>`.
+
+        Raises:
+            ValueError: a bad ``attempt``.
+        """
         check_attempt(attempt)
         at = at_or_now(at, self.clock)
         claim = claim_name(ref.namespace, ref.name)
@@ -403,6 +453,13 @@ class AsyncModalAdapter(RecordingMixin):
 
         A failed list makes every pod :class:`InstanceUnknown`; each sandbox's tags, poll and
         by-id lookup then have their own deadline, and each failure is unknown for that pod.
+
+        Args:
+            pods: the pods tracked.
+            at: the time stamped on the observations; by default the clock.
+
+        Returns:
+            As :meth:`Provider.observe <lifecycle.adapters.provider.Provider.observe>`.
         """
         at = at_or_now(at, self.clock)
         out: dict[ObjectRef, PollOutcome] = {}
@@ -512,7 +569,16 @@ class AsyncModalAdapter(RecordingMixin):
         one holding its claim's name, which a lagging list may not show yet). Idempotent: an
         unknown id or a finished sandbox is success. A sandbox confirmed gone is forgotten by
         the latch; a failed call leaves the latch (and its waiter) alone: the sandbox keeps
-        running, and upstream leaves the pod unchanged."""
+        running, and upstream leaves the pod unchanged.
+
+        Args:
+            ref: the Pod, whose claim finds sandboxes when no id is known.
+            pod: the tracked pod.
+            at: the time stamped on the observation; by default the clock.
+
+        Returns:
+            As :meth:`Provider.terminate <lifecycle.adapters.provider.Provider.terminate>`.
+        """
         at = at_or_now(at, self.clock)
         ids = [pod.instance_id] if pod.instance_id else []
         if not ids:
@@ -539,9 +605,16 @@ class AsyncModalAdapter(RecordingMixin):
             await self.latch.drain()
 
 
-class ModalAdapter:
+class ModalAdapter(Provider[SandboxSpec]):
     """:class:`AsyncModalAdapter` for synchronous hosts: every call runs on a private event
-    loop thread (where the detached readiness waiters live too). Close it (or use ``with``)."""
+    loop thread (where the detached readiness waiters live too). Close it (or use ``with``).
+    Its ``provision``, ``observe`` and ``terminate`` are
+    :class:`~lifecycle.adapters.provider.Provider`'s.
+
+    Args:
+        app_name: as :class:`AsyncModalAdapter`.
+        **options: :class:`AsyncModalAdapter`'s keyword arguments.
+    """
 
     name = "modal"
 
@@ -563,10 +636,12 @@ class ModalAdapter:
 
     @property
     def latch(self) -> ReadinessLatch:
+        """The core adapter's readiness latch."""
         return self.core.latch
 
     @property
     def clock(self) -> Clock:
+        """The core adapter's clock."""
         return self.core.clock
 
     def provision(
@@ -589,6 +664,8 @@ class ModalAdapter:
         self._run(self.core.latch.drain())
 
     def close(self) -> None:
+        """Cancel the readiness waiters and stop the event loop thread; a second call does
+        nothing."""
         if self._closed:
             return
         self._run(self.core.aclose())

@@ -79,7 +79,13 @@ class Tracked(Generic[S]):
     """A pod the host tracks on a provider: the ``spec`` it was provisioned from and the
     ``instance_id`` its ``ProvisionSucceeded`` reported (``""`` while unknown: the provider
     then finds the pod's instance by its claim). A host keeps it, or rebuilds it from the pod
-    and its status after a restart."""
+    and its status after a restart.
+
+    Attributes:
+        spec: what the pod was provisioned from, in the provider's own spec type.
+        instance_id: the instance's id; ``""`` while unknown, so a host that lost it (a
+            restart mid-provision) still finds the instance by the pod's claim.
+    """
 
     spec: S
     instance_id: str = ""
@@ -87,7 +93,15 @@ class Tracked(Generic[S]):
     @classmethod
     def provisioned(cls, spec: S, outcome: ProvisionOutcome) -> Tracked[S]:
         """The pod as ``provision`` left it: the instance id of a ``ProvisionSucceeded``,
-        ``""`` otherwise."""
+        ``""`` otherwise.
+
+        Args:
+            spec: the spec the pod was provisioned from.
+            outcome: what ``provision`` answered.
+
+        Returns:
+            The pod to keep and pass to ``observe`` and ``terminate``.
+        """
         instance_id = outcome.instance_id if isinstance(outcome, ProvisionSucceeded) else ""
         return cls(spec, instance_id)
 
@@ -104,19 +118,55 @@ class Provider(Protocol[S]):
     def provision(
         self, ref: ObjectRef, spec: S, *, attempt: int = 0, at: datetime | None = None
     ) -> ProvisionOutcome:
-        """Adopt the pod's instance (found by its claim) or create one."""
+        """Adopt the pod's instance (found by its claim) or create one.
+
+        Args:
+            ref: the Pod; its claim (``<namespace>-<name>``) names the instance, so a
+                repeated call adopts the first instance instead of creating a second.
+            spec: what to run, in the provider's spec type.
+            attempt: the host's deliberate re-creates of this pod (0 for the first), never a
+                retry count: a new attempt gets a new instance.
+            at: the time stamped on the observation; by default the provider's clock.
+
+        Returns:
+            ``ProvisionSucceeded``, ``ProvisionRejected`` (fails the pod) or
+            ``ProvisionErrored`` (retried): a provider failure is an answer, not an exception.
+
+        Raises:
+            ValueError: ``attempt`` is not a non-negative int (the host's mistake).
+        """
         ...
 
     def observe(
         self, pods: Mapping[ObjectRef, Tracked[S]], *, at: datetime | None = None
     ) -> dict[ObjectRef, PollOutcome]:
-        """One observation pass: an outcome for every pod in ``pods``, and no other."""
+        """One observation pass: an outcome for every pod in ``pods``, and no other.
+
+        Args:
+            pods: the pods the host tracks, each with its spec and known instance id.
+            at: the time stamped on the observations; by default the provider's clock.
+
+        Returns:
+            An outcome per pod: its instance's state, ``InstanceAbsent`` when a successful
+            List did not find it, ``InstanceUnknown`` when it could not be looked at (never
+            taken for absent, so a provider outage does not fail pods).
+        """
         ...
 
     def terminate(
         self, ref: ObjectRef, pod: Tracked[S], *, at: datetime | None = None
     ) -> TerminateOutcome:
-        """Terminate the pod's instance (by id, else whatever its claim holds)."""
+        """Terminate the pod's instance (by id, else whatever its claim holds).
+
+        Args:
+            ref: the Pod, whose claim finds the instance when ``pod.instance_id`` is empty.
+            pod: the tracked pod.
+            at: the time stamped on the observation; by default the provider's clock.
+
+        Returns:
+            ``TerminateSucceeded`` (an unknown or already gone instance included: terminate
+            is idempotent) or ``TerminateFailed``.
+        """
         ...
 
 
@@ -128,12 +178,45 @@ class AsyncProvider(Protocol[S]):
 
     async def provision(
         self, ref: ObjectRef, spec: S, *, attempt: int = 0, at: datetime | None = None
-    ) -> ProvisionOutcome: ...
+    ) -> ProvisionOutcome:
+        """:meth:`Provider.provision`, awaited.
+
+        Args:
+            ref: the Pod, whose claim names the instance.
+            spec: what to run.
+            attempt: the host's deliberate re-creates (0 for the first).
+            at: the time stamped on the observation; by default the provider's clock.
+
+        Returns:
+            As :meth:`Provider.provision`.
+        """
+        ...
 
     async def observe(
         self, pods: Mapping[ObjectRef, Tracked[S]], *, at: datetime | None = None
-    ) -> dict[ObjectRef, PollOutcome]: ...
+    ) -> dict[ObjectRef, PollOutcome]:
+        """:meth:`Provider.observe`, awaited.
+
+        Args:
+            pods: the pods the host tracks.
+            at: the time stamped on the observations.
+
+        Returns:
+            An outcome per pod, as :meth:`Provider.observe`.
+        """
+        ...
 
     async def terminate(
         self, ref: ObjectRef, pod: Tracked[S], *, at: datetime | None = None
-    ) -> TerminateOutcome: ...
+    ) -> TerminateOutcome:
+        """:meth:`Provider.terminate`, awaited.
+
+        Args:
+            ref: the Pod.
+            pod: the tracked pod.
+            at: the time stamped on the observation.
+
+        Returns:
+            As :meth:`Provider.terminate`.
+        """
+        ...

@@ -51,16 +51,34 @@ class ObservationRecorder(Protocol):
     :class:`~lifecycle.trace.TraceRecorder`. (The Kubernetes emitter's event recorder is another
     idea: it records transitions as Events.)"""
 
-    def record(self, ref: ObjectRef, observation: Observation) -> None: ...
+    def record(self, ref: ObjectRef, observation: Observation) -> None:
+        """Keep one observation.
+
+        Args:
+            ref: the object it is about.
+            observation: what was seen; it may hold a provider's text, so redact it first.
+        """
+        ...
 
 
 class RedactingRecorder:
-    """Passes each observation, redacted, to ``inner``."""
+    """Passes each observation, redacted, to ``inner``.
+
+    Args:
+        inner: the recorder that keeps them, e.g. the kernel's in-memory
+            :class:`~lifecycle.trace.TraceRecorder`, which does not redact on its own.
+    """
 
     def __init__(self, inner: ObservationRecorder) -> None:
         self.inner = inner
 
     def record(self, ref: ObjectRef, observation: Observation) -> None:
+        """Redact ``observation`` and pass it on.
+
+        Args:
+            ref: the object it is about.
+            observation: what was seen.
+        """
         self.inner.record(ref, redact_observation(observation))
 
 
@@ -71,6 +89,14 @@ class TraceFileRecorder:
     ``comment`` is written first as ``#`` lines (only when the file is new or empty). Time is
     kept from running backwards per object: an observation older than the last one recorded
     for the same uid is written with that last time (and counted in :attr:`clamped`).
+
+    Args:
+        target: a file path, opened for appending (and closed by :meth:`close`), or an open
+            text stream, which stays the caller's.
+        machines: the machines whose observations are written; by default the shipped
+            ones. An observation of a kind none of them handles is refused.
+        comment: ``#`` lines written first, only into a new or empty file, so appending to
+            a trace does not put comments in its middle.
     """
 
     def __init__(
@@ -102,6 +128,16 @@ class TraceFileRecorder:
             return True
 
     def record(self, ref: ObjectRef, observation: Observation) -> None:
+        """Redact ``observation`` and append it as one trace line, flushed.
+
+        Args:
+            ref: the object it is about; its kind picks the machine.
+            observation: what was seen; stamped no earlier than the last one of the same
+                uid, because a replay refuses time that runs backwards.
+
+        Raises:
+            UnknownMachine: no machine in ``machines`` handles ``ref.kind``.
+        """
         machine = self.machines.for_kind(ref.kind)
         clean = redact_observation(observation)
         with self._lock:
@@ -116,6 +152,7 @@ class TraceFileRecorder:
             self.written += 1
 
     def close(self) -> None:
+        """Close the file this recorder opened; a stream it was given stays open."""
         with self._lock:
             if self._owned and not self._stream.closed:
                 self._stream.close()

@@ -77,7 +77,18 @@ class Emitter(Protocol):
     its content (:func:`delivery_key`).
     """
 
-    def emit(self, transition: Transition) -> None: ...
+    def emit(self, transition: Transition) -> None:
+        """Take one transition; returning is the acknowledgement.
+
+        Args:
+            transition: the committed (or best-effort) transition, immutable; its ``id`` is
+                what a repeat after a crash carries again, so dedupe on it with its content.
+
+        Raises:
+            Exception: anything, meaning "not delivered": the event stays in the outbox and
+                is sent again under the same ``id``.
+        """
+        ...
 
 
 @runtime_checkable
@@ -86,7 +97,19 @@ class AcknowledgingEmitter(Emitter, Protocol):
     which returns at once and calls ``ack`` exactly once when the outcome is known (see the
     module). ``emit`` still takes the best-effort events."""
 
-    def deliver(self, transition: Transition, ack: Acknowledge) -> None: ...
+    def deliver(self, transition: Transition, ack: Acknowledge) -> None:
+        """Hand one outbox event to the destination and return without waiting on it.
+
+        Args:
+            transition: the outbox event; repeated after a crash under the same ``id``.
+            ack: called exactly once per event taken, later and from any thread (or before
+                this returns), with the :class:`Ack` outcome; the outbox row is marked only
+                then, so an event the destination never got is sent again.
+
+        Raises:
+            Exception: anything, meaning "not taken": ``ack`` must then not be called.
+        """
+        ...
 
 
 #: What an emitter dedupes on: see :func:`delivery_key`.
@@ -98,13 +121,28 @@ def delivery_key(transition: Transition) -> DeliveryKey:
     records (object, type, reason, message). A store that lost writes can hand an id out
     again for another transition (ADR 0141): the same id with other content is a new event,
     not a repeat, so an emitter that remembers what it delivered keys on this, never on the
-    id alone."""
+    id alone.
+
+    Args:
+        transition: the event delivered.
+
+    Returns:
+        ``(id, kind, namespace, name, uid, type, reason, message)``: equal keys are one event.
+    """
     t = transition
     r = t.ref
     return (t.id, r.kind, r.namespace, r.name, r.uid, t.type.value, t.reason, t.message)
 
 
 def emitter_name(emitter: object) -> str:
-    """The name logs and stats give ``emitter``: its ``name`` attribute, else its class's."""
+    """The name logs and stats give ``emitter``.
+
+    Args:
+        emitter: any emitter; one with a non-empty ``name`` attribute is called by it, so two
+            instances of one class can be told apart in the logs.
+
+    Returns:
+        Its ``name`` attribute, else its class's name.
+    """
     name = getattr(emitter, "name", None)
     return name if isinstance(name, str) and name else type(emitter).__name__

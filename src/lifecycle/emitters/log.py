@@ -13,12 +13,23 @@ from .._log import get_logger
 
 
 class LogEmitter:
-    """Logs ``transition`` events at info (Normal) or warning (Warning) level."""
+    """Logs ``transition`` events at info (Normal) or warning (Warning) level.
+
+    Args:
+        logger: a structlog-style logger (``bind``, ``info``, ``warning``); by default the
+            library's ``lifecycle.transitions`` logger, so a host filters transitions apart
+            from the library's own records (ADR 0098).
+    """
 
     def __init__(self, logger: Any = None) -> None:
         self._log = get_logger("lifecycle.transitions", logger)
 
     def emit(self, transition: Transition) -> None:
+        """Write one record: the object's ref bound, the message redacted.
+
+        Args:
+            transition: the transition logged; a Warning at warning level, else info.
+        """
         t = transition
         log = self._log.bind(
             kind=t.ref.kind, namespace=t.ref.namespace, name=t.ref.name, uid=t.ref.uid

@@ -93,7 +93,14 @@ def __dir__() -> list[str]:
 
 
 class MachineRegistry(Mapping[str, "Machine[Any]"]):
-    """Machines by name (``"pod"``); :meth:`for_kind` finds one by object kind (``"Pod"``)."""
+    """Machines by name (``"pod"``); :meth:`for_kind` finds one by object kind (``"Pod"``).
+
+    Args:
+        machines: the machines, in order; names and kinds must be unique.
+
+    Raises:
+        ValueError: two machines with one name or one kind.
+    """
 
     def __init__(self, machines: Iterable[Machine[Any]]) -> None:
         self._by_name: dict[str, Machine[Any]] = {}
@@ -113,7 +120,15 @@ class MachineRegistry(Mapping[str, "Machine[Any]"]):
     ) -> MachineRegistry:
         """A registry of ``(name, kind, loader)`` entries: each loader runs once, when its
         machine is first looked up; a loaded machine whose name or kind differs from its
-        entry raises :class:`ValueError`."""
+        entry raises :class:`ValueError`.
+
+        Args:
+            entries: ``(name, kind, loader)``; a loader imports its machine's module, so a
+                host that uses one machine never imports the others (ADR 0139).
+
+        Returns:
+            The registry.
+        """
         registry = cls(())
         for name, kind, loader in entries:
             registry._add(name, kind)
@@ -159,6 +174,17 @@ class MachineRegistry(Mapping[str, "Machine[Any]"]):
         return name in self._by_name or name in self._pending
 
     def for_kind(self, kind: str) -> Machine[Any]:
+        """The machine of an object kind.
+
+        Args:
+            kind: the object kind (``"Pod"``).
+
+        Returns:
+            The machine, imported now if it was not yet.
+
+        Raises:
+            UnknownMachine: no machine handles ``kind`` (the known kinds are listed).
+        """
         machine = self._by_kind.get(kind)
         if machine is not None:
             return machine
@@ -222,7 +248,12 @@ def _loader(module: str, constant: str) -> Callable[[], Machine[Any]]:
 
 
 def default_registry() -> MachineRegistry:
-    """Every shipped machine, each imported when first looked up."""
+    """Every shipped machine, each imported when first looked up.
+
+    Returns:
+        A registry of the shipped machines: Pod, NodeClaim, Job, Workflow, Certification,
+        WorkloadRun and Restore.
+    """
     return MachineRegistry.lazy(
         (name, kind, _loader(module, constant)) for name, kind, module, constant in SHIPPED
     )

@@ -13,7 +13,12 @@ from .._core.observation import Observation
 # -- observations ---------------------------------------------------------------------------
 @attrs.frozen(slots=True, kw_only=True)
 class CreateRequested(Observation):
-    """CreatePod started: the pod is about to be provisioned on ``provider`` for ``pool``."""
+    """CreatePod started: the pod is about to be provisioned on ``provider`` for ``pool``.
+
+    Attributes:
+        pool: the pool the pod asks for.
+        provider: the provider it is provisioned on.
+    """
 
     pool: str = "default"
     provider: str = "fake"
@@ -21,14 +26,24 @@ class CreateRequested(Observation):
 
 @attrs.frozen(slots=True, kw_only=True)
 class ConfigInvalid(Observation):
-    """CreatePod could not start: the pool is unreadable or an env reference is unresolved."""
+    """CreatePod could not start: the pool is unreadable or an env reference is unresolved.
+
+    Attributes:
+        error: what is wrong, for the pod's message.
+    """
 
     error: str
 
 
 @attrs.frozen(slots=True, kw_only=True)
 class ProvisionSucceeded(Observation):
-    """Provision returned an instance. ``reserved`` means it holds capacity already."""
+    """Provision returned an instance. ``reserved`` means it holds capacity already.
+
+    Attributes:
+        reserved: the instance holds capacity already (an adopted, running one).
+        instance_id: the provider's instance id.
+        endpoint: where it answers, when known.
+    """
 
     reserved: bool
     instance_id: str
@@ -37,21 +52,34 @@ class ProvisionSucceeded(Observation):
 
 @attrs.frozen(slots=True, kw_only=True)
 class ProvisionRejected(Observation):
-    """The provider refused (auth, capacity, quota, unsupported): the pod fails."""
+    """The provider refused (auth, capacity, quota, unsupported): the pod fails.
+
+    Attributes:
+        error: the provider's refusal, redacted.
+    """
 
     error: str
 
 
 @attrs.frozen(slots=True, kw_only=True)
 class ProvisionErrored(Observation):
-    """Provision failed for a reason not attributable to the request (transport, 5xx)."""
+    """Provision failed for a reason not attributable to the request (transport, 5xx).
+
+    Attributes:
+        error: what failed, redacted; the pod keeps provisioning.
+    """
 
     error: str
 
 
 @attrs.frozen(slots=True, kw_only=True)
 class InstancePending(Observation):
-    """A poll found the instance, not yet running (or running with failing status checks)."""
+    """A poll found the instance, not yet running (or running with failing status checks).
+
+    Attributes:
+        instance_id: the provider's instance id.
+        endpoint: where it will answer, when known.
+    """
 
     instance_id: str = ""
     endpoint: str = ""
@@ -60,7 +88,13 @@ class InstancePending(Observation):
 @attrs.frozen(slots=True, kw_only=True)
 class InstanceRunning(Observation):
     """A poll found the instance running. ``readiness_confirmed`` is false while a readiness
-    probe is configured and has not yet passed: such a pod is never Ready."""
+    probe is configured and has not yet passed: such a pod is never Ready.
+
+    Attributes:
+        instance_id: the provider's instance id.
+        endpoint: where it answers; the pod IP when it is an address.
+        readiness_confirmed: the readiness probe passed (or none is configured).
+    """
 
     instance_id: str = ""
     endpoint: str = ""
@@ -69,7 +103,13 @@ class InstanceRunning(Observation):
 
 @attrs.frozen(slots=True, kw_only=True)
 class InstanceFailed(Observation):
-    """A poll found the instance failed (e.g. a non-zero exit other than 124 and 137)."""
+    """A poll found the instance failed (e.g. a non-zero exit other than 124 and 137).
+
+    Attributes:
+        instance_id: the provider's instance id.
+        exit_code: its exit code, when known.
+        detail: the provider's reason, redacted.
+    """
 
     instance_id: str = ""
     exit_code: int | None = None
@@ -79,7 +119,14 @@ class InstanceFailed(Observation):
 @attrs.frozen(slots=True, kw_only=True)
 class InstanceTerminated(Observation):
     """A poll found the instance stopped or terminated (exit 0, 124 timeout, 137 killed).
-    ``preempted`` says the provider took the capacity back (an EC2 spot reclaim)."""
+    ``preempted`` says the provider took the capacity back (an EC2 spot reclaim).
+
+    Attributes:
+        instance_id: the provider's instance id.
+        exit_code: its exit code, when known.
+        detail: the provider's reason, redacted.
+        preempted: the provider reclaimed the capacity.
+    """
 
     instance_id: str = ""
     exit_code: int | None = None
@@ -95,7 +142,11 @@ class InstanceAbsent(Observation):
 @attrs.frozen(slots=True, kw_only=True)
 class InstanceUnknown(Observation):
     """The instance could not be observed (List failed, tags unreadable, poll error, a region
-    failed to list). It changes nothing."""
+    failed to list). It changes nothing.
+
+    Attributes:
+        error: why it could not be observed, redacted.
+    """
 
     error: str
 
@@ -112,7 +163,11 @@ class TerminateSucceeded(Observation):
 
 @attrs.frozen(slots=True, kw_only=True)
 class TerminateFailed(Observation):
-    """DeletePod: Terminate failed; the kubelet retries and the NodeClaim is the backstop."""
+    """DeletePod: Terminate failed; the kubelet retries and the NodeClaim is the backstop.
+
+    Attributes:
+        error: what failed, redacted.
+    """
 
     error: str
 

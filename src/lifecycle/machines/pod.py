@@ -134,6 +134,20 @@ class PodStatus:
 
     ``state`` is the Pod reason. ``ready`` is the Ready condition, absent until the first poll.
     ``instance_id`` is ``None`` while the pod is not tracked (no instance is known for it).
+
+    Attributes:
+        state: the Pod's reason (``Provisioning``, ``Running``), the machine's state.
+        phase: the Pod phase (``Pending``, ``Running``, ``Succeeded``, ``Failed``).
+        message: the Pod's message.
+        ready: the Ready condition; ``None`` until the first poll.
+        pod_ip: the pod IP, the instance's endpoint when it is an address.
+        instance_id: the provider's instance id; ``None`` while no instance is known.
+        endpoint: where the instance answers.
+        exit_code: the instance's exit code once it ended.
+        start_time: when the instance was first seen running.
+        deletion_timestamp: when the Pod got its deletionTimestamp.
+        pool: the pool it was provisioned for.
+        provider: the provider it runs on.
     """
 
     state: str = NEW
@@ -151,10 +165,12 @@ class PodStatus:
 
     @property
     def reason(self) -> str:
+        """The Pod's reason: its state."""
         return self.state
 
     @property
     def tracked(self) -> bool:
+        """Whether an instance is known for the pod."""
         return self.instance_id is not None
 
 
@@ -525,7 +541,14 @@ class PodMachine(Machine[PodStatus]):
 
     def kubernetes_status(self, status: PodStatus) -> dict[str, Any]:
         """``phase``, ``reason``, ``message``, ``conditions`` (``Ready`` once a poll set it),
-        ``podIP``, ``startTime``: what the virtual node writes; empty fields left out."""
+        ``podIP``, ``startTime``: what the virtual node writes; empty fields left out.
+
+        Args:
+            status: the Pod's status.
+
+        Returns:
+            The status subresource body.
+        """
         body: dict[str, Any] = {
             "phase": status.phase,
             "reason": status.state,
@@ -542,14 +565,28 @@ class PodMachine(Machine[PodStatus]):
 
     def event_type(self, status: PodStatus) -> EventType:
         """Warning when the pod enters a Failed phase or a ConfigError; Normal otherwise
-        (a DeletePod Terminated is Succeeded, so Normal)."""
+        (a DeletePod Terminated is Succeeded, so Normal).
+
+        Args:
+            status: the status entered.
+
+        Returns:
+            The event's type.
+        """
         if status.phase == FAILED_PHASE or status.state == CONFIG_ERROR:
             return EventType.WARNING
         return EventType.NORMAL
 
     def signature(self, status: PodStatus) -> tuple[str, str, str, str]:
         """Upstream's flip signature ``phase|reason|ready|podIP``: a change of any of the four
-        is an event (ADR 0017). Ready is ``""`` while the condition is absent."""
+        is an event (ADR 0017). Ready is ``""`` while the condition is absent.
+
+        Args:
+            status: the Pod's status.
+
+        Returns:
+            ``(phase, reason, ready, pod IP)``.
+        """
         ready = status.ready
         return (status.phase, status.state, "" if ready is None else ready.status, status.pod_ip)
 

@@ -26,7 +26,15 @@ from .._core.transition import Intent, Transition
 
 @attrs.frozen(slots=True)
 class Record:
-    """An object's stored status at ``version`` (1 after the first commit)."""
+    """An object's stored status at ``version`` (1 after the first commit).
+
+    Attributes:
+        ref: the object.
+        machine: the name of the machine that writes it; a uid stays with one machine.
+        status: the status, as the machine's status type.
+        version: the compare-and-set version: the next commit expects it.
+        schema: the schema the status was written under (see below).
+    """
 
     ref: ObjectRef
     machine: str
@@ -43,6 +51,12 @@ class JournalEntry:
 
     ``intents`` are the linked writes the commit recorded for linked objects (ADR 0090); a
     store hands them in with the events and the entry sorts them out of ``transitions``.
+
+    Attributes:
+        version: the version this entry produced.
+        observation: what was observed; folding the journal's observations gives the status.
+        transitions: the events the commit wrote.
+        intents: the link intents the commit wrote.
     """
 
     version: int
@@ -61,7 +75,13 @@ class JournalEntry:
 @attrs.frozen(slots=True)
 class Snapshot:
     """An object's status at ``version``, standing in for journal entries ``1..version`` that
-    retention removed: the journal then holds ``version + 1 ..`` and folding starts here."""
+    retention removed: the journal then holds ``version + 1 ..`` and folding starts here.
+
+    Attributes:
+        version: the last version the snapshot stands for.
+        status: the status at that version.
+        schema: as :attr:`Record.schema`.
+    """
 
     version: int
     status: Any
@@ -71,7 +91,16 @@ class Snapshot:
 
 @attrs.frozen(slots=True)
 class CommitItem:
-    """One object's write in a :meth:`BatchStore.commit_many`: the arguments of ``commit``."""
+    """One object's write in a :meth:`BatchStore.commit_many`: the arguments of ``commit``.
+
+    Attributes:
+        machine: the machine that writes it.
+        ref: the object.
+        expected: the version the write expects stored (0 for a new object).
+        status: the new status.
+        observation: what produced it, journalled.
+        transitions: events, then link intents, written to the outbox.
+    """
 
     machine: Machine[Any]
     ref: ObjectRef
@@ -95,6 +124,18 @@ def check_identity(
     a load or commit gives. Raises :class:`~lifecycle.IdentityMismatch` when the kind,
     namespace, name or machine differ. Call it before anything is written (inside the same
     read, or the same transaction as the compare-and-set), so a refused write leaves nothing.
+
+    Args:
+        stored_machine: the machine name stored under ``ref.uid``.
+        stored_kind: the kind stored.
+        stored_namespace: the namespace stored.
+        stored_name: the name stored.
+        machine: the machine name of the call.
+        ref: the object of the call.
+
+    Raises:
+        IdentityMismatch: any of them differ: a uid reused for another object is bad input,
+            and writing it would mix two objects' histories.
     """
     if (
         stored_kind == ref.kind
@@ -112,7 +153,16 @@ def check_identity(
 
 
 def check_record(record: Record, machine: str, ref: ObjectRef) -> None:
-    """:func:`check_identity` against a stored :class:`Record`."""
+    """:func:`check_identity` against a stored :class:`Record`.
+
+    Args:
+        record: what the store holds under ``ref.uid``.
+        machine: the machine name of the call.
+        ref: the object of the call.
+
+    Raises:
+        IdentityMismatch: the record is another object's.
+    """
     stored = record.ref
     if record.machine == machine and (stored is ref or stored == ref):
         return
@@ -140,7 +190,22 @@ class CommitStore(Protocol):
     ``close``.
     """
 
-    def load(self, machine: Machine[Any], ref: ObjectRef) -> Record | None: ...
+    def load(self, machine: Machine[Any], ref: ObjectRef) -> Record | None:
+        """An object's stored record.
+
+        Args:
+            machine: the machine that writes the object; a record written under an older
+                schema comes back upcast to its present one.
+            ref: the object; its uid is the key.
+
+        Returns:
+            The record, or ``None`` for an object never committed.
+
+        Raises:
+            IdentityMismatch: the uid is stored for another object.
+            StoreError: the store cannot be read.
+        """
+        ...
 
     def commit(
         self,
@@ -150,7 +215,32 @@ class CommitStore(Protocol):
         status: Any,
         observation: Observation,
         transitions: Sequence[Transition],
-    ) -> int: ...
+    ) -> int:
+        """Write a new status, its journal entry and its outbox rows, atomically, if the
+        stored version is ``expected``.
+
+        Args:
+            machine: the machine that writes the object.
+            ref: the object.
+            expected: the version the caller loaded (0 for a new object): the
+                compare-and-set that makes two writers on one object safe without a lock.
+            status: the new status.
+            observation: what produced it, journalled so the status can be rebuilt.
+            transitions: events, then link intents, written to the outbox in the same
+                transaction, so an event is never lost between the commit and its delivery.
+
+        Returns:
+            The new version, ``expected + 1``.
+
+        Raises:
+            Conflict: the stored version is not ``expected``; nothing was written (load and
+                apply again).
+            IdentityMismatch: the uid is stored for another object; nothing was written.
+            CommitUnknown: the connection was lost in flight and whether it landed is
+                unknown (it may have).
+            StoreError: anything else; nothing was written.
+        """
+        ...
 
 
 @runtime_checkable
@@ -166,9 +256,31 @@ class OutboxStore(Protocol):
     store it does not close (ADR 0135).
     """
 
-    def claim_undelivered(self, limit: int = 1000) -> list[Transition]: ...
+    def claim_undelivered(self, limit: int = 1000) -> list[Transition]:
+        """Claim undelivered outbox rows for this store's owner.
 
-    def mark_delivered(self, ids: Iterable[str]) -> None: ...
+        Args:
+            limit: the most rows returned, a bound on what one round holds in memory.
+
+        Returns:
+            The rows, each object's in commit order, so its events are delivered in order.
+
+        Raises:
+            StoreError: the store cannot be read.
+        """
+        ...
+
+    def mark_delivered(self, ids: Iterable[str]) -> None:
+        """Remove delivered rows from the outbox.
+
+        Args:
+            ids: the transitions' ids; an unknown or already removed id is ignored, so a
+                repeat after a crash is harmless.
+
+        Raises:
+            StoreError: the store cannot be written.
+        """
+        ...
 
 
 @runtime_checkable
@@ -176,9 +288,31 @@ class JournalStore(Protocol):
     """Optional: each object's journal (what produced each version) and every record of a
     machine -- for ``lifecycle db check``, projections, the property checks and folding."""
 
-    def journal(self, machine: Machine[Any], ref: ObjectRef) -> list[JournalEntry]: ...
+    def journal(self, machine: Machine[Any], ref: ObjectRef) -> list[JournalEntry]:
+        """An object's journal, oldest first (after its snapshot, if retention made one).
 
-    def records(self, machine: Machine[Any]) -> Iterator[Record]: ...
+        Args:
+            machine: the machine that writes the object; old entries come back upcast.
+            ref: the object.
+
+        Returns:
+            The entries; empty for an object never committed.
+
+        Raises:
+            IdentityMismatch: the uid is stored for another object.
+        """
+        ...
+
+    def records(self, machine: Machine[Any]) -> Iterator[Record]:
+        """Every record of one machine.
+
+        Args:
+            machine: the machine whose objects are listed.
+
+        Yields:
+            Each record, in no promised order.
+        """
+        ...
 
 
 @runtime_checkable
@@ -189,7 +323,9 @@ class Store(CommitStore, OutboxStore, JournalStore, Protocol):
     The runners need only :class:`CommitStore`; this is what a complete store offers.
     """
 
-    def close(self) -> None: ...
+    def close(self) -> None:
+        """Release what the store holds (connections, files); writes marks held back first."""
+        ...
 
 
 @runtime_checkable
@@ -216,20 +352,73 @@ class BatchStore(Protocol):
     fresh as a ``load`` of it (the compare-and-set of a later commit still decides).
     """
 
-    def load_many(self, items: Sequence[tuple[Machine[Any], ObjectRef]]) -> list[Record | None]: ...
+    def load_many(self, items: Sequence[tuple[Machine[Any], ObjectRef]]) -> list[Record | None]:
+        """Many objects' records in one round trip.
 
-    def commit_many(self, items: Sequence[CommitItem]) -> list[int | StoreError]: ...
+        Args:
+            items: ``(machine, ref)`` pairs.
+
+        Returns:
+            A record or ``None`` per item, in order.
+
+        Raises:
+            IdentityMismatch: an item's uid is stored for another object.
+            StoreError: the store cannot be read.
+        """
+        ...
+
+    def commit_many(self, items: Sequence[CommitItem]) -> list[int | StoreError]:
+        """Many objects' commits in one transaction, each compared and set on its own.
+
+        Args:
+            items: the writes; items of one object are applied in order.
+
+        Returns:
+            Per item, the new version, or the :class:`~lifecycle.Conflict` or
+            :class:`~lifecycle.StoreError` that refused it (nothing written for that item).
+
+        Raises:
+            IdentityMismatch: an item's uid is stored for another object; nothing written.
+            CommitUnknown: the connection was lost in flight; the batch may have landed.
+            StoreError: the batch as a whole failed; nothing of it was written.
+        """
+        ...
 
 
 @runtime_checkable
 class RetentionStore(Protocol):
     """Optional: journal retention behind snapshots (see :func:`plan_compaction`)."""
 
-    def snapshot(self, machine: Machine[Any], ref: ObjectRef) -> Snapshot | None: ...
+    def snapshot(self, machine: Machine[Any], ref: ObjectRef) -> Snapshot | None:
+        """An object's snapshot, where folding its journal starts.
+
+        Args:
+            machine: the machine that writes the object.
+            ref: the object.
+
+        Returns:
+            The snapshot, or ``None`` when retention never compacted the object.
+        """
+        ...
 
     def compact(
         self, machine: Machine[Any], *, keep: int = 0, refs: Iterable[ObjectRef] | None = None
-    ) -> int: ...
+    ) -> int:
+        """Drop all but the last ``keep`` journal entries of each object behind a snapshot.
+
+        Args:
+            machine: the machine whose objects are compacted.
+            keep: the newest entries kept per object, for ``lifecycle replay`` and audits.
+            refs: only these objects; by default every object of the machine.
+
+        Returns:
+            How many entries were dropped. An object whose journal does not fold to its
+            stored status is left as it is (a wrong snapshot would be baked in).
+
+        Raises:
+            ValueError: a negative ``keep``.
+        """
+        ...
 
 
 @attrs.frozen(slots=True)
@@ -238,13 +427,25 @@ class OutboxSummary:
     committed and not yet delivered (events; link intents not yet confirmed), and when the
     oldest of them was observed (``None`` when there is none). An event is delivered when
     every emitter of the runner that committed it has it (ADR 0121), so this one count is
-    what every emitter still owes."""
+    what every emitter still owes.
+
+    Attributes:
+        undelivered: how many rows wait.
+        oldest: the observation time of the oldest, or ``None``.
+    """
 
     undelivered: int
     oldest: datetime | None
 
     def age(self, now: datetime) -> float | None:
-        """Seconds since the oldest undelivered row was observed (``None``: nothing waits)."""
+        """Seconds since the oldest undelivered row was observed.
+
+        Args:
+            now: the time to measure at (aware), the caller's clock.
+
+        Returns:
+            The age, never negative; ``None`` when nothing waits.
+        """
         return None if self.oldest is None else max((now - self.oldest).total_seconds(), 0.0)
 
 
@@ -252,7 +453,15 @@ class OutboxSummary:
 class UpgradeReport:
     """What :meth:`SchemaStore.upgrade` rewrote for one machine: statuses, journal entries
     and snapshots brought to its schema version, and ``skipped`` records a concurrent writer
-    changed first (they are left to it; run the upgrade again to pick up any it left old)."""
+    changed first (they are left to it; run the upgrade again to pick up any it left old).
+
+    Attributes:
+        machine: the machine's name.
+        statuses: statuses rewritten.
+        entries: journal entries rewritten.
+        snapshots: snapshots rewritten.
+        skipped: records a concurrent writer changed first.
+    """
 
     machine: str
     statuses: int = 0
@@ -280,9 +489,28 @@ class SchemaStore(Protocol):
     stopped, since only records below the current version are selected.
     """
 
-    def schema_versions(self) -> list[SchemaCount]: ...
+    def schema_versions(self) -> list[SchemaCount]:
+        """One aggregate read of the records' schema versions.
 
-    def upgrade(self, machine: Machine[Any], *, batch: int = 500) -> UpgradeReport: ...
+        Returns:
+            Per machine, kind of record, version and fingerprint: how many, one example uid.
+        """
+        ...
+
+    def upgrade(self, machine: Machine[Any], *, batch: int = 500) -> UpgradeReport:
+        """Rewrite ``machine``'s records below its schema version.
+
+        Args:
+            machine: the machine whose records are upgraded.
+            batch: records per transaction, a bound on how long one holds locks.
+
+        Returns:
+            What was rewritten and what was skipped.
+
+        Raises:
+            ValueError: ``batch`` is not a positive int.
+        """
+        ...
 
 
 class InvalidQuery(LifecycleError, ValueError):
@@ -293,13 +521,25 @@ class InvalidQuery(LifecycleError, ValueError):
 @attrs.frozen(slots=True)
 class Found:
     """One object :meth:`FindStore.find` found: its record, and since when the store has held
-    it in its present state (:attr:`entered`, UTC; ADR 0159)."""
+    it in its present state (:attr:`entered`, UTC; ADR 0159).
+
+    Attributes:
+        record: the object's record.
+        entered: when the store's clock saw it enter its state (aware, UTC).
+    """
 
     record: Record
     entered: datetime
 
     def age(self, now: datetime | None = None) -> float:
-        """Seconds the object has been in its state, at ``now`` (default: the clock)."""
+        """Seconds the object has been in its state.
+
+        Args:
+            now: the time to measure at (aware); by default the clock.
+
+        Returns:
+            The age, never negative.
+        """
         at = datetime.now(UTC) if now is None else now
         return max((at - self.entered).total_seconds(), 0.0)
 
@@ -307,7 +547,14 @@ class Found:
 @attrs.frozen(slots=True)
 class StateCount:
     """How many objects of ``machine`` are in ``state``, and since when the oldest of them
-    has been (:meth:`FindStore.state_counts`; the Prometheus gauges read it at a scrape)."""
+    has been (:meth:`FindStore.state_counts`; the Prometheus gauges read it at a scrape).
+
+    Attributes:
+        machine: the machine's name.
+        state: the state.
+        count: how many objects are in it.
+        oldest: since when the oldest of them has been (aware, UTC).
+    """
 
     machine: str
     state: str
@@ -337,15 +584,46 @@ class FindStore(Protocol):
         entered_before: datetime | None = None,
         older_than: timedelta | float | None = None,
         limit: int = 100,
-    ) -> list[Found]: ...
+    ) -> list[Found]:
+        """A machine's objects, oldest in their state first (then by uid).
 
-    def state_counts(self) -> list[StateCount]: ...
+        Args:
+            machine: the machine whose objects are listed.
+            state: only objects in this state; it must be one of the machine's.
+            entered_before: only objects that entered their state before this (aware) time.
+            older_than: only objects in their state for longer than this (seconds or a
+                timedelta), by the clock; not with ``entered_before``.
+            limit: the most objects returned, a positive int.
+
+        Returns:
+            What was found, each with since when it is in its state.
+
+        Raises:
+            InvalidQuery: arguments the machine cannot mean; nothing was read.
+        """
+        ...
+
+    def state_counts(self) -> list[StateCount]:
+        """One grouped read: per machine and state, how many objects and since when the
+        oldest.
+
+        Returns:
+            The counts, for gauges and ``lifecycle db status``.
+        """
+        ...
 
 
 @attrs.frozen(slots=True)
 class Query:
     """A checked :meth:`FindStore.find`: the machine's name, the state (or ``None``), the
-    cut-off in epoch seconds (or ``None``) and the limit."""
+    cut-off in epoch seconds (or ``None``) and the limit.
+
+    Attributes:
+        machine: the machine's name.
+        state: the state asked for, or ``None`` for any.
+        before: the cut-off in epoch seconds, or ``None``.
+        limit: the most objects returned.
+    """
 
     machine: str
     state: str | None
@@ -353,7 +631,16 @@ class Query:
     limit: int
 
     def matches(self, machine: str, state: str, entered: float) -> bool:
-        """Whether an object of ``machine`` in ``state`` since ``entered`` is an answer."""
+        """Whether an object of ``machine`` in ``state`` since ``entered`` is an answer.
+
+        Args:
+            machine: the object's machine name.
+            state: its state.
+            entered: since when, in epoch seconds.
+
+        Returns:
+            ``True`` when it matches every part of the query.
+        """
         return (
             machine == self.machine
             and (self.state is None or state == self.state)
@@ -369,7 +656,21 @@ def check_query(
     limit: int,
 ) -> Query:
     """``find``'s arguments checked (:class:`InvalidQuery` for what they cannot mean), with
-    ``older_than`` turned into a cut-off by the clock."""
+    ``older_than`` turned into a cut-off by the clock.
+
+    Args:
+        machine: the machine asked about.
+        state: as :meth:`FindStore.find`.
+        entered_before: as :meth:`FindStore.find`.
+        older_than: as :meth:`FindStore.find`.
+        limit: as :meth:`FindStore.find`.
+
+    Returns:
+        The query every store answers the same way.
+
+    Raises:
+        InvalidQuery: what the arguments cannot mean.
+    """
     if state is not None and state not in machine.table.states:
         raise InvalidQuery(
             f"{machine.name} has no state {preview(state)}; its states: "
@@ -400,11 +701,29 @@ def check_query(
 
 
 def epoch_time(seconds: float) -> datetime:
-    """Epoch seconds as an aware UTC datetime (how stores hand out :attr:`Found.entered`)."""
+    """Epoch seconds as an aware UTC datetime (how stores hand out :attr:`Found.entered`).
+
+    Args:
+        seconds: seconds since the epoch.
+
+    Returns:
+        The time, in UTC.
+    """
     return datetime.fromtimestamp(seconds, UTC)
 
 
 def check_batch(batch: int) -> int:
+    """``batch`` as :meth:`SchemaStore.upgrade` takes it.
+
+    Args:
+        batch: records per transaction.
+
+    Returns:
+        ``batch`` itself.
+
+    Raises:
+        ValueError: not a positive int (a bool included).
+    """
     if type(batch) is not int or batch < 1:
         raise ValueError(f"batch must be a positive int, got {batch!r}")
     return batch
@@ -412,7 +731,16 @@ def check_batch(batch: int) -> int:
 
 def fold_problem(store: Any, machine: Machine[Any], record: Record) -> str | None:
     """Why ``record``'s journal does not fold to its stored status (``None``: it does).
-    Folding starts at the object's snapshot, if any, and upcasts old entries."""
+    Folding starts at the object's snapshot, if any, and upcasts old entries.
+
+    Args:
+        store: a store with ``journal`` (and ``snapshot``, if it keeps any).
+        machine: the machine that writes the object.
+        record: the stored record checked.
+
+    Returns:
+        The problem for ``lifecycle db check``, or ``None`` when the journal folds to it.
+    """
     ref = record.ref
     try:
         status, base = journal_start(store, machine, ref)
@@ -438,7 +766,16 @@ def fold_problem(store: Any, machine: Machine[Any], record: Record) -> str | Non
 
 def journal_start(store: Any, machine: Machine[Any], ref: ObjectRef) -> tuple[Any, int]:
     """Where folding ``ref``'s journal starts: its snapshot's (status, version), or the
-    machine's initial status at version 0 (no snapshot, or a store without retention)."""
+    machine's initial status at version 0 (no snapshot, or a store without retention).
+
+    Args:
+        store: any store; one without ``snapshot`` starts at the initial status.
+        machine: the machine that writes the object.
+        ref: the object.
+
+    Returns:
+        ``(status, version)`` to fold the journal after.
+    """
     snapshot = getattr(store, "snapshot", None)
     found = None if snapshot is None else snapshot(machine, ref)
     if found is None:
@@ -447,7 +784,16 @@ def journal_start(store: Any, machine: Machine[Any], ref: ObjectRef) -> tuple[An
 
 
 def fold_from(machine: Machine[Any], status: Any, observations: Iterable[Observation]) -> Any:
-    """``status`` with ``observations`` applied in order (``Machine.fold`` from a snapshot)."""
+    """``status`` with ``observations`` applied in order (``Machine.fold`` from a snapshot).
+
+    Args:
+        machine: the machine applying them.
+        status: the status to start from.
+        observations: applied in this order.
+
+    Returns:
+        The status they lead to.
+    """
     for obs in observations:
         status = machine.apply(status, obs)
     return status
@@ -467,6 +813,21 @@ def plan_compaction(
     and ``current`` the stored record. ``None``: nothing to drop. Raises :class:`StoreError`
     when the journal is not contiguous or does not fold to the stored status: compacting it
     would bake a wrong snapshot, so the object is left as it is.
+
+    Args:
+        machine: the machine that writes the object.
+        ref: the object.
+        start: the present snapshot's ``(status, version)``, or ``(initial status, 0)``.
+        entries: the journal after ``start``.
+        current: the stored record.
+        keep: the newest entries kept.
+
+    Returns:
+        The new snapshot, or ``None`` when nothing is to be dropped.
+
+    Raises:
+        ValueError: a negative ``keep``.
+        StoreError: the journal is not contiguous or does not fold to the stored status.
     """
     if keep < 0:
         raise ValueError(f"keep must not be negative, got {keep}")
@@ -495,7 +856,14 @@ def plan_compaction(
 
 
 def transition_to_row(t: Transition) -> dict[str, Any]:
-    """A Transition as JSON-ready data (for outbox and journal rows)."""
+    """A Transition as JSON-ready data (for outbox and journal rows).
+
+    Args:
+        t: the transition.
+
+    Returns:
+        A dict of plain values; :func:`transition_from_row` reads it back.
+    """
     row = {
         "ref": [t.ref.kind, t.ref.namespace, t.ref.name, t.ref.uid],
         "machine": t.machine,
@@ -520,6 +888,15 @@ def transition_to_row(t: Transition) -> dict[str, Any]:
 
 
 def transition_from_row(data: dict[str, Any]) -> Transition:
+    """A Transition from what :func:`transition_to_row` wrote.
+
+    Args:
+        data: the row's data; keys added later (``controller``, ``epoch``, ``intent``,
+            ``trace``) may be missing, so older rows still read.
+
+    Returns:
+        The transition.
+    """
     kind, namespace, name, uid = data["ref"]
     return Transition(
         ObjectRef(kind, namespace, name, uid),

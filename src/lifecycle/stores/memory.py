@@ -19,12 +19,16 @@ from .._core.schema import Schema, SchemaCount
 from .._core.transition import Transition
 from .._log import get_logger
 from .base import (
+    FindStore,
     Found,
     JournalEntry,
     OutboxSummary,
     Record,
+    RetentionStore,
+    SchemaStore,
     Snapshot,
     StateCount,
+    Store,
     UpgradeReport,
     check_batch,
     check_query,
@@ -37,12 +41,19 @@ from .base import (
 _log = get_logger("lifecycle.stores")
 
 
-class MemoryStore:
+class MemoryStore(Store, RetentionStore, SchemaStore, FindStore):
     """Keeps records, journals and the outbox in dicts. Thread-safe; nothing survives exit.
 
     Entries hold references to the (immutable) statuses and observations themselves, so a
     tracked object costs its record, its status and one journal list, and each journal entry
-    three references in that list (ADR 0015).
+    three references in that list (ADR 0015). Its methods are the protocols' it names as
+    bases; ``find`` scans every record, and ``upgrade`` upcasts each record outside the lock
+    and sets it only if it is still the record that was read.
+
+    Args:
+        journal: keep each object's journal. ``False`` keeps only records and the outbox, for
+            a long-running test or benchmark whose memory would otherwise grow with every
+            observation; ``journal`` then answers ``[]`` and ``compact`` drops nothing.
     """
 
     #: No I/O: telemetry does not time its calls (``lifecycle.telemetry``).
@@ -66,8 +77,6 @@ class MemoryStore:
         self._lock = threading.Lock()
 
     def load(self, machine: Machine[Any], ref: ObjectRef) -> Record | None:
-        """The stored record, or ``None``; :class:`~lifecycle.IdentityMismatch` when the
-        uid is stored for another object (kind, namespace, name or machine)."""
         record = self._records.get(ref.uid)
         if record is not None:
             if record.ref is not ref or record.machine is not machine.name:
@@ -140,8 +149,6 @@ class MemoryStore:
         older_than: timedelta | float | None = None,
         limit: int = 100,
     ) -> list[Found]:
-        """``machine``'s objects (in ``state``, in it since before a time), oldest first
-        (:class:`~lifecycle.stores.FindStore`); a scan of every record."""
         query = check_query(machine, state, entered_before, older_than, limit)
         with self._lock:
             hits = [
@@ -156,7 +163,6 @@ class MemoryStore:
         ]
 
     def state_counts(self) -> list[StateCount]:
-        """Per machine and state: how many objects, and since when the oldest."""
         counts: dict[tuple[str, str], list[Any]] = {}
         with self._lock:
             for uid, r in self._records.items():
@@ -182,8 +188,6 @@ class MemoryStore:
     def compact(
         self, machine: Machine[Any], *, keep: int = 0, refs: Iterable[ObjectRef] | None = None
     ) -> int:
-        """Drop all but the last ``keep`` journal entries of each object behind a snapshot
-        (see :func:`~lifecycle.stores.base.plan_compaction`); returns how many were dropped."""
         if not self._keep_journal:
             return 0
         chosen = [r.ref for r in self.records(machine)] if refs is None else list(refs)
@@ -213,7 +217,6 @@ class MemoryStore:
 
     # -- schema versions (SchemaStore, ADR 0088) -------------------------------------------
     def schema_versions(self) -> list[SchemaCount]:
-        """Per machine, kind, version and fingerprint: how many records, one example uid."""
         counts: dict[tuple[str, str, int, str], list[Any]] = {}
 
         def add(machine: str, kind: str, schema: Schema | None, uid: str) -> None:
@@ -233,9 +236,6 @@ class MemoryStore:
         return [SchemaCount(*key, n, uid) for key, (n, uid) in sorted(counts.items())]
 
     def upgrade(self, machine: Machine[Any], *, batch: int = 500) -> UpgradeReport:
-        """Rewrite ``machine``'s records below its schema version (see
-        :class:`~lifecycle.stores.SchemaStore`): each is upcast outside the lock and set only
-        if it is still the record that was read."""
         check_batch(batch)
         name = machine.name
         statuses, skipped = self._upgrade_records(machine, batch)
@@ -306,18 +306,34 @@ class MemoryStore:
                 self._outbox.pop(i, None)
 
     def undelivered_count(self) -> int:
-        """Events and link intents committed and not yet delivered (or confirmed)."""
+        """Events and link intents committed and not yet delivered (or confirmed).
+
+        Returns:
+            How many outbox rows wait.
+        """
         with self._lock:
             return len(self._outbox)
 
     def outbox_summary(self) -> OutboxSummary:
-        """How many outbox rows wait, and when the oldest was observed (``db status``)."""
+        """How many outbox rows wait, and when the oldest was observed (``db status``).
+
+        Returns:
+            The count and the oldest row's observation time.
+        """
         with self._lock:
             rows = list(self._outbox.values())
         return OutboxSummary(len(rows), min((t.at for t in rows), default=None))
 
     def record_limit(self, kind: str) -> int | None:
-        """No bound on a record (ADR 0144): whatever a machine accepts is held."""
+        """The largest record the store holds for ``kind``.
+
+        Args:
+            kind: the object kind asked about.
+
+        Returns:
+            ``None``: no bound, as nothing is serialised; whatever a machine accepts is held
+            (ADR 0144).
+        """
         return None
 
     def close(self) -> None:

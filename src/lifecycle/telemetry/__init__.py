@@ -29,9 +29,15 @@ from ._port import OUTCOMES, Observed, ObserveEnded, Telemetry, outcome_of
 __all__ = ["OUTCOMES", "Fanout", "ObserveEnded", "Observed", "Telemetry", "outcome_of"]
 
 
-class Fanout:
+class Fanout(Telemetry):
     """Several telemetries as one: each fact goes to every one, in order; one that raises
-    does not keep the fact from the others (counted in :attr:`failures`)."""
+    does not keep the fact from the others (counted in :attr:`failures`). Its methods are
+    :class:`Telemetry`'s.
+
+    Args:
+        *telemetries: the telemetries told, in this order; the first with a non-empty
+            ``trace_context`` gives the events theirs.
+    """
 
     def __init__(self, *telemetries: Telemetry) -> None:
         self.telemetries = telemetries

@@ -39,7 +39,12 @@ OUTCOMES = ("committed", "conflict_retried", "unchanged", "refused", "failed", "
 
 
 class Observed(NamedTuple):
-    """One write an operation made: the machine's name and the :class:`~lifecycle.Result`."""
+    """One write an operation made.
+
+    Attributes:
+        machine: the name of the machine of the object written.
+        result: what the write did (committed, unchanged, refused, ...).
+    """
 
     machine: str
     result: Result
@@ -64,13 +69,29 @@ class Telemetry(Protocol):
     def begin(self, operation: str, machine: str) -> object:
         """An operation starts (for an ``"observe"``, on an object of ``machine``; ``""``
         where none is known); the value returned is handed back to :meth:`end`.
-        ``"check_schema"`` is the runner's start-up check of the store's records."""
+        ``"check_schema"`` is the runner's start-up check of the store's records.
+
+        Args:
+            operation: ``"observe"``, ``"observe_many"``, ``"redeliver"`` or
+                ``"check_schema"``.
+            machine: the machine's name for an ``"observe"``; ``""`` where none is known.
+
+        Returns:
+            A token handed back to :meth:`end` (a span, a start time): the port keeps no
+            state of its own between the two calls, so nested operations cannot mix up.
+        """
         ...
 
     def end(self, token: object, observed: Sequence[Observed], error: BaseException | None) -> None:
         """It ended: every write it made itself (for a batch, its items with their linked
         writes), or the exception it raised (a refused observation is a
-        :class:`~lifecycle.LifecycleError`, a refused store a :class:`~lifecycle.SchemaRefused`)."""
+        :class:`~lifecycle.LifecycleError`, a refused store a :class:`~lifecycle.SchemaRefused`).
+
+        Args:
+            token: what :meth:`begin` returned for this operation.
+            observed: the writes it made, in order; empty when it raised.
+            error: the exception it raised, else ``None``.
+        """
         ...
 
     def store_call(
@@ -78,22 +99,45 @@ class Telemetry(Protocol):
     ) -> None:
         """A store call returned (``operation``: ``load``, ``commit``, ``load_many``,
         ``commit_many``, ``claim_undelivered``, ``mark_delivered``) after ``seconds``; ``error``
-        if it raised (a :class:`~lifecycle.Conflict` is a lost compare-and-set)."""
+        if it raised (a :class:`~lifecycle.Conflict` is a lost compare-and-set).
+
+        Args:
+            store: the store's name (its class, or its ``name`` attribute).
+            operation: the store method called.
+            machine: the machine of the object, ``""`` for a call over several.
+            seconds: how long the call took, by the monotonic clock.
+            error: the exception it raised, else ``None``.
+        """
         ...
 
     def emitted(
         self, emitter: str, transition: Transition, seconds: float, error: BaseException | None
     ) -> None:
-        """An emitter was handed ``transition``; ``error`` if it raised."""
+        """An emitter was handed ``transition``; ``error`` if it raised.
+
+        Args:
+            emitter: the emitter's name (:func:`~lifecycle.emitters.base.emitter_name`).
+            transition: the event handed over.
+            seconds: how long the emitter took to return (an acknowledging one answers later).
+            error: the exception it raised, else ``None``: the event then stays in the outbox.
+        """
         ...
 
     def redelivered(self, transitions: Sequence[Transition]) -> None:
-        """Outbox rows were claimed for redelivery (events and link intents)."""
+        """Outbox rows were claimed for redelivery (events and link intents).
+
+        Args:
+            transitions: the rows claimed, in outbox order.
+        """
         ...
 
     def trace_context(self) -> str:
         """The W3C ``traceparent`` of the current span, recorded on the events a commit writes
-        (``""``: none). Asked only where :attr:`traces` is true."""
+        (``""``: none). Asked only where :attr:`traces` is true.
+
+        Returns:
+            The ``traceparent`` header value, or ``""``.
+        """
         ...
 
 
@@ -117,7 +161,14 @@ class ObserveEnded(Protocol):
         self, machine: str, result: Result | None, seconds: float, error: BaseException | None
     ) -> None:
         """An observe of an object of ``machine`` returned ``result`` (``None`` if it raised
-        ``error``) after ``seconds``."""
+        ``error``) after ``seconds``.
+
+        Args:
+            machine: the machine's name.
+            result: what the write did; ``None`` if it raised.
+            seconds: how long the observe took, by the monotonic clock.
+            error: the exception it raised, else ``None``.
+        """
         ...
 
 
@@ -144,7 +195,16 @@ def observe_ended_of(telemetry: object) -> Callable[..., None] | None:
 
 
 def outcome_of(result: Result) -> str:
-    """The outcome label of one result (see :data:`OUTCOMES`)."""
+    """The outcome label of one result, as metrics count observations.
+
+    Args:
+        result: what one observe did.
+
+    Returns:
+        One of :data:`OUTCOMES`: a refusal by the library (bad input) is ``"refused"``, a
+        store failure ``"failed"``, a commit whose fate is unknown ``"unknown"``, so an alert
+        can tell the caller's mistakes from the store's.
+    """
     outcome = result[0]
     if outcome is _COMMITTED:
         return "conflict_retried" if result[7] > 1 else "committed"

@@ -30,7 +30,7 @@ from typing import Any
 
 from .._core.errors import LifecycleError, MissingExtra, StoreError
 from .._core.transition import Transition
-from ._port import Observed, outcome_of
+from ._port import Observed, Telemetry, outcome_of
 
 try:
     from opentelemetry import context as otel_context
@@ -46,7 +46,16 @@ _SCOPE = "lifecycle"
 
 def parse_traceparent(value: str) -> SpanContext | None:
     """The remote :class:`SpanContext` a W3C ``traceparent`` names, or ``None`` if it is not
-    one (``00-<32 hex>-<16 hex>-<2 hex>``, neither id all zeros)."""
+    one (``00-<32 hex>-<16 hex>-<2 hex>``, neither id all zeros).
+
+    Args:
+        value: a ``traceparent`` as an outbox row recorded it; a redelivery after a restart
+            links its span back to the one that committed the event.
+
+    Returns:
+        The remote span context, or ``None`` for anything malformed (never an exception:
+        the value comes from storage, not from the host).
+    """
     parts = value.split("-")
     if len(parts) != 4 or parts[0] != "00":
         return None
@@ -66,12 +75,15 @@ def _traceparent(context: SpanContext) -> str:
     return f"00-{context.trace_id:032x}-{context.span_id:016x}-{int(context.trace_flags):02x}"
 
 
-class OpenTelemetryTelemetry:
-    """A :class:`~lifecycle.telemetry.Telemetry` that records OpenTelemetry spans.
+class OpenTelemetryTelemetry(Telemetry):
+    """A :class:`~lifecycle.telemetry.Telemetry` that records OpenTelemetry spans. Its
+    methods are :class:`~lifecycle.telemetry.Telemetry`'s.
 
-    ``tracer_provider``: where spans go (default: the global provider the host configured).
-    ``object_attributes``: also put the object's kind on store spans and the event's object
-    uid on emit spans (off by default).
+    Args:
+        tracer_provider: where spans go; by default the global provider the host configured.
+        object_attributes: also put the object's kind on store spans and the event's object
+            uid on emit spans. Off by default: a uid per span multiplies what a tracing
+            backend indexes, and it names customers' objects.
     """
 
     traces = True

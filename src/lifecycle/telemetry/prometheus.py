@@ -33,7 +33,7 @@ from typing import Any
 from .._core.errors import Conflict, LifecycleError, MissingExtra, SchemaRefused
 from .._core.transition import Transition
 from ._instrument import InstrumentedEmitter, InstrumentedStore, innermost, store_name
-from ._port import _COMMITTED, _UNCHANGED, Observed, outcome_of
+from ._port import _COMMITTED, _UNCHANGED, Observed, ObserveEnded, Telemetry, outcome_of
 
 try:
     from prometheus_client import REGISTRY, CollectorRegistry
@@ -165,12 +165,21 @@ def _bound(value: float) -> str:
     return repr(float(value))
 
 
-class PrometheusTelemetry(Collector):
-    """A :class:`~lifecycle.telemetry.Telemetry` that exports Prometheus metrics.
+class PrometheusTelemetry(Collector, Telemetry, ObserveEnded):
+    """A :class:`~lifecycle.telemetry.Telemetry` that exports Prometheus metrics. Its port
+    methods are :class:`~lifecycle.telemetry.Telemetry`'s and
+    :class:`~lifecycle.telemetry.ObserveEnded`'s.
 
-    ``registry``: where to register (default ``prometheus_client.REGISTRY``; ``None`` registers
-    nowhere, for a host that calls :meth:`collect` itself). ``prefix``: the name prefix.
-    ``buckets``: the latency histograms' upper bounds in seconds.
+    Args:
+        registry: where to register; by default ``prometheus_client.REGISTRY``. ``None``
+            registers nowhere, for a host that calls :meth:`collect` itself (a test, a second
+            registry).
+        prefix: the metric names' prefix, ``[a-zA-Z_][a-zA-Z0-9_]*``.
+        buckets: the latency histograms' upper bounds in seconds, all positive.
+
+    Raises:
+        ValueError: a prefix Prometheus would refuse, or no or non-positive buckets: found
+            here rather than at the first scrape.
     """
 
     traces = False
@@ -284,7 +293,14 @@ class PrometheusTelemetry(Collector):
         self, machine: str, result: Any, seconds: float, error: BaseException | None
     ) -> None:
         """The port's optional call for a synchronous observe: what :meth:`end` folds for it,
-        without a :meth:`begin` (the runner timed the call)."""
+        without a :meth:`begin` (the runner timed the call).
+
+        Args:
+            machine: the machine's name.
+            result: what the write did; ``None`` if it raised.
+            seconds: how long the observe took.
+            error: the exception it raised, else ``None``.
+        """
         lock = self._facts
         lock.acquire()
         try:
@@ -329,7 +345,12 @@ class PrometheusTelemetry(Collector):
         """Read these at every scrape: a runner (its pending link intents, its store and its
         emitters), a :class:`~lifecycle.Dispatcher` (its store, its emitters and the runner
         applying its link intents), a store (outbox depth and oldest row where it can tell,
-        epochs, rewinds) or an emitter (its ``stats``: drops and Kubernetes API writes)."""
+        epochs, rewinds) or an emitter (its ``stats``: drops and Kubernetes API writes).
+
+        Args:
+            *sources: runners, dispatchers, stores or emitters, told apart by what they
+                have; each is read at the scrape, not copied now, so the gauges are current.
+        """
         with self._lock:
             for source in sources:
                 self._watched.append(source)
@@ -358,9 +379,19 @@ class PrometheusTelemetry(Collector):
         return _unique(runners), _unique(unwrap), _unique(flat)
 
     def describe(self) -> Iterable[Metric]:
+        """Nothing: an unchecked collector, as its families are built at each scrape.
+
+        Returns:
+            An empty list.
+        """
         return []  # unchecked collector: its families are built at each scrape
 
     def collect(self) -> Iterator[Metric]:
+        """Build every metric family from the facts counted and the sources watched.
+
+        Yields:
+            The metric families, for ``prometheus_client``'s exposition.
+        """
         p = self.prefix
         with self._lock:
             runners, stores, emitters = self._sources()
