@@ -372,7 +372,8 @@ def test_the_replay_header_never_shows_a_password(monkeypatch: pytest.MonkeyPatc
     url = "postgresql://admin:hunter2@db:5432/x?password=hunter2&sslpassword=hunter2"
     code, out, _ = replay(TRACES / "demo.jsonl", "--store", url)
     assert code == 0
-    assert opened == [{"notify": True}]  # replicas' status caches see what a replay writes
+    # replicas' status caches see what a replay writes; its own cache is bounded (ADR 0155)
+    assert opened == [{"notify": True, "cache": cli_replay.REPLAY_CACHE}]
     header = out.splitlines()[0]
     assert header.startswith("replaying ")
     assert "@db:5432/x" in header
