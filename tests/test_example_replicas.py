@@ -144,26 +144,32 @@ class Jobs:
         return [str(e["reason"]) for e in self.cluster.events_regarding(name, NAMESPACE)]
 
 
+@pytest.fixture
+def replicas(cluster: FakeApiServer, tmp_path: Path) -> Iterator[tuple[Replica, Replica]]:
+    """Two replicas watching, one of them holding the Lease: (leader, follower)."""
+    started = {name: Replica(cluster, name, tmp_path) for name in ("replica-a", "replica-b")}
+    try:
+        assert cluster.wait_watching(2), "both replicas watch"
+        wait_for(lambda: holder(cluster) in started, 30, "a leader")
+        leader = started[holder(cluster)]
+        yield leader, next(r for r in started.values() if r is not leader)
+    finally:
+        for replica in started.values():
+            replica.stop()
+
+
 def test_a_rollout_stops_the_follower_and_then_the_leader_cleanly(
-    cluster: FakeApiServer, tmp_path: Path
+    cluster: FakeApiServer, replicas: tuple[Replica, Replica]
 ) -> None:
     """SIGTERM, as a rolling update sends it: the follower exits 0 (it has nothing to write),
     then the leader exits 0 and releases the Lease."""
-    replicas = {name: Replica(cluster, name, tmp_path) for name in ("replica-a", "replica-b")}
-    try:
-        assert cluster.wait_watching(2), "both replicas watch"
-        wait_for(lambda: holder(cluster) in replicas, 30, "a leader")
-        leader = replicas[holder(cluster)]
-        follower = next(r for r in replicas.values() if r is not leader)
-        follower.process.send_signal(signal.SIGTERM)
-        assert follower.process.wait(15) == 0, follower.process.stderr
-        assert holder(cluster) == leader.identity
-        leader.process.send_signal(signal.SIGTERM)
-        assert leader.process.wait(15) == 0
-        assert holder(cluster) == ""
-    finally:
-        for replica in replicas.values():
-            replica.stop()
+    leader, follower = replicas
+    follower.process.send_signal(signal.SIGTERM)
+    assert follower.process.wait(15) == 0, follower.process.stderr
+    assert holder(cluster) == leader.identity
+    leader.process.send_signal(signal.SIGTERM)
+    assert leader.process.wait(15) == 0
+    assert holder(cluster) == ""
 
 
 def controller_write(request: Any) -> bool:
@@ -176,62 +182,54 @@ def controller_write(request: Any) -> bool:
 
 
 def test_two_replicas_hand_over_without_a_lost_or_doubled_event(
-    cluster: FakeApiServer, tmp_path: Path
+    cluster: FakeApiServer, replicas: tuple[Replica, Replica]
 ) -> None:
     jobs = Jobs(cluster)
     cluster.delayed = controller_write
-    replicas = {name: Replica(cluster, name, tmp_path) for name in ("replica-a", "replica-b")}
-    try:
-        assert cluster.wait_watching(2), "both replicas watch"
-        wait_for(lambda: holder(cluster) in replicas, 30, "a leader")
-        first = replicas[holder(cluster)]
-        second = next(r for r in replicas.values() if r is not first)
-        jobs.create("a")
-        jobs.create("b", phase="Running")
-        jobs.create("gone")
-        jobs.create("d")
-        wait_for(lambda: jobs.state("a") == "InProgress", 20, "a's status")
-        wait_for(lambda: jobs.reason("b") == "WorkloadRunning", 20, "b's status")
-        wait_for(lambda: jobs.reasons("d") == ["WorkloadCreated"], 20, "d's Event")
+    first, second = replicas
+    jobs.create("a")
+    jobs.create("b", phase="Running")
+    jobs.create("gone")
+    jobs.create("d")
+    wait_for(lambda: jobs.state("a") == "InProgress", 20, "a's status")
+    wait_for(lambda: jobs.reason("b") == "WorkloadRunning", 20, "b's status")
+    wait_for(lambda: jobs.reasons("d") == ["WorkloadCreated"], 20, "d's Event")
 
-        # a burst the leader is busy with when it dies
-        cluster.delay = WRITE_DELAY
-        burst = [f"burst-{i}" for i in range(8)]
-        for name in burst:
-            jobs.create(name, phase="Running")
-        jobs.annotate("a", "Running")
-        wait_for(lambda: any(jobs.state(n) for n in burst), 20, "the burst to start")
-        first.process.send_signal(signal.SIGKILL)
-        killed = time.monotonic()
-        first.process.wait(10)
-        unfinished = [n for n in burst if jobs.reason(n) != "WorkloadRunning"]
-        assert unfinished, "the leader finished the burst before the kill: slow it down"
+    # a burst the leader is busy with when it dies
+    cluster.delay = WRITE_DELAY
+    burst = [f"burst-{i}" for i in range(8)]
+    for name in burst:
+        jobs.create(name, phase="Running")
+    jobs.annotate("a", "Running")
+    wait_for(lambda: any(jobs.state(n) for n in burst), 20, "the burst to start")
+    first.process.send_signal(signal.SIGKILL)
+    killed = time.monotonic()
+    first.process.wait(10)
+    unfinished = [n for n in burst if jobs.reason(n) != "WorkloadRunning"]
+    assert unfinished, "the leader finished the burst before the kill: slow it down"
 
-        # while no one leads: updates, a new Job, a deletion and a new generation pile up
-        jobs.annotate("b", "Failed")
-        jobs.create("c", phase="Running")
-        jobs.delete("gone")
-        jobs.respec("d", 2)
-        took = wait_for(lambda: holder(cluster) == second.identity, TAKEOVER + 10, "takeover")
-        assert took - killed <= TAKEOVER, (took - killed, TAKEOVER)
+    # while no one leads: updates, a new Job, a deletion and a new generation pile up
+    jobs.annotate("b", "Failed")
+    jobs.create("c", phase="Running")
+    jobs.delete("gone")
+    jobs.respec("d", 2)
+    took = wait_for(lambda: holder(cluster) == second.identity, TAKEOVER + 10, "takeover")
+    assert took - killed <= TAKEOVER, (took - killed, TAKEOVER)
 
-        # after the takeover
-        jobs.annotate("a", "Succeeded")
-        jobs.annotate(burst[0], "Succeeded")
-        jobs.create("e")
-        done = [*burst[1:], "c"]
-        wait_for(lambda: jobs.state("a") == "Succeeded", 20, "a to succeed")
-        wait_for(lambda: jobs.state(burst[0]) == "Succeeded", 20, "burst-0 to succeed")
-        wait_for(lambda: jobs.state("b") == "Failed", 20, "b to fail")
-        wait_for(lambda: all(jobs.reason(n) == "WorkloadRunning" for n in done), 20, "the rest")
-        wait_for(lambda: jobs.generation_seen("d") == 2, 20, "d's new generation")
-        wait_for(lambda: jobs.state("e") == "InProgress", 20, "e's status")
-        cluster.delay = 0.0
-        second.process.send_signal(signal.SIGTERM)  # writes the delivered marks, releases
-        assert second.process.wait(15) == 0
-    finally:
-        for replica in replicas.values():
-            replica.stop()
+    # after the takeover
+    jobs.annotate("a", "Succeeded")
+    jobs.annotate(burst[0], "Succeeded")
+    jobs.create("e")
+    done = [*burst[1:], "c"]
+    wait_for(lambda: jobs.state("a") == "Succeeded", 20, "a to succeed")
+    wait_for(lambda: jobs.state(burst[0]) == "Succeeded", 20, "burst-0 to succeed")
+    wait_for(lambda: jobs.state("b") == "Failed", 20, "b to fail")
+    wait_for(lambda: all(jobs.reason(n) == "WorkloadRunning" for n in done), 20, "the rest")
+    wait_for(lambda: jobs.generation_seen("d") == 2, 20, "d's new generation")
+    wait_for(lambda: jobs.state("e") == "InProgress", 20, "e's status")
+    cluster.delay = 0.0
+    second.process.send_signal(signal.SIGTERM)  # writes the delivered marks, releases
+    assert second.process.wait(15) == 0
 
     # only the leader wrote: nothing of the survivor's arrived while the first one lived
     writes = [
