@@ -21,9 +21,18 @@ Configuration, by flag or environment: ``--namespace`` (``WATCH_NAMESPACE``; all
 ``--health-port`` (``LIFECYCLE_HEALTH_PORT``, 8081; the Deployment's probes), ``--kubeconfig``
 (``KUBECONFIG``), ``--fake`` (start a :class:`~lifecycle.testing.FakeApiServer` in this process
 with the Job CRD registered and one Job, ``default/demo``, and write its kubeconfig to
-``--fake-kubeconfig``; the fake serves no object creates, so the rest of a walkthrough is done
-from Python: ``docs/guides/walkthrough.md``). ``SIGTERM``
-or ``SIGINT`` ends it within ``--shutdown-timeout`` seconds.
+``--fake-kubeconfig``; create, update and delete Jobs there with ``kubectl`` or the
+``kubernetes`` client: ``docs/guides/walkthrough.md``). ``SIGTERM`` or ``SIGINT`` ends it
+within ``--shutdown-timeout`` seconds.
+
+Two replicas or more: ``--leader-election`` (``LEADER_ELECTION=1``). The replicas campaign for
+the Lease ``--lease-name`` (``jobs-controller``) in ``--lease-namespace`` (the Pod's own
+namespace); only the holder writes (its store behind a :class:`~lifecycle.leader.LeaderGate`),
+the others watch and keep their caches warm, and when the holder dies another takes over
+within ``--lease-duration`` plus two ``--retry-period`` (client-go's timings by default: 15 s,
+10 s ``--renew-deadline``, 2 s), sending what the dead one committed and did not deliver. Each
+replica's identity is ``--leader-identity`` (``LEADER_IDENTITY``; by default its host name,
+which is its Pod's name, and a random suffix).
 """
 
 from __future__ import annotations
@@ -38,6 +47,7 @@ from typing import Any
 from lifecycle import Observation, Runner
 from lifecycle.emitters.kubernetes import KubernetesEmitter
 from lifecycle.host import HostLoop, Leader, Watched
+from lifecycle.leader import LeaderElector, LeaderGate, LeaseLock, NotLeader, default_identity
 from lifecycle.machines import MachineRegistry
 from lifecycle.machines.job import (
     JOB,
@@ -56,6 +66,7 @@ __all__ = [
     "JOBS",
     "WORKLOAD",
     "build",
+    "elector",
     "job_observations",
     "main",
     "register_crd",
@@ -113,16 +124,43 @@ def build(
     """The controller: a :class:`~lifecycle.host.HostLoop` watching Jobs (in ``namespace``, or
     all), their status kept by :class:`KubernetesStore` on the objects themselves, each
     transition a Kubernetes Event. ``api``: a ``kubernetes.client.ApiClient`` or ``None`` for
-    the loaded configuration. ``leader``: anything with ``is_leader()`` (a Lease elector);
-    ``None`` writes always (one replica). ``options`` go to the loop."""
+    the loaded configuration. ``leader``: anything with ``is_leader()`` (a Lease elector:
+    :func:`elector`); the store writes only while it answers yes. ``None`` writes always (one
+    replica). ``options`` go to the loop. What a crashed (or deposed) predecessor committed
+    and did not deliver, the loop sends at its first cycle as the writer."""
     resources = {"Job": JOBS}
     cache = ObjectCache(api, resources=resources, namespace=namespace)
-    store = KubernetesStore(api, resources=resources, reader=cache.get)
+    store: Any = KubernetesStore(api, resources=resources, reader=cache.get)
+    if leader is not None:
+        store = LeaderGate(store, leader)  # every write refused unless we hold the Lease
     events = KubernetesEmitter.for_api(api, resolve=cache.resolve, machines=[JOB])
     runner = Runner(store, [events], machines=MachineRegistry([JOB]), links=())
-    runner.redeliver()  # what a crashed predecessor committed and did not deliver
     watched = {"Job": Watched(JOBS, job_observations, namespace=namespace)}
     return HostLoop(runner, watched, api=api, cache=cache, health=health, leader=leader, **options)
+
+
+def elector(api: Any, args: argparse.Namespace, on_started: Any = None) -> LeaderElector:
+    """The candidate of this replica for the Lease ``args.lease_name``; ``on_started`` runs
+    when it starts to lead (the loop's ``wake``, so it need not wait to notice)."""
+    lock = LeaseLock(args.lease_name, args.lease_namespace, args.leader_identity, api=api)
+    return LeaderElector(
+        lock,
+        lease_duration=args.lease_duration,
+        renew_deadline=args.renew_deadline,
+        retry_period=args.retry_period,
+        on_started_leading=on_started,
+    )
+
+
+def _own_namespace() -> str:
+    """The namespace this Pod runs in (its service account's), else ``default``."""
+    path = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
+    if os.environ.get("POD_NAMESPACE"):
+        return os.environ["POD_NAMESPACE"]
+    if os.path.exists(path):
+        with open(path, encoding="utf-8") as f:
+            return f.read().strip()
+    return "default"
 
 
 def _arguments(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -138,7 +176,23 @@ def _arguments(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--fake-kubeconfig", default="fake-kubeconfig")
     parser.add_argument("--shutdown-timeout", type=float, default=10.0)
     parser.add_argument("--resync", type=float, default=300.0)
-    return parser.parse_args(argv)
+    election = parser.add_argument_group("leader election (two replicas or more)")
+    election.add_argument(
+        "--leader-election",
+        action="store_true",
+        default=os.environ.get("LEADER_ELECTION", "").lower() in ("1", "true", "yes"),
+    )
+    election.add_argument("--lease-name", default="jobs-controller")
+    election.add_argument("--lease-namespace", default=None)
+    election.add_argument(
+        "--leader-identity", default=os.environ.get("LEADER_IDENTITY") or default_identity()
+    )
+    election.add_argument("--lease-duration", type=float, default=15.0)
+    election.add_argument("--renew-deadline", type=float, default=10.0)
+    election.add_argument("--retry-period", type=float, default=2.0)
+    args = parser.parse_args(argv)
+    args.lease_namespace = args.lease_namespace or _own_namespace()
+    return args
 
 
 def _api_client(args: argparse.Namespace) -> Any:
@@ -167,18 +221,31 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"fake cluster at {fake.url}; kubeconfig {args.kubeconfig}", flush=True)
     health = Health()
     port = health.serve(args.health_port)
+    api = _api_client(args)
+    leader = None
+    loop: HostLoop
+    if args.leader_election:
+        leader = elector(api, args, on_started=lambda: loop.wake())
     loop = build(
-        _api_client(args),
+        api,
         namespace=args.namespace,
         health=health,
+        leader=leader,
         shutdown_timeout=args.shutdown_timeout,
         resync=args.resync,
     )
+    if leader is not None:
+        leader.start()
+        print(f"campaigning for the Lease as {leader.identity}", flush=True)
     print(f"watching Jobs; probes on port {port}", flush=True)
     try:
         loop.run()  # until SIGTERM or SIGINT; closes the runner
+    except NotLeader:
+        pass  # a follower's runner closing: the gate refuses its (empty) last delivery marks
     finally:
         loop.runner.store.close()  # writes the delivered marks
+        if leader is not None:
+            leader.stop()  # releases the Lease: another replica takes over at once
         health.close()
         if fake is not None:
             fake.close()

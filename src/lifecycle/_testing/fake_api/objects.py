@@ -16,9 +16,14 @@ conventions say.
   models (a JSON type its Go field refuses is 400) and its conditions validated (422).
   Unknown fields follow ``fieldValidation``: ``Strict`` 400, ``Warn`` (default) dropped
   with a ``Warning: 299`` header each, ``Ignore`` dropped.
-- Leases (``coordination.k8s.io/v1``, namespaced) are created through the API too (POST:
-  201, 409 AlreadyExists for a taken name) and checked as :mod:`.leases` says; a Lease has
-  no status and no ``generation``.
+- Objects are created through the API (POST to a collection: 201 with a server-assigned
+  ``uid``, ``resourceVersion``, ``creationTimestamp`` and ``generation: 1``; a name or a
+  ``generateName``; 409 AlreadyExists for a taken name; a given ``status`` is ignored, as
+  for every kind with a status subresource) and deleted (DELETE: gone at once, 404 when
+  missing, 409 when ``preconditions`` name another uid or resourceVersion); a watch sees
+  ``ADDED`` and ``DELETED`` (the last state). :meth:`ObjectStore.add` and
+  :meth:`ObjectStore.remove` (out of band) share that code. Leases are checked as
+  :mod:`.leases` says; a Lease has no status and no ``generation``.
 - Size: a body over 3 MiB is 413; an object whose JSON would exceed 1.5 MiB is 500
   ``etcdserver: request is too large`` and is not stored.
 """
@@ -154,6 +159,11 @@ def _conflict(resource: Resource, name: str, why: str) -> ApiError:
     return ApiError(409, "Conflict", message, resource.details(name))
 
 
+def _uid_conflict(resource: Resource, name: str, given: str, stored: str) -> ApiError:
+    why = f"Precondition failed: UID in precondition: {given}, UID in object meta: {stored}"
+    return _conflict(resource, name, why)
+
+
 def _now() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
@@ -228,25 +238,41 @@ class ObjectStore:
         causes = self._causes(resource, body, None, "")
         if causes:
             raise ValueError(_invalid(resource, name, causes).message)
-        body["metadata"].update(
-            uid=uid or str(uuid.uuid4()),
-            resourceVersion=self._next_version(),
-            generation=1,
-            creationTimestamp=_now(),
-        )
-        self.objects[(plural, namespace, name)] = body
-        self._changed("ADDED", plural, namespace, body)
-        return copy.deepcopy(body)
+        return self._insert(resource, namespace, body, uid=uid)
 
     def remove(self, plural: str, namespace: str, name: str) -> None:
         """Delete an object out of band; a watch sees it ``DELETED`` at a new revision."""
         resource = self.by_plural(plural)
         namespace = namespace if resource.namespaced else ""
-        gone = self.objects.pop((plural, namespace, name), None)
-        if gone is not None:
-            gone = copy.deepcopy(gone)
-            gone["metadata"]["resourceVersion"] = self._next_version()
-            self._changed("DELETED", plural, namespace, gone)
+        if (plural, namespace, name) in self.objects:
+            self._drop_object(resource, namespace, name)
+
+    # -- the two paths share these: out of band and through the API --------------------------
+    def _insert(
+        self, resource: Resource, namespace: str, body: dict[str, Any], *, uid: str | None
+    ) -> dict[str, Any]:
+        """Store a new, checked object with the metadata the system owns; a watch sees it
+        ``ADDED``. A Lease has no ``generation``."""
+        system: dict[str, Any] = {
+            "uid": uid or str(uuid.uuid4()),
+            "resourceVersion": self._next_version(),
+            "creationTimestamp": _now(),
+        }
+        if resource is not LEASE:
+            system["generation"] = 1
+        body["metadata"].update(system)
+        key = (resource.plural, namespace, body["metadata"]["name"])
+        self.objects[key] = body
+        self._changed("ADDED", resource.plural, namespace, body)
+        return copy.deepcopy(body)
+
+    def _drop_object(self, resource: Resource, namespace: str, name: str) -> dict[str, Any]:
+        """Remove a stored object; a watch sees it ``DELETED`` with its last state at a new
+        revision. The removed object, as the watch sees it."""
+        gone = copy.deepcopy(self.objects.pop((resource.plural, namespace, name)))
+        gone["metadata"]["resourceVersion"] = self._next_version()
+        self._changed("DELETED", resource.plural, namespace, gone)
+        return gone
 
     def _changed(self, kind: str, plural: str, namespace: str, obj: dict[str, Any]) -> None:
         revision = int(obj["metadata"]["resourceVersion"])
@@ -268,13 +294,15 @@ class ObjectStore:
             raise ApiError(404, "NotFound", message, {})
         resource, namespace, name, sub = route
         if name is None:
-            if method == "POST" and resource is LEASE:
+            if method == "POST":
                 return self._create(resource, namespace, raw, query)
             if method != "GET":
                 raise _not_allowed()
             return 200, self._list(resource, namespace, query), []
         if method == "GET":
             return 200, self._get(resource, namespace, name), []
+        if method == "DELETE" and sub is None:
+            return self._delete(resource, namespace, name, raw)
         if method not in ("PUT", "PATCH"):
             raise _not_allowed()
         if len(raw) > BODY_LIMIT:
@@ -452,8 +480,13 @@ class ObjectStore:
     def _create(
         self, resource: Resource, namespace: str, raw: bytes, query: dict[str, str]
     ) -> Reply:
-        """POST to a collection: the object as given (its system metadata set here), 201;
-        409 AlreadyExists for a taken name."""
+        """POST to a collection: the object as given (its system metadata set here, a name
+        made from ``generateName`` when none is given), 201; 409 AlreadyExists for a taken
+        name. A create ignores ``status`` (every kind served here but the Lease has a status
+        subresource, and a Lease has no status), as the API server's create strategies do."""
+        if len(raw) > BODY_LIMIT:
+            message = f"Request entity too large: limit is {BODY_LIMIT}"
+            raise ApiError(413, "RequestEntityTooLarge", message)
         try:
             body = json.loads(raw) if raw else None
         except ValueError as e:
@@ -470,7 +503,11 @@ class ObjectStore:
                 "on the request"
             )
             raise ApiError(400, "BadRequest", message)
+        _check_kind(resource, body)
         name = str(metadata.get("name") or "")
+        prefix = str(metadata.get("generateName") or "")
+        if not name and prefix:
+            name = prefix + uuid.uuid4().hex[:5]
         if not name:
             cause = Cause(
                 "metadata.name",
@@ -483,22 +520,59 @@ class ObjectStore:
         body["apiVersion"], body["kind"] = resource.api_version, resource.kind
         body.pop("status", None)
         causes = name_causes(name) + self._causes(resource, body, None, None)
+        if resource is POD and not (body.get("spec") or {}).get("containers"):
+            causes.append(Cause("spec.containers", "FieldValueRequired", "Required value"))
         if causes:
             raise _invalid(resource, name, causes)
         if (resource.plural, namespace, name) in self.objects:
             message = f'{resource.qualified} "{name}" already exists'
             raise ApiError(409, "AlreadyExists", message, resource.details(name))
-        kept = {k: v for k, v in body["metadata"].items() if k in ("name", "labels", "annotations")}
-        body["metadata"] = kept | {
-            "namespace": namespace,
-            "uid": str(uuid.uuid4()),
-            "resourceVersion": self._next_version(),
-            "creationTimestamp": _now(),
-        }
-        self.objects[(resource.plural, namespace, name)] = body
+        kept = {k: v for k, v in body["metadata"].items() if k in _CREATE_METADATA}
+        body["metadata"] = kept | {"name": name}
+        if namespace:
+            body["metadata"]["namespace"] = namespace
+        if len(json.dumps(body).encode()) > ETCD_LIMIT:
+            raise ApiError(500, "", "etcdserver: request is too large")
+        created = self._insert(resource, namespace, body, uid=None)
         self.writes += 1
-        self._changed("ADDED", resource.plural, namespace, body)
-        return 201, copy.deepcopy(body), warnings
+        return 201, created, warnings
+
+    def _delete(self, resource: Resource, namespace: str, name: str, raw: bytes) -> Reply:
+        """DELETE an object: gone at once (no finalizers, no grace period are served), 200
+        with the object as it was (a Pod) or a ``Success`` Status (a custom resource or a
+        Lease); 404 when missing; 409 when the body's ``preconditions`` name another uid or
+        resourceVersion than the stored one."""
+        stored = self._get(resource, namespace, name)
+        try:
+            options = json.loads(raw) if raw else {}
+        except ValueError as e:
+            raise ApiError(400, "BadRequest", f"invalid JSON in the body: {e}") from e
+        preconditions = (options or {}).get("preconditions") or {}
+        if not isinstance(preconditions, dict):
+            raise ApiError(400, "BadRequest", "preconditions is not an object")
+        meta = stored["metadata"]
+        uid, version = preconditions.get("uid"), preconditions.get("resourceVersion")
+        if uid and uid != meta["uid"]:
+            raise _uid_conflict(resource, name, uid, meta["uid"])
+        if version and version != meta["resourceVersion"]:
+            why = (
+                f"Precondition failed: ResourceVersion in precondition: {version}, "
+                f"ResourceVersion in object meta: {meta['resourceVersion']}"
+            )
+            raise _conflict(resource, name, why)
+        gone = self._drop_object(resource, namespace, name)
+        self.writes += 1
+        if resource is POD:
+            return 200, gone, []
+        details = {**resource.details(name), "uid": meta["uid"]}
+        success = {
+            "kind": "Status",
+            "apiVersion": "v1",
+            "metadata": {},
+            "status": "Success",
+            "details": details,
+        }
+        return 200, success, []
 
     @staticmethod
     def _strategy(
@@ -560,6 +634,29 @@ class ObjectStore:
             )
             causes.append(Cause("spec", "FieldValueForbidden", message))
         return causes
+
+
+#: the metadata a create keeps from its body (the rest the system owns)
+_CREATE_METADATA = ("labels", "annotations", "finalizers", "ownerReferences", "generateName")
+
+
+def _check_kind(resource: Resource, body: dict[str, Any]) -> None:
+    """Refuse a created body that names another API version or kind than the collection (a
+    custom resource's body must name both)."""
+    api_version, kind = body.get("apiVersion"), body.get("kind")
+    if resource.schema is not None and (not api_version or not kind):
+        missing = "Kind" if api_version else "apiVersion"
+        raise ApiError(
+            400, "BadRequest", f"Object '{missing}' is missing in '{json.dumps(body)[:200]}'"
+        )
+    if (api_version or resource.api_version) != resource.api_version or (
+        kind or resource.kind
+    ) != resource.kind:
+        message = (
+            f"the API version in the data ({api_version}) does not match the expected API "
+            f"version ({resource.api_version})"
+        )
+        raise ApiError(400, "BadRequest", message)
 
 
 def _not_allowed() -> ApiError:
@@ -714,11 +811,7 @@ def _check_precondition(
     resource's ``PUT`` must give a resource version)."""
     uid = metadata.get("uid")
     if method == "PUT" and uid and uid != stored_meta["uid"]:
-        why = (
-            f"Precondition failed: UID in precondition: {uid}, UID in object meta: "
-            f"{stored_meta['uid']}"
-        )
-        raise _conflict(resource, name, why)
+        raise _uid_conflict(resource, name, uid, stored_meta["uid"])
     version = metadata.get("resourceVersion")
     if not version and method == "PUT" and resource.schema is not None:
         # a custom resource allows no unconditional update

@@ -254,8 +254,9 @@ class FakeApiServer:
     :meth:`bookmark`, :meth:`drop_watches` and :meth:`expire_watches` script what an open
     watch gets, :meth:`wait_watching` waits for watches to open).
 
-    Point a client at it with :meth:`configuration` or :meth:`kubeconfig`; put objects in
-    place out of band with :meth:`add_object` (as ``kubectl apply``), read them back with
+    Point a client at it with :meth:`configuration` or :meth:`kubeconfig`; create and delete
+    objects through the API (POST to a collection, DELETE on an object), or out of band with
+    :meth:`add_object` and :meth:`remove_object` (the same code); read them back with
     :meth:`object`, :meth:`status` and :meth:`events_regarding`; script faults with
     :meth:`fail`, :meth:`fail_path` and :meth:`fail_when` (a status code, ``"hang"``,
     ``"drop"``, ``"reset"``, ``("slow", s)``, ``("drip", s)``, ``("huge", n)``,
