@@ -24,10 +24,12 @@ from lifecycle import (
     ObjectRef,
     Observation,
     Runner,
+    SQLiteStore,
     UnknownMachine,
 )
 from lifecycle.adapters import Tracked
 from lifecycle.host import HostLoop, Poll, Watched
+from lifecycle.leader import LeaderGate
 from lifecycle.machines import MachineRegistry
 from lifecycle.machines.pod import POD, CreateRequested, ProvisionSucceeded
 from lifecycle.stores.kubernetes import CustomResource, ObjectChange
@@ -383,6 +385,64 @@ def test_a_writer_redelivers_what_a_crashed_one_committed_and_never_sent(
     assert store.undelivered_count() == 0
     loop.stop()
     runner.close()
+
+
+def test_a_change_whose_write_lost_leadership_is_observed_once_it_leads_again(
+    cluster: FakeApiServer,
+) -> None:
+    """Leadership lost between the loop's check and the commit (the store behind a
+    ``LeaderGate`` refuses): the change is held, not dropped, and written once the replica
+    leads again -- even though the object does not change meanwhile."""
+
+    class Flag:
+        leading = True
+
+        def is_leader(self) -> bool:
+            return self.leading
+
+    flag = Flag()
+
+    class Deposing(Seen):  # the lease is lost while the first cycle maps its changes
+        def __call__(self, change: ObjectChange, at: datetime) -> Observation:
+            if not self.changes:
+                flag.leading = False
+            return super().__call__(change, at)
+
+    obj = cluster.add_object("widgets", "ml", "w0")
+    store = MemoryStore()
+    registry = MachineRegistry([MIRROR, POD])
+    runner = Runner(LeaderGate(store, flag), machines=registry, links=())
+    api = client.ApiClient(cluster.configuration())
+    loop = HostLoop(
+        runner, {"Widget": Watched(WIDGETS, Deposing())}, api=api, watch_timeout=5, leader=flag
+    )
+    thread = threading.Thread(target=loop.run, kwargs={"signals": False}, daemon=True)
+    thread.start()
+    try:
+        assert cluster.wait_watching(1)
+        assert eventually(lambda: any(f.where == "observe" for f in loop.failures))
+        assert statuses(store) == {}  # refused: nothing written while not leading
+        flag.leading = True
+        loop.wake()
+        uid = obj["metadata"]["uid"]
+        assert eventually(lambda: uid in statuses(store))
+    finally:
+        flag.leading = True
+        stop(loop, thread)
+
+
+def test_a_follower_closes_cleanly_behind_its_gate(tmp_path: Path) -> None:
+    """A runner whose store refuses because this replica does not lead still closes: its
+    marks are a repeat later, not a failed shutdown."""
+
+    class Never:
+        def is_leader(self) -> bool:
+            return False
+
+    store = SQLiteStore(tmp_path / "s.db")  # it holds marks to write at close
+    runner = Runner(LeaderGate(store, Never()), machines=MachineRegistry([MIRROR]), links=())
+    runner.close()
+    store.close()
 
 
 # -- shutdown ---------------------------------------------------------------------------------

@@ -47,7 +47,7 @@ from typing import Any
 from lifecycle import Observation, Runner
 from lifecycle.emitters.kubernetes import KubernetesEmitter
 from lifecycle.host import HostLoop, Leader, Watched
-from lifecycle.leader import LeaderElector, LeaderGate, LeaseLock, NotLeader, default_identity
+from lifecycle.leader import LeaderElector, LeaderGate, LeaseLock, default_identity
 from lifecycle.machines import MachineRegistry
 from lifecycle.machines.job import (
     JOB,
@@ -240,8 +240,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"watching Jobs; probes on port {port}", flush=True)
     try:
         loop.run()  # until SIGTERM or SIGINT; closes the runner
-    except NotLeader:
-        pass  # a follower's runner closing: the gate refuses its (empty) last delivery marks
     finally:
         loop.runner.store.close()  # writes the delivered marks
         if leader is not None:

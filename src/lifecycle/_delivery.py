@@ -33,7 +33,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ._core import threads
-from ._core.errors import StoreError
+from ._core.errors import LifecycleError, StoreError
 from ._core.transition import Transition
 from .emitters.base import Ack, Acknowledge, Emitter, delivery_key, emitter_name
 
@@ -460,12 +460,14 @@ def settle(store: object, *, close: bool, log: Any) -> None:
     """After a runner's last delivery: close ``store`` (``close``: the runner owns it) or
     write the delivery marks it still holds (its optional ``flush_marks``), so a process that
     exits right after finds nothing delivered waiting in the outbox (ADR 0135). A failure is
-    logged: those events repeat, under their ids."""
+    logged: those events repeat, under their ids. (A store refusing because this replica
+    does not lead -- ``lifecycle.leader.NotLeader`` -- is such a failure: a follower's close
+    must not fail its host's shutdown.)"""
     call = getattr(store, "close" if close else "flush_marks", None)
     if callable(call):
         try:
             call()
-        except StoreError as e:
+        except LifecycleError as e:
             log.warning("could not write delivery marks at close; they will repeat", error=str(e))
 
 

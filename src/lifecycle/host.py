@@ -334,10 +334,7 @@ class HostLoop:
         leading = self.leader is None or bool(self.leader.is_leader())
         failures: list[Failure] = []
         if not leading:
-            for change in changes:  # the latest state of each object, for when we lead
-                ref = change.ref
-                self._held[(ref.kind, ref.namespace, ref.name, ref.uid)] = change
-            self._leading = False
+            self._hold(changes)
             return Cycle(now, len(changes), 0, 0, (), (), False, None)
         if not self._leading:  # leadership gained (or the first cycle): what came due
             self._leading = True
@@ -357,6 +354,8 @@ class HostLoop:
         ticks = self._ticks(now)
         polled = self._polled(now, failures)
         results = self._observe([*items, *ticks, *polled], failures)
+        if self.leader is not None and not self.leader.is_leader():
+            self._hold(changes)  # lost while writing: what may not have landed waits for it
         for result in results:
             self._schedule(result)
         for failure in failures:
@@ -420,6 +419,14 @@ class HostLoop:
             if result.error is not None and not result.committed:
                 failures.append(Failure("observe", result.ref, result.error))
         return results
+
+    def _hold(self, changes: list[ObjectChange]) -> None:
+        """Keep the latest state of each of ``changes`` for when this replica leads (again):
+        nothing is written meanwhile, and observing a change twice writes it once."""
+        for change in changes:
+            ref = change.ref
+            self._held[(ref.kind, ref.namespace, ref.name, ref.uid)] = change
+        self._leading = False
 
     def _redeliver(self, failures: list[Failure]) -> None:
         """Hand the emitters every committed event not yet marked delivered: at the start, on
