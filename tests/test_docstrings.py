@@ -78,6 +78,8 @@ COVERED = {
     "lifecycle.stores.base": DONE,
     "lifecycle.runner": DONE,
     "lifecycle.aio": DONE,
+    "lifecycle.host": DONE,
+    "lifecycle.leader": DONE,
     "lifecycle.stores": DONE,
     "lifecycle.stores.sqlite": DONE,
     "lifecycle.stores.postgres": DONE,
