@@ -464,23 +464,7 @@ class KubernetesStore(_Handle[Transport, Callable[[float], None]], Store, FindSt
         older_than: timedelta | float | None = None,
         limit: int = 100,
     ) -> list[Found]:
-        """``machine``'s objects (in ``state``, in it since before a time), oldest first: the
-        resource listed and filtered here (ADR 0159).
-
-        Args:
-            machine: the machine whose objects are listed.
-            state: only objects in this state.
-            entered_before: only objects in their state since before this time.
-            older_than: only objects in their state for longer than this.
-            limit: the most objects returned, a bound on one answer's memory.
-
-        Returns:
-            The objects found, oldest first.
-
-        Raises:
-            InvalidQuery: an unknown state or a contradictory bound.
-            StoreError: the API server cannot be read.
-        """
+        # FindStore.find: the resource listed and filtered here (ADR 0159)
         query = check_query(machine, state, entered_before, older_than, limit)
         found: list[Found] = self._run(self.core.find(machine, query))
         return found

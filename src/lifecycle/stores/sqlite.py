@@ -329,20 +329,7 @@ class SQLiteStore(Store, BatchStore, RetentionStore, SchemaStore, FindStore):
         return True
 
     def load(self, machine: Machine[Any], ref: ObjectRef) -> Record | None:
-        """The stored record, or ``None``; :class:`~lifecycle.IdentityMismatch` when the
-        uid is stored for another object (its identity is read in the same ``SELECT``).
-
-        Args:
-            machine: the machine that writes the object; an older record comes back upcast.
-            ref: the object; its uid is the key.
-
-        Returns:
-            The record, or ``None`` for an object never committed.
-
-        Raises:
-            IdentityMismatch: the uid is stored for another object.
-            StoreError: the file cannot be read.
-        """
+        # CommitStore.load; the identity is read in the same SELECT as the record
         cache = self.cache
         if cache is None or not (cache.current() or self._cache_coherent(cache)):  # ADR 0156
             return self._load(machine, ref)
@@ -413,21 +400,8 @@ class SQLiteStore(Store, BatchStore, RetentionStore, SchemaStore, FindStore):
 
     # -- batches (BatchStore) -----------------------------------------------------------
     def load_many(self, items: Sequence[tuple[Machine[Any], ObjectRef]]) -> list[Record | None]:
-        """Each object's record (or ``None``), read in one consistent snapshot (with a status
-        cache: the cached ones as a ``load`` would answer, the rest read together). An item whose
-        uid is stored for another object refuses the whole read with
-        :class:`~lifecycle.IdentityMismatch` (see :class:`~lifecycle.stores.BatchStore`).
-
-        Args:
-            items: ``(machine, ref)`` pairs.
-
-        Returns:
-            A record or ``None`` per item, in order.
-
-        Raises:
-            IdentityMismatch: an item's uid is stored for another object.
-            StoreError: the file cannot be read.
-        """
+        # BatchStore.load_many: one consistent snapshot (with a status cache: the cached
+        # ones as a load would answer, the rest read together)
         cache = self.cache
         if cache is None or not self._cache_coherent(cache):
             return self._load_many(items)
@@ -604,23 +578,7 @@ class SQLiteStore(Store, BatchStore, RetentionStore, SchemaStore, FindStore):
         older_than: timedelta | float | None = None,
         limit: int = 100,
     ) -> list[Found]:
-        """``machine``'s objects (in ``state``, in it since before a time), oldest first: one
-        range of the ``objects_by_state_age`` index when ``state`` is given.
-
-        Args:
-            machine: the machine whose objects are listed.
-            state: only objects in this state.
-            entered_before: only objects in their state since before this time.
-            older_than: only objects in their state for longer than this.
-            limit: the most objects returned, a bound on one answer's memory.
-
-        Returns:
-            The objects found, oldest first.
-
-        Raises:
-            InvalidQuery: an unknown state or a contradictory bound.
-            StoreError: the file cannot be read.
-        """
+        # FindStore.find: one range of the ``objects_by_state_age`` index when ``state`` is given
         query = check_query(machine, state, entered_before, older_than, limit)
         db, lock = self._reading()
         with lock:
