@@ -47,7 +47,15 @@ class Redelivery(int):
     accepted it for delivery), ``acknowledged`` how many of those every emitter already
     confirmed when it returned (all of them, without an acknowledging emitter). The rest are
     ``in_flight``: marked delivered once acknowledged (``flush``, ``close``), or left in the
-    outbox for the next redelivery if an emitter fails them (ADR 0135)."""
+    outbox for the next redelivery if an emitter fails them (ADR 0135).
+
+    Args:
+        handed: how many events were handed over.
+        acknowledged: how many of them every emitter confirmed; default all of them.
+
+    Raises:
+        ValueError: ``acknowledged`` outside ``0..handed``.
+    """
 
     acknowledged: int
 
@@ -78,7 +86,14 @@ class Redelivery(int):
         return (Redelivery, (int(self), self.acknowledged))
 
     def joined(self, other: Redelivery) -> Redelivery:
-        """Both redeliveries' counts together."""
+        """Both redeliveries' counts together.
+
+        Args:
+            other: the other redelivery.
+
+        Returns:
+            The sums of both counts.
+        """
         return Redelivery(int(self) + int(other), self.acknowledged + other.acknowledged)
 
 

@@ -97,5 +97,12 @@ class RunnerCore(Generic[StoreT]):
 
     def policy_for(self, machine: Machine[Any]) -> RetryPolicy:
         """The retry policy for ``machine``'s writes: ``policies[name]`` if given, else the
-        runner's policy with the machine's declared ``write_attempts`` (if any)."""
+        runner's policy with the machine's declared ``write_attempts`` (if any).
+
+        Args:
+            machine: the machine written.
+
+        Returns:
+            The policy its commits retry under.
+        """
         return self.protocol.policy_for(machine)

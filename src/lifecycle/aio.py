@@ -55,7 +55,22 @@ T = TypeVar("T")
 class AsyncCommitStore(Protocol):
     """:class:`~lifecycle.stores.CommitStore`, awaited: all :class:`AsyncRunner` needs."""
 
-    async def load(self, machine: Machine[Any], ref: ObjectRef) -> Record | None: ...
+    async def load(self, machine: Machine[Any], ref: ObjectRef) -> Record | None:
+        """An object's stored record (:meth:`CommitStore.load
+        <lifecycle.stores.CommitStore.load>`, awaited).
+
+        Args:
+            machine: the machine that writes the object; an older record comes back upcast.
+            ref: the object; its uid is the key.
+
+        Returns:
+            The record, or ``None`` for an object never committed.
+
+        Raises:
+            IdentityMismatch: the uid is stored for another object.
+            StoreError: the store cannot be read.
+        """
+        ...
 
     async def commit(
         self,
@@ -65,7 +80,31 @@ class AsyncCommitStore(Protocol):
         status: Any,
         observation: Observation,
         transitions: Sequence[Transition],
-    ) -> int: ...
+    ) -> int:
+        """Write a new status, its journal entry and its outbox rows, atomically, if the
+        stored version is ``expected`` (:meth:`CommitStore.commit
+        <lifecycle.stores.CommitStore.commit>`, awaited).
+
+        Args:
+            machine: the machine that writes the object.
+            ref: the object.
+            expected: the version the caller loaded (0 for a new object): the
+                compare-and-set that makes two writers on one object safe without a lock.
+            status: the new status.
+            observation: what produced it, journalled.
+            transitions: events, then link intents, written to the outbox in the same
+                transaction, so an event is never lost between the commit and its delivery.
+
+        Returns:
+            The new version, ``expected + 1``.
+
+        Raises:
+            Conflict: the stored version is not ``expected``; nothing was written.
+            IdentityMismatch: the uid is stored for another object; nothing was written.
+            CommitUnknown: the connection was lost in flight; the write may have landed.
+            StoreError: anything else; nothing was written.
+        """
+        ...
 
 
 @runtime_checkable
@@ -74,23 +113,68 @@ class AsyncStore(AsyncCommitStore, Protocol):
     shipped store has. Optional, as for ``Store``: ``load_many`` and ``commit_many``
     (batches), ``snapshot`` (retention), ``schema_versions``."""
 
-    async def journal(self, machine: Machine[Any], ref: ObjectRef) -> list[JournalEntry]: ...
+    async def journal(self, machine: Machine[Any], ref: ObjectRef) -> list[JournalEntry]:
+        """An object's journal, oldest first.
 
-    async def records(self, machine: Machine[Any]) -> list[Record]: ...
+        Args:
+            machine: the machine that writes the object; old entries come back upcast.
+            ref: the object.
 
-    async def claim_undelivered(self, limit: int = 1000) -> list[Transition]: ...
+        Returns:
+            The entries; empty for an object never committed.
 
-    async def mark_delivered(self, ids: Iterable[str]) -> None: ...
+        Raises:
+            IdentityMismatch: the uid is stored for another object.
+        """
+        ...
+
+    async def records(self, machine: Machine[Any]) -> list[Record]:
+        """Every record of one machine.
+
+        Args:
+            machine: the machine whose objects are listed.
+
+        Returns:
+            The records, in no promised order.
+        """
+        ...
+
+    async def claim_undelivered(self, limit: int = 1000) -> list[Transition]:
+        """Claim undelivered outbox rows for this store's owner.
+
+        Args:
+            limit: the most rows returned, a bound on what one round holds in memory.
+
+        Returns:
+            The rows, each object's in commit order, so its events are delivered in order.
+        """
+        ...
+
+    async def mark_delivered(self, ids: Iterable[str]) -> None:
+        """Remove delivered rows from the outbox.
+
+        Args:
+            ids: the transitions' ids; an unknown or already removed id is ignored, so a
+                repeat after a crash is harmless.
+        """
+        ...
 
     async def close(self) -> None: ...
 
 
-class ThreadedStore:
+class ThreadedStore(AsyncStore):
     """A synchronous store behind the :class:`AsyncStore` protocol: each call runs on one
     worker thread (in order), so the event loop never waits on the disk or a lock.
 
     A :class:`~lifecycle.MemoryStore` never blocks, so it is called inline (``inline=True``
-    forces that for any store)."""
+    forces that for any store). Its methods are :class:`AsyncStore`'s, where they add
+    nothing to say.
+
+    Args:
+        store: the synchronous store wrapped.
+        inline: call the store on the event loop's thread; default only for a
+            :class:`~lifecycle.MemoryStore`, which never blocks.
+    """
 
     def __init__(self, store: CommitStore, *, inline: bool | None = None) -> None:
         self.store = store
@@ -130,6 +214,17 @@ class ThreadedStore:
     async def load_many(
         self, items: Sequence[tuple[Machine[Any], ObjectRef]]
     ) -> list[Record | None]:
+        """The store's ``load_many``, or one load per item, on the worker thread.
+
+        Args:
+            items: ``(machine, ref)`` pairs.
+
+        Returns:
+            A record or ``None`` per item, in order.
+
+        Raises:
+            IdentityMismatch: an item's uid is stored for another object.
+        """
         load_many = getattr(self.store, "load_many", None)
         if load_many is None:
             return await self._call(lambda: [self.store.load(m, r) for m, r in items])
@@ -138,7 +233,18 @@ class ThreadedStore:
 
     async def commit_many(self, items: Sequence[CommitItem]) -> list[int | StoreError]:
         """The store's ``commit_many``, or one commit per item; an item whose uid is stored
-        for another object raises :class:`~lifecycle.IdentityMismatch`, nothing written."""
+        for another object raises :class:`~lifecycle.IdentityMismatch`, nothing written.
+
+        Args:
+            items: the writes; items of one object are applied in order.
+
+        Returns:
+            Per item, the new version, or the :class:`~lifecycle.Conflict` or
+            :class:`~lifecycle.StoreError` that refused it.
+
+        Raises:
+            IdentityMismatch: an item's uid is stored for another object; nothing written.
+        """
         commit_many = getattr(self.store, "commit_many", None)
         if commit_many is not None:
             found: list[int | StoreError] = await self._call(commit_many, items)
@@ -167,6 +273,15 @@ class ThreadedStore:
         return await self._call(lambda: list(self.store.records(machine)))  # type: ignore[attr-defined]
 
     async def snapshot(self, machine: Machine[Any], ref: ObjectRef) -> Any:
+        """The store's ``snapshot``, if it has one.
+
+        Args:
+            machine: the machine that writes the object.
+            ref: the object.
+
+        Returns:
+            The snapshot, or ``None`` (none made, or a store without retention).
+        """
         snapshot = getattr(self.store, "snapshot", None)
         return None if snapshot is None else await self._call(snapshot, machine, ref)
 
@@ -240,6 +355,24 @@ class AsyncRunner(RunnerCore[AsyncCommitStore | CommitStore]):
     ``owns_store``: whether :meth:`close` closes the store; by default it does (as it always
     has). With ``owns_store=False`` a store passed in stays open, the delivery marks it holds
     written (ADR 0135).
+
+    Args:
+        store: an :class:`AsyncCommitStore`, or a synchronous store (run on a worker
+            thread); default a new :class:`~lifecycle.stores.MemoryStore`.
+        emitters: as :class:`~lifecycle.Runner`'s: where committed events go.
+        machines: as :class:`~lifecycle.Runner`'s: the machines served.
+        links: as :class:`~lifecycle.Runner`'s: the links whose intents are applied.
+        policy: as :class:`~lifecycle.Runner`'s: how a failing commit is retried.
+        logger: as :class:`~lifecycle.Runner`'s: for failed writes and emitters.
+        policies: as :class:`~lifecycle.Runner`'s: a policy per machine name.
+        check_schema: as :class:`~lifecycle.Runner`'s; an asyncio store is checked before
+            the first call that reads it (or at :meth:`check_schema`).
+        telemetry: as :class:`~lifecycle.Runner`'s: metrics and spans of every call.
+        owns_store: whether :meth:`close` closes the store; default ``True``.
+
+    Raises:
+        SchemaRefused: a synchronous store holds records the machines cannot read.
+        StoreTooSmall: the store cannot hold what the machines accept (ADR 0144).
     """
 
     owns_given_store = True
@@ -265,7 +398,17 @@ class AsyncRunner(RunnerCore[AsyncCommitStore | CommitStore]):
     async def due(self, now: datetime) -> list[ObjectRef]:
         """:meth:`Runner.due <lifecycle.Runner.due>`, awaited: the objects in the store whose
         next :class:`~lifecycle.Tick` is due at ``now``, read from the store's ``records``
-        (a store without them is a ``TypeError``; ADR 0149)."""
+        (a store without them is a ``TypeError``; ADR 0149).
+
+        Args:
+            now: the host's time now.
+
+        Returns:
+            The refs due, by machine.
+
+        Raises:
+            TypeError: the store has no ``records``.
+        """
         from . import _requeue
 
         records = getattr(self.store, "records", None)
@@ -296,14 +439,35 @@ class AsyncRunner(RunnerCore[AsyncCommitStore | CommitStore]):
         self._schema_checked = True
 
     async def observe(self, ref: ObjectRef, observation: Observation) -> Result:
-        """:meth:`Runner.observe`, awaited: a refused observation raises, the store untouched."""
+        """:meth:`Runner.observe`, awaited: a refused observation raises, the store untouched.
+
+        Args:
+            ref: the object observed; its kind picks the machine.
+            observation: what was seen of it.
+
+        Returns:
+            What happened: committed, unchanged or failed.
+
+        Raises:
+            LifecycleError: input the machine refuses; nothing was read or written.
+        """
         results: list[Result] = await self._drive(
             _batch.observe(self.protocol, [(ref, observation)], refuse=True)
         )
         return results[0]
 
     async def observe_many(self, items: Iterable[tuple[ObjectRef, Observation]]) -> list[Result]:
-        """:meth:`Runner.observe_many`, awaited."""
+        """:meth:`Runner.observe_many`, awaited.
+
+        Args:
+            items: ``(ref, observation)`` pairs; several of one object are applied in order.
+
+        Returns:
+            One result per item, in order.
+
+        Raises:
+            LifecycleError: an observation a machine does not know; nothing was read or written.
+        """
         results: list[Result] = await self._drive(
             _batch.observe(self.protocol, self.protocol.pairs(items), refuse=False)
         )
@@ -312,7 +476,14 @@ class AsyncRunner(RunnerCore[AsyncCommitStore | CommitStore]):
     async def redeliver(self, limit: int = 1000) -> Redelivery:
         """Send committed but undelivered events again, under their ids, and apply the
         link intents found in the outbox (see :meth:`Runner.redeliver`); how many were
-        handed over (a :class:`~lifecycle.runner.Redelivery`: with how many were acknowledged)."""
+        handed over (a :class:`~lifecycle.runner.Redelivery`: with how many were acknowledged).
+
+        Args:
+            limit: the most outbox rows claimed in this call, a bound on what it holds in memory.
+
+        Returns:
+            How many events were handed over, and how many acknowledged.
+        """
         return (await self._redeliver(limit))[0]
 
     async def _redeliver(self, limit: int) -> tuple[Redelivery, list[Result]]:
@@ -329,7 +500,14 @@ class AsyncRunner(RunnerCore[AsyncCommitStore | CommitStore]):
     async def flush(self, timeout: float | None = 5.0) -> int:
         """:meth:`Runner.flush`, awaited: wait up to ``timeout`` seconds (off the event loop)
         for what an acknowledging emitter (the Kubernetes one) still holds, then mark every
-        acknowledgement received so far; how many were marked (ADR 0121)."""
+        acknowledgement received so far; how many were marked (ADR 0121).
+
+        Args:
+            timeout: the most seconds waited; ``None`` waits until every event is answered.
+
+        Returns:
+            How many events were marked delivered.
+        """
         delivery = self.protocol.delivery
         if delivery.in_flight() and (timeout is None or timeout > 0):
             await asyncio.to_thread(delivery.wait, timeout)
@@ -347,7 +525,14 @@ class AsyncRunner(RunnerCore[AsyncCommitStore | CommitStore]):
         seconds in all (off the event loop), mark what they acknowledged, log how many events
         stay undelivered in the outbox (the next :meth:`redeliver` sends them), then close the
         store it owns (``owns_store``) or write the marks another holds back (ADR 0135);
-        returns that count. Every mark is written before it returns."""
+        returns that count. Every mark is written before it returns.
+
+        Args:
+            timeout: the most seconds spent closing the emitters, in all.
+
+        Returns:
+            How many events were marked delivered while closing.
+        """
         delivery = self.protocol.delivery
         deadline = time.monotonic() + timeout
         before = delivery.failures()
@@ -412,7 +597,19 @@ class AsyncRunner(RunnerCore[AsyncCommitStore | CommitStore]):
 
 async def open_async_store(url: str, **options: Any) -> AsyncStore:
     """The :class:`AsyncStore` a URL names: ``memory://``, ``sqlite:///PATH`` (on a worker
-    thread) or ``postgresql://...`` (psycopg's asyncio pool)."""
+    thread) or ``postgresql://...`` (psycopg's asyncio pool).
+
+    Args:
+        url: ``memory://``, ``sqlite:///PATH?...`` or a libpq ``postgresql://`` URL.
+        **options: the store's constructor's keyword arguments.
+
+    Returns:
+        The open store.
+
+    Raises:
+        InvalidStoreURL: a URL that names no store the library opens.
+        StoreError: the store cannot be opened.
+    """
     if url.startswith(("postgresql://", "postgres://")):
         from .stores.postgres_async import AsyncPostgresStore
 

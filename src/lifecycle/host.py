@@ -85,7 +85,14 @@ ObjectMapping = Callable[[ObjectChange, datetime], Observation | Iterable[Observ
 class Watched:
     """A kind to list and watch: where its objects live (``resource``), the host's
     ``mapping`` of each change to observations, and which objects (``namespace``: one, or
-    ``None`` for all; ``label_selector``)."""
+    ``None`` for all; ``label_selector``).
+
+    Attributes:
+        resource: where the kind's objects live.
+        mapping: the host's function from a change (and the time) to the observations fed.
+        namespace: watch in this namespace; ``None``: every namespace.
+        label_selector: only objects it selects, so a host sees only what it controls.
+    """
 
     resource: CustomResource
     mapping: ObjectMapping
@@ -98,7 +105,16 @@ class Poll(Generic[S]):
     """A provider to poll every ``every`` seconds (first at the first cycle): each due cycle
     calls ``provider.observe(tracked(), at=now)`` and observes each outcome on its pod. The
     host keeps ``tracked`` (the pods it placed on that provider, as
-    :class:`~lifecycle.adapters.Tracked`); a Modal or EC2 adapter, or the fake one."""
+    :class:`~lifecycle.adapters.Tracked`); a Modal or EC2 adapter, or the fake one.
+
+    Attributes:
+        provider: the provider polled.
+        tracked: the host's pods on that provider, asked afresh at each poll.
+        every: seconds between polls: a bound on the provider's request rate.
+
+    Raises:
+        ValueError: ``every`` not positive.
+    """
 
     provider: Provider[S]
     tracked: Callable[[], Mapping[ObjectRef, Tracked[S]]]
@@ -116,7 +132,13 @@ class Leader(Protocol):
     deadline inside the lease duration), and may call :meth:`HostLoop.wake` when it gains
     leadership so the loop does not wait for ``leader_poll``."""
 
-    def is_leader(self) -> bool: ...
+    def is_leader(self) -> bool:
+        """Whether this replica may write now.
+
+        Returns:
+            ``True`` while it holds leadership.
+        """
+        ...
 
 
 class Probe(Protocol):
@@ -132,7 +154,13 @@ class Probe(Protocol):
 class Failure:
     """Something that went wrong without stopping the loop: ``where`` (``"mapping"``,
     ``"poll"``, ``"observe"``, ``"redeliver"``, ``"watch"``), the object it concerns (``None``
-    for a watch, a whole poll or a redelivery) and the error."""
+    for a watch, a whole poll or a redelivery) and the error.
+
+    Attributes:
+        where: the step that failed.
+        ref: the object concerned, or ``None``.
+        error: the exception raised.
+    """
 
     where: str
     ref: ObjectRef | None
@@ -144,7 +172,18 @@ class Cycle:
     """What one turn of the loop did: when (``at``), how many changes it took, how many
     ``Tick``\\ s and poll outcomes it fed, the runner's results, the failures, whether it
     held leadership (else nothing was written), and when it plans to wake next (``None``: at
-    the next change or ``idle``)."""
+    the next change or ``idle``).
+
+    Attributes:
+        at: the host's time at the cycle.
+        changes: how many list or watch changes it took.
+        ticks: how many ``Tick``\\ s it fed.
+        polled: how many poll outcomes it fed.
+        results: the runner's results.
+        failures: what went wrong without stopping the loop.
+        leading: whether it held leadership (else nothing was written).
+        next_tick: when the next timer is due, or ``None``.
+    """
 
     at: datetime
     changes: int
@@ -179,6 +218,33 @@ class HostLoop:
     :meth:`run` ends within the cycle in flight plus ``shutdown_timeout`` seconds, the
     runner's ``close(timeout=grace)`` included (``close_runner=False`` leaves it open).
     ``clock``: the time observations carry (default: now, UTC).
+
+    Args:
+        runner: the runner fed.
+        watched: kind to :class:`Watched`; each a kind the runner maps.
+        api: a ``kubernetes.client.ApiClient``, or ``None`` for the loaded default.
+        polls: the providers to poll.
+        leader: who may write; ``None`` always writes (one replica).
+        cache: an object cache over the same kinds, kept current, so the emitter's
+            ``resolve=`` and the store's ``reader=`` see what the loop sees.
+        health: the probes driven.
+        resync: seconds between full lists of each kind (and reads of ``Runner.due``): what
+            a missed watch event costs at most.
+        watch_timeout: seconds one watch lasts.
+        request_timeout: seconds one list or watch request may wait for its reply.
+        idle: the most seconds the loop sleeps without a change.
+        leader_poll: seconds between leadership checks while not leading.
+        batch: the most items one batch hands the runner, a bound on one cycle's memory.
+        grace: seconds the runner's ``close`` may take at the end.
+        shutdown_timeout: seconds :meth:`run` may take to end after the cycle in flight.
+        close_runner: close the runner when the loop ends.
+        clock: the time observations carry; a test passes a fake one.
+        on_failure: called with each :class:`Failure`, besides :attr:`failures`.
+
+    Raises:
+        ValueError: a timing or ``batch`` not positive, or nothing watched.
+        UnknownMachine: a watched kind the runner does not map.
+        ApiNotConfigured: no API server configuration.
     """
 
     def __init__(
@@ -274,7 +340,12 @@ class HostLoop:
     def run(self, *, signals: bool = True) -> None:
         """Run until :meth:`stop`; with ``signals`` (and on the main thread) SIGTERM and
         SIGINT call :meth:`stop` (the previous handlers are put back on the way out). Stops
-        the watches and closes the runner (unless ``close_runner=False``) before returning."""
+        the watches and closes the runner (unless ``close_runner=False``) before returning.
+
+        Args:
+            signals: stop on SIGTERM and SIGINT (on the main thread only), so a pod's
+                termination ends the loop cleanly.
+        """
         previous: dict[signal.Signals, Any] = {}
         if signals and threading.current_thread() is threading.main_thread():
             for signum in (signal.SIGTERM, signal.SIGINT):
@@ -321,7 +392,11 @@ class HostLoop:
     # -- one cycle ----------------------------------------------------------------------------
     def cycle(self) -> Cycle:
         """One turn: take the changes gathered, the due ``Tick``\\ s and polls, and hand
-        them to the runner at once (when leading); what it did."""
+        them to the runner at once (when leading); what it did.
+
+        Returns:
+            What the cycle did.
+        """
         now = self.clock()
         if self.health is not None:
             self.health.beat()

@@ -61,16 +61,53 @@ class Lock(Protocol):
     namespace: str
     identity: str
 
-    def get(self, name: str, namespace: str) -> tuple[bool, Any]: ...
+    def get(self, name: str, namespace: str) -> tuple[bool, Any]:
+        """Read the lock.
 
-    def create(self, name: str, namespace: str, election_record: Any) -> bool: ...
+        Args:
+            name: the lock's name.
+            namespace: the lock's namespace.
 
-    def update(self, name: str, namespace: str, updated_record: Any) -> bool: ...
+        Returns:
+            ``(True, record)`` (``record`` ``None`` when the lock holds none), or ``(False,
+            error)`` with the error's ``body`` as the official loop reads it.
+        """
+        ...
+
+    def create(self, name: str, namespace: str, election_record: Any) -> bool:
+        """Create the lock holding a record.
+
+        Args:
+            name: the lock's name.
+            namespace: the lock's namespace.
+            election_record: the record to write.
+
+        Returns:
+            Whether it was created (``False``: it exists, or the request failed).
+        """
+        ...
+
+    def update(self, name: str, namespace: str, updated_record: Any) -> bool:
+        """Replace the lock read by the last ``get``, if no one wrote it since.
+
+        Args:
+            name: the lock's name.
+            namespace: the lock's namespace.
+            updated_record: the record to write.
+
+        Returns:
+            Whether it was replaced.
+        """
+        ...
 
 
 def default_identity() -> str:
     """This process's candidate name: the host name (a Pod's name) and a random suffix, so
-    a restarted process never mistakes its predecessor's lease for its own."""
+    a restarted process never mistakes its predecessor's lease for its own.
+
+    Returns:
+        ``HOST-PID-XXXXXXXX``.
+    """
     return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
 
 
@@ -110,6 +147,23 @@ class LeaderElector:
     when it notices the change (notices, not the fence: :meth:`is_leader` turns false at the
     deadline itself, whenever the thread looks next). ``clock`` is a monotonic clock in
     seconds (injectable for tests).
+
+    Args:
+        lock: the lock campaigned for (a :class:`LeaseLock`).
+        lease_duration: whole seconds another replica waits after it last saw the lock
+            change before it takes it over.
+        renew_deadline: seconds after the start of the last successful renewal during which
+            :meth:`is_leader` is true: shorter than ``lease_duration``, so this replica stops
+            writing before another may start.
+        retry_period: seconds between tries to acquire or renew.
+        on_started_leading: called when this replica notices it leads.
+        on_stopped_leading: called when it notices it no longer does.
+        release_on_stop: release the lock at :meth:`stop`, so another replica takes it at
+            once rather than after ``lease_duration``.
+        clock: a monotonic clock in seconds; a test passes a fake one.
+
+    Raises:
+        ValueError: timings out of order, or a ``lease_duration`` not whole seconds.
     """
 
     def __init__(
@@ -160,7 +214,11 @@ class LeaderElector:
     # -- the fence -----------------------------------------------------------------------------
     def is_leader(self) -> bool:
         """True only while the Lease is surely ours: less than ``renew_deadline`` since the
-        start of our last successful acquire or renewal, by the monotonic clock."""
+        start of our last successful acquire or renewal, by the monotonic clock.
+
+        Returns:
+            Whether this replica may write now.
+        """
         with self._mutex:
             renewed = self._renewed
         if renewed is None or self._stopping.is_set():
@@ -170,7 +228,11 @@ class LeaderElector:
     # -- one try ---------------------------------------------------------------------------------
     def attempt(self) -> bool:
         """One try to acquire or renew (a read, then at most one write): whether the Lease is
-        ours now. Calls the callbacks when leadership began or ended."""
+        ours now. Calls the callbacks when leadership began or ended.
+
+        Returns:
+            Whether the lock is held now.
+        """
         held = self._try()
         self._notice()
         return held
@@ -231,7 +293,14 @@ class LeaderElector:
         self._finish()
 
     def start(self) -> LeaderElector:
-        """Run :meth:`run` in a daemon thread."""
+        """Run :meth:`run` in a daemon thread.
+
+        Returns:
+            The elector itself, so ``elector = LeaderElector(lock).start()`` reads as one step.
+
+        Raises:
+            RuntimeError: it was started already.
+        """
         if self._thread is not None:
             raise RuntimeError("the elector was started already")
         self._thread = threading.Thread(target=self.run, name="lifecycle-leader", daemon=True)
@@ -240,7 +309,12 @@ class LeaderElector:
 
     def stop(self, timeout: float | None = None) -> None:
         """Stop campaigning: :meth:`is_leader` is false from now on, the Lease is released
-        (when held and ``release_on_stop``) so another replica takes it at once."""
+        (when held and ``release_on_stop``) so another replica takes it at once.
+
+        Args:
+            timeout: the most seconds waited for the thread (and the release); ``None``: until
+                it ends.
+        """
         self._stopping.set()
         if self._thread is not None:
             self._thread.join(timeout)
@@ -279,7 +353,12 @@ class LeaderGate:
     ``claim_undelivered``, ``flush_marks``) raise :class:`NotLeader` unless
     ``leader.is_leader()`` -- checked just before each, nothing written when refused; reads
     and everything else are the store's own. ``leader`` is anything with ``is_leader()``
-    (a :class:`LeaderElector`)."""
+    (a :class:`LeaderElector`).
+
+    Args:
+        store: the store gated.
+        leader: anything with ``is_leader()``.
+    """
 
     _WRITES = ("commit", "commit_many", "mark_delivered", "claim_undelivered", "flush_marks")
 

@@ -78,6 +78,28 @@ class Runner(RunnerCore[CommitStore]):
     default a runner owns only a store it built itself (no ``store`` given); a store passed
     in stays open, its delivery marks written (ADR 0135). Either way, nothing delivered is
     left to redeliver once :meth:`close` returns.
+
+    Args:
+        store: where statuses are read and committed; default a new
+            :class:`~lifecycle.stores.MemoryStore`, for a test or a trial.
+        emitters: where committed events go, each in turn, after the commit.
+        machines: the machines served; default every machine the library ships.
+        links: the links between machines whose intents the runner applies; default those
+            between the shipped machines (:func:`~lifecycle.links.default_links`).
+        policy: how a conflicting or failing commit is retried; default
+            :class:`RetryPolicy`'s.
+        logger: a structlog-style or standard logger for failed writes and emitters.
+        policies: a policy per machine name, in place of ``policy``.
+        check_schema: refuse at start a store holding records these machines cannot read,
+            so a rollback fails at once rather than at the first old record (ADR 0088).
+        telemetry: metrics and spans of every call (``lifecycle.telemetry``); ``None``
+            leaves the hot path unwrapped.
+        owns_store: whether :meth:`close` closes the store; default only a store the runner
+            made itself.
+
+    Raises:
+        SchemaRefused: the store holds records the machines cannot read.
+        StoreTooSmall: the store cannot hold what the machines accept (ADR 0144).
     """
 
     def _choose(self, store: CommitStore | None) -> CommitStore:
@@ -133,13 +155,32 @@ class Runner(RunnerCore[CommitStore]):
         return self.protocol.pending
 
     def machine_for(self, ref: ObjectRef) -> Machine[Any]:
+        """The machine that serves ``ref``'s kind.
+
+        Args:
+            ref: the object.
+
+        Returns:
+            Its machine.
+
+        Raises:
+            UnknownMachine: no machine serves the kind.
+        """
         return self.protocol.machine_for(ref)
 
     def write_policy(self, machine: Machine[Any], observation: Observation) -> RetryPolicy:
         """The retry policy for writing ``observation`` on ``machine``: the runner's
         ``policies[machine.name]`` if given, else its ``policy`` with the machine's declared
         ``write_attempts``; one attempt for an observation a link writes directly (a conflict
-        is not retried there: the link intent stays pending and the next pass writes it)."""
+        is not retried there: the link intent stays pending and the next pass writes it).
+
+        Args:
+            machine: the machine written.
+            observation: what is written; a link's observation gets one attempt.
+
+        Returns:
+            The policy that commit retries under.
+        """
         return self.protocol.write_policy(machine, observation)
 
     # -- the protocol, driven inline ------------------------------------------------------------
@@ -149,6 +190,17 @@ class Runner(RunnerCore[CommitStore]):
         Raises a :class:`~lifecycle.LifecycleError` for input the machine refuses (unknown
         observation, no row in the table, a value outside the input bounds); the store is
         then untouched.
+
+        Args:
+            ref: the object observed; its kind picks the machine.
+            observation: what was seen of it.
+
+        Returns:
+            What happened: committed, unchanged or failed, with the status, version, events and
+            the link intents' results.
+
+        Raises:
+            LifecycleError: input the machine refuses; nothing was read or written.
         """
         protocol = self.protocol
         machine = protocol.admit(ref, observation)
@@ -227,6 +279,15 @@ class Runner(RunnerCore[CommitStore]):
         observation its table refuses in the object's state is that item's failed result
         (``error`` holds the :class:`~lifecycle.LifecycleError`), and the others proceed.
         Other stores commit one object at a time, with the same results.
+
+        Args:
+            items: ``(ref, observation)`` pairs; several of one object are applied in order.
+
+        Returns:
+            One result per item, in order.
+
+        Raises:
+            LifecycleError: an observation a machine does not know; nothing was read or written.
         """
         done: list[Result] = _batch.run(
             _batch.observe(self.protocol, self.protocol.pairs(items), refuse=False),
@@ -247,6 +308,12 @@ class Runner(RunnerCore[CommitStore]):
         once the lease has run out — so call this periodically, not only at start-up. Link
         intents found in the outbox are applied too (ADR 0090). A store without an outbox has
         nothing to redeliver.
+
+        Args:
+            limit: the most outbox rows claimed in this call, a bound on what it holds in memory.
+
+        Returns:
+            How many events were handed over, and how many acknowledged.
         """
         return self._redeliver(limit)[0]
 
@@ -261,7 +328,15 @@ class Runner(RunnerCore[CommitStore]):
     ) -> tuple[Redelivery, list[Result]]:
         """Deliver claimed outbox rows (to ``delivery``'s emitters, default this runner's) and
         apply their link intents: the events handed over and the intents' results. What an
-        interrupted call left (ADR 0105) is finished first."""
+        interrupted call left (ADR 0105) is finished first.
+
+        Args:
+            claimed: outbox rows claimed from the store.
+            delivery: the emitters to send to (the dispatcher's); default this runner's.
+
+        Returns:
+            The events handed over, and the results of the link intents applied.
+        """
         if not claimed and not self.protocol.backlog:
             return Redelivery(0), []
         done: tuple[Redelivery, list[Result]] = _batch.run(
@@ -272,7 +347,14 @@ class Runner(RunnerCore[CommitStore]):
     def flush(self, timeout: float | None = 5.0) -> int:
         """Wait up to ``timeout`` seconds for the events an acknowledging emitter (the
         Kubernetes one) still holds, and mark every acknowledgement received so far (they are
-        otherwise marked in batches by later deliveries); how many were marked (ADR 0121)."""
+        otherwise marked in batches by later deliveries); how many were marked (ADR 0121).
+
+        Args:
+            timeout: the most seconds waited; ``None`` waits until every event is answered.
+
+        Returns:
+            How many events were marked delivered.
+        """
         return self.protocol.delivery.flush(self._mark, timeout)
 
     def close(self, timeout: float = 5.0) -> int:
@@ -283,7 +365,14 @@ class Runner(RunnerCore[CommitStore]):
         Every mark is written before it returns (ADR 0135): a store the runner owns
         (``owns_store``) is closed, any other has the marks it holds back written
         (``flush_marks``) and stays open. A process that exits right after has nothing it
-        delivered to send again."""
+        delivered to send again.
+
+        Args:
+            timeout: the most seconds spent closing the emitters, in all.
+
+        Returns:
+            How many events were marked delivered while closing.
+        """
         left = self.protocol.delivery.close(self._mark, timeout)
         if not self._closed_store:
             self._closed_store = self.owns_store
@@ -299,7 +388,11 @@ class Runner(RunnerCore[CommitStore]):
     def catch_up(self) -> tuple[Result, ...]:
         """Finish what an interrupted call left (its events, marks, ADR 0105), then retry the
         link intents whose target write failed (this runner's pending ones); :meth:`observe`
-        calls it first whenever there are any. Returns the intents' results."""
+        calls it first whenever there are any. Returns the intents' results.
+
+        Returns:
+            The results of the link intents retried.
+        """
         protocol = self.protocol
         pending = protocol.pending
         if not pending.retrying.acquire(blocking=False):
@@ -314,7 +407,14 @@ class Runner(RunnerCore[CommitStore]):
     def apply_intents(self, intents: Sequence[Transition]) -> tuple[Result, ...]:
         """Apply link intents in order, depth-first (each through :meth:`observe`); mark
         those their target confirmed, keep the others pending. An intent whose lane (source,
-        target) has an earlier pending one waits, so a lane's intents apply in commit order."""
+        target) has an earlier pending one waits, so a lane's intents apply in commit order.
+
+        Args:
+            intents: link intents, in commit order.
+
+        Returns:
+            One result per intent applied.
+        """
         outer, self._applying_links = self._applying_links, True
         protocol = self.protocol
         try:
@@ -348,7 +448,17 @@ class Runner(RunnerCore[CommitStore]):
         and the hot path keeps no per-object state. It reads every record of every machine
         with a timer row: a host with many objects requeues each from its
         ``Result.next_tick`` and calls this once at start-up
-        (ADR 0149)."""
+        (ADR 0149).
+
+        Args:
+            now: the host's time now.
+
+        Returns:
+            The refs due, by machine.
+
+        Raises:
+            TypeError: the store has no ``records``.
+        """
         from . import _requeue
 
         records = getattr(self._store, "records", None)
@@ -367,6 +477,13 @@ class Runner(RunnerCore[CommitStore]):
         committed status as if the object were new (a host that edited a target behind the
         library's back uses it). Link observations carry the whole committed source status, so
         feeding them again is safe: a target that is already in step changes nothing.
+
+        Args:
+            ref: the source object.
+            at: the time the link observations carry.
+
+        Returns:
+            The results of the link observations applied; empty when ``ref`` was never committed.
         """
         machine = self.machines.for_kind(ref.kind)
         record = self._store.load(machine, ref)

@@ -34,7 +34,12 @@ def micro_time(value: str | datetime) -> str:
 
 class LockError:
     """Why a ``get`` found no Lease: the API's answer (``code`` 404 means there is none, 0
-    that no answer came), in the shape the official loop reads (``body``, ``reason``)."""
+    that no answer came), in the shape the official loop reads (``body``, ``reason``).
+
+    Args:
+        code: the HTTP status; 404: no Lease, 0: no answer came.
+        reason: the API's reason, or why no answer came.
+    """
 
     def __init__(self, code: int, reason: str) -> None:
         self.code = code
@@ -51,6 +56,18 @@ class LeaseLock:
     ``api`` is an ``ApiClient``, a ``CoordinationV1Api``, a ``Configuration`` or ``None``
     (the loaded default configuration); the lock makes its requests on a client of its own
     over a copy of that configuration (the client's retries off). Needs the ``kubernetes`` extra.
+
+    Args:
+        name: the Lease's name.
+        namespace: the Lease's namespace.
+        identity: this process's candidate name, unique per process so a restarted one
+            never takes its predecessor's lease for its own (:func:`default_identity`).
+        api: an ``ApiClient``, a ``CoordinationV1Api``, a ``Configuration`` or ``None``.
+        request_timeout: seconds one request may take: well inside the renew deadline, so a
+            hung request cannot outlast the fence.
+
+    Raises:
+        ValueError: an empty ``identity`` or a ``request_timeout`` not positive.
     """
 
     def __init__(
@@ -86,7 +103,15 @@ class LeaseLock:
     # -- the official lock interface -----------------------------------------------------------
     def get(self, name: str, namespace: str) -> tuple[bool, Any]:
         """``(True, record)`` (``record`` None when the Lease holds none) or ``(False,
-        LockError)``."""
+        LockError)``.
+
+        Args:
+            name: the Lease's name.
+            namespace: the Lease's namespace.
+
+        Returns:
+            Whether it was read, and the record or the :class:`LockError`.
+        """
         path = f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases/{name}"
         try:
             answer = self._call("GET", path, None)
@@ -112,7 +137,16 @@ class LeaseLock:
         return True, record
 
     def create(self, name: str, namespace: str, election_record: Any) -> bool:
-        """Create the Lease holding ``election_record``; False when it exists or failed."""
+        """Create the Lease holding ``election_record``; False when it exists or failed.
+
+        Args:
+            name: the Lease's name.
+            namespace: the Lease's namespace.
+            election_record: the holder, lease duration and times to write.
+
+        Returns:
+            Whether the Lease was created.
+        """
         body = {
             "apiVersion": "coordination.k8s.io/v1",
             "kind": "Lease",
@@ -125,7 +159,16 @@ class LeaseLock:
 
     def update(self, name: str, namespace: str, updated_record: Any) -> bool:
         """Replace the Lease read by the last ``get`` with ``updated_record``: False when
-        another write came between (409), or the request failed."""
+        another write came between (409), or the request failed.
+
+        Args:
+            name: the Lease's name.
+            namespace: the Lease's namespace.
+            updated_record: the holder, lease duration and times to write.
+
+        Returns:
+            Whether the Lease was replaced; the ``resourceVersion`` read is the compare-and-set.
+        """
         with self._guard:
             read = self._read
         if read is None or (read.get("metadata") or {}).get("name") != name:

@@ -95,7 +95,14 @@ def __getattr__(name: str) -> Any:
 
 def redact_url(url: str) -> str:
     """A store URL fit for output and logs: the password of its user becomes ``***`` and
-    every secret the library's redactor finds (``?password=``, tokens) ``<redacted>``."""
+    every secret the library's redactor finds (``?password=``, tokens) ``<redacted>``.
+
+    Args:
+        url: a store URL.
+
+    Returns:
+        The URL with its secrets replaced.
+    """
     head, sep, rest = url.partition("://")
     netloc = rest.split("/", 1)[0].split("?", 1)[0].split("#", 1)[0]
     userinfo, at, host = netloc.rpartition("@")
@@ -109,7 +116,12 @@ def _shown(url: str) -> str:
 
 
 class SQLiteURL(NamedTuple):
-    """What an ``sqlite:///PATH?...`` URL names: a file and :class:`SQLiteStore` options."""
+    """What an ``sqlite:///PATH?...`` URL names: a file and :class:`SQLiteStore` options.
+
+    Attributes:
+        path: the database file, its ``%XX`` escapes decoded.
+        options: :class:`SQLiteStore` keyword arguments from the URL's query parameters.
+    """
 
     path: str
     options: dict[str, Any]
@@ -131,6 +143,15 @@ def parse_sqlite_url(url: str) -> SQLiteURL:
     absolute; ``%XX`` escapes in the path are decoded. The query parameters are
     :data:`SQLITE_PARAMETERS`; anything else (a host, an unknown or repeated parameter such as
     ``?mode=ro``, a fragment) raises :class:`InvalidStoreURL`.
+
+    Args:
+        url: an ``sqlite:`` URL.
+
+    Returns:
+        The file and the options.
+
+    Raises:
+        InvalidStoreURL: a host, an unknown or repeated parameter, a bad value or a fragment.
     """
     parts = _split(url)
     shown = _shown(url)
@@ -195,7 +216,19 @@ def open_store(url: str, **options: Any) -> Store:
     for SQLite, ``pool_size=8`` for PostgreSQL). A URL that names no store we can open is
     refused with :class:`InvalidStoreURL` (see the module's notes) before anything is opened
     or created; a PostgreSQL store connects (and migrates) at once, so a wrong host or
-    password is a :class:`StoreError` here, naming the host and never the password."""
+    password is a :class:`StoreError` here, naming the host and never the password.
+
+    Args:
+        url: ``memory``, ``sqlite:///PATH?...`` or a libpq ``postgresql://`` URL.
+        **options: the store's constructor's keyword arguments.
+
+    Returns:
+        The open store.
+
+    Raises:
+        InvalidStoreURL: a URL that names no store the library opens; nothing was opened.
+        StoreError: the store cannot be opened (a wrong host or password, a missing folder).
+    """
     if url.startswith(POSTGRES_SCHEMES):  # libpq's URL rules: its store parses them
         from .postgres import PostgresStore
 

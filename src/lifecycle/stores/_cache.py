@@ -74,7 +74,16 @@ class StatusCache:
     (that would be a write): eviction is by when an entry was kept, not when it was last
     read, so past the bound an object polled but never written is read again once per
     ``size`` keeps. The counters in :attr:`stats` are not locked either: exact for one
-    thread, a close count under contention."""
+    thread, a close count under contention.
+
+    Args:
+        size: the most objects held: a bound on the memory a handle spends on records.
+        usable: ``False`` starts the cache suspended (it keeps nothing until
+            :meth:`resume`), for a store whose change signal is not received yet.
+
+    Raises:
+        ValueError: a ``size`` below 1.
+    """
 
     def __init__(self, size: int, *, usable: bool = True) -> None:
         if isinstance(size, bool) or not isinstance(size, int) or size < 1:
@@ -109,7 +118,19 @@ class StatusCache:
     # -- reads --------------------------------------------------------------------------
     def get(self, machine: Machine[Any], ref: ObjectRef) -> Record | None:
         """The cached record of ``ref`` (checked as a store checks a stored identity), or
-        ``None``: read the store between :meth:`begin` and :meth:`end`."""
+        ``None``: read the store between :meth:`begin` and :meth:`end`.
+
+        Args:
+            machine: the machine reading; a record kept under another schema misses, so the
+                store upcasts it.
+            ref: the object.
+
+        Returns:
+            The record, or ``None`` (a miss).
+
+        Raises:
+            IdentityMismatch: the uid is held for another object.
+        """
         entry = self._records.get(ref.uid) if self._usable else None  # lock-free: one dict read
         if entry is None or entry[1] is not machine.schema:
             self.stats.misses += 1
@@ -121,7 +142,14 @@ class StatusCache:
         return record
 
     def begin(self, uid: str) -> int:
-        """Before a read or a commit of ``uid``: the generation to hand :meth:`end`."""
+        """Before a read or a commit of ``uid``: the generation to hand :meth:`end`.
+
+        Args:
+            uid: the object's uid.
+
+        Returns:
+            The cache's generation now.
+        """
         with self._lock:
             flight = self._flights.get(uid)
             if flight is None:
@@ -139,7 +167,14 @@ class StatusCache:
         ended meanwhile with a higher version (the flights of one uid share that highest
         version: a read that began before this handle's own commit and ends after it is not
         kept, since nothing else would ever say it is stale). A record not kept still removes
-        an older entry."""
+        an older entry.
+
+        Args:
+            uid: the object's uid.
+            generation: what :meth:`begin` returned, so a read begun before a drop is not kept.
+            record: what was read or committed, or ``None``.
+            schema: the schema ``record``'s status is in (the machine's ``schema``).
+        """
         with self._lock:
             flight = self._flights.get(uid)
             seen = 0
@@ -169,7 +204,12 @@ class StatusCache:
 
     # -- signals ------------------------------------------------------------------------
     def signalled(self, uid: str, version: int) -> None:
-        """Another commit (maybe this handle's own) wrote ``uid`` at ``version``."""
+        """Another commit (maybe this handle's own) wrote ``uid`` at ``version``.
+
+        Args:
+            uid: the object's uid.
+            version: the version written; an entry below it is dropped.
+        """
         with self._lock:
             flight = self._flights.get(uid)
             if flight is not None and version > flight[1]:
@@ -179,12 +219,21 @@ class StatusCache:
                 del self._records[uid]
 
     def forget(self, uid: str) -> None:
+        """Drop the entry of one object.
+
+        Args:
+            uid: the object's uid.
+        """
         with self._lock:
             self._records.pop(uid, None)
 
     def current(self) -> bool:
         """Whether a single read may rely on the last coherence check (made less than
-        :data:`CURRENT_FOR` ago; ADR 0156); else ask the store again."""
+        :data:`CURRENT_FOR` ago; ADR 0156); else ask the store again.
+
+        Returns:
+            ``True`` while the last check is recent enough.
+        """
         return time.monotonic() < self._current_until
 
     def expire(self) -> None:
@@ -195,7 +244,11 @@ class StatusCache:
     def observe_token(self, token: object) -> None:
         """The store's coherence token now: a different one than last seen drops the cache
         (the first one seen too, unless the cache is still empty: a store reads it once at
-        open, before anything is kept)."""
+        open, before anything is kept).
+
+        Args:
+            token: the store's token (SQLite: ``PRAGMA data_version``).
+        """
         until = time.monotonic() + CURRENT_FOR
         if token != self._token:
             with self._lock:
@@ -206,13 +259,21 @@ class StatusCache:
         self._current_until = until  # once what the token says is done
 
     def drop(self, why: str) -> None:
-        """Forget everything (a signal may have been missed)."""
+        """Forget everything (a signal may have been missed).
+
+        Args:
+            why: the reason, counted in :attr:`stats`.
+        """
         with self._lock:
             self._drop(why)
 
     def suspend(self, why: str) -> None:
         """The signal is lost (a listener's connection broke): drop, and keep nothing until
-        :meth:`resume`."""
+        :meth:`resume`.
+
+        Args:
+            why: the reason, counted in :attr:`stats`.
+        """
         with self._lock:
             self._usable = False
             self._drop(why)
@@ -235,16 +296,38 @@ class StatusCache:
     def flight(self, machine: Machine[Any], ref: ObjectRef) -> Flight:
         """One read or commit of ``ref`` by ``machine``: set ``.record`` to what was read or
         committed; it is kept on leaving (if nothing overtook it), and ``None`` forgets the
-        object."""
+        object.
+
+        Args:
+            machine: the machine reading or committing.
+            ref: the object.
+
+        Returns:
+            A context manager for the read or commit.
+        """
         return Flight(self, ref.uid, self.begin(ref.uid), machine.schema)
 
     def reads(self, items: Sequence[tuple[Machine[Any], ObjectRef]]) -> Reads:
         """A batch read: the cached records now, ``.missing`` to read from the store and hand
-        to ``.read``; ``.records`` is every item's, in order."""
+        to ``.read``; ``.records`` is every item's, in order.
+
+        Args:
+            items: ``(machine, ref)`` pairs, as ``load_many`` takes them.
+
+        Returns:
+            A context manager for the batch read.
+        """
         return Reads(self, items)
 
     def commits(self, items: Sequence[CommitItem]) -> Commits:
-        """A ``commit_many``: set ``.results``; written items are kept on leaving."""
+        """A ``commit_many``: set ``.results``; written items are kept on leaving.
+
+        Args:
+            items: the writes, as ``commit_many`` takes them.
+
+        Returns:
+            A context manager for the batch commit.
+        """
         return Commits(self, items)
 
 

@@ -26,7 +26,13 @@ _TYPES = frozenset({"ADDED", "MODIFIED", "DELETED"})
 @attrs.frozen(slots=True)
 class ObjectChange:
     """What a list or watch brought: ``type`` (``ADDED``, ``MODIFIED``, ``DELETED``), the
-    object's ref (its real uid) and the object as the API server sent it."""
+    object's ref (its real uid) and the object as the API server sent it.
+
+    Attributes:
+        type: ``ADDED``, ``MODIFIED`` or ``DELETED``.
+        ref: the object's ref, with the uid the API server gave it.
+        object: the object as the API server sent it.
+    """
 
     type: str
     ref: ObjectRef
@@ -53,6 +59,14 @@ class ObjectCache:
     ``api``: an ``ApiClient`` (its configuration is used), or ``None`` for the loaded default
     one (``kubernetes.config.load_incluster_config()`` or ``load_kube_config()`` first).
     Thread-safe: the runner's thread and the emitter's read while a watch thread writes.
+
+    Args:
+        api: an ``ApiClient`` (its configuration is used), or ``None`` for the loaded default.
+        resources: ref kind to :class:`CustomResource`, the map a :class:`KubernetesStore`
+            takes, so the store and its reader agree on where each kind lives.
+        namespace: list and watch in this namespace; ``None``: every namespace.
+        label_selector: only objects it selects, so a host holds only what it controls.
+        request_timeout: seconds one list request may wait for its reply.
     """
 
     def __init__(
@@ -79,7 +93,17 @@ class ObjectCache:
         """List ``kinds`` (default: every kind) and hold exactly what the API server has;
         each object listed comes back as an ``ADDED`` change (reconcile them all). An answer
         that is not a list raises the client's ``ApiException`` (what was held of that kind
-        stays as it was)."""
+        stays as it was).
+
+        Args:
+            kinds: the ref kinds listed; default every kind of ``resources``.
+
+        Returns:
+            One ``ADDED`` change per object listed.
+
+        Raises:
+            KeyError: a kind ``resources`` does not map.
+        """
         changes: list[ObjectChange] = []
         for kind in self.resources if kinds is None else kinds:
             resource = self._resource(kind)
@@ -97,7 +121,15 @@ class ObjectCache:
         """Follow ``kind``'s changes from the last list or watch for up to
         ``timeout_seconds`` (the API server ends the watch then) and apply them; the changes,
         in order. Lists first when ``kind`` was never listed, and again (every object
-        ``ADDED``) when the API server no longer has the changes since (``410``)."""
+        ``ADDED``) when the API server no longer has the changes since (``410``).
+
+        Args:
+            kind: the ref kind followed.
+            timeout_seconds: how long the API server keeps the watch open: a bound on one call.
+
+        Returns:
+            The changes applied, in order.
+        """
         from kubernetes import watch  # type: ignore[import-untyped]
 
         if kind not in self._versions:
@@ -127,7 +159,19 @@ class ObjectCache:
     def feed(self, kind: str, type: str, obj: Mapping[str, Any]) -> ObjectChange:
         """Apply one change a watch of the host's own saw (``type`` ``ADDED``, ``MODIFIED``
         or ``DELETED``; ``obj`` the object as a dict). ``ValueError`` for another type or an
-        object without its name, uid (or namespace, when namespaced), nothing applied."""
+        object without its name, uid (or namespace, when namespaced), nothing applied.
+
+        Args:
+            kind: the ref kind of the object.
+            type: ``ADDED``, ``MODIFIED`` or ``DELETED``.
+            obj: the object as a dict.
+
+        Returns:
+            The change applied.
+
+        Raises:
+            ValueError: another type, or an object without its name, uid or namespace.
+        """
         resource = self._resource(kind)
         if type not in _TYPES:
             raise ValueError(f"a change is one of {sorted(_TYPES)}, not {type!r}")
@@ -141,12 +185,28 @@ class ObjectCache:
 
     # -- reading it ---------------------------------------------------------------------------
     def ref(self, kind: str, namespace: str, name: str) -> ObjectRef | None:
-        """The ref of the object held under that name, with its real uid, or ``None``."""
+        """The ref of the object held under that name, with its real uid, or ``None``.
+
+        Args:
+            kind: the ref kind.
+            namespace: the object's namespace (``""`` for a cluster-scoped resource).
+            name: the object's name.
+
+        Returns:
+            The ref, or ``None`` when no object is held under that name.
+        """
         found = self._find(kind, namespace, name)
         return None if found is None else _ref(kind, found)
 
     def refs(self, kind: str) -> list[ObjectRef]:
-        """The refs of every ``kind`` object held, by namespace and name."""
+        """The refs of every ``kind`` object held, by namespace and name.
+
+        Args:
+            kind: the ref kind.
+
+        Returns:
+            The refs, sorted by namespace and name.
+        """
         with self._lock:
             held = [obj for (k, _, _), obj in sorted(self._objects.items()) if k == kind]
         return [_ref(kind, obj) for obj in held]
@@ -155,7 +215,14 @@ class ObjectCache:
         """``(uid, resourceVersion)`` of the object ``ref`` names, for the Kubernetes
         emitter's ``resolve=``; ``None`` when none is held under its name, or the one held
         is another object (another uid) -- unless ``ref``'s uid is one the library derived
-        (a NodeClaim's ``<pod uid>-claim``), which no object has."""
+        (a NodeClaim's ``<pod uid>-claim``), which no object has.
+
+        Args:
+            ref: the ref asked about.
+
+        Returns:
+            ``(uid, resourceVersion)``, or ``None``.
+        """
         found = self._find(ref.kind, ref.namespace, ref.name)
         if found is None:
             return None
@@ -167,7 +234,16 @@ class ObjectCache:
 
     def get(self, resource: CustomResource, namespace: str, name: str) -> dict[str, Any] | None:
         """A copy of the object, for the Kubernetes store's ``reader=``; ``None`` when it is
-        not held (the store then reads the API server)."""
+        not held (the store then reads the API server).
+
+        Args:
+            resource: the resource the ref's kind maps to.
+            namespace: the object's namespace (``""`` for a cluster-scoped resource).
+            name: the object's name.
+
+        Returns:
+            A copy of the object, or ``None``.
+        """
         kind = self._kinds.get(resource)
         return None if kind is None else self._find(kind, namespace, name)
 

@@ -100,7 +100,21 @@ class RecordTooLarge(StoreError):
 @attrs.frozen(slots=True)
 class CustomResource:
     """Where objects of one kind live: ``group``/``version``/``plural`` (``group`` empty for
-    the core API: :data:`PODS`). The resource must have a status subresource."""
+    the core API: :data:`PODS`). The resource must have a status subresource.
+
+    Attributes:
+        group: the API group; ``""`` for the core API.
+        version: the API version.
+        plural: the resource's plural name, as in its path.
+        namespaced: ``False`` for a cluster-scoped resource (a Karpenter NodeClaim).
+        record_field: a string status field of the resource's own schema to hold the record,
+            which may then take more than a condition message's 32 KiB (ADR 0144); ``""``:
+            the record is the condition's message.
+
+    Raises:
+        ValueError: a field that is no path segment, or a ``record_field`` that is no field
+            name.
+    """
 
     group: str
     version: str
@@ -128,9 +142,26 @@ class CustomResource:
             raise ValueError(f"CustomResource.group must not contain '/', got {self.group!r}")
 
     def base(self) -> str:
+        """The API path of the resource's group and version.
+
+        Returns:
+            ``/api/VERSION`` for the core API, else ``/apis/GROUP/VERSION``.
+        """
         return f"/api/{self.version}" if not self.group else f"/apis/{self.group}/{self.version}"
 
     def path(self, namespace: str, name: str) -> str:
+        """One object's path.
+
+        Args:
+            namespace: the object's namespace (ignored for a cluster-scoped resource).
+            name: the object's name.
+
+        Returns:
+            The path below the API server's root.
+
+        Raises:
+            StoreError: a namespaced resource and no namespace.
+        """
         if not self.namespaced:
             return f"{self.base()}/{self.plural}/{name}"
         if not namespace:
@@ -138,6 +169,14 @@ class CustomResource:
         return f"{self.base()}/namespaces/{namespace}/{self.plural}/{name}"
 
     def collection(self, namespace: str | None) -> str:
+        """The path that lists the resource's objects.
+
+        Args:
+            namespace: list in this namespace; ``None`` (or a cluster-scoped resource): all.
+
+        Returns:
+            The path below the API server's root.
+        """
         if namespace is None or not self.namespaced:
             return f"{self.base()}/{self.plural}"
         return f"{self.base()}/namespaces/{namespace}/{self.plural}"
@@ -149,7 +188,17 @@ PODS = CustomResource("", "v1", "pods")
 
 @attrs.frozen(slots=True)
 class Call:
-    """One request to the API server (a path below its root)."""
+    """One request to the API server (a path below its root).
+
+    Attributes:
+        method: the HTTP method.
+        path: the path below the API server's root.
+        body: the JSON body, or ``None``.
+        content_type: the body's content type (a merge patch names its own).
+        query: query parameters, as pairs.
+        target: the object a read is of (resource, namespace, name), so a host's informer
+            may answer it in place of a ``GET``; ``None`` for any other call.
+    """
 
     method: str
     path: str
@@ -163,7 +212,14 @@ class Call:
 
 @attrs.frozen(slots=True)
 class Reply:
-    """Its answer: ``code`` 0 when none came (``error`` says why)."""
+    """Its answer: ``code`` 0 when none came (``error`` says why).
+
+    Attributes:
+        code: the HTTP status, or 0 when no answer came.
+        body: the decoded JSON body, or ``None``.
+        headers: the reply's headers (``Retry-After`` is read).
+        error: why no answer came; ``""`` when one did.
+    """
 
     code: int
     body: Any = None

@@ -199,7 +199,16 @@ class HistoryReport:
 
     ``reviewed``: the epoch and the number of rewinds an operator recorded as reviewed
     (``lifecycle db check --acknowledge``); the history up to there is listed, marked
-    reviewed, and is no finding: a failover is reported until it is acknowledged, once."""
+    reviewed, and is no finding: a failover is reported until it is acknowledged, once.
+
+    Attributes:
+        where: the store, as its redacted URL names it.
+        epochs: per epoch: its sequence number, its tag (``""`` for the first), the server
+            history it began on, when it started and which replica started it.
+        rewinds: per rewind: the object's uid, the version a replica had committed, the
+            version found (``None``: nothing), the epoch, the replica that saw it and when.
+        reviewed: the epoch and the number of rewinds last acknowledged, or ``None``.
+    """
 
     where: str
     epochs: list[tuple[int, str, str, str, str]]
@@ -221,6 +230,11 @@ class HistoryReport:
         return not changed and len(self.rewinds) <= self._reviewed_rewinds
 
     def lines(self) -> list[str]:
+        """The report as ``lifecycle db check`` prints it.
+
+        Returns:
+            One line per epoch and rewind, after a summary line.
+        """
         out = [f"{self.where}: {len(self.epochs)} epoch(s), {len(self.rewinds)} rewind(s)"]
         for seq, tag, history, started, by in self.epochs:
             who = f" by {by}" if by else ""

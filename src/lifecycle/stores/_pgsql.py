@@ -1379,7 +1379,14 @@ class PgSettings:
 
     def record_limit(self, kind: str) -> int | None:
         """No bound a machine's declared limits reach (ADR 0144): a status is one ``json``
-        value, which PostgreSQL holds up to 1 GB."""
+        value, which PostgreSQL holds up to 1 GB.
+
+        Args:
+            kind: the object kind asked about.
+
+        Returns:
+            ``None``: no bound.
+        """
         return None
 
     def _pool_options(self, pool_size: int, name: str) -> dict[str, Any]:

@@ -68,7 +68,16 @@ from ._k8s_record import (
     Steps,
 )
 from ._rewind import Rewind
-from .base import Found, JournalEntry, OutboxSummary, Record, StateCount, check_query
+from .base import (
+    FindStore,
+    Found,
+    JournalEntry,
+    OutboxSummary,
+    Record,
+    StateCount,
+    Store,
+    check_query,
+)
 
 __all__ = [
     "MAX_RECORD_BYTES",
@@ -107,14 +116,32 @@ class Transport(Protocol):
     default): ``send`` answers every :class:`Call` with a :class:`Reply`, code 0 when no
     answer came -- it never raises for an HTTP status or a lost connection."""
 
-    def send(self, call: Call) -> Reply: ...
+    def send(self, call: Call) -> Reply:
+        """Send one request and read its reply.
+
+        Args:
+            call: the request.
+
+        Returns:
+            The reply; code 0 with ``error`` set when no answer came.
+        """
+        ...
 
 
 class AsyncTransport(Protocol):
     """:class:`Transport` for :class:`AsyncKubernetesStore`: ``send`` is awaited (a host's
     asyncio HTTP client)."""
 
-    def send(self, call: Call) -> Awaitable[Reply]: ...
+    def send(self, call: Call) -> Awaitable[Reply]:
+        """Send one request; awaited for its reply.
+
+        Args:
+            call: the request.
+
+        Returns:
+            An awaitable of the reply; code 0 with ``error`` set when no answer came.
+        """
+        ...
 
 
 class ApiTransport:
@@ -122,7 +149,16 @@ class ApiTransport:
     its own built from ``api``'s configuration (the client's retries off: the store retries),
     each request within ``deadline`` seconds in all and its reply within ``max_reply_bytes``.
     ``api``: an ``ApiClient`` (or an API object over one), or ``None`` for the default
-    configuration."""
+    configuration.
+
+    Args:
+        api: an ``ApiClient`` (or an API object over one), or ``None`` for the loaded default
+            configuration.
+        request_timeout: seconds the client waits for one reply to start.
+        deadline: seconds one request may take in all, so a trickling reply cannot hold a
+            store call for ever.
+        max_reply_bytes: the largest reply read, so a runaway list cannot exhaust memory.
+    """
 
     def __init__(
         self,
@@ -141,6 +177,14 @@ class ApiTransport:
         self._exception = kubernetes_client(needs).exceptions.ApiException
 
     def send(self, call: Call) -> Reply:
+        """Send one request and read its reply.
+
+        Args:
+            call: the request.
+
+        Returns:
+            The reply; code 0 with ``error`` set when no answer came (never raised).
+        """
         with self._deadlines.guard(self.deadline, self.max_reply_bytes) as guard:
             try:
                 response = self.api_client.call_api(
@@ -271,11 +315,26 @@ class _Handle(Generic[_TransportT, _SleepT]):
     def record_limit(self, kind: str) -> int | None:
         """The most bytes one record of ``kind`` takes here (``max_record_bytes``, or 1 MiB
         in a resource's ``record_field``; ``None`` for a kind ``resources`` does not map):
-        the runners check the machines' declared limits against it at start-up (ADR 0144)."""
+        the runners check the machines' declared limits against it at start-up (ADR 0144).
+
+        Args:
+            kind: the object kind asked about.
+
+        Returns:
+            The bound in bytes, or ``None``.
+        """
         return self.core.bound(kind) if kind in self.core.resources else None
 
     def record_size(self, machine: Machine[Any], status: Any) -> int:
-        """The bytes the record of ``status`` takes here with nothing undelivered."""
+        """The bytes the record of ``status`` takes here with nothing undelivered.
+
+        Args:
+            machine: the machine whose record it is.
+            status: the status measured.
+
+        Returns:
+            The record's size in bytes, as this store would write it.
+        """
         return self.core.record_size(machine, status)
 
     @property
@@ -308,7 +367,7 @@ class _Handle(Generic[_TransportT, _SleepT]):
         return self.core.watch.rewind_count
 
 
-class KubernetesStore(_Handle[Transport, Callable[[float], None]]):
+class KubernetesStore(_Handle[Transport, Callable[[float], None]], Store, FindStore):
     """The store on the status subresource (see the module); ``resources`` maps each ref
     kind to its :class:`CustomResource` (``{"Pod": PODS, "Certification":
     CustomResource("gpu.example.com", "v1", "certifications")}``); a kind it does not map
@@ -319,7 +378,27 @@ class KubernetesStore(_Handle[Transport, Callable[[float], None]]):
     answers a load's first read from the host's cache (:meth:`ObjectCache.get`); the refs
     observed must carry the objects' real uids (:meth:`ObjectCache.ref`). ``transport``:
     anything with ``send(Call) -> Reply`` (default: :class:`ApiTransport` on ``api``).
-    ``sleep``: how it waits before a retry (default :func:`time.sleep`)."""
+    ``sleep``: how it waits before a retry (default :func:`time.sleep`).
+
+    Its methods are the protocols' it names as bases, where they add nothing to say.
+
+    Args:
+        api: an ``ApiClient``, or ``None`` for the client's loaded default configuration.
+        resources: ref kind to the resource its objects live in.
+        namespace: where the outbox is listed; ``None``: every namespace.
+        reader: answers a load's first read from the host's own cache, so an unchanged
+            observation costs no request.
+        max_record_bytes: the most bytes one record takes: a bigger one is refused before
+            it is sent, :class:`RecordTooLarge`, never cut by the API server (ADR 0144).
+        max_tries: tries of one request answered 429, a 5xx or (a read) nothing, so a
+            passing overload does not fail a call.
+        max_retry_after: the longest ``Retry-After`` honoured, in seconds, so a throttling
+            server cannot stall a call for long.
+        pending_marks: how many objects may wait with delivered ids before they are written
+            in writes of their own; until then they leave with each object's next write.
+        transport: anything with ``send(Call) -> Reply``; default :class:`ApiTransport`.
+        sleep: how it waits before a retry; default :func:`time.sleep` (a test passes a fake).
+    """
 
     def _api_transport(self, api: Any) -> Transport:
         return ApiTransport(api)
@@ -357,7 +436,18 @@ class KubernetesStore(_Handle[Transport, Callable[[float], None]]):
 
     def journal(self, machine: Machine[Any], ref: ObjectRef) -> list[JournalEntry]:
         """No journal is kept (the object holds its current status): always ``[]`` once the
-        identity rule holds."""
+        identity rule holds.
+
+        Args:
+            machine: the machine that writes the object.
+            ref: the object; it is loaded, so the identity rule still holds.
+
+        Returns:
+            ``[]``.
+
+        Raises:
+            IdentityMismatch: the uid is stored for another object.
+        """
         self.load(machine, ref)
         return []
 
@@ -374,21 +464,34 @@ class KubernetesStore(_Handle[Transport, Callable[[float], None]]):
         older_than: timedelta | float | None = None,
         limit: int = 100,
     ) -> list[Found]:
-        """``machine``'s objects (in ``state``, in it since before a time), oldest first: the
-        resource listed and filtered here (ADR 0159)."""
+        # FindStore.find: the resource listed and filtered here (ADR 0159)
         query = check_query(machine, state, entered_before, older_than, limit)
         found: list[Found] = self._run(self.core.find(machine, query))
         return found
 
     def state_counts(self) -> list[StateCount]:
-        """Per machine and state: how many objects, and since when the oldest (one list)."""
+        """Per machine and state: how many objects, and since when the oldest (one list).
+
+        Returns:
+            One count per machine and state.
+        """
         counts: list[StateCount] = self._run(self.core.counts())
         return counts
 
     def claim_undelivered(self, limit: int = 1000) -> list[Transition]:
         """The undelivered events of every listed object, in uid, version, n order (marks
         waiting are written first). Not leased: run one active controller per object (leader
-        election); a second one's redelivery is answered ``AlreadyExists``."""
+        election); a second one's redelivery is answered ``AlreadyExists``.
+
+        Args:
+            limit: the most rows returned, a bound on what one round holds in memory.
+
+        Returns:
+            The rows, each object's in commit order.
+
+        Raises:
+            StoreError: the API server cannot be read.
+        """
         rows: list[Transition] = self._run(self.core.claim(limit))
         return rows
 
@@ -400,9 +503,19 @@ class KubernetesStore(_Handle[Transport, Callable[[float], None]]):
         self._run(self.core.flush_marks())
 
     def undelivered_count(self) -> int:
+        """Events and link intents committed and not yet delivered, over every listed object.
+
+        Returns:
+            How many wait.
+        """
         return self.outbox_summary().undelivered
 
     def outbox_summary(self) -> OutboxSummary:
+        """How many events wait, and when the oldest was observed (``db status``): one list.
+
+        Returns:
+            The count and the oldest event's observation time.
+        """
         summary: OutboxSummary = self._run(self.core.summary())
         return summary
 
@@ -439,7 +552,20 @@ class AsyncKubernetesStore(_Handle[AsyncTransport, Callable[[float], Awaitable[N
     """:class:`KubernetesStore` for asyncio: the same steps, awaited. ``transport``: anything
     with ``async send(Call) -> Reply`` (an asyncio HTTP client of the host's); default, the
     ``kubernetes`` client on one worker thread (:class:`ApiTransport`). ``sleep``: how it
-    waits before a retry (default :func:`asyncio.sleep`)."""
+    waits before a retry (default :func:`asyncio.sleep`).
+
+    Args:
+        api: as :class:`KubernetesStore`'s.
+        resources: as :class:`KubernetesStore`'s: ref kind to resource.
+        namespace: as :class:`KubernetesStore`'s: where the outbox is listed.
+        reader: as :class:`KubernetesStore`'s: a host's cache read in place of a ``GET``.
+        max_record_bytes: as :class:`KubernetesStore`'s: the bound on one record.
+        max_tries: as :class:`KubernetesStore`'s: tries of one request.
+        max_retry_after: as :class:`KubernetesStore`'s: the longest ``Retry-After`` honoured.
+        pending_marks: as :class:`KubernetesStore`'s: objects waiting with delivered ids.
+        transport: anything with ``async send(Call) -> Reply``.
+        sleep: an awaitable wait before a retry; default :func:`asyncio.sleep`.
+    """
 
     def _api_transport(self, api: Any) -> AsyncTransport:
         return _ThreadTransport(ApiTransport(api))
@@ -458,6 +584,19 @@ class AsyncKubernetesStore(_Handle[AsyncTransport, Callable[[float], Awaitable[N
         return run.value
 
     async def load(self, machine: Machine[Any], ref: ObjectRef) -> Record | None:
+        """An object's stored record, read from its status.
+
+        Args:
+            machine: the machine that writes the object; an older record comes back upcast.
+            ref: the object; its uid must be the object's.
+
+        Returns:
+            The record, or ``None`` for an object not there or without a record yet.
+
+        Raises:
+            IdentityMismatch: the record names another object.
+            StoreError: the API server cannot be read.
+        """
         found: Record | None = await self._run(self.core.load(machine, ref))
         return found
 
@@ -470,16 +609,55 @@ class AsyncKubernetesStore(_Handle[AsyncTransport, Callable[[float], Awaitable[N
         observation: Observation,
         transitions: Sequence[Transition],
     ) -> int:
+        """Write the status and its outbox in one status write, if the record's version is
+        ``expected``.
+
+        Args:
+            machine: the machine that writes the object.
+            ref: the object.
+            expected: the version the caller loaded (0 for a new object).
+            status: the new status.
+            observation: what produced it (not journalled: the object holds the current status).
+            transitions: events, then link intents, kept in the object's record until
+                delivered, so the status and the events it causes are one write.
+
+        Returns:
+            The new version, ``expected + 1``.
+
+        Raises:
+            Conflict: the record's version is not ``expected``; nothing was written.
+            ObjectGone: the object is not there.
+            StatusRefused: the API server refused the status.
+            RecordTooLarge: the record is over the bound; nothing was sent.
+            CommitUnknown: the answer was lost and a re-read could not tell.
+        """
         version: int = await self._run(
             self.core.commit(machine, ref, expected, status, observation, transitions)
         )
         return version
 
     async def journal(self, machine: Machine[Any], ref: ObjectRef) -> list[JournalEntry]:
+        """No journal is kept: always ``[]`` once the identity rule holds.
+
+        Args:
+            machine: the machine that writes the object.
+            ref: the object; it is loaded, so the identity rule still holds.
+
+        Returns:
+            ``[]``.
+        """
         await self.load(machine, ref)
         return []
 
     async def records(self, machine: Machine[Any]) -> list[Record]:
+        """Every record of one machine: its resource listed.
+
+        Args:
+            machine: the machine whose objects are listed.
+
+        Returns:
+            The records.
+        """
         found: list[Record] = await self._run(self.core.records(machine))
         return found
 
@@ -492,25 +670,66 @@ class AsyncKubernetesStore(_Handle[AsyncTransport, Callable[[float], Awaitable[N
         older_than: timedelta | float | None = None,
         limit: int = 100,
     ) -> list[Found]:
+        """``machine``'s objects (in ``state``, in it since before a time), oldest first: the
+        resource listed and filtered here (ADR 0159).
+
+        Args:
+            machine: the machine whose objects are listed.
+            state: only objects in this state.
+            entered_before: only objects in their state since before this time.
+            older_than: only objects in their state for longer than this.
+            limit: the most objects returned, a bound on one answer's memory.
+
+        Returns:
+            The objects found, oldest first.
+
+        Raises:
+            InvalidQuery: an unknown state or a contradictory bound.
+        """
         query = check_query(machine, state, entered_before, older_than, limit)
         found: list[Found] = await self._run(self.core.find(machine, query))
         return found
 
     async def state_counts(self) -> list[StateCount]:
+        """Per machine and state: how many objects, and since when the oldest (one list).
+
+        Returns:
+            One count per machine and state.
+        """
         counts: list[StateCount] = await self._run(self.core.counts())
         return counts
 
     async def claim_undelivered(self, limit: int = 1000) -> list[Transition]:
+        """The undelivered events of every listed object (marks waiting written first); not
+        leased: run one active controller per object.
+
+        Args:
+            limit: the most rows returned, a bound on what one round holds in memory.
+
+        Returns:
+            The rows, in uid, version, n order.
+        """
         rows: list[Transition] = await self._run(self.core.claim(limit))
         return rows
 
     async def mark_delivered(self, ids: Iterable[str]) -> None:
+        """Note ids delivered: they leave the outbox with the object's next write, or in a write
+        of their own once ``pending_marks`` objects wait.
+
+        Args:
+            ids: the transitions' ids; an unknown one is ignored.
+        """
         await self._run(self.core.mark(list(ids)))
 
     async def flush_marks(self) -> None:
         await self._run(self.core.flush_marks())
 
     async def outbox_summary(self) -> OutboxSummary:
+        """How many events wait, and when the oldest was observed: one list.
+
+        Returns:
+            The count and the oldest event's observation time.
+        """
         summary: OutboxSummary = await self._run(self.core.summary())
         return summary
 

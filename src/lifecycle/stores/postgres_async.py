@@ -115,7 +115,19 @@ async def migrate(
 ) -> list[int]:
     """Create or upgrade the store's tables; returns the versions applied (``[]``: already
     current). Idempotent, and safe for several replicas at once (an advisory lock orders
-    them); all pending migrations apply in one transaction or none does."""
+    them); all pending migrations apply in one transaction or none does.
+
+    Args:
+        url: a libpq URL, ``?schema=NAME`` allowed.
+        schema: the schema to migrate, when the URL does not name one (default ``lifecycle``).
+        connect_timeout: seconds to wait for the server, so a wrong host fails fast.
+
+    Returns:
+        The migration versions applied, oldest first.
+
+    Raises:
+        StoreError: the server cannot be reached or a migration fails (none is applied).
+    """
     target = sql.parse_url(url, schema)
     conn = await _connect(target, connect_timeout)
     try:
@@ -129,7 +141,19 @@ async def migrate(
 async def schema_version(
     url: str, *, schema: str | None = None, connect_timeout: float = 5.0
 ) -> int | None:
-    """The store schema's migration version (``None``: never migrated)."""
+    """The store schema's migration version (``None``: never migrated).
+
+    Args:
+        url: a libpq URL, ``?schema=NAME`` allowed.
+        schema: the schema asked about, when the URL does not name one.
+        connect_timeout: seconds to wait for the server, so a wrong host fails fast.
+
+    Returns:
+        The latest migration applied, or ``None``.
+
+    Raises:
+        StoreError: the server cannot be reached or read.
+    """
     target = sql.parse_url(url, schema)
     conn = await _connect(target, connect_timeout)
     try:
@@ -157,7 +181,21 @@ async def check_history(
     """The store's epochs and reported rewinds (``lifecycle db check``). Starts a new epoch
     first if the server's history is not the current epoch's (as opening a store does).
     ``acknowledge``: record the history read as reviewed (ADR 0163): the report is then ok
-    until another epoch starts or another rewind is reported."""
+    until another epoch starts or another rewind is reported.
+
+    Args:
+        url: a libpq URL, ``?schema=NAME`` allowed.
+        schema: the schema checked, when the URL does not name one.
+        connect_timeout: seconds to wait for the server, so a wrong host fails fast.
+        acknowledge: record the history read as reviewed, so a failover is reported until
+            an operator has seen it, once.
+
+    Returns:
+        The epochs and rewinds, and what was reviewed.
+
+    Raises:
+        StoreError: the server cannot be reached or read.
+    """
     target = sql.parse_url(url, schema)
     conn = await _connect(target, connect_timeout)
     statements = sql.Statements(target.schema, journal=True)
@@ -238,6 +276,32 @@ class AsyncPostgresStore(sql.PgSettings):
     compatibility: every commit notifies, and ``notify=False`` is refused. On by default, up
     to :data:`~lifecycle.stores.DEFAULT_CACHE` objects (ADR 0155); ``cache=0`` turns
     it off (and starts no listener).
+
+    Args:
+        url: a libpq URL (``postgresql://USER:PASSWORD@HOST:PORT/DB``), ``?schema=NAME`` and
+            the call and resolve timeouts allowed.
+        schema: the schema the tables live in, when the URL does not name one: several
+            stores may share a database.
+        pool_size: the most connections the pool opens.
+        timeout: seconds an operation waits for a free connection before
+            :class:`~lifecycle.StoreError`, so an exhausted pool fails instead of hanging.
+        connect_timeout: seconds per host to connect, when the URL does not set it.
+        lease_seconds: how long this replica owns delivery of the events it committed or
+            claimed before another may take them over.
+        journal: keep each object's journal; ``False`` keeps records and the outbox only.
+        migrate: migrate the schema at open; ``False`` refuses one that is not current, for
+            a deployment that migrates as its own step.
+        synchronous_commit: PostgreSQL's ``synchronous_commit`` per session; default the
+            server's.
+        owner: this replica's stable name (its pod name), so a restarted replica takes back
+            its own leased events at once; default a random id.
+        cache: how many objects' last committed records this handle keeps, so an unchanged
+            observation needs no round trip; 0 turns it off (ADR 0134).
+        notify: kept for compatibility: every write notifies (ADR 0143).
+
+    Raises:
+        ValueError: ``notify=False``, or a bad setting.
+        StoreError: the synchronous store cannot connect or migrate at open.
     """
 
     def __init__(
@@ -290,7 +354,20 @@ class AsyncPostgresStore(sql.PgSettings):
     @classmethod
     async def open(cls, url: str, *, migrate: bool = True, **options: Any) -> AsyncPostgresStore:
         """Connect (a clear :class:`StoreError` naming the host if that fails), migrate the
-        schema (or, with ``migrate=False``, refuse one that is not current), open the pool."""
+        schema (or, with ``migrate=False``, refuse one that is not current), open the pool.
+
+        Args:
+            url: a libpq URL, ``?schema=NAME`` allowed.
+            migrate: migrate the schema at open; ``False`` refuses one that is not current.
+            **options: the constructor's other keyword arguments.
+
+        Returns:
+            The open store.
+
+        Raises:
+            StoreError: the server cannot be reached, or the schema is not current and
+                ``migrate`` is false.
+        """
         store = cls(url, migrate=migrate, **options)
         if ASYNC:  # the synchronous store started in __init__
             await store._start()
@@ -480,6 +557,19 @@ class AsyncPostgresStore(sql.PgSettings):
 
     # -- the protocol -------------------------------------------------------------------
     async def load(self, machine: Machine[Any], ref: ObjectRef) -> Record | None:
+        """The stored record, from the status cache when it holds the object.
+
+        Args:
+            machine: the machine that writes the object; an older record comes back upcast.
+            ref: the object; its uid is the key.
+
+        Returns:
+            The record, or ``None`` for an object never committed.
+
+        Raises:
+            IdentityMismatch: the uid is stored for another object.
+            StoreError: the server cannot be read.
+        """
         cache = self.cache
         if cache is None:
             return await self._load(machine, ref)
@@ -517,7 +607,25 @@ class AsyncPostgresStore(sql.PgSettings):
         epoch that is no longer the store's (read :attr:`epoch` and stamp them again) --
         :class:`~lifecycle.IdentityMismatch` when ``ref`` is not the object stored under its
         uid, :class:`CommitUnknown` when the connection was lost in flight and the outcome
-        could not be resolved, and :class:`StoreError` for a write that certainly failed."""
+        could not be resolved, and :class:`StoreError` for a write that certainly failed.
+
+        Args:
+            machine: the machine that writes the object.
+            ref: the object.
+            expected: the version the caller loaded (0 for a new object).
+            status: the new status.
+            observation: what produced it, journalled.
+            transitions: events, then link intents, written to the outbox in the same statement.
+
+        Returns:
+            The new version, ``expected + 1``.
+
+        Raises:
+            Conflict: the stored version is not ``expected``; nothing was written.
+            IdentityMismatch: the uid is stored for another object; nothing was written.
+            CommitUnknown: the connection was lost and whether the write landed is unknown.
+            StoreError: the write certainly failed.
+        """
         params = sql.commit_params(
             machine,
             ref,
@@ -605,6 +713,18 @@ class AsyncPostgresStore(sql.PgSettings):
         raise sql.epoch_unavailable(self.target)
 
     async def journal(self, machine: Machine[Any], ref: ObjectRef) -> list[JournalEntry]:
+        """An object's journal, oldest first (after its snapshot, if retention made one).
+
+        Args:
+            machine: the machine that writes the object; old entries come back upcast.
+            ref: the object.
+
+        Returns:
+            The entries; empty for an object never committed.
+
+        Raises:
+            IdentityMismatch: the uid is stored for another object.
+        """
         async with self._conn(f"journal of {ref.uid}") as conn:
             await self._check_stored_identity(conn, machine, ref)
             cur = await conn.execute(self._sql.journal, (ref.uid,))
@@ -613,6 +733,14 @@ class AsyncPostgresStore(sql.PgSettings):
             return sql.journal_from(machine, rows)
 
     async def records(self, machine: Machine[Any]) -> RecordList:
+        """Every record of one machine, read in one query.
+
+        Args:
+            machine: the machine whose objects are listed.
+
+        Returns:
+            The records, by uid.
+        """
         async with self._conn("scan") as conn:
             cur = await conn.execute(self._sql.records, (machine.name,))
             rows = await cur.fetchall()
@@ -637,7 +765,22 @@ class AsyncPostgresStore(sql.PgSettings):
         limit: int = 100,
     ) -> list[Found]:
         """``machine``'s objects (in ``state``, in it since before a time), oldest first: one
-        range of the ``objects_by_state_age`` index when ``state`` is given."""
+        range of the ``objects_by_state_age`` index when ``state`` is given.
+
+        Args:
+            machine: the machine whose objects are listed.
+            state: only objects in this state.
+            entered_before: only objects in their state since before this time.
+            older_than: only objects in their state for longer than this.
+            limit: the most objects returned, a bound on one answer's memory.
+
+        Returns:
+            The objects found, oldest first.
+
+        Raises:
+            InvalidQuery: an unknown state or a contradictory bound.
+            StoreError: the server cannot be read.
+        """
         query = check_query(machine, state, entered_before, older_than, limit)
         text, params = sql.find_sql(self.target.schema, query)
         async with self._conn("find") as conn:
@@ -653,7 +796,11 @@ class AsyncPostgresStore(sql.PgSettings):
 
     async def state_counts(self) -> list[StateCount]:
         """Per machine and state: how many objects, and since when the oldest (one grouped
-        read of the ``objects_by_state_age`` index)."""
+        read of the ``objects_by_state_age`` index).
+
+        Returns:
+            One count per machine and state.
+        """
         async with self._conn("state counts") as conn:
             cur = await conn.execute(sql.state_counts_sql(self.target.schema))
             rows = await cur.fetchall()
@@ -662,7 +809,11 @@ class AsyncPostgresStore(sql.PgSettings):
     # -- record schemas (SchemaStore, ADR 0088) ---------------------------------------------
     async def schema_versions(self) -> list[SchemaCount]:
         """Per machine, kind of record, version and fingerprint: how many, one example uid
-        (one aggregate query)."""
+        (one aggregate query).
+
+        Returns:
+            One count per machine, kind of record, schema version and fingerprint.
+        """
         async with self._conn("schema report") as conn:
             cur = await conn.execute(self._sql.schema_versions)
             rows = await cur.fetchall()
@@ -672,7 +823,15 @@ class AsyncPostgresStore(sql.PgSettings):
         """Rewrite ``machine``'s statuses, journal entries and snapshots below its schema
         version, ``batch`` rows per transaction (see :class:`~lifecycle.stores.SchemaStore`):
         each batch is read, upcast here, then written back compared-and-set on the version
-        and schema read, so a concurrent commit wins and that record is skipped."""
+        and schema read, so a concurrent commit wins and that record is skipped.
+
+        Args:
+            machine: the machine whose stored rows are upcast.
+            batch: rows per transaction: a bound on how long one holds its row locks.
+
+        Returns:
+            How many statuses, entries and snapshots were rewritten, and how many skipped.
+        """
         check_batch(batch)
         v = machine.schema.version
         kinds = (
@@ -706,7 +865,17 @@ class AsyncPostgresStore(sql.PgSettings):
         """Lease up to ``limit`` undelivered events -- this replica's own, unclaimed ones and
         expired leases -- object by object: an object whose first pending event another
         replica holds (or is claiming right now) is skipped, so each object's events go out
-        through one replica at a time, in version order."""
+        through one replica at a time, in version order.
+
+        Args:
+            limit: the most rows returned, a bound on what one round holds in memory.
+
+        Returns:
+            The rows, each object's in commit order.
+
+        Raises:
+            StoreError: the server cannot be written (a claim is a lease, written).
+        """
         await self._send_held()  # what this store delivered is not claimed again
         params = {"me": self.owner, "lease": self._lease, "limit": limit}
         async with self._conn("outbox claim") as conn:
@@ -722,7 +891,11 @@ class AsyncPostgresStore(sql.PgSettings):
         """Mark events delivered: held back for this store's next commit to carry in its
         round trip, sent on their own within ``MARK_DELAY`` (2 s, a quarter of the lease at
         most) if none comes, and before a claim, a count or :meth:`close` (ADR 0127). A mark
-        is not a durable write (ADR 0062): lost, the events are delivered again, same ids."""
+        is not a durable write (ADR 0062): lost, the events are delivered again, same ids.
+
+        Args:
+            ids: the transitions' ids; an unknown or already removed id is ignored.
+        """
         self._marks.add(ids)
 
     async def _send_marks(self, ids: list[str]) -> None:
@@ -748,6 +921,11 @@ class AsyncPostgresStore(sql.PgSettings):
         await self._send_held()
 
     async def undelivered_count(self) -> int:
+        """Events and link intents committed and not yet delivered (held marks sent first).
+
+        Returns:
+            How many outbox rows wait.
+        """
         await self._send_held()
         async with self._conn("outbox count") as conn:
             cur = await conn.execute(self._sql.undelivered)
@@ -756,7 +934,11 @@ class AsyncPostgresStore(sql.PgSettings):
 
     async def outbox_summary(self) -> OutboxSummary:
         """How many outbox rows wait, and when the oldest was committed (marks held back are
-        sent first, so delivered rows are not counted)."""
+        sent first, so delivered rows are not counted).
+
+        Returns:
+            The count and the oldest row's commit time.
+        """
         await self._send_held()
         async with self._conn("outbox summary") as conn:
             cur = await conn.execute(self._sql.outbox_summary)
@@ -766,7 +948,15 @@ class AsyncPostgresStore(sql.PgSettings):
     async def settle_cache(self, timeout: float = 5.0) -> bool:
         """Wait until every commit made before this call (by any writer) has reached the
         status cache: True when it has (or there is no cache), False when the listener is not
-        listening or ``timeout`` seconds passed. A barrier: tests and hand-overs use it."""
+        listening or ``timeout`` seconds passed. A barrier: tests and hand-overs use it.
+
+        Args:
+            timeout: the most seconds waited.
+
+        Returns:
+            ``True`` when every earlier commit reached the cache (or there is no cache),
+            ``False`` when the wait timed out or the listener is not listening.
+        """
         listener = self._listener
         if self.cache is None:
             return True
@@ -803,6 +993,18 @@ class AsyncPostgresStore(sql.PgSettings):
     async def load_many(
         self, items: Sequence[tuple[Machine[Any], ObjectRef]]
     ) -> list[Record | None]:
+        """Many objects' records in one round trip; cached ones from the status cache.
+
+        Args:
+            items: ``(machine, ref)`` pairs.
+
+        Returns:
+            A record or ``None`` per item, in order.
+
+        Raises:
+            IdentityMismatch: an item's uid is stored for another object.
+            StoreError: the server cannot be read.
+        """
         cache = self.cache
         if cache is None:
             return await self._load_many(items)
@@ -855,7 +1057,20 @@ class AsyncPostgresStore(sql.PgSettings):
         tokens: landed items get their version, the others their :class:`Conflict`; a batch
         that certainly did not commit raises :class:`StoreError` (nothing written), and one
         whose outcome cannot be found out within ``resolve_timeout`` raises
-        :class:`CommitUnknown`."""
+        :class:`CommitUnknown`.
+
+        Args:
+            items: the writes; items of one object are applied in order.
+
+        Returns:
+            Per item, the new version, or the :class:`~lifecycle.Conflict` or
+            :class:`~lifecycle.StoreError` that refused it.
+
+        Raises:
+            IdentityMismatch: an item's uid is stored for another object; nothing written.
+            CommitUnknown: the connection was lost in flight; the batch may have landed.
+            StoreError: the batch as a whole failed; nothing of it was written.
+        """
         if self.cache is None:
             return await self._commit_many(items)
         with self.cache.commits(items) as batch:
@@ -1008,6 +1223,15 @@ class AsyncPostgresStore(sql.PgSettings):
 
     # -- retention (RetentionStore) -----------------------------------------------------
     async def snapshot(self, machine: Machine[Any], ref: ObjectRef) -> Snapshot | None:
+        """An object's snapshot, where folding its journal starts.
+
+        Args:
+            machine: the machine that writes the object.
+            ref: the object.
+
+        Returns:
+            The snapshot, or ``None`` when retention never compacted the object.
+        """
         async with self._conn(f"snapshot of {ref.uid}") as conn:
             await self._check_stored_identity(conn, machine, ref)
             cur = await conn.execute(self._sql.snapshot, (ref.uid,))
@@ -1025,7 +1249,19 @@ class AsyncPostgresStore(sql.PgSettings):
         One transaction per object, holding its row lock (a concurrent commit of that object
         waits for it); the snapshot is the fold of the dropped entries, and the object is
         left alone if its journal does not fold to its status. Returns how many entries were
-        dropped. Without ``refs``: every object of ``machine`` with more than ``keep``."""
+        dropped. Without ``refs``: every object of ``machine`` with more than ``keep``.
+
+        Args:
+            machine: the machine whose objects are compacted.
+            keep: the newest entries kept per object, for ``lifecycle replay`` and audits.
+            refs: only these objects; by default every object of the machine.
+
+        Returns:
+            How many entries were dropped.
+
+        Raises:
+            ValueError: a negative ``keep``.
+        """
         if keep < 0:
             raise ValueError(f"keep must not be negative, got {keep}")
         if not self._keep_journal:

@@ -55,13 +55,18 @@ from ._sqlite_schema import SCHEMA_VERSION as SCHEMA_VERSION
 from ._sqlite_schema import prepare
 from ._sqlite_write import CHUNK, INSERT_JOURNAL, LOAD, Row, Tx, Writer, encode
 from .base import (
+    BatchStore,
     CommitItem,
+    FindStore,
     Found,
     JournalEntry,
     OutboxSummary,
     Record,
+    RetentionStore,
+    SchemaStore,
     Snapshot,
     StateCount,
+    Store,
     UpgradeReport,
     check_identity,
     check_query,
@@ -77,8 +82,9 @@ _log = get_logger("lifecycle.stores")
 Synchronous = Literal["OFF", "NORMAL", "FULL", "EXTRA"]
 
 
-class SQLiteStore:
-    """A :class:`~lifecycle.stores.Store` on one SQLite file.
+class SQLiteStore(Store, BatchStore, RetentionStore, SchemaStore, FindStore):
+    """A :class:`~lifecycle.stores.Store` on one SQLite file. Its methods are the protocols'
+    it names as bases, where they add nothing to say.
 
     ``synchronous`` is SQLite's durability setting; the default ``FULL`` makes every commit
     survive power loss, ``NORMAL`` (still safe against a process crash in WAL mode) is faster.
@@ -103,6 +109,27 @@ class SQLiteStore:
     :meth:`settle_cache` makes the next read ask); a change decided from it is still
     compared-and-set. On by default, up to
     :data:`~lifecycle.stores.DEFAULT_CACHE` objects (ADR 0155); ``cache=0`` turns it off.
+
+    Args:
+        path: the database file, created if missing (its folder must exist).
+        synchronous: SQLite's ``PRAGMA synchronous``; ``FULL`` survives power loss,
+            ``NORMAL`` only a process crash, and is faster.
+        lease_seconds: how long this writer owns delivery of its fresh events before another
+            process may claim them: long enough that a live writer is not overtaken.
+        busy_timeout: seconds a writer waits for another process's transaction on the file
+            before :class:`~lifecycle.StoreError`.
+        journal: keep each object's journal; ``False`` keeps records and the outbox only.
+        clock: epoch seconds, for leases and the time an object entered its state (a test
+            passes a fake one).
+        owner: this writer's stable name (its pod name), so a restarted replica takes back
+            its own leased events at once; default a random id.
+        group_commit: let concurrent callers share one transaction and one flush (ADR 0026).
+        cache: how many objects' last committed records this handle keeps, so an unchanged
+            observation needs no read; 0 turns the cache off (ADR 0134).
+
+    Raises:
+        ValueError: an unknown ``synchronous`` or an empty ``owner``.
+        StoreError: the file cannot be opened or prepared.
     """
 
     def __init__(
@@ -288,14 +315,21 @@ class SQLiteStore:
 
     def settle_cache(self, timeout: float = 5.0) -> bool:
         """A barrier (ADR 0156): the next read through the cache asks whether another
-        connection committed, however recently it last asked. True (no wait is needed)."""
+        connection committed, however recently it last asked. True (no wait is needed).
+
+        Args:
+            timeout: unused here (no wait is needed); the parameter matches the stores that do
+                wait.
+
+        Returns:
+            ``True``.
+        """
         if self.cache is not None:
             self.cache.expire()
         return True
 
     def load(self, machine: Machine[Any], ref: ObjectRef) -> Record | None:
-        """The stored record, or ``None``; :class:`~lifecycle.IdentityMismatch` when the
-        uid is stored for another object (its identity is read in the same ``SELECT``)."""
+        # CommitStore.load; the identity is read in the same SELECT as the record
         cache = self.cache
         if cache is None or not (cache.current() or self._cache_coherent(cache)):  # ADR 0156
             return self._load(machine, ref)
@@ -366,10 +400,8 @@ class SQLiteStore:
 
     # -- batches (BatchStore) -----------------------------------------------------------
     def load_many(self, items: Sequence[tuple[Machine[Any], ObjectRef]]) -> list[Record | None]:
-        """Each object's record (or ``None``), read in one consistent snapshot (with a status
-        cache: the cached ones as a ``load`` would answer, the rest read together). An item whose
-        uid is stored for another object refuses the whole read with
-        :class:`~lifecycle.IdentityMismatch` (see :class:`~lifecycle.stores.BatchStore`)."""
+        # BatchStore.load_many: one consistent snapshot (with a status cache: the cached
+        # ones as a load would answer, the rest read together)
         cache = self.cache
         if cache is None or not self._cache_coherent(cache):
             return self._load_many(items)
@@ -418,6 +450,17 @@ class SQLiteStore:
         rolled back and done again with each item in its own savepoint, so only that item is
         refused. An item whose uid is stored for another object refuses the whole batch with
         :class:`~lifecycle.IdentityMismatch`: the transaction is rolled back, nothing written.
+
+        Args:
+            items: the writes; items of one object are applied in order.
+
+        Returns:
+            Per item, the new version, or the :class:`~lifecycle.Conflict` or
+            :class:`~lifecycle.StoreError` that refused it.
+
+        Raises:
+            IdentityMismatch: an item's uid is stored for another object; nothing written.
+            StoreError: the transaction as a whole failed; nothing of it was written.
         """
         if self.cache is None:
             return self._commit_many(items)
@@ -535,8 +578,7 @@ class SQLiteStore:
         older_than: timedelta | float | None = None,
         limit: int = 100,
     ) -> list[Found]:
-        """``machine``'s objects (in ``state``, in it since before a time), oldest first: one
-        range of the ``objects_by_state_age`` index when ``state`` is given."""
+        # FindStore.find: one range of the ``objects_by_state_age`` index when ``state`` is given
         query = check_query(machine, state, entered_before, older_than, limit)
         db, lock = self._reading()
         with lock:
@@ -554,7 +596,11 @@ class SQLiteStore:
 
     def state_counts(self) -> list[StateCount]:
         """Per machine and state: how many objects, and since when the oldest (one grouped
-        read of the ``objects_by_state_age`` index)."""
+        read of the ``objects_by_state_age`` index).
+
+        Returns:
+            One count per machine and state.
+        """
         db, lock = self._reading()
         with lock:
             try:
@@ -573,7 +619,19 @@ class SQLiteStore:
     ) -> int:
         """Drop all but the last ``keep`` journal entries of each object behind a snapshot,
         one transaction per object; an object whose journal does not fold to its status is
-        left as it is (and logged). Returns how many entries were dropped."""
+        left as it is (and logged). Returns how many entries were dropped.
+
+        Args:
+            machine: the machine whose objects are compacted.
+            keep: the newest entries kept per object, for ``lifecycle replay`` and audits.
+            refs: only these objects; by default every object of the machine.
+
+        Returns:
+            How many entries were dropped.
+
+        Raises:
+            ValueError: a negative ``keep``.
+        """
         from . import _sqlite_journal as retention
 
         return retention.compact(self, machine, keep, refs)
@@ -581,7 +639,11 @@ class SQLiteStore:
     # -- schema versions (SchemaStore, ADR 0088) -------------------------------------------
     def schema_versions(self) -> list[SchemaCount]:
         """Per machine, kind of record, version and fingerprint: how many, one example uid
-        (one aggregate read)."""
+        (one aggregate read).
+
+        Returns:
+            One count per machine, kind of record, schema version and fingerprint.
+        """
         from . import _sqlite_upgrade as upgrades  # record schemas' part, at its first use
 
         return upgrades.schema_versions(self)
@@ -590,13 +652,31 @@ class SQLiteStore:
         """Rewrite ``machine``'s statuses, journal entries and snapshots below its schema
         version, ``batch`` rows per transaction (see :class:`~lifecycle.stores.SchemaStore`).
         Rows are read and upcast outside the write transaction; each is then set only if its
-        version and schema are still what was read, so a concurrent commit wins."""
+        version and schema are still what was read, so a concurrent commit wins.
+
+        Args:
+            machine: the machine whose stored rows are upcast.
+            batch: rows per transaction: a bound on how long one holds the file's write lock.
+
+        Returns:
+            How many statuses, entries and snapshots were rewritten, and how many skipped.
+        """
         from . import _sqlite_upgrade as upgrades
 
         return upgrades.upgrade(self, machine, batch)
 
     def claim_undelivered(self, limit: int = 1000) -> list[Transition]:
-        """Lease up to ``limit`` undelivered events: this store's own, and expired leases."""
+        """Lease up to ``limit`` undelivered events: this store's own, and expired leases.
+
+        Args:
+            limit: the most rows returned, a bound on what one round holds in memory.
+
+        Returns:
+            The rows, each object's in commit order.
+
+        Raises:
+            StoreError: the file cannot be written (a claim is a lease, written).
+        """
         int64("limit", limit)
         now = self._clock()
         with self._lock:
@@ -624,7 +704,11 @@ class SQLiteStore:
         delivered again under its id): it rides with the next commit's transaction (ADR
         0132), or -- once ``HELD_MARKS`` wait, and at a claim or close -- is written in its
         own at ``synchronous=NORMAL``; with group commit, marks share transactions too: a
-        mark made while one is in progress is carried by the next (ADR 0026)."""
+        mark made while one is in progress is carried by the next (ADR 0026).
+
+        Args:
+            ids: the transitions' ids; an unknown or already removed id is ignored.
+        """
         done = [str(i) for i in ids]
         if not done:
             return
@@ -660,6 +744,11 @@ class SQLiteStore:
             _log.warning("delivery marks lost; the events will be redelivered", error=str(e))
 
     def undelivered_count(self) -> int:
+        """Events and link intents committed and not yet delivered (held marks written first).
+
+        Returns:
+            How many outbox rows wait.
+        """
         self._write_marks()
         with self._lock:
             (n,) = self._db.execute("SELECT count(*) FROM outbox").fetchone()
@@ -667,7 +756,11 @@ class SQLiteStore:
 
     def undelivered_marks_held(self) -> int:
         """Delivery marks held for the next commit (or the marker thread): their rows are
-        delivered, and still in the outbox table for a moment (ADR 0132)."""
+        delivered, and still in the outbox table for a moment (ADR 0132).
+
+        Returns:
+            How many marks are held.
+        """
         return len(self._marks)
 
     def flush_marks(self) -> None:
@@ -701,7 +794,11 @@ class SQLiteStore:
 
     def outbox_summary(self) -> OutboxSummary:
         """How many outbox rows wait, and when the oldest was observed (``db status``).
-        Marks still held (ADR 0132) are written first, so they are not counted."""
+        Marks still held (ADR 0132) are written first, so they are not counted.
+
+        Returns:
+            The count and the oldest row's observation time.
+        """
         self._write_marks()
         with self._lock:
             try:
@@ -712,7 +809,11 @@ class SQLiteStore:
 
     def history(self) -> SQLiteHistory:
         """The epochs this database started, each when it was found to be an older copy of
-        itself (``lifecycle db check``; ADR 0037)."""
+        itself (``lifecycle db check``; ADR 0037).
+
+        Returns:
+            The epochs, oldest first.
+        """
         with self._lock:
             try:
                 return SQLiteHistory(self.path, history.epochs(self._db))
@@ -721,7 +822,14 @@ class SQLiteStore:
 
     def record_limit(self, kind: str) -> int | None:
         """No bound a machine's declared limits reach (ADR 0144): a record is one TEXT value,
-        which SQLite holds up to 1 GB (``SQLITE_MAX_LENGTH``)."""
+        which SQLite holds up to 1 GB (``SQLITE_MAX_LENGTH``).
+
+        Args:
+            kind: the object kind asked about.
+
+        Returns:
+            ``None``: no bound.
+        """
         return None
 
     def close(self) -> None:
