@@ -46,7 +46,7 @@ COVERED = {
     "lifecycle.tables": DONE,
     "lifecycle.machines": TODO,
     "lifecycle.machines.pod": DONE,
-    "lifecycle.machines.nodeclaim": TODO,
+    "lifecycle.machines.nodeclaim": DONE,
     "lifecycle.machines.job": TODO,
     "lifecycle.machines.workflow": TODO,
     "lifecycle.machines.certification": TODO,
