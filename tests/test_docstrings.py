@@ -47,7 +47,7 @@ COVERED = {
     "lifecycle.machines": TODO,
     "lifecycle.machines.pod": DONE,
     "lifecycle.machines.nodeclaim": DONE,
-    "lifecycle.machines.job": TODO,
+    "lifecycle.machines.job": DONE,
     "lifecycle.machines.workflow": TODO,
     "lifecycle.machines.certification": TODO,
     "lifecycle.machines.workloadrun": TODO,
