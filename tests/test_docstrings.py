@@ -48,7 +48,7 @@ COVERED = {
     "lifecycle.machines.pod": DONE,
     "lifecycle.machines.nodeclaim": DONE,
     "lifecycle.machines.job": DONE,
-    "lifecycle.machines.workflow": TODO,
+    "lifecycle.machines.workflow": DONE,
     "lifecycle.machines.certification": TODO,
     "lifecycle.machines.workloadrun": TODO,
     "lifecycle.machines.restore": TODO,
