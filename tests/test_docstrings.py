@@ -50,7 +50,7 @@ COVERED = {
     "lifecycle.machines.job": DONE,
     "lifecycle.machines.workflow": DONE,
     "lifecycle.machines.certification": TODO,
-    "lifecycle.machines.workloadrun": TODO,
+    "lifecycle.machines.workloadrun": DONE,
     "lifecycle.machines.restore": TODO,
     "lifecycle.emitters": DONE,
     "lifecycle.emitters.base": DONE,
