@@ -49,7 +49,7 @@ COVERED = {
     "lifecycle.machines.nodeclaim": DONE,
     "lifecycle.machines.job": DONE,
     "lifecycle.machines.workflow": DONE,
-    "lifecycle.machines.certification": TODO,
+    "lifecycle.machines.certification": DONE,
     "lifecycle.machines.workloadrun": DONE,
     "lifecycle.machines.restore": TODO,
     "lifecycle.emitters": DONE,
