@@ -51,7 +51,7 @@ COVERED = {
     "lifecycle.machines.workflow": DONE,
     "lifecycle.machines.certification": DONE,
     "lifecycle.machines.workloadrun": DONE,
-    "lifecycle.machines.restore": TODO,
+    "lifecycle.machines.restore": DONE,
     "lifecycle.emitters": DONE,
     "lifecycle.emitters.base": DONE,
     "lifecycle.emitters.kubernetes": TODO,
