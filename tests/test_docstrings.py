@@ -44,7 +44,7 @@ DONE, TODO = True, False
 COVERED = {
     "lifecycle": DONE,
     "lifecycle.tables": DONE,
-    "lifecycle.machines": TODO,
+    "lifecycle.machines": DONE,
     "lifecycle.machines.pod": DONE,
     "lifecycle.machines.nodeclaim": DONE,
     "lifecycle.machines.job": DONE,
