@@ -58,7 +58,7 @@ COVERED = {
     "lifecycle.emitters.log": DONE,
     "lifecycle.emitters.memory": DONE,
     "lifecycle.testing": TODO,
-    "lifecycle.testing.fakes": TODO,
+    "lifecycle.testing.fakes": DONE,
     "lifecycle.analysis": DONE,
     "lifecycle.trace": DONE,
     "lifecycle.dispatch": DONE,
