@@ -185,7 +185,12 @@ class InjectFault:
     """The next ``times`` commits of the object fail with ``kind`` (``"conflict"`` or
     ``"write-error"``: see :class:`FaultyStore`), or, for ``"emitter-error"``, the next
     ``times`` deliveries to the scenario's :class:`FailingEmitter` raise (the events stay
-    queued)."""
+    queued).
+
+    Attributes:
+        kind: ``"conflict"``, ``"write-error"`` or ``"emitter-error"``.
+        times: how many commits (or deliveries) fail.
+    """
 
     kind: StepFault
     times: int = 1
