@@ -57,7 +57,7 @@ COVERED = {
     "lifecycle.emitters.kubernetes": TODO,
     "lifecycle.emitters.log": DONE,
     "lifecycle.emitters.memory": DONE,
-    "lifecycle.testing": TODO,
+    "lifecycle.testing": DONE,
     "lifecycle.testing.fakes": DONE,
     "lifecycle.analysis": DONE,
     "lifecycle.trace": DONE,

@@ -239,7 +239,17 @@ class FailingEmitter(MemoryEmitter):
 def sqlite_factory(
     directory: str | Path, *, synchronous: Synchronous = "OFF", **options: Any
 ) -> Callable[[], SQLiteStore]:
-    """A store factory making a fresh SQLite file in ``directory`` per call (fast: no fsync)."""
+    """A store factory making a fresh SQLite file in ``directory`` per call (fast: no fsync).
+
+    Args:
+        directory: where the files go (a test's ``tmp_path``).
+        synchronous: SQLite's ``synchronous`` pragma; ``"OFF"`` skips fsync, which a test's
+            throwaway file does not need.
+        **options: passed on to :class:`~lifecycle.stores.sqlite.SQLiteStore`.
+
+    Returns:
+        The factory, for ``store_factory=``.
+    """
     folder = Path(directory)
 
     def make() -> SQLiteStore:
