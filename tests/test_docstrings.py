@@ -54,7 +54,7 @@ COVERED = {
     "lifecycle.machines.restore": DONE,
     "lifecycle.emitters": DONE,
     "lifecycle.emitters.base": DONE,
-    "lifecycle.emitters.kubernetes": TODO,
+    "lifecycle.emitters.kubernetes": DONE,
     "lifecycle.emitters.log": DONE,
     "lifecycle.emitters.memory": DONE,
     "lifecycle.testing": DONE,
