@@ -632,10 +632,9 @@ def check_machine(
 
     Args:
         machine: the machine under test.
-        store_factory: makes a fresh, empty store for each run (the store under test).
-        samples: values for observation fields, by ``"Class.field"`` or ``"field"``: what
-            the guards need to be reached, which random text rarely hits.
-        ref: the object driven; ``None``: :func:`default_ref`.
+        store_factory: as for :func:`check_rows`.
+        samples: as for :func:`check_rows`.
+        ref: as for :func:`check_rows`.
         max_examples: how many scenarios Hypothesis generates.
         max_steps: the longest scenario.
         faults: mix injected faults and redeliveries into the scenarios.

@@ -78,6 +78,11 @@ def _client_error(code: str, message: str, operation: str) -> Exception:
 class FakeEC2:
     """One region's EC2, in memory. ``validate=False`` skips the shape validation.
 
+    Each client method checks its request and its answer against botocore's model (unless
+    ``validate=False``); a scripted fault or timeout fires first, and otherwise it answers
+    as EC2 would, refusals included (an unknown instance id, a client token reused with other
+    parameters).
+
     Args:
         region: the region it stands for.
         validate: check every request and response against botocore's model (the ``aws`` extra);
@@ -236,8 +241,7 @@ class FakeEC2:
 
     # -- the client surface ---------------------------------------------------------------------
     def create_fleet(self, **kwargs: Any) -> dict[str, Any]:
-        """``CreateFleet``, as the EC2 client's: request and answer are checked against
-        botocore's model (unless ``validate=False``); a scripted fault or timeout fires first.
+        """``CreateFleet``, as the EC2 client answers it (see the class).
 
         Args:
             **kwargs: the request's parameters, as botocore takes them.
@@ -246,8 +250,7 @@ class FakeEC2:
             The response, shaped as EC2's.
 
         Raises:
-            botocore.exceptions.ClientError: a scripted fault, or what EC2 would answer (an unknown
-                instance id, a reused client token with other parameters).
+            botocore.exceptions.ClientError: a scripted fault, or EC2's own refusal.
         """
         self._enter("create_fleet", kwargs)
         token = kwargs.get("ClientToken")
@@ -310,8 +313,7 @@ class FakeEC2:
         return self._respond("create_fleet", response)
 
     def describe_instances(self, **kwargs: Any) -> dict[str, Any]:
-        """``DescribeInstances``, as the EC2 client's: request and answer are checked against
-        botocore's model (unless ``validate=False``); a scripted fault or timeout fires first.
+        """``DescribeInstances``, as the EC2 client answers it (see the class).
 
         Args:
             **kwargs: the request's parameters, as botocore takes them.
@@ -320,8 +322,7 @@ class FakeEC2:
             The response, shaped as EC2's.
 
         Raises:
-            botocore.exceptions.ClientError: a scripted fault, or what EC2 would answer (an unknown
-                instance id, a reused client token with other parameters).
+            botocore.exceptions.ClientError: a scripted fault, or EC2's own refusal.
         """
         self._enter("describe_instances", kwargs)
         return self._leave("describe_instances", self._describe_instances(kwargs))
@@ -357,8 +358,7 @@ class FakeEC2:
         return self._respond("describe_instances", response)
 
     def describe_instance_status(self, **kwargs: Any) -> dict[str, Any]:
-        """``DescribeInstanceStatus``, as the EC2 client's: request and answer are checked against
-        botocore's model (unless ``validate=False``); a scripted fault or timeout fires first.
+        """``DescribeInstanceStatus``, as the EC2 client answers it (see the class).
 
         Args:
             **kwargs: the request's parameters, as botocore takes them.
@@ -367,8 +367,7 @@ class FakeEC2:
             The response, shaped as EC2's.
 
         Raises:
-            botocore.exceptions.ClientError: a scripted fault, or what EC2 would answer (an unknown
-                instance id, a reused client token with other parameters).
+            botocore.exceptions.ClientError: a scripted fault, or EC2's own refusal.
         """
         self._enter("describe_instance_status", kwargs)
         return self._leave("describe_instance_status", self._describe_instance_status(kwargs))
@@ -397,8 +396,7 @@ class FakeEC2:
         return self._respond("describe_instance_status", {"InstanceStatuses": statuses})
 
     def terminate_instances(self, **kwargs: Any) -> dict[str, Any]:
-        """``TerminateInstances``, as the EC2 client's: request and answer are checked against
-        botocore's model (unless ``validate=False``); a scripted fault or timeout fires first.
+        """``TerminateInstances``, as the EC2 client answers it (see the class).
 
         Args:
             **kwargs: the request's parameters, as botocore takes them.
@@ -407,8 +405,7 @@ class FakeEC2:
             The response, shaped as EC2's.
 
         Raises:
-            botocore.exceptions.ClientError: a scripted fault, or what EC2 would answer (an unknown
-                instance id, a reused client token with other parameters).
+            botocore.exceptions.ClientError: a scripted fault, or EC2's own refusal.
         """
         self._enter("terminate_instances", kwargs)
         return self._leave("terminate_instances", self._terminate_instances(kwargs))

@@ -380,14 +380,12 @@ def check_async_provider(
     provider itself.
 
     Args:
-        make_provider: makes a fresh provider with nothing provisioned.
-        spec: what every pod asks for.
-        settle: brings a just-provisioned instance up, running and ready, where the provider
-            does not on its own (:data:`Settle`); ``None``: it does.
-        fail_next: makes the provider's next call fail (:data:`FailNext`), so the failure
-            promises are checked; ``None``: they are not.
-        polls: how many polls a provisioned pod may take to be Running and Ready.
-        unknown_id: an instance id the provider has never seen, for the idempotent terminate.
+        make_provider: makes a fresh async provider with nothing provisioned.
+        spec: as for :func:`check_provider`.
+        settle: as for :func:`check_provider`, given the async provider.
+        fail_next: as for :func:`check_provider`, given the async provider.
+        polls: as for :func:`check_provider`.
+        unknown_id: as for :func:`check_provider`.
 
     Raises:
         AssertionError: the provider broke a promise; the message says which.
