@@ -15,5 +15,12 @@ DERIVED_KINDS = frozenset({"NodeClaim"})
 def is_derived_uid(ref: ObjectRef) -> bool:
     """Whether ``ref.uid`` is a key the library derived rather than the API server's uid: a
     NodeClaim keyed ``<pod uid>-claim`` (:func:`lifecycle.links.claim_ref`). Such a uid is
-    never sent as ``regarding.uid``; only the host's ``resolve`` can supply the real one."""
+    never sent as ``regarding.uid``; only the host's ``resolve`` can supply the real one.
+
+    Args:
+        ref: the object.
+
+    Returns:
+        Whether its uid is derived.
+    """
     return ref.kind in DERIVED_KINDS and ref.uid.endswith("-claim")

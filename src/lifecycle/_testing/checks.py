@@ -31,7 +31,17 @@ def assert_flip_only(
 ) -> None:
     """``transitions`` are exactly the flips from ``before`` to ``after``: one for a change of
     the exclusive state (or of the machine's declared flip signature), one per declared verdict
-    that flipped to True, and nothing else."""
+    that flipped to True, and nothing else.
+
+    Args:
+        machine: the machine under test.
+        before: the status before the observation.
+        after: the status after it.
+        transitions: what the commit emitted.
+
+    Raises:
+        AssertionError: a property failed; the message says which and where.
+    """
     _assert_state_events(machine, before, after, [t for t in transitions if not t.condition])
     _assert_verdict_events(machine, before, after, transitions)
 
@@ -93,7 +103,16 @@ def assert_journal_folds(machine: Machine[Any], store: Store, ref: ObjectRef) ->
     """The journal holds versions 1..n with no gap, and folding it gives the stored status.
 
     After retention (a store's ``compact``), the journal starts after the object's snapshot
-    and folding starts from the snapshot's status."""
+    and folding starts from the snapshot's status.
+
+    Args:
+        machine: the machine under test.
+        store: the store that holds the object.
+        ref: the object.
+
+    Raises:
+        AssertionError: a property failed; the message says which and where.
+    """
     record = store.load(machine, ref)
     entries = store.journal(machine, ref)
     version = 0 if record is None else record.version
@@ -116,6 +135,12 @@ class Checker:
     """Runs one scenario against a fresh store, checking every property after every step.
 
     Use it directly, step by step, or through :func:`check_scenario` / :func:`check_machine`.
+
+    Args:
+        machine: the machine under test.
+        store: the store the run commits to (wrapped in a :class:`FaultyStore`).
+        ref: the object driven; ``None``: :func:`default_ref`.
+        attempts: the runner's commit attempts (its retry policy).
     """
 
     def __init__(
@@ -179,6 +204,14 @@ class Checker:
 
     # -- steps ------------------------------------------------------------------------------
     def step(self, step: Step) -> None:
+        """Take one scenario step: an observation, an injected fault or a redelivery.
+
+        Args:
+            step: the step.
+
+        Raises:
+            AssertionError: a property failed; the message says which and where.
+        """
         self._index += 1
         if isinstance(step, Observation):
             self.observe(step)
@@ -195,6 +228,18 @@ class Checker:
             self.redeliver()
 
     def observe(self, obs: Observation) -> Result | None:
+        """Observe ``obs`` through the runner and check every property against what
+        :meth:`~lifecycle.Machine.apply` alone gives.
+
+        Args:
+            obs: the observation.
+
+        Returns:
+            The runner's result, or ``None`` when it refused the observation.
+
+        Raises:
+            AssertionError: a property failed; the message says which and where.
+        """
         machine = self.machine
         before, version, journal_len = self._snapshot()
         try:
@@ -250,6 +295,14 @@ class Checker:
         return result
 
     def redeliver(self) -> int:
+        """Redeliver the outbox, as a host does after a crash, and check what was delivered.
+
+        Returns:
+            How many transitions were redelivered.
+
+        Raises:
+            AssertionError: a property failed; the message says which and where.
+        """
         pending = {t.id: t for t in self.store.claim_undelivered()}
         if set(pending) != self.outbox:
             raise self._fail(f"outbox holds {sorted(pending)}, expected {sorted(self.outbox)}")
@@ -454,7 +507,21 @@ def check_scenario(
     ref: ObjectRef | None = None,
     attempts: int = 5,
 ) -> Checker:
-    """Run ``steps`` twice on fresh stores, checking every property; returns the first run."""
+    """Run ``steps`` twice on fresh stores, checking every property; returns the first run.
+
+    Args:
+        machine: the machine under test.
+        steps: the scenario.
+        store_factory: makes a fresh, empty store for each run (the store under test).
+        ref: the object driven; ``None``: :func:`default_ref`.
+        attempts: the runner's commit attempts (its retry policy).
+
+    Returns:
+        The first run's checker, to inspect what it saw.
+
+    Raises:
+        AssertionError: a property failed; the message says which and where.
+    """
     runs: list[Checker] = []
     for _ in range(2):
         store = store_factory()
@@ -494,6 +561,22 @@ def check_rows(
     conflict on every attempt), committing on the last attempt, and with its last delivery
     failing and then redelivered. ``require_all_rows`` fails on rows no path reaches: dead
     rows, or rows that need ``samples`` to be reached.
+
+    Args:
+        machine: the machine under test.
+        store_factory: makes a fresh, empty store for each run (the store under test).
+        samples: values for observation fields, by ``"Class.field"`` or ``"field"``: what
+            the guards need to be reached, which random text rarely hits.
+        ref: the object driven; ``None``: :func:`default_ref`.
+        attempts: the runner's commit attempts (its retry policy).
+        faults: also run each path with its last write or delivery failing.
+        require_all_rows: fail when a row is reached by no path.
+
+    Returns:
+        The paths run, one per row reached.
+
+    Raises:
+        AssertionError: a property failed; the message says which and where.
     """
     found, missing = row_paths(machine, samples=samples, ref=ref)
     budget = Checker(machine, MemoryStore(), ref=ref, attempts=attempts).attempts
@@ -546,6 +629,22 @@ def check_machine(
     variants; then generated scenarios (:func:`scenarios`). Raises ``AssertionError`` with
     the failing (for generated scenarios: the smallest failing) scenario. ``settings``
     replaces the Hypothesis defaults (``max_examples``, no deadline, no example database).
+
+    Args:
+        machine: the machine under test.
+        store_factory: as for :func:`check_rows`.
+        samples: as for :func:`check_rows`.
+        ref: as for :func:`check_rows`.
+        max_examples: how many scenarios Hypothesis generates.
+        max_steps: the longest scenario.
+        faults: mix injected faults and redeliveries into the scenarios.
+        attempts: the runner's commit attempts (its retry policy).
+        rows: run :func:`check_rows` first.
+        require_all_rows: fail when a row is reached by no path.
+        settings: Hypothesis settings replacing the defaults; ``None``: the defaults.
+
+    Raises:
+        AssertionError: a property failed; the message says which and where.
     """
     if rows:
         check_rows(

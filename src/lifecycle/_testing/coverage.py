@@ -107,7 +107,13 @@ def _variants(values: Mapping[str, list[Any]]) -> Iterator[dict[str, Any]]:
 
 @attrs.frozen(slots=True)
 class RowPath:
-    """The first path found that takes ``row`` (its last observation does)."""
+    """The first path found that takes ``row`` (its last observation does).
+
+    Attributes:
+        index: the row's position in the table.
+        row: the row.
+        observations: the path, from the initial status; the last one takes the row.
+    """
 
     index: int
     row: Row
@@ -187,6 +193,18 @@ def row_paths(
 
     Each status of a new shape (datetimes counted as set or unset) is expanded once, up to
     ``budget`` expansions. Returns the paths found and the rows never reached.
+
+    Args:
+        machine: the machine under test.
+        samples: values for observation fields, by ``"Class.field"`` or ``"field"``: what the
+            guards need to be reached.
+        ref: the object driven; ``None``: :func:`default_ref`.
+        max_depth: the longest path tried.
+        budget: the most statuses expanded, a bound on the search's time.
+        time_steps: the seconds tried between observations, so timer rows are reached.
+
+    Returns:
+        The paths found, one per row reached, and the rows never reached with their index.
     """
     table = machine.table
     candidates = _candidates(machine, samples)

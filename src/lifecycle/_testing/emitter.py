@@ -74,6 +74,17 @@ def check_emitter(
     transition to its key; default its id: a Kubernetes Event's would be its name), so that
     "exactly once" can be checked; without it only the outbox and the acknowledgements are.
     ``timeout`` bounds each flush and close.
+
+    Args:
+        make: makes an emitter delivering to the destination under test.
+        holds: lists what the destination holds, one key per stored copy, so "exactly once" is
+            checked; ``None``: only the outbox and the acknowledgements are.
+        key: maps a transition to its key in ``holds``.
+        pods: how many pods the run drives.
+        timeout: the bound on each flush and close, in seconds.
+
+    Raises:
+        AssertionError: the emitter broke the contract; the message says where.
     """
     store = MemoryStore()
     first = make()

@@ -76,7 +76,18 @@ def _client_error(code: str, message: str, operation: str) -> Exception:
 
 
 class FakeEC2:
-    """One region's EC2, in memory. ``validate=False`` skips the shape validation."""
+    """One region's EC2, in memory. ``validate=False`` skips the shape validation.
+
+    Each client method checks its request and its answer against botocore's model (unless
+    ``validate=False``); a scripted fault or timeout fires first, and otherwise it answers
+    as EC2 would, refusals included (an unknown instance id, a client token reused with other
+    parameters).
+
+    Args:
+        region: the region it stands for.
+        validate: check every request and response against botocore's model (the ``aws`` extra);
+            ``False`` skips it where botocore is not installed.
+    """
 
     def __init__(self, region: str = "us-east-1", *, validate: bool = True) -> None:
         self.region = region
@@ -95,47 +106,111 @@ class FakeEC2:
 
     # -- scripting ------------------------------------------------------------------------------
     def boot(self, instance_id: str) -> None:
-        """Running with both status checks ok."""
+        """Running with both status checks ok.
+
+        Args:
+            instance_id: the instance's id (``i-...``).
+        """
         self._set_state(instance_id, "running")
         self.checks[instance_id] = ("ok", "ok")
 
     def set_checks(self, instance_id: str, system: str, instance: str) -> None:
+        """Set the instance's two status checks, as ``DescribeInstanceStatus`` reports them.
+
+        Args:
+            instance_id: the instance's id (``i-...``).
+            system: the system status check (``ok``, ``impaired``, ``initializing`` ...).
+            instance: the instance status check.
+        """
         self.checks[instance_id] = (system, instance)
 
     def set_state(self, instance_id: str, state: str, reason: str = "") -> None:
+        """Move the instance to ``state``.
+
+        Args:
+            instance_id: the instance's id (``i-...``).
+            state: the EC2 state name (``pending``, ``running``, ``stopped`` ...).
+            reason: the state reason code, when there is one.
+        """
         self._set_state(instance_id, state, reason)
 
     def stop(self, instance_id: str) -> None:
+        """The user stopped the instance (``Client.UserInitiatedShutdown``).
+
+        Args:
+            instance_id: the instance's id (``i-...``).
+        """
         self._set_state(instance_id, "stopped", "Client.UserInitiatedShutdown")
 
     def reclaim(self, instance_id: str) -> None:
-        """EC2 takes a spot instance back."""
+        """EC2 takes a spot instance back.
+
+        Args:
+            instance_id: the instance's id (``i-...``).
+        """
         self._set_state(instance_id, "terminated", "Server.SpotInstanceTermination")
 
     def lag(self, instance_id: str, lookups: int = 1) -> None:
-        """The next ``lookups`` by-id calls answer NotFound, and tag lists do not show it."""
+        """The next ``lookups`` by-id calls answer NotFound, and tag lists do not show it.
+
+        Args:
+            instance_id: the instance's id (``i-...``).
+            lookups: how many calls miss it, as EC2's eventual consistency does after a launch.
+        """
         self._lag[instance_id] = lookups
 
     def script_fleet(self, errors: list[dict[str, str]]) -> None:
         """The next ``create_fleet`` launches nothing and reports ``errors`` (``ErrorCode``,
-        ``ErrorMessage``, optionally ``Lifecycle``)."""
+        ``ErrorMessage``, optionally ``Lifecycle``).
+
+        Args:
+            errors: the fleet's errors, one dict each.
+        """
         self._fleets.append(errors)
 
     def fail(self, method: str, code: str, message: str = "", times: int = 1) -> None:
-        """The next ``times`` calls of ``method`` raise ``ClientError(code)``."""
+        """The next ``times`` calls of ``method`` raise ``ClientError(code)``.
+
+        Args:
+            method: the client method (one of ``EC2_OPERATIONS``).
+            code: the error code (``InsufficientInstanceCapacity`` ...).
+            message: the error message; ``""``: the code.
+            times: how many calls fail.
+
+        Raises:
+            ValueError: ``method`` is not one the fake answers.
+        """
         if method not in EC2_OPERATIONS:
             raise ValueError(f"unknown method {method!r}; one of {', '.join(EC2_OPERATIONS)}")
         self._faults.setdefault(method, deque()).extend([(code, message or code)] * times)
 
     def time_out(self, method: str, times: int = 1) -> None:
         """The next ``times`` calls of ``method`` take effect, but the caller never hears back
-        (``botocore.exceptions.ReadTimeoutError``), as when a response is lost on the way."""
+        (``botocore.exceptions.ReadTimeoutError``), as when a response is lost on the way.
+
+        Args:
+            method: the client method (one of ``EC2_OPERATIONS``).
+            times: how many calls time out.
+
+        Raises:
+            ValueError: ``method`` is not one the fake answers.
+        """
         if method not in EC2_OPERATIONS:
             raise ValueError(f"unknown method {method!r}; one of {', '.join(EC2_OPERATIONS)}")
         self._timeouts[method] = self._timeouts.get(method, 0) + times
 
     def get_paginator(self, operation_name: str) -> Any:
-        """botocore's ``Paginator`` for ``operation_name``, paging over this fake."""
+        """botocore's ``Paginator`` for ``operation_name``, paging over this fake.
+
+        Args:
+            operation_name: the client method (one of ``EC2_OPERATIONS``).
+
+        Returns:
+            The paginator.
+
+        Raises:
+            ValueError: ``operation_name`` is not one the fake answers.
+        """
         if operation_name not in EC2_OPERATIONS:
             raise ValueError(
                 f"unknown method {operation_name!r}; one of {', '.join(EC2_OPERATIONS)}"
@@ -148,7 +223,16 @@ class FakeEC2:
         )
 
     def add(self, claim: str, state: str = "running", *, spot: bool = False) -> str:
-        """Seed an instance tagged with ``claim``; its id."""
+        """Seed an instance tagged with ``claim``; its id.
+
+        Args:
+            claim: the claim name it is tagged with.
+            state: its EC2 state; a running one has its status checks ok.
+            spot: it is a spot instance (which :meth:`reclaim` can take back).
+
+        Returns:
+            The instance's id.
+        """
         iid = self._launch("t3.micro", "subnet-0fake", claim, spot)
         self._set_state(iid, state)
         if state == "running":
@@ -157,6 +241,17 @@ class FakeEC2:
 
     # -- the client surface ---------------------------------------------------------------------
     def create_fleet(self, **kwargs: Any) -> dict[str, Any]:
+        """``CreateFleet``, as the EC2 client answers it (see the class).
+
+        Args:
+            **kwargs: the request's parameters, as botocore takes them.
+
+        Returns:
+            The response, shaped as EC2's.
+
+        Raises:
+            botocore.exceptions.ClientError: a scripted fault, or EC2's own refusal.
+        """
         self._enter("create_fleet", kwargs)
         token = kwargs.get("ClientToken")
         if token and token in self._tokens:
@@ -218,6 +313,17 @@ class FakeEC2:
         return self._respond("create_fleet", response)
 
     def describe_instances(self, **kwargs: Any) -> dict[str, Any]:
+        """``DescribeInstances``, as the EC2 client answers it (see the class).
+
+        Args:
+            **kwargs: the request's parameters, as botocore takes them.
+
+        Returns:
+            The response, shaped as EC2's.
+
+        Raises:
+            botocore.exceptions.ClientError: a scripted fault, or EC2's own refusal.
+        """
         self._enter("describe_instances", kwargs)
         return self._leave("describe_instances", self._describe_instances(kwargs))
 
@@ -252,6 +358,17 @@ class FakeEC2:
         return self._respond("describe_instances", response)
 
     def describe_instance_status(self, **kwargs: Any) -> dict[str, Any]:
+        """``DescribeInstanceStatus``, as the EC2 client answers it (see the class).
+
+        Args:
+            **kwargs: the request's parameters, as botocore takes them.
+
+        Returns:
+            The response, shaped as EC2's.
+
+        Raises:
+            botocore.exceptions.ClientError: a scripted fault, or EC2's own refusal.
+        """
         self._enter("describe_instance_status", kwargs)
         return self._leave("describe_instance_status", self._describe_instance_status(kwargs))
 
@@ -279,6 +396,17 @@ class FakeEC2:
         return self._respond("describe_instance_status", {"InstanceStatuses": statuses})
 
     def terminate_instances(self, **kwargs: Any) -> dict[str, Any]:
+        """``TerminateInstances``, as the EC2 client answers it (see the class).
+
+        Args:
+            **kwargs: the request's parameters, as botocore takes them.
+
+        Returns:
+            The response, shaped as EC2's.
+
+        Raises:
+            botocore.exceptions.ClientError: a scripted fault, or EC2's own refusal.
+        """
         self._enter("terminate_instances", kwargs)
         return self._leave("terminate_instances", self._terminate_instances(kwargs))
 

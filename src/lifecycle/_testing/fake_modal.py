@@ -90,7 +90,13 @@ class exception:
 
 @dataclasses.dataclass(frozen=True)
 class FakeProbe:
-    """``modal.Probe``: exec argv or a TCP port, and an interval."""
+    """``modal.Probe``: exec argv or a TCP port, and an interval.
+
+    Attributes:
+        tcp_port: the port a TCP probe connects to.
+        exec_argv: the command an exec probe runs.
+        interval_ms: how often the probe runs.
+    """
 
     tcp_port: int | None = None
     exec_argv: tuple[str, ...] | None = None
@@ -98,6 +104,18 @@ class FakeProbe:
 
     @classmethod
     def with_tcp(cls, port: int, *, interval_ms: int = 100) -> FakeProbe:
+        """A TCP probe, as ``modal.Probe.with_tcp``.
+
+        Args:
+            port: the port, 1 to 65535.
+            interval_ms: how often it runs.
+
+        Returns:
+            The probe.
+
+        Raises:
+            InvalidError: the port is out of range (the SDK's error, from the fake's ``exception``).
+        """
         if not 0 < port <= 65535:
             raise exception.InvalidError(
                 f"Probe.with_tcp() expects `port` in [1, 65535], got {port}"
@@ -106,6 +124,18 @@ class FakeProbe:
 
     @classmethod
     def with_exec(cls, *argv: str, interval_ms: int = 100) -> FakeProbe:
+        """An exec probe, as ``modal.Probe.with_exec``.
+
+        Args:
+            *argv: the command, at least one word.
+            interval_ms: how often it runs.
+
+        Returns:
+            The probe.
+
+        Raises:
+            InvalidError: no command was given.
+        """
         if not argv:
             raise exception.InvalidError("Probe.with_exec() requires at least one argument")
         return cls(exec_argv=tuple(argv), interval_ms=interval_ms)
@@ -134,7 +164,21 @@ class _method:
 
 @attrs.define
 class SandboxState:
-    """The fake's record of one sandbox."""
+    """The fake's record of one sandbox.
+
+    Attributes:
+        id: the sandbox's id.
+        app_id: the id of the app it runs in.
+        tags: its tags (the claim name among them).
+        command: the command it runs.
+        options: the other options it was created with.
+        probe: its readiness probe, when it has one.
+        returncode: its exit code once it finished; ``None`` while it runs.
+        ready: its readiness probe passed.
+        listed: the SDK's list shows it (a list can lag a create).
+        exists: ``from_id`` finds it.
+        name: its name, when it was given one.
+    """
 
     id: str
     app_id: str
@@ -157,7 +201,12 @@ class _App:
 
 class FakeSandbox:
     """A handle, like ``modal.Sandbox``: ``returncode`` is what the handle last learnt (from
-    ``list``/``from_id`` or its own ``poll``)."""
+    ``list``/``from_id`` or its own ``poll``).
+
+    Args:
+        world: the fake SDK the sandbox lives in.
+        state: the fake's record of it, which the handle reads.
+    """
 
     def __init__(self, world: FakeModal, state: SandboxState) -> None:
         self._world = world
@@ -348,7 +397,12 @@ _HANG = object()
 
 class FakeModal:
     """The fake ``modal`` module. ``list_lags=True`` keeps new sandboxes out of the list until
-    :meth:`show` (the SDK's list can lag a create)."""
+    :meth:`show` (the SDK's list can lag a create).
+
+    Args:
+        list_lags: new sandboxes stay out of the list until :meth:`show`, as the real list can
+            lag a create.
+    """
 
     Probe = FakeProbe
     exception = exception
@@ -381,7 +435,20 @@ class FakeModal:
         tags: Mapping[str, str] | None = None,
         name: str | None = None,
     ) -> str:
-        """Seed a sandbox (as if created earlier, e.g. by a previous controller); its id."""
+        """Seed a sandbox (as if created earlier, e.g. by a previous controller); its id.
+
+        Args:
+            claim: the claim name it is tagged with; ``None``: untagged.
+            app: the app it runs in (created when new).
+            probe: it has a readiness probe (a TCP one).
+            ready: its probe passed already.
+            returncode: its exit code, when it has finished.
+            tags: further tags.
+            name: its name.
+
+        Returns:
+            The sandbox's id.
+        """
         if app not in self.apps:
             self.apps[app] = _App(f"ap-{len(self.apps) + 1:06d}", app)
         all_tags = dict(tags or {})
@@ -396,25 +463,74 @@ class FakeModal:
         return state.id
 
     def state(self, sandbox_id: str) -> SandboxState:
+        """The fake's record of one sandbox (changes to it show in every handle).
+
+        Args:
+            sandbox_id: the sandbox's id (``sb-...``).
+
+        Returns:
+            Its record.
+
+        Raises:
+            KeyError: no sandbox has that id.
+        """
         return self.sandboxes[sandbox_id]
 
     def exit(self, sandbox_id: str, code: int) -> None:
-        """The sandbox finished with ``code`` (it drops out of the list)."""
+        """The sandbox finished with ``code`` (it drops out of the list).
+
+        Args:
+            sandbox_id: the sandbox's id (``sb-...``).
+            code: its exit code.
+
+        Raises:
+            KeyError: no sandbox has that id.
+        """
         self.sandboxes[sandbox_id].returncode = code
 
     def set_ready(self, sandbox_id: str, ready: bool = True) -> None:
-        """The sandbox's readiness probe passed."""
+        """The sandbox's readiness probe passed.
+
+        Args:
+            sandbox_id: the sandbox's id (``sb-...``).
+            ready: whether the probe passed.
+
+        Raises:
+            KeyError: no sandbox has that id.
+        """
         self.sandboxes[sandbox_id].ready = ready
 
     def purge(self, sandbox_id: str) -> None:
-        """The sandbox is gone entirely: ``from_id`` raises NotFoundError."""
+        """The sandbox is gone entirely: ``from_id`` raises NotFoundError.
+
+        Args:
+            sandbox_id: the sandbox's id (``sb-...``).
+
+        Raises:
+            KeyError: no sandbox has that id.
+        """
         self.sandboxes[sandbox_id].exists = False
 
     def hide(self, sandbox_id: str) -> None:
-        """The list does not show the (running) sandbox."""
+        """The list does not show the (running) sandbox.
+
+        Args:
+            sandbox_id: the sandbox's id (``sb-...``).
+
+        Raises:
+            KeyError: no sandbox has that id.
+        """
         self.sandboxes[sandbox_id].listed = False
 
     def show(self, sandbox_id: str) -> None:
+        """The list shows the sandbox again.
+
+        Args:
+            sandbox_id: the sandbox's id (``sb-...``).
+
+        Raises:
+            KeyError: no sandbox has that id.
+        """
         self.sandboxes[sandbox_id].listed = True
 
     def fail(
@@ -425,18 +541,46 @@ class FakeModal:
         sandbox_id: str | None = None,
         times: int = 1,
     ) -> None:
-        """The next ``times`` calls of ``operation`` (for ``sandbox_id``, or any) raise."""
+        """The next ``times`` calls of ``operation`` (for ``sandbox_id``, or any) raise.
+
+        Args:
+            operation: the SDK call (one of ``MODAL_OPERATIONS``).
+            error: what they raise.
+            sandbox_id: only calls for this sandbox; ``None``: any.
+            times: how many calls raise.
+
+        Raises:
+            ValueError: ``operation`` is not one the fake answers, or ``times`` is less than 1.
+        """
         self._script(operation, sandbox_id, [error] * times)
 
     def hang(self, operation: str, *, sandbox_id: str | None = None, times: int = 1) -> None:
-        """The next ``times`` calls of ``operation`` never answer (until cancelled)."""
+        """The next ``times`` calls of ``operation`` never answer (until cancelled).
+
+        Args:
+            operation: the SDK call (one of ``MODAL_OPERATIONS``).
+            sandbox_id: only calls for this sandbox; ``None``: any.
+            times: how many calls hang.
+
+        Raises:
+            ValueError: ``operation`` is not one the fake answers, or ``times`` is less than 1.
+        """
         self._script(operation, sandbox_id, [_HANG] * times)
 
     def when(
         self, operation: str, action: Callable[[], object], *, sandbox_id: str | None = None
     ) -> None:
         """Run ``action`` once, as the next call of ``operation`` (for ``sandbox_id``, or any)
-        arrives, before it answers: e.g. a sandbox exits between the list and its poll."""
+        arrives, before it answers: e.g. a sandbox exits between the list and its poll.
+
+        Args:
+            operation: the SDK call (one of ``MODAL_OPERATIONS``).
+            action: what runs, with no arguments.
+            sandbox_id: only a call for this sandbox; ``None``: any.
+
+        Raises:
+            ValueError: ``operation`` is not one the fake answers.
+        """
         if operation not in MODAL_OPERATIONS:
             raise ValueError(
                 f"unknown operation {operation!r}; one of {', '.join(MODAL_OPERATIONS)}"
@@ -445,6 +589,15 @@ class FakeModal:
             self._hooks.setdefault((operation, sandbox_id), deque()).append(action)
 
     def count(self, operation: str, sandbox_id: str | None = None) -> int:
+        """How many calls of ``operation`` were made.
+
+        Args:
+            operation: the SDK call (one of ``MODAL_OPERATIONS``).
+            sandbox_id: count only calls for this sandbox; ``None``: all.
+
+        Returns:
+            The count.
+        """
         return sum(
             1
             for c in self.calls
@@ -452,7 +605,14 @@ class FakeModal:
         )
 
     def waiting(self, sandbox_id: str) -> int:
-        """How many ``wait_until_ready`` calls are in flight for the sandbox now."""
+        """How many ``wait_until_ready`` calls are in flight for the sandbox now.
+
+        Args:
+            sandbox_id: the sandbox's id (``sb-...``).
+
+        Returns:
+            The count, 0 when none waits.
+        """
         return self._in_wait.get(sandbox_id, 0)
 
     # -- internals --------------------------------------------------------------------------------

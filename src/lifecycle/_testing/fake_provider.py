@@ -66,7 +66,13 @@ __all__ = ["FakeInstance", "FakeNode", "FakeProvider", "FakeSpec", "ObservationS
 @attrs.frozen(slots=True)
 class FakeSpec:
     """What a pod asks of the fake provider: how its instance boots. ``None`` takes the
-    provider's default (see :class:`FakeProvider`)."""
+    provider's default (see :class:`FakeProvider`).
+
+    Attributes:
+        boot_ticks: how many Lists show the new instance Pending before it runs.
+        start_pending: keep it Pending until :meth:`FakeProvider.boot`.
+        probe: give it a readiness probe that has not passed yet.
+    """
 
     boot_ticks: int | None = None
     start_pending: bool | None = None
@@ -79,7 +85,16 @@ DEFAULT_SPEC = FakeSpec()
 
 @attrs.frozen(slots=True)
 class FakeInstance:
-    """What :meth:`FakeProvider.list` shows of one instance (a snapshot, not a handle)."""
+    """What :meth:`FakeProvider.list` shows of one instance (a snapshot, not a handle).
+
+    Attributes:
+        id: the instance's id.
+        claim: the claim name it is tagged with.
+        state: its state.
+        endpoint: where it answers.
+        exit_code: its exit code once it ended.
+        ready: its readiness probe passed (or it has none).
+    """
 
     id: str
     claim: str
@@ -115,6 +130,17 @@ class FakeProvider:
     Pending until :meth:`boot`. ``probe=True`` gives new instances a readiness probe that has
     not passed until :meth:`confirm_ready`. Each can also be set per pod by its
     :class:`FakeSpec`. ``clock`` stamps observations when a call passes no ``at``.
+
+    Args:
+        reserved: what Provision reports as ``reserved``.
+        boot_ticks: how many Lists a new instance shows Pending before it runs, not negative.
+        start_pending: new instances stay Pending until :meth:`boot`.
+        probe: new instances have a readiness probe that has not passed.
+        clock: what stamps an observation when a call passes no ``at``; a test passes a fixed
+            clock to replay a run exactly.
+
+    Raises:
+        ValueError: ``boot_ticks`` is negative.
     """
 
     name = "fake"
@@ -147,7 +173,14 @@ class FakeProvider:
 
     @staticmethod
     def claim(ref: ObjectRef) -> str:
-        """The claim name that tags ``ref``'s instance: ``<ns>-<name>``."""
+        """The claim name that tags ``ref``'s instance: ``<ns>-<name>``.
+
+        Args:
+            ref: the pod.
+
+        Returns:
+            The claim name.
+        """
         return claim_name(ref.namespace, ref.name)
 
     # -- the provider port --------------------------------------------------------------------
@@ -161,7 +194,17 @@ class FakeProvider:
     ) -> ProvisionOutcome:
         """Create an instance for ``ref``'s claim (or find the one it has) and say so as the
         Pod observation: :class:`ProvisionSucceeded`, or a scripted rejection or error.
-        ``attempt`` changes nothing here: a claim has one instance while it has any."""
+        ``attempt`` changes nothing here: a claim has one instance while it has any.
+
+        Args:
+            ref: the pod.
+            spec: how its instance boots.
+            attempt: which CreatePod attempt this is, from 0.
+            at: when; ``None``: the provider's clock.
+
+        Returns:
+            The Pod observation of the outcome.
+        """
         check_attempt(attempt)
         at = at_or_now(at, self.clock)
         claim = self.claim(ref)
@@ -185,6 +228,13 @@ class FakeProvider:
         A failed List is :class:`InstanceUnknown` for all (it changes nothing); a pod whose
         instance (by its tracked id, else by its claim) the List does not contain is
         :class:`InstanceAbsent`; otherwise the instance's state.
+
+        Args:
+            pods: the tracked pods, each with its instance id when known.
+            at: when; ``None``: the provider's clock.
+
+        Returns:
+            One Pod observation per pod.
         """
         at = at_or_now(at, self.clock)
         try:
@@ -214,7 +264,16 @@ class FakeProvider:
     ) -> TerminateOutcome:
         """Delete the pod's instance (by id, else its claim's). Idempotent: an unknown id, or a
         pod without an instance, is success. A scripted failure (see
-        :meth:`fail_next_terminate`) is :class:`TerminateFailed`."""
+        :meth:`fail_next_terminate`) is :class:`TerminateFailed`.
+
+        Args:
+            ref: the pod.
+            pod: what is tracked of it (its instance id, when known).
+            at: when; ``None``: the provider's clock.
+
+        Returns:
+            :class:`TerminateSucceeded` or :class:`TerminateFailed`.
+        """
         at = at_or_now(at, self.clock)
         instance_id = pod.instance_id or self._by_claim.get(self.claim(ref), "")
         self.calls.append(("terminate", instance_id))
@@ -226,7 +285,14 @@ class FakeProvider:
     # -- inspection ---------------------------------------------------------------------------
     def list(self) -> list[FakeInstance]:
         """Every instance, as snapshots. Each successful List is one tick for booting
-        instances. Raises a scripted :class:`ProviderError` (see :meth:`fail_next_list`)."""
+        instances. Raises a scripted :class:`ProviderError` (see :meth:`fail_next_list`).
+
+        Returns:
+            A snapshot of every instance.
+
+        Raises:
+            ProviderError: a scripted List failure.
+        """
         self.calls.append(("list",))
         if self._list_errors:
             raise ProviderError(self._list_errors.popleft())
@@ -239,66 +305,168 @@ class FakeProvider:
         return shown
 
     def find(self, claim: str) -> FakeInstance | None:
-        """The instance tagged with ``claim``, without a List (no tick, no scripted error)."""
+        """The instance tagged with ``claim``, without a List (no tick, no scripted error).
+
+        Args:
+            claim: the claim name.
+
+        Returns:
+            A snapshot of its instance, or ``None`` when it has none.
+        """
         iid = self._by_claim.get(claim)
         return None if iid is None else self._instances[iid].snapshot()
 
     def get(self, instance_id: str) -> FakeInstance:
+        """One instance, as a snapshot.
+
+        Args:
+            instance_id: the instance's id (``fake-1`` ...).
+
+        Returns:
+            Its snapshot.
+
+        Raises:
+            KeyError: no instance has that id.
+        """
         return self._get(instance_id).snapshot()
 
     # -- scripting ----------------------------------------------------------------------------
     def boot(self, instance_id: str) -> None:
-        """A Pending instance finishes booting: Running."""
+        """A Pending instance finishes booting: Running.
+
+        Args:
+            instance_id: the instance's id (``fake-1`` ...).
+
+        Raises:
+            KeyError: no instance has that id.
+        """
         inst = self._get(instance_id)
         inst.state, inst.boot_left = InstanceState.RUNNING, 0
 
     def pend(self, instance_id: str) -> None:
-        """The instance reads Pending again (e.g. EC2 status checks failing) until :meth:`boot`."""
+        """The instance reads Pending again (e.g. EC2 status checks failing) until :meth:`boot`.
+
+        Args:
+            instance_id: the instance's id (``fake-1`` ...).
+
+        Raises:
+            KeyError: no instance has that id.
+        """
         inst = self._get(instance_id)
         inst.state, inst.boot_left = InstanceState.PENDING, None
 
     def confirm_ready(self, instance_id: str) -> None:
-        """The instance's readiness probe passed (the latch never demotes)."""
+        """The instance's readiness probe passed (the latch never demotes).
+
+        Args:
+            instance_id: the instance's id (``fake-1`` ...).
+
+        Raises:
+            KeyError: no instance has that id.
+        """
         self._get(instance_id).ready = True
 
     def fail(self, instance_id: str, exit_code: int | None = 1) -> None:
-        """The instance entered a failed state (e.g. exited 1)."""
+        """The instance entered a failed state (e.g. exited 1).
+
+        Args:
+            instance_id: the instance's id (``fake-1`` ...).
+            exit_code: its exit code; ``None``: unknown.
+
+        Raises:
+            KeyError: no instance has that id.
+        """
         inst = self._get(instance_id)
         inst.state, inst.exit_code = InstanceState.FAILED, exit_code
 
     def stop(self, instance_id: str, exit_code: int | None = 0) -> None:
-        """The instance stopped or was terminated but is still listed."""
+        """The instance stopped or was terminated but is still listed.
+
+        Args:
+            instance_id: the instance's id (``fake-1`` ...).
+            exit_code: its exit code; ``None``: unknown.
+
+        Raises:
+            KeyError: no instance has that id.
+        """
         inst = self._get(instance_id)
         inst.state, inst.exit_code = InstanceState.TERMINATED, exit_code
 
     def exit(self, instance_id: str, exit_code: int) -> None:
         """The instance exited with ``exit_code``, classified as upstream does: 0, 124 and
-        137 are Terminated, anything else Failed."""
+        137 are Terminated, anything else Failed.
+
+        Args:
+            instance_id: the instance's id (``fake-1`` ...).
+            exit_code: its exit code, which decides Terminated or Failed.
+
+        Raises:
+            KeyError: no instance has that id.
+        """
         inst = self._get(instance_id)
         inst.state, inst.exit_code = classify_exit(exit_code), exit_code
 
     def vanish(self, instance_id: str) -> None:
-        """The instance disappears from List (reclaimed, filtered out, deleted behind our back)."""
+        """The instance disappears from List (reclaimed, filtered out, deleted behind our back).
+
+        Args:
+            instance_id: the instance's id (``fake-1`` ...).
+
+        Raises:
+            KeyError: no instance has that id.
+        """
         self._get(instance_id)
         self._drop(instance_id)
 
     def fail_next_list(self, error: str = "fake: List failed", times: int = 1) -> None:
-        """The next ``times`` Lists raise :class:`ProviderError` (polls read InstanceUnknown)."""
+        """The next ``times`` Lists raise :class:`ProviderError` (polls read InstanceUnknown).
+
+        Args:
+            error: the List's error, as the provider would word it.
+            times: how many calls fail, at least 1.
+
+        Raises:
+            ValueError: ``times`` is less than 1.
+        """
         self._list_errors.extend([error] * _positive(times))
 
     def reject_next_provision(
         self, error: str = "fake: InsufficientCapacity", times: int = 1
     ) -> None:
-        """The next ``times`` Provisions are refused: :class:`ProvisionRejected` (the pod fails)."""
+        """The next ``times`` Provisions are refused: :class:`ProvisionRejected` (the pod fails).
+
+        Args:
+            error: the refusal, as the provider would word it.
+            times: how many calls fail, at least 1.
+
+        Raises:
+            ValueError: ``times`` is less than 1.
+        """
         self._provision_script.extend([("reject", error)] * _positive(times))
 
     def error_next_provision(self, error: str = "fake: 503 unavailable", times: int = 1) -> None:
         """The next ``times`` Provisions fail unattributably: :class:`ProvisionErrored`
-        (the pod keeps provisioning, and CreatePod is retried)."""
+        (the pod keeps provisioning, and CreatePod is retried).
+
+        Args:
+            error: the error, as the provider would word it.
+            times: how many calls fail, at least 1.
+
+        Raises:
+            ValueError: ``times`` is less than 1.
+        """
         self._provision_script.extend([("error", error)] * _positive(times))
 
     def fail_next_terminate(self, error: str = "fake: Terminate failed", times: int = 1) -> None:
-        """The next ``times`` Terminates fail: :class:`TerminateFailed` (nothing is deleted)."""
+        """The next ``times`` Terminates fail: :class:`TerminateFailed` (nothing is deleted).
+
+        Args:
+            error: the error, as the provider would word it.
+            times: how many calls fail, at least 1.
+
+        Raises:
+            ValueError: ``times`` is less than 1.
+        """
         self._terminate_errors.extend([error] * _positive(times))
 
     # -- internals ----------------------------------------------------------------------------
@@ -343,7 +511,17 @@ def _positive(times: int) -> int:
 class ObservationSink(Protocol):
     """Whatever takes observations: a :class:`~lifecycle.Runner`, or a test double."""
 
-    def observe(self, ref: ObjectRef, observation: Observation) -> Any: ...
+    def observe(self, ref: ObjectRef, observation: Observation) -> Any:
+        """Take one observation of ``ref``.
+
+        Args:
+            ref: the object observed.
+            observation: what was seen.
+
+        Returns:
+            Whatever the sink returns (a runner: the outcome).
+        """
+        ...
 
 
 class FakeNode:
@@ -354,6 +532,13 @@ class FakeNode:
     Terminate outcome), ``pod_gone`` the NodeClaim controller finding the pod absent. Each
     method returns what the sink returned, one per observation, and every observation is also
     handed to ``recorder`` so the run can be saved as a trace.
+
+    Args:
+        provider: the fake provider the node places pods on.
+        sink: what takes the observations (a runner).
+        recorder: what also records every observation, so the run can be saved as a trace;
+            ``None``: nothing records.
+        pool: the pool a pod is created for when :meth:`create_pod` names none.
     """
 
     def __init__(
@@ -375,7 +560,15 @@ class FakeNode:
     claim = staticmethod(FakeProvider.claim)
 
     def feed(self, ref: ObjectRef, observation: Observation) -> Any:
-        """Redact ``observation``, record it (if recording) and hand it to the sink."""
+        """Redact ``observation``, record it (if recording) and hand it to the sink.
+
+        Args:
+            ref: the object observed.
+            observation: what was seen.
+
+        Returns:
+            What the sink returned.
+        """
         observation = redact_observation(observation)
         if self.recorder is not None:
             self.recorder.record(ref, observation)
@@ -389,6 +582,18 @@ class FakeNode:
         pool: str | None = None,
         spec: FakeSpec = DEFAULT_SPEC,
     ) -> list[Any]:
+        """CreatePod: :class:`CreateRequested`, then the Provision outcome; a provisioned pod is
+        tracked for :meth:`poll`.
+
+        Args:
+            ref: the pod.
+            at: when.
+            pool: the pool; ``None``: the node's.
+            spec: how its instance boots.
+
+        Returns:
+            What the sink returned, one per observation.
+        """
         results = [
             self.feed(
                 ref,
@@ -404,6 +609,14 @@ class FakeNode:
         return results
 
     def poll(self, at: datetime) -> list[Any]:
+        """One List read for every tracked pod.
+
+        Args:
+            at: when.
+
+        Returns:
+            What the sink returned, one per tracked pod.
+        """
         if not self.tracked:
             return []
         pods = dict(self.tracked.values())
@@ -411,6 +624,16 @@ class FakeNode:
         return [self.feed(ref, seen[ref]) for ref in pods]
 
     def delete_pod(self, ref: ObjectRef, at: datetime) -> list[Any]:
+        """DeletePod: :class:`DeletionRequested`, then the Terminate outcome; a terminated pod is no
+        longer tracked.
+
+        Args:
+            ref: the pod.
+            at: when.
+
+        Returns:
+            What the sink returned, one per observation.
+        """
         results = [self.feed(ref, DeletionRequested(at=at))]
         _, pod = self.tracked.get(ref.uid, (ref, Tracked(DEFAULT_SPEC)))
         outcome = self.provider.terminate(ref, pod, at=at)
@@ -420,6 +643,14 @@ class FakeNode:
         return results
 
     def pod_gone(self, ref: ObjectRef, at: datetime) -> Any:
-        """The NodeClaim controller reconciles and finds ``ref`` gone."""
+        """The NodeClaim controller reconciles and finds ``ref`` gone.
+
+        Args:
+            ref: the pod.
+            at: when.
+
+        Returns:
+            What the sink returned for the claim's :class:`PodAbsent`.
+        """
         self.tracked.pop(ref.uid, None)
         return self.feed(claim_ref(ref), PodAbsent(at=at))

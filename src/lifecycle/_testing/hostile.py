@@ -153,7 +153,11 @@ EDGE_VALUES: tuple[object, ...] = (
 
 
 def hostile_values() -> st.SearchStrategy[Any]:
-    """One value outside the bounds or at them, or arbitrary JSON-like data."""
+    """One value outside the bounds or at them, or arbitrary JSON-like data.
+
+    Returns:
+        A Hypothesis strategy of such values.
+    """
     json_like = st.recursive(
         st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=20),
         lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner),
@@ -163,7 +167,11 @@ def hostile_values() -> st.SearchStrategy[Any]:
 
 
 def hostile_times() -> st.SearchStrategy[object]:
-    """An ``at``: out of bounds, naive, of a wrong type, or at an edge of the bounds."""
+    """An ``at``: out of bounds, naive, of a wrong type, or at an edge of the bounds.
+
+    Returns:
+        A Hypothesis strategy of such values.
+    """
     return st.one_of(st.sampled_from(BAD_TIMES), st.sampled_from(EDGE_TIMES))
 
 
@@ -171,7 +179,15 @@ def hostile_fields(
     machine: Machine[Any], cls: type[Observation]
 ) -> st.SearchStrategy[dict[str, Any]]:
     """Fields for ``cls``: each a well-formed value or (often) a hostile one; sometimes a
-    field is left out or an unknown one is added."""
+    field is left out or an unknown one is added.
+
+    Args:
+        machine: the machine whose vocabulary gives the well-formed values.
+        cls: the observation class.
+
+    Returns:
+        A Hypothesis strategy of field mappings, as a trace line would carry them.
+    """
     normal = _vocabulary(machine).fields[cls]
     keys = [f.name for f in attrs.fields(cls) if f.init and f.name != "at"]
 
@@ -207,7 +223,14 @@ def _unstructure(value: Any) -> Any:
 
 def hostile_observations(machine: Machine[Any]) -> st.SearchStrategy[tuple[Any, Any, Any]]:
     """``(name, at, fields)`` for :meth:`~lifecycle.Machine.observation`: a known name (or
-    sometimes a hostile one), a normal or hostile ``at``, and hostile fields."""
+    sometimes a hostile one), a normal or hostile ``at``, and hostile fields.
+
+    Args:
+        machine: the machine under test.
+
+    Returns:
+        A Hypothesis strategy of ``(name, at, fields)``.
+    """
     names = sorted(machine.vocabulary)
 
     @st.composite
@@ -228,7 +251,14 @@ def hostile_observations(machine: Machine[Any]) -> st.SearchStrategy[tuple[Any, 
 def hostile_built(machine: Machine[Any]) -> st.SearchStrategy[Observation]:
     """Observations a host builds in Python with hostile values, bypassing
     :meth:`~lifecycle.Machine.observation` (attrs validators still run: combinations they
-    refuse are not drawn)."""
+    refuse are not drawn).
+
+    Args:
+        machine: the machine under test.
+
+    Returns:
+        A Hypothesis strategy of observations.
+    """
     names = sorted(machine.vocabulary)
 
     @st.composite
@@ -251,7 +281,14 @@ def hostile_built(machine: Machine[Any]) -> st.SearchStrategy[Observation]:
 
 
 def hostile_refs(machine: Machine[Any]) -> st.SearchStrategy[ObjectRef]:
-    """References of ``machine``'s kind with hostile namespace, name or uid (or kind)."""
+    """References of ``machine``'s kind with hostile namespace, name or uid (or kind).
+
+    Args:
+        machine: the machine under test.
+
+    Returns:
+        A Hypothesis strategy of refs.
+    """
     part = st.one_of(
         st.sampled_from(("", "x" * (bounds.REF_MAX + 1), "a\x00b", "\ud800", "ns")),
         st.sampled_from(BAD_VALUES),
@@ -302,7 +339,14 @@ def _limit_edges(machine: Machine[Any]) -> set[int]:
 
 def extreme_ints(machine: Machine[Any] | None = None) -> st.SearchStrategy[int]:
     """An integer from :data:`EXTREME_INTS`, or (given ``machine``) at or just past one of
-    the limits its observations declare."""
+    the limits its observations declare.
+
+    Args:
+        machine: whose declared limits to add; ``None``: only :data:`EXTREME_INTS`.
+
+    Returns:
+        A Hypothesis strategy of integers.
+    """
     values = set(EXTREME_INTS) | (_limit_edges(machine) if machine is not None else set())
     return st.sampled_from(sorted(values))
 
@@ -326,7 +370,14 @@ def hostile_counts(machine: Machine[Any]) -> st.SearchStrategy[tuple[str, dateti
     observation whose integers (every int field, nested ones included) are mostly extreme --
     the largest, at a declared limit and just past it, 32/53/64-bit edges. What is accepted
     must still apply within a bounded budget (no work proportional to a number the input
-    carries); integer fields the values leave unset are filled in, so every count is tried."""
+    carries); integer fields the values leave unset are filled in, so every count is tried.
+
+    Args:
+        machine: the machine under test.
+
+    Returns:
+        A Hypothesis strategy of ``(name, at, fields)``.
+    """
     names = sorted(machine.vocabulary)
     ints = extreme_ints(machine)
 

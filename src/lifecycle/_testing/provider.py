@@ -159,7 +159,21 @@ def check_provider(
     ``make_provider`` returns a fresh provider with nothing provisioned (closed afterwards when
     it has ``close``); ``spec`` is what every pod asks for; ``settle`` (see :data:`Settle`)
     brings an instance up when the provider needs a nudge. Raises ``AssertionError`` naming
-    the broken promise."""
+    the broken promise.
+
+    Args:
+        make_provider: makes a fresh provider with nothing provisioned.
+        spec: what every pod asks for.
+        settle: brings a just-provisioned instance up, running and ready, where the provider
+            does not on its own (:data:`Settle`); ``None``: it does.
+        fail_next: makes the provider's next call fail (:data:`FailNext`), so the failure
+            promises are checked; ``None``: they are not.
+        polls: how many polls a provisioned pod may take to be Running and Ready.
+        unknown_id: an instance id the provider has never seen, for the idempotent terminate.
+
+    Raises:
+        AssertionError: the provider broke a promise; the message says which.
+    """
     if polls < 1:
         raise ValueError(f"polls must be at least 1, got {polls}")
     provider = make_provider()
@@ -363,7 +377,19 @@ def check_async_provider(
     """:func:`check_provider` for an :class:`~lifecycle.adapters.AsyncProvider`: the same
     promises, each call awaited on a private event loop (closed afterwards, after the
     provider's ``aclose`` if it has one). ``settle`` and ``fail_next`` receive the async
-    provider itself."""
+    provider itself.
+
+    Args:
+        make_provider: makes a fresh async provider with nothing provisioned.
+        spec: as for :func:`check_provider`.
+        settle: as for :func:`check_provider`, given the async provider.
+        fail_next: as for :func:`check_provider`, given the async provider.
+        polls: as for :func:`check_provider`.
+        unknown_id: as for :func:`check_provider`.
+
+    Raises:
+        AssertionError: the provider broke a promise; the message says which.
+    """
 
     def make() -> Provider[S]:
         return _Blocking(make_provider())

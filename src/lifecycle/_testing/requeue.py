@@ -28,7 +28,14 @@ _FAR = timedelta(days=3650)
 
 class Change(NamedTuple):
     """One change a host saw: when, what caused it (an observation's name), the status after,
-    and the events it makes."""
+    and the events it makes.
+
+    Attributes:
+        at: when the change happened.
+        cause: the name of the observation that caused it (``Tick`` for a timer).
+        status: the status after it.
+        flips: the events it makes.
+    """
 
     at: datetime
     cause: str
@@ -52,6 +59,17 @@ def check_next_tick(machine: Machine[Any], status: Any, now: datetime) -> dateti
 
     Each timer row is held to its own deadline too: a ``Tick`` that takes it at ``now`` or a
     microsecond before its deadline (or, with none, ten years on) changes nothing.
+
+    Args:
+        machine: the machine under test.
+        status: the status to check.
+        now: the host's time.
+
+    Returns:
+        The status's next tick, ``None`` when it has none.
+
+    Raises:
+        AssertionError: a property failed; the message says which and where.
     """
     due = machine.next_tick(status)
     name = machine.name
@@ -172,7 +190,21 @@ def check_requeue(
     machine with a row declared :func:`~lifecycle.tables.no_timer` (a message counting down,
     which only host A restates), the changes compared are the events and the ``Tick`` s', and
     the whole status at each event. Returns the changes (host A's); an ``AssertionError``
-    names the first difference."""
+    names the first difference.
+
+    Args:
+        machine: the machine under test.
+        observations: what both hosts see; Ticks in it are left out.
+        ref: the object driven; ``None``: :func:`default_ref`.
+        period: how often host A ticks.
+        horizon: how long after the last observation the hosts keep ticking.
+
+    Returns:
+        The changes, host A's.
+
+    Raises:
+        AssertionError: a property failed; the message says which and where.
+    """
     subject = ref if ref is not None else default_ref(machine)
     listed = sorted((o for o in observations if not o.is_tick), key=lambda o: o.at)
     if not listed:

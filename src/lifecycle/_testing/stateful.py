@@ -31,6 +31,17 @@ def stateful_test(
 
     At teardown it drains the outbox, checks the journal, and replays the run on a fresh
     store to check determinism.
+
+    Args:
+        machine: the machine under test.
+        store_factory: makes a fresh, empty store for each run (the store under test).
+        samples: values for observation fields, by ``"Class.field"`` or ``"field"``: what the
+            guards need to be reached.
+        ref: the object driven; ``None``: :func:`default_ref`.
+        attempts: the runner's commit attempts (its retry policy).
+
+    Returns:
+        The state machine class; its ``TestCase`` is what pytest or unittest runs.
     """
     vocab = _Vocabulary(machine, samples, ref, None, EPOCH)
     fault_steps = _fault_steps(attempts)

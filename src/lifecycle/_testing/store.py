@@ -57,7 +57,14 @@ def check_store(make_store: Callable[[], Store]) -> None:
     :class:`~lifecycle.IdentityMismatch` and writes nothing), and the optional
     ``commit_many`` (per-item CAS; an impostor refuses the batch) and ``compact`` (fold ==
     status after retention). ``make_store`` returns a fresh, empty
-    store; each is closed afterwards. Raises ``AssertionError`` naming what is wrong."""
+    store; each is closed afterwards. Raises ``AssertionError`` naming what is wrong.
+
+    Args:
+        make_store: makes a fresh, empty store of the kind under test.
+
+    Raises:
+        AssertionError: the store broke the protocol; the message says how.
+    """
     store = make_store()
     try:
         _check_basics(store)

@@ -103,7 +103,14 @@ def _strings_in(value: object) -> set[str]:
 
 
 def table_strings(machine: Machine[Any]) -> tuple[str, ...]:
-    """Strings that matter to ``machine``: its states, reasons, and what its guards compare."""
+    """Strings that matter to ``machine``: its states, reasons, and what its guards compare.
+
+    Args:
+        machine: the machine under test.
+
+    Returns:
+        The strings, sorted.
+    """
     table = machine.table
     found = set(table.states) | {r.reason for r in table.rows}
     for guard in table.guards:
@@ -311,7 +318,14 @@ class _Vocabulary:
 
 def default_ref(machine: Machine[Any]) -> ObjectRef:
     """The object the property suite drives for ``machine``: kind ``machine.kind``, namespace
-    ``default``, name ``<machine>-0``, uid ``<machine>-uid-0``."""
+    ``default``, name ``<machine>-0``, uid ``<machine>-uid-0``.
+
+    Args:
+        machine: the machine under test.
+
+    Returns:
+        The object's ref.
+    """
 
     return ObjectRef(machine.kind, "default", f"{machine.name}-0", f"{machine.name}-uid-0")
 
@@ -368,7 +382,18 @@ def observations(
     at: datetime = EPOCH,
     samples: Samples | None = None,
 ) -> st.SearchStrategy[Observation]:
-    """One ``cls`` observation at ``at``, its fields drawn from their types and ``samples``."""
+    """One ``cls`` observation at ``at``, its fields drawn from their types and ``samples``.
+
+    Args:
+        machine: the machine under test.
+        cls: the observation class.
+        at: the observation's ``at``.
+        samples: values for observation fields, by ``"Class.field"`` or ``"field"``: what
+            the guards need to be reached, which random text rarely hits.
+
+    Returns:
+        A Hypothesis strategy of such observations.
+    """
     return _Vocabulary(machine, samples, None, None, at).observation(cls, at)
 
 
@@ -388,6 +413,18 @@ def observation_sequences(
     exercised). String fields come from ``samples`` (``"Class.field"`` or ``"field"``), else
     from :func:`table_strings` mixed with arbitrary text; ``step`` draws the seconds between
     observations.
+
+    Args:
+        machine: the machine under test.
+        samples: values for observation fields, by ``"Class.field"`` or ``"field"``: what
+            the guards need to be reached, which random text rarely hits.
+        min_size: the shortest sequence.
+        max_size: the longest.
+        start: the first observation's ``at``.
+        step: draws the seconds between observations; ``None``: the default spread.
+
+    Returns:
+        A Hypothesis strategy of observation lists.
     """
     vocab = _Vocabulary(machine, samples, None, step, start)
     steps = _sequence(vocab, min_size, max_size, faults=False, attempts=1)
@@ -407,6 +444,22 @@ def scenarios(
     step: st.SearchStrategy[float] | None = None,
 ) -> st.SearchStrategy[list[Step]]:
     """Like :func:`observation_sequences`, interleaved (if ``faults``) with injected write
-    conflicts and errors, failing deliveries, and redelivery: input for :func:`check_scenario`."""
+    conflicts and errors, failing deliveries, and redelivery: input for :func:`check_scenario`.
+
+    Args:
+        machine: the machine under test.
+        samples: values for observation fields, by ``"Class.field"`` or ``"field"``: what
+            the guards need to be reached, which random text rarely hits.
+        ref: the object driven; ``None``: :func:`default_ref`.
+        min_size: the shortest scenario.
+        max_size: the longest.
+        faults: mix in injected faults and redeliveries.
+        attempts: the runner's commit attempts (its retry policy).
+        start: the first observation's ``at``.
+        step: draws the seconds between observations; ``None``: the default spread.
+
+    Returns:
+        A Hypothesis strategy of step lists.
+    """
     vocab = _Vocabulary(machine, samples, ref, step, start)
     return _sequence(vocab, min_size, max_size, faults, attempts)

@@ -36,7 +36,12 @@ class Fact(NamedTuple):
 
 class RecordingTelemetry:
     """Keeps every fact, in order (:attr:`facts`); ``traces=True`` makes it a tracing
-    telemetry whose :meth:`trace_context` is ``context``."""
+    telemetry whose :meth:`trace_context` is ``context``.
+
+    Args:
+        traces: act as a tracing telemetry (the runner then asks it for a trace context).
+        context: the trace context it hands out.
+    """
 
     def __init__(self, *, traces: bool = False, context: str = "") -> None:
         self.traces = traces
@@ -47,12 +52,28 @@ class RecordingTelemetry:
         self.open: set[int] = set()
 
     def begin(self, operation: str, machine: str) -> object:
+        """Record a ``begin`` fact and hand out a fresh token.
+
+        Args:
+            operation: the runner's operation (``observe``, ``redeliver`` ...).
+            machine: the machine's name.
+
+        Returns:
+            The token, a counter, kept in :attr:`open` until its ``end``.
+        """
         self._tokens += 1
         self.open.add(self._tokens)
         self.facts.append(Fact("begin", (operation, machine, self._tokens)))
         return self._tokens
 
     def end(self, token: object, observed: Sequence[Observed], error: BaseException | None) -> None:
+        """Record an ``end`` fact and close the token.
+
+        Args:
+            token: what :meth:`begin` handed out.
+            observed: what the operation observed and its results.
+            error: what it raised, or ``None``.
+        """
         if isinstance(token, int):
             self.open.discard(token)
         self.facts.append(Fact("end", (token, tuple(observed), error)))
@@ -60,30 +81,72 @@ class RecordingTelemetry:
     def store_call(
         self, store: str, operation: str, machine: str, seconds: float, error: BaseException | None
     ) -> None:
+        """Record a ``store_call`` fact.
+
+        Args:
+            store: the store's name.
+            operation: the store method called.
+            machine: the machine's name.
+            seconds: how long it took.
+            error: what it raised, or ``None``.
+        """
         self.facts.append(Fact("store_call", (store, operation, machine, seconds, error)))
 
     def emitted(
         self, emitter: str, transition: Transition, seconds: float, error: BaseException | None
     ) -> None:
+        """Record an ``emitted`` fact.
+
+        Args:
+            emitter: the emitter's name.
+            transition: the transition delivered.
+            seconds: how long it took.
+            error: what it raised, or ``None``.
+        """
         self.facts.append(Fact("emitted", (emitter, transition, seconds, error)))
 
     def redelivered(self, transitions: Sequence[Transition]) -> None:
+        """Record a ``redelivered`` fact.
+
+        Args:
+            transitions: the transitions redelivered.
+        """
         self.facts.append(Fact("redelivered", (tuple(transitions),)))
 
     def trace_context(self) -> str:
+        """The trace context given at construction.
+
+        Returns:
+            ``context``.
+        """
         return self.context
 
     # -- reading what was recorded -------------------------------------------------------------
     def of(self, method: str) -> list[tuple[Any, ...]]:
-        """The arguments of every call of ``method``, in order."""
+        """The arguments of every call of ``method``, in order.
+
+        Args:
+            method: the telemetry method's name (``begin``, ``end`` ...).
+
+        Returns:
+            One argument tuple per call.
+        """
         return [f.args for f in self.facts if f.method == method]
 
     def outcomes(self) -> list[tuple[str, str]]:
-        """``(machine, outcome)`` of every write reported, in order."""
+        """``(machine, outcome)`` of every write reported, in order.
+
+        Returns:
+            The pairs, one per write.
+        """
         return [(o.machine, outcome_of(o.result)) for args in self.of("end") for o in args[1]]
 
     def operations(self) -> list[str]:
-        """The operation of every ``begin``, in order."""
+        """The operation of every ``begin``, in order.
+
+        Returns:
+            The operations' names.
+        """
         return [args[0] for args in self.of("begin")]
 
 
@@ -140,7 +203,14 @@ def check_telemetry(make_telemetry: Callable[[], Telemetry]) -> None:
     what the run reports; every token its ``begin`` hands out comes back to it in an ``end``.
     A telemetry with the port's optional ``observe_ended`` runs the scenario a second time,
     alone, so that the runner calls it (and its ``begin`` and ``end`` only around batches,
-    redeliveries and the schema check). Raises ``AssertionError`` naming what broke."""
+    redeliveries and the schema check). Raises ``AssertionError`` naming what broke.
+
+    Args:
+        make_telemetry: makes a fresh telemetry of the kind under test.
+
+    Raises:
+        AssertionError: the telemetry broke the contract; the message says how.
+    """
     plain, _ = _scenario(None)
     recording = RecordingTelemetry()
     host = make_telemetry()

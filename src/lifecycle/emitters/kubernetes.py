@@ -197,7 +197,14 @@ def default_controller(transition: Transition) -> str:
     """Who reports ``transition``: the controller it carries (a machine that writes another
     kind's status declares it), else the :data:`REPORTED_BY` exception for its (machine,
     reason) (a fallback Warning counts as its reason without ``StatusUpdateFailed``), else
-    :data:`CONTROLLERS`, else ``<machine>-controller``."""
+    :data:`CONTROLLERS`, else ``<machine>-controller``.
+
+    Args:
+        transition: the transition.
+
+    Returns:
+        The reporting controller's name.
+    """
     if transition.controller:
         return transition.controller
     reason = transition.reason
@@ -219,7 +226,14 @@ _ACKS = {DELIVERED: Ack.DELIVERED, FAILED: Ack.FAILED}
 
 
 class ManualClock:
-    """A clock for tests: starts at ``start`` and moves only when told to."""
+    """A clock for tests: starts at ``start`` and moves only when told to.
+
+    Args:
+        start: the first time it reads, timezone-aware (the library's times all are).
+
+    Raises:
+        ValueError: ``start`` is naive.
+    """
 
     def __init__(self, start: datetime) -> None:
         if start.tzinfo is None:
@@ -232,6 +246,14 @@ class ManualClock:
             return self._now
 
     def advance(self, delta: timedelta | float) -> datetime:
+        """Move the clock on.
+
+        Args:
+            delta: how far, a :class:`~datetime.timedelta` or seconds.
+
+        Returns:
+            The new time.
+        """
         step = delta if isinstance(delta, timedelta) else timedelta(seconds=delta)
         with self._lock:
             self._now += step
@@ -275,6 +297,39 @@ class KubernetesEmitter:
     :data:`FORBIDDEN_RETRY_SECONDS`, 5 minutes) with growing waits, then the Event fails and
     its transition stays in the outbox; a 404 on a create (namespace gone) is given up,
     counted (``gone``) and logged once per object (ADR 0142).
+
+    Args:
+        sink: where the Events go (:class:`ApiEventSink` for an API server,
+            :class:`MemoryEventSink` in tests).
+        controller: renames reporting controllers (a mapping) or names them (a function of the
+            transition); ``None``: :func:`default_controller`.
+        resource_version: supplies the ``regarding`` resourceVersion where ``resolve`` does not.
+        resolve: gives each object's real uid and resourceVersion, so ``kubectl describe`` finds
+            its Events.
+        api_versions: apiVersions by kind, over the machines' and :data:`API_VERSIONS`.
+        machines: machines (or a registry) whose :attr:`~lifecycle.Machine.api_version` names
+            their kind's apiVersion.
+        hostname: the ``reportingInstance``; ``None``: this host's name.
+        clock: what the Events' times are read from.
+        sleep: what a worker calls to wait for a retry; ``None``: the send is parked and no
+            worker waits.
+        jitter: a random number in [0, 1), spreading retries so replicas do not retry in step.
+        max_tries: how many times an Event is sent before it is given up (client-go: 12).
+        retry_interval: the seconds between tries (client-go: 10).
+        queue_size: how many sends may wait (client-go: 1000), bounding memory when the API
+            server is slow.
+        workers: how many threads send (client-go: 8).
+        raise_when_full: :meth:`emit` raises :class:`QueueFull` too (it drops and counts by
+            default).
+        dedupe: how many delivered transitions are remembered, so a redelivery is not sent
+            twice.
+        max_cached: how many correlation keys are cached, the oldest dropped beyond it.
+        forbidden_retry_seconds: how long a 401/403 answer is retried, as credentials may be
+            rotating.
+        timers: the workers run the series' finish and refresh timers; ``False``: the host calls
+            :meth:`tick`.
+        start: start the workers now; ``False``: the host calls :meth:`start`.
+        logger: where the emitter logs; ``None``: the library's logger.
     """
 
     def __init__(
@@ -374,7 +429,23 @@ class KubernetesEmitter:
     ) -> KubernetesEmitter:
         """An emitter sending through :class:`ApiEventSink` (``api``: an ``EventsV1Api``, an
         ``ApiClient``, or ``None`` for the loaded default configuration). Raises
-        :class:`ApiNotConfigured` when there is no API server to send to."""
+        :class:`ApiNotConfigured` when there is no API server to send to.
+
+        Args:
+            api: an ``EventsV1Api``, an ``ApiClient``, or ``None`` for the loaded default
+                configuration.
+            request_timeout: the client's timeout per request (connect, read), in seconds.
+            deadline: the longest a request may take in all, in seconds: a stalled API server never
+                holds a worker longer.
+            max_reply_bytes: the largest reply read; the rest is dropped and counted.
+            **options: the constructor's other options.
+
+        Returns:
+            The emitter, which closes the sink with itself.
+
+        Raises:
+            ApiNotConfigured: there is no API server to send to.
+        """
         sink = ApiEventSink(
             api, request_timeout=request_timeout, deadline=deadline, max_reply_bytes=max_reply_bytes
         )
@@ -392,7 +463,15 @@ class KubernetesEmitter:
     def emit(self, transition: Transition) -> None:
         """Build the Event for ``transition`` and enqueue it, best effort (nothing tells the
         outbox how it ends: the runner uses :meth:`deliver` for outbox events); never waits
-        for the API."""
+        for the API.
+
+        Args:
+            transition: the transition.
+
+        Raises:
+            QueueFull: the queue is full and the emitter was built with ``raise_when_full=True``.
+            RuntimeError: the emitter is closed.
+        """
         t = transition
         # an action event has no id and may repeat: it is correlated like any Event
         tid = None if t.action or not t.id else self._key(t)
@@ -417,7 +496,16 @@ class KubernetesEmitter:
         series lands), :attr:`Ack.REFUSED` when it refused it (invalid, forbidden: logged and
         counted), :attr:`Ack.FAILED` when the tries ran out or the emitter closed first.
         Never waits for the API. Raises :class:`QueueFull` (logged, counted) when
-        ``queue_size`` sends already wait, and ``RuntimeError`` once closed."""
+        ``queue_size`` sends already wait, and ``RuntimeError`` once closed.
+
+        Args:
+            transition: the transition.
+            ack: called once with the transition and its outcome.
+
+        Raises:
+            QueueFull: ``queue_size`` sends already wait: the transition stays in the outbox.
+            RuntimeError: the emitter is closed.
+        """
         t = transition
         tid = self._key(t)
         with self._lock:
@@ -480,7 +568,14 @@ class KubernetesEmitter:
 
     def regarding(self, transition: Transition) -> ObjectReference:
         """The ``regarding`` reference of ``transition``'s Event: the real uid and
-        resourceVersion where the host supplies them, nothing invented (see the class)."""
+        resourceVersion where the host supplies them, nothing invented (see the class).
+
+        Args:
+            transition: the transition.
+
+        Returns:
+            The reference.
+        """
         t = transition
         uid = rv = ""
         if self._resolve is not None:
@@ -537,7 +632,23 @@ class KubernetesEmitter:
     ) -> bool:
         """client-go's ``Eventf``, for an Event the host records itself rather than through a
         machine (action events of machines arrive through :meth:`emit`). Returns whether it
-        was queued."""
+        was queued.
+
+        Args:
+            regarding: the object the Event is about.
+            type: ``"Normal"`` or ``"Warning"``.
+            reason: the Event's reason.
+            note: its message (truncated to the API server's limit).
+            controller: the reporting controller.
+            action: what the controller did; ``None``: the reason.
+            related: a second object the Event names, when there is one.
+
+        Returns:
+            Whether it was queued (an invalid Event or a full queue is not).
+
+        Raises:
+            RuntimeError: the emitter is closed.
+        """
         with self._lock:
             if self._closed:
                 raise RuntimeError("KubernetesEmitter is closed")
@@ -546,7 +657,14 @@ class KubernetesEmitter:
 
     def build(self, transition: Transition) -> Event | None:
         """The Event of ``transition`` as :meth:`emit` records it, now (``None``, counted as
-        invalid, for a type other than Normal or Warning)."""
+        invalid, for a type other than Normal or Warning).
+
+        Args:
+            transition: the transition.
+
+        Returns:
+            The Event, or ``None`` when it is invalid.
+        """
         t = transition
         return self._make(
             self.regarding(t),
@@ -642,7 +760,14 @@ class KubernetesEmitter:
 
     def flush(self, timeout: float | None = 5.0) -> bool:
         """Wait until every queued send has been made (retries included); False if
-        ``timeout`` ran out."""
+        ``timeout`` ran out.
+
+        Args:
+            timeout: the longest wait, in seconds; ``None``: no bound.
+
+        Returns:
+            Whether every send was made in time.
+        """
         return self.dispatcher.flush(timeout)
 
     def close(self, timeout: float = 5.0) -> None:
@@ -653,7 +778,11 @@ class KubernetesEmitter:
         stays in the outbox and the next start sends it. A request still in flight when the
         bound comes is cut (:class:`ApiEventSink`: ADR 0142) and acknowledged failed; every
         worker thread has ended when this returns, and the sink's watchdog too when
-        :meth:`for_api` built the sink."""
+        :meth:`for_api` built the sink.
+
+        Args:
+            timeout: the bound on the whole close, in seconds.
+        """
         with self._lock:
             if self._closed:
                 return
@@ -714,6 +843,14 @@ class KubernetesEmitter:
         return self.counters.snapshot()
 
     def controller_for(self, transition: Transition) -> str:
+        """Who reports ``transition``, with the ``controller`` option applied.
+
+        Args:
+            transition: the transition.
+
+        Returns:
+            The reporting controller's name.
+        """
         return self._controller(transition)
 
 
@@ -737,6 +874,18 @@ def simulate_events(
     so counts are final; without it the table is as of the last transition. Rows are sorted
     by first time, then name. ``controller``, ``resolve``, ``api_versions`` and ``machines``
     are the emitter's options; ``hostname`` makes the ``reportingInstance``.
+
+    Args:
+        transitions: the transitions, in order.
+        settle: run the clock on until every series has had its final patch.
+        hostname: what makes the ``reportingInstance``.
+        controller: as the emitter's.
+        resolve: as the emitter's.
+        api_versions: as the emitter's.
+        machines: as the emitter's.
+
+    Returns:
+        The table's rows.
     """
 
     def make(sink: MemoryEventSink, clock: Callable[[], datetime]) -> KubernetesEmitter:

@@ -203,7 +203,16 @@ class MachineFacts(Mapping[str, str]):
     its key is first looked up; a machine whose fact is ``""`` is not in the view. The
     Kubernetes emitter's :data:`~lifecycle.emitters.kubernetes.API_VERSIONS` and
     :data:`~lifecycle.emitters.kubernetes.CONTROLLERS` are two such views of the shipped
-    machines: nothing beside the machine lists them."""
+    machines: nothing beside the machine lists them.
+
+    Args:
+        registry: the machines the view reads.
+        fact: what to read from a machine (its ``api_version``, its controller's name ...).
+        by: ``"name"`` or ``"kind"``: what the view is keyed by.
+
+    Raises:
+        ValueError: ``by`` is neither.
+    """
 
     def __init__(
         self, registry: MachineRegistry, fact: Callable[[Machine[Any]], str], *, by: str

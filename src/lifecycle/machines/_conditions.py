@@ -134,6 +134,14 @@ class Conditioned:
         return "" if c is None else c.message
 
     def condition(self, type_: str) -> Condition | None:
+        """The status's condition of one type.
+
+        Args:
+            type_: the condition type (``Succeeded``, ``ValidationFailed`` ...).
+
+        Returns:
+            The status's condition of that type, or ``None`` when it has none.
+        """
         return find(self.conditions, type_)
 
 
@@ -162,7 +170,14 @@ class ConditionMachine(Machine[CS]):
     warning_states: ClassVar[frozenset[str]] = frozenset({FAILED})
 
     def initial(self, ref: ObjectRef) -> CS:
-        """A fresh status named after ``ref``, with no condition yet."""
+        """A fresh status named after ``ref``, with no condition yet.
+
+        Args:
+            ref: the object the status is for; its name becomes the status's ``name``.
+
+        Returns:
+            The empty status: no condition is true, so its ``state`` is ``""``.
+        """
         result: CS = self.status_type(name=ref.name)
         return result
 
@@ -238,7 +253,11 @@ def positive(_: object, attribute: attrs.Attribute[Any], value: int) -> None:
 @attrs.frozen(slots=True, kw_only=True)
 class SpecUpdated(Observation):
     """``metadata.generation`` moved on: stamped as observedGeneration on the exclusive
-    conditions, status-only (an observedGeneration bump never emits)."""
+    conditions, status-only (an observedGeneration bump never emits).
+
+    Attributes:
+        generation: the object's ``metadata.generation``, at least 1.
+    """
 
     generation: int = attrs.field(validator=positive)
 

@@ -33,7 +33,27 @@ JOB_TIMED_OUT = "JobTimedOut"
 
 @attrs.frozen(slots=True)
 class Group:
-    """One partition of the nodes: its current Job, and that Job's last committed status."""
+    """One partition of the nodes: its current Job, and that Job's last committed status.
+
+    Attributes:
+        index: the group's position among the Workflow's groups, from 0.
+        state: the group's state (``Pending``, ``Running``, ``Succeeded``, ``Failed``).
+        job: the name of the group's current Job.
+        job_uid: that Job's UID, so a report from an older Job of the same name is told apart.
+        retries: how many times the group was retried after its Job failed.
+        started_at: when the group's Job was launched: its timeout counts from here while the Job
+            has no workload.
+        job_state: the Job's state as last reported.
+        job_reason: the Job's reason as last reported.
+        hardware_failed: the Job reported a hardware failure.
+        validation_failed: the Job's measurements failed its thresholds.
+        awaiting_validation: the Job succeeded and its verdict is pending, so the group stays
+            Running.
+        workload_start_time: when the Job's workload started: its timeout counts from here.
+        workload_exists: the Job's workload exists.
+        failed_at: when the Job's failure was first seen: the drain window starts.
+        timed_out: the Workflow timed the Job out, so the group is never retried.
+    """
 
     index: int
     state: str = PENDING

@@ -74,7 +74,12 @@ DEFAULT_WORKLOAD_KIND = "TrainJob"
 
 @attrs.frozen(slots=True)
 class FailedNode:
-    """A node a failed workload ran on, and why it is counted failed (the Job's failedNodes)."""
+    """A node a failed workload ran on, and why it is counted failed (the Job's failedNodes).
+
+    Attributes:
+        node: the node's name.
+        reason: why it counts as failed (``HardwareFailure``, ``ThresholdViolation`` ...).
+    """
 
     node: str
     reason: str
@@ -82,7 +87,38 @@ class FailedNode:
 
 @attrs.frozen(slots=True)
 class JobStatus(Conditioned):
-    """A Job's status: its conditions (``state`` is their true type) and bookkeeping."""
+    """A Job's status: its conditions (``state`` is their true type) and bookkeeping.
+
+    Attributes:
+        name: the Job's name.
+        conditions: the Job's conditions, the exclusive set first; the true one is its state.
+        generation: the ``metadata.generation`` last stamped as observedGeneration.
+        clock: the ``at`` of the last observation that changed the status: a Tick before it is
+            refused, so time never goes back.
+        workload_kind: the kind of workload the Job runs (``TrainJob`` ...).
+        workflow: the name of the Workflow that created the Job.
+        workflow_uid: that Workflow's UID, which tells a recreated Workflow of the same name apart.
+        group: the index of the Workflow's node group the Job runs on.
+        nodes: the nodes the workload runs on; a failure is counted against them.
+        thresholds: what the measurements must pass for the Job to be valid.
+        measurement_keys: the keys a threshold may name; any other key fails validation.
+        measurement_timeout_s: how long after success the measurements may take before the
+            verdict is ``MeasurementTimeout``.
+        max_restarts: how many times a failed or stalled workload is restarted from checkpoint.
+        checkpoint: the workload checkpoints, so a restart resumes rather than starts over.
+        startup_timeout_s: how long a running workload may go without its first training step;
+            ``None``: no limit.
+        stall_threshold_s: how long a workload may go between training steps; ``None``: no limit.
+        restarts: the restarts made so far.
+        workload_exists: the workload object exists.
+        workload_start_time: when the first workload was first seen running, kept over restarts.
+        running_since: when the current workload was first seen running (the startup budget's
+            start).
+        last_step_at: when the current workload last made a training step.
+        measurements: the measurements reported, one per key (a later report replaces a key).
+        failed_nodes: the nodes counted failed, with why.
+        failure_log: the failed workload's log, as captured.
+    """
 
     name: str = ""
     conditions: tuple[Condition, ...] = ()
@@ -136,7 +172,24 @@ class JobStatus(Conditioned):
 # -- observations -----------------------------------------------------------------------------
 @attrs.frozen(slots=True, kw_only=True)
 class Submitted(Observation):
-    """The Job object exists with this spec (its Workflow created it for ``group``)."""
+    """The Job object exists with this spec (its Workflow created it for ``group``).
+
+    Attributes:
+        workload_kind: the kind of workload to run.
+        workflow: the name of the Workflow that created the Job.
+        workflow_uid: that Workflow's UID.
+        group: the index of the Workflow's node group, not negative.
+        nodes: the nodes the workload runs on.
+        thresholds: what the measurements must pass.
+        measurement_keys: the keys a threshold may name.
+        measurement_timeout_s: how long the measurements may take after success, not negative.
+        max_restarts: how many restarts from checkpoint are allowed, within the machine's limit
+            (each restart is a new workload).
+        checkpoint: the workload checkpoints.
+        startup_timeout_s: the budget for the first training step; ``None``: no limit.
+        stall_threshold_s: the budget between training steps; ``None``: no limit.
+        generation: the Job's ``metadata.generation``, at least 1.
+    """
 
     limits: ClassVar[Limits] = Limits(
         "job.Submitted.limits",
@@ -167,7 +220,12 @@ class WorkloadCreated(Observation):
 
 @attrs.frozen(slots=True, kw_only=True)
 class BuildFailed(Observation):
-    """The adapter could not build the workload; ``unsupported``: no adapter for its kind."""
+    """The adapter could not build the workload; ``unsupported``: no adapter for its kind.
+
+    Attributes:
+        error: why the workload could not be built.
+        unsupported: no adapter knows the workload's kind (a spec error, not a transient one).
+    """
 
     error: str
     unsupported: bool = False
@@ -175,14 +233,22 @@ class BuildFailed(Observation):
 
 @attrs.frozen(slots=True, kw_only=True)
 class CreateRejected(Observation):
-    """The API server rejected Create: an action Warning, no write, the reconcile backs off."""
+    """The API server rejected Create: an action Warning, no write, the reconcile backs off.
+
+    Attributes:
+        error: the API server's refusal.
+    """
 
     error: str
 
 
 @attrs.frozen(slots=True, kw_only=True)
 class WorkloadPending(Observation):
-    """The workload exists but is not running yet (``message``: why): the reason only, no event."""
+    """The workload exists but is not running yet (``message``: why): the reason only, no event.
+
+    Attributes:
+        message: why it is not running yet, for the Job's reason message.
+    """
 
     message: str = ""
 
@@ -200,14 +266,24 @@ class WorkloadRunning(Observation):
 
 @attrs.frozen(slots=True, kw_only=True)
 class TrainingStepObserved(Observation):
-    """The workload made a training step (what the stall budget waits for)."""
+    """The workload made a training step (what the stall budget waits for).
+
+    Attributes:
+        step: the step number, not negative.
+    """
 
     step: int = attrs.field(default=0, validator=not_negative)
 
 
 @attrs.frozen(slots=True, kw_only=True)
 class WorkloadFailed(Observation):
-    """The workload failed: ``failure_log`` is captured, ``nodes`` seed failedNodes."""
+    """The workload failed: ``failure_log`` is captured, ``nodes`` seed failedNodes.
+
+    Attributes:
+        message: the workload's failure message, added to the Job's when set.
+        failure_log: the failed workload's log, kept on the status for a reader.
+        nodes: the nodes it ran on, counted failed.
+    """
 
     message: str = ""
     failure_log: str = ""
@@ -222,28 +298,45 @@ class WorkloadMissing(Observation):
 @attrs.frozen(slots=True, kw_only=True)
 class WorkloadSucceeded(Observation):
     """The workload completed (``message``: its summary, added to the Job's message when set):
-    the Job succeeds (``WorkloadCompleted``)."""
+    the Job succeeds (``WorkloadCompleted``).
+
+    Attributes:
+        message: the workload's summary, added to the Job's message when set.
+    """
 
     message: str = ""
 
 
 @attrs.frozen(slots=True, kw_only=True)
 class MeasurementsReported(Observation):
-    """Measurement values (merged by key) for the threshold verdict."""
+    """Measurement values (merged by key) for the threshold verdict.
+
+    Attributes:
+        values: the measurements, merged into the status by key.
+    """
 
     values: tuple[Measurement, ...]
 
 
 @attrs.frozen(slots=True, kw_only=True)
 class MeasurementCreateFailed(Observation):
-    """Ensuring the GoodputMeasurement failed: a non-fatal action Warning, repeats each pass."""
+    """Ensuring the GoodputMeasurement failed: a non-fatal action Warning, repeats each pass.
+
+    Attributes:
+        error: why the GoodputMeasurement could not be ensured.
+    """
 
     error: str
 
 
 @attrs.frozen(slots=True, kw_only=True)
 class HardwareFault(Observation):
-    """``checkNodeHealth``: the health monitor reports ``node`` failing for ``reason``."""
+    """``checkNodeHealth``: the health monitor reports ``node`` failing for ``reason``.
+
+    Attributes:
+        node: the failing node.
+        reason: what the health monitor reports.
+    """
 
     node: str
     reason: str = "HardwareFailure"

@@ -35,6 +35,15 @@ def parse_quantity(text: str) -> Fraction:
 
     ``64Gi == 65536Mi`` and ``16 == 16000m`` hold exactly. Anything else, including blanks,
     whitespace, unknown suffixes and absurd exponents, raises :class:`QuantityError`.
+
+    Args:
+        text: the quantity.
+
+    Returns:
+        Its exact value.
+
+    Raises:
+        QuantityError: ``text`` is not a quantity (a :class:`ValueError`).
     """
     if not isinstance(text, str):
         raise QuantityError(f"a quantity is a string, not {type(text).__name__}")
@@ -56,7 +65,17 @@ def parse_quantity(text: str) -> Fraction:
 
 
 def parse_limit(text: str) -> Fraction:
-    """A resource limit: a quantity that is not negative."""
+    """A resource limit: a quantity that is not negative.
+
+    Args:
+        text: the limit.
+
+    Returns:
+        Its exact value.
+
+    Raises:
+        QuantityError: ``text`` is not a quantity, or is negative.
+    """
     value = parse_quantity(text)
     if value < 0:
         raise QuantityError(f"{preview(text)}: a limit must not be negative")

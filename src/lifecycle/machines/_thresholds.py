@@ -56,7 +56,13 @@ Decision = tuple[str, str, str]
 
 @attrs.frozen(slots=True)
 class Threshold:
-    """``key`` must satisfy ``expr`` (``OP NUMBER``, e.g. ``">= 0.9"``)."""
+    """``key`` must satisfy ``expr`` (``OP NUMBER``, e.g. ``">= 0.9"``).
+
+    Attributes:
+        key: the measurement the threshold is on (one of the GoodputMeasurement's keys, else the
+            verdict is ``UnknownThresholdKey``).
+        expr: the comparison it must pass, an operator and a number (``">= 0.9"``).
+    """
 
     key: str
     expr: str
@@ -64,7 +70,12 @@ class Threshold:
 
 @attrs.frozen(slots=True)
 class Measurement:
-    """One measured value under ``key``, compared against the Job's thresholds of that key."""
+    """One measured value under ``key``, compared against the Job's thresholds of that key.
+
+    Attributes:
+        key: what was measured (``goodput``, ``mfu`` ...).
+        value: the value measured.
+    """
 
     key: str
     value: float

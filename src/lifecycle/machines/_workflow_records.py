@@ -90,7 +90,37 @@ MSG_INSUFFICIENT_GPU = (
 
 @attrs.frozen(slots=True)
 class WorkflowStatus(Conditioned):
-    """A Workflow's status: its conditions (``state`` is their true type) and bookkeeping."""
+    """A Workflow's status: its conditions (``state`` is their true type) and bookkeeping.
+
+    Attributes:
+        name: the Workflow's name.
+        conditions: the Workflow's conditions, the exclusive set first; the true one is its state.
+        generation: the ``metadata.generation`` last stamped as observedGeneration.
+        clock: the ``at`` of the last observation that changed the status: a Tick before it is
+            refused, so time never goes back.
+        owner_kind: the kind of the Workflow's owner (``Certification``, ``WorkloadRun``) or
+            ``""``.
+        owner: the owner's name.
+        owner_uid: the owner's UID, which tells a recreated owner of the same name apart.
+        category: the Certification category the Workflow runs, when its owner is one.
+        iterations: how many times every group's Job runs.
+        retry_failed_groups: how many times a group is retried after its Job failed.
+        timeout_per_job_s: how long a group's Job may run; ``None``: no limit (a WorkloadRun's
+            Workflow gets a default one).
+        drain_grace_s: how long a failed Job is left before its group is retried or failed, so
+            its workload can drain.
+        workload_kind: the kind of workload each Job runs.
+        thresholds: what each Job's measurements must pass.
+        max_restarts: how many restarts from checkpoint each Job may make.
+        checkpoint: the workloads checkpoint.
+        nodes: how many candidate nodes were partitioned.
+        nodes_per_job: the most nodes one group's Job runs on.
+        iteration: the current iteration, from 1.
+        groups: one record per group, with its Job's last report.
+        failed_groups: the groups failed so far, over all iterations.
+        hardware_failures: a failed group had a hardware failure (it decides the final reason).
+        validation_failures: a failed group failed validation.
+    """
 
     name: str = ""
     conditions: tuple[Condition, ...] = ()
@@ -121,7 +151,23 @@ class WorkflowStatus(Conditioned):
 @attrs.frozen(slots=True, kw_only=True)
 class Submitted(Observation):
     """The Workflow object exists with this spec; ``owner_kind`` ``Certification`` or
-    ``WorkloadRun`` links it to its owner (a Certification's Workflow names its category)."""
+    ``WorkloadRun`` links it to its owner (a Certification's Workflow names its category).
+
+    Attributes:
+        owner_kind: the kind of the owner (``Certification``, ``WorkloadRun``) or ``""``.
+        owner: the owner's name.
+        owner_uid: the owner's UID.
+        category: the Certification category the Workflow runs.
+        iterations: how many times every group's Job runs, at least 1, within the limit.
+        retry_failed_groups: how many retries a failed group gets, within the limit.
+        timeout_per_job_s: how long a Job may run; ``None``: no limit.
+        drain_grace_s: how long a failed Job drains before its group moves on, not negative.
+        workload_kind: the kind of workload each Job runs.
+        thresholds: what each Job's measurements must pass.
+        max_restarts: how many restarts from checkpoint each Job may make, within the limit.
+        checkpoint: the workloads checkpoint.
+        generation: the Workflow's ``metadata.generation``, at least 1.
+    """
 
     # iterations, retries and restarts each size work: at most 1 000 by default
     # (``Submitted.limits``, ADR 0100; a host may raise them)
@@ -150,7 +196,11 @@ class Submitted(Observation):
 @attrs.frozen(slots=True, kw_only=True)
 class OverridesFailed(Observation):
     """The Workflow's overrides could not be applied (``error``): a new Workflow fails
-    (``OverrideError``)."""
+    (``OverrideError``).
+
+    Attributes:
+        error: why the overrides could not be applied.
+    """
 
     error: str
 
@@ -158,7 +208,11 @@ class OverridesFailed(Observation):
 @attrs.frozen(slots=True, kw_only=True)
 class CheckpointPVCMissing(Observation):
     """The checkpoint volume claim ``pvc`` the Workflow asks for does not exist: a new Workflow
-    fails (``CheckpointPVCMissing``)."""
+    fails (``CheckpointPVCMissing``).
+
+    Attributes:
+        pvc: the missing claim's name.
+    """
 
     pvc: str
 
@@ -166,7 +220,11 @@ class CheckpointPVCMissing(Observation):
 @attrs.frozen(slots=True, kw_only=True)
 class NodeListFailed(Observation):
     """Listing the candidate nodes failed (``error``): a new Workflow fails
-    (``NodeDiscoveryError``)."""
+    (``NodeDiscoveryError``).
+
+    Attributes:
+        error: why listing failed.
+    """
 
     error: str
 
@@ -181,14 +239,22 @@ class NoNodesFound(Observation):
 @attrs.frozen(slots=True, kw_only=True)
 class PlatformsMixed(Observation):
     """The candidate nodes are of more than one platform (``error`` says which): a new Workflow
-    fails (``HeterogeneousPlatform``)."""
+    fails (``HeterogeneousPlatform``).
+
+    Attributes:
+        error: which platforms were found.
+    """
 
     error: str
 
 
 @attrs.frozen(slots=True, kw_only=True)
 class PartitionFailed(Observation):
-    """All nodes capacity-excluded, an adapter/nodesPerJob error, too few nodes ..."""
+    """All nodes capacity-excluded, an adapter/nodesPerJob error, too few nodes ...
+
+    Attributes:
+        error: why the nodes could not be partitioned.
+    """
 
     error: str
 
@@ -202,7 +268,13 @@ def _collision(_: object, attribute: attrs.Attribute[str], value: str) -> None:
 
 @attrs.frozen(slots=True, kw_only=True)
 class DependencyCreateFailed(Observation):
-    """Creating a dependency failed; ``collision`` names a foreign object holding the name."""
+    """Creating a dependency failed; ``collision`` names a foreign object holding the name.
+
+    Attributes:
+        error: why the create failed.
+        collision: ``"dependency"`` or ``"job"`` when a foreign object of that sort holds the
+            name, else ``""``.
+    """
 
     error: str
     collision: str = attrs.field(default="", validator=_collision)
@@ -218,6 +290,11 @@ class Partitioned(Observation):
     nodes_per_job >= nodes`` (every node in a group). Each count is at most its limit
     (``Partitioned.limits``, ADR 0100; defaults: 100 000 nodes, 10 000 groups), which a host
     may raise with ``Partitioned.limits.set(field, n)``.
+
+    Attributes:
+        nodes: how many candidate nodes there are.
+        groups: how many groups they were split into.
+        nodes_per_job: the most nodes in one group.
     """
 
     limits: ClassVar[Limits] = Limits(
@@ -239,7 +316,16 @@ class Partitioned(Observation):
 
 def partition_problem(nodes: int, groups: int, nodes_per_job: int) -> str | None:
     """Why ``groups`` groups of at most ``nodes_per_job`` nodes are not a partition of
-    ``nodes`` nodes, or ``None``."""
+    ``nodes`` nodes, or ``None``.
+
+    Args:
+        nodes: how many nodes there are.
+        groups: how many groups.
+        nodes_per_job: the most nodes in one group.
+
+    Returns:
+        What is wrong, in a sentence for a :class:`ValueError`, or ``None`` for a partition.
+    """
     if nodes_per_job > nodes:
         return f"nodes_per_job {nodes_per_job} is more than the {nodes} nodes (too few nodes)"
     if groups > nodes:
@@ -254,7 +340,13 @@ def partition_problem(nodes: int, groups: int, nodes_per_job: int) -> str | None
 
 @attrs.frozen(slots=True, kw_only=True)
 class JobLaunched(Observation):
-    """The Workflow created Job ``job`` (uid ``uid``) for ``group`` (0-based)."""
+    """The Workflow created Job ``job`` (uid ``uid``) for ``group`` (0-based).
+
+    Attributes:
+        group: the group's index, from 0.
+        job: the Job's name.
+        uid: the Job's UID.
+    """
 
     group: int = attrs.field(validator=not_negative)
     job: str
@@ -263,7 +355,20 @@ class JobLaunched(Observation):
 
 @attrs.frozen(slots=True, kw_only=True)
 class JobObserved(Observation):
-    """A Job's committed status, as the Workflow reads it (wired by the Job -> Workflow link)."""
+    """A Job's committed status, as the Workflow reads it (wired by the Job -> Workflow link).
+
+    Attributes:
+        job: the Job's name.
+        job_uid: the Job's UID; a report from another Job than the group's is ignored.
+        group: the group's index, from 0.
+        state: the Job's state.
+        reason: the Job's reason.
+        hardware_failed: the Job reported a hardware failure.
+        validation_failed: the Job failed validation.
+        awaiting_validation: the Job succeeded and its verdict is pending.
+        workload_start_time: when its workload started.
+        workload_exists: its workload exists.
+    """
 
     job: str
     job_uid: str
@@ -280,7 +385,11 @@ class JobObserved(Observation):
 @attrs.frozen(slots=True, kw_only=True)
 class CordonedNodesExcluded(Observation):
     """Cordoned ``nodes`` were left out of the candidates: an action Warning, the status
-    unchanged."""
+    unchanged.
+
+    Attributes:
+        nodes: the cordoned nodes' names.
+    """
 
     nodes: tuple[str, ...]
 
@@ -296,7 +405,14 @@ class CordonedNodesExcluded(Observation):
 @attrs.frozen(slots=True, kw_only=True)
 class HeterogeneousGPUFiltered(Observation):
     """Nodes whose GPU architecture differs from ``architecture`` were filtered out (``kept`` of
-    ``total`` remain; ``excluded`` names the others): an action Warning, the status unchanged."""
+    ``total`` remain; ``excluded`` names the others): an action Warning, the status unchanged.
+
+    Attributes:
+        kept: how many nodes remain.
+        total: how many there were.
+        architecture: the GPU architecture kept.
+        excluded: the names of the nodes filtered out.
+    """
 
     kept: int = attrs.field(validator=not_negative)
     total: int = attrs.field(validator=not_negative)
@@ -310,7 +426,12 @@ class HeterogeneousGPUFiltered(Observation):
 
 @attrs.frozen(slots=True, kw_only=True)
 class InsufficientGPUCapacity(Observation):
-    """``excluded`` entries read ``"<node> has <n>"``."""
+    """``excluded`` entries read ``"<node> has <n>"``.
+
+    Attributes:
+        required: the GPUs a node must have allocatable.
+        excluded: the nodes left out, each ``"<node> has <n>"``.
+    """
 
     required: int = attrs.field(validator=positive)
     excluded: tuple[str, ...] = ()
@@ -326,7 +447,11 @@ class InsufficientGPUCapacity(Observation):
 
 @attrs.frozen(slots=True, kw_only=True)
 class OverrideApplied(Observation):
-    """An override changed the Workflow (``detail``): an action event, the status unchanged."""
+    """An override changed the Workflow (``detail``): an action event, the status unchanged.
+
+    Attributes:
+        detail: what the override changed.
+    """
 
     detail: str
 
@@ -334,14 +459,22 @@ class OverrideApplied(Observation):
 @attrs.frozen(slots=True, kw_only=True)
 class OverrideNoOp(Observation):
     """An override matched but changed nothing (``detail``): an action Warning, the status
-    unchanged."""
+    unchanged.
+
+    Attributes:
+        detail: which override matched.
+    """
 
     detail: str
 
 
 @attrs.frozen(slots=True, kw_only=True)
 class NoOverridesMatched(Observation):
-    """No override matched this Workflow: an action event, the status unchanged."""
+    """No override matched this Workflow: an action event, the status unchanged.
+
+    Attributes:
+        detail: the event's message.
+    """
 
     detail: str = "No overrides matched this Workflow"
 

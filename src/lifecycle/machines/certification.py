@@ -96,7 +96,15 @@ MSG_NIC = "Detected NIC resources: {names}"
 @attrs.frozen(slots=True)
 class Category:
     """One certification category of the run (``name`` is ``"<domain>/<version>"``): its state and
-    the Workflow that runs it."""
+    the Workflow that runs it.
+
+    Attributes:
+        name: the category, ``"<domain>/<version>"``.
+        state: its state (``Pending``, ``Running``, ``Succeeded``, ``Failed``).
+        workflow: the name of the Workflow that runs it.
+        workflow_uid: that Workflow's UID, so a report from another Workflow of the same name is
+            ignored.
+    """
 
     name: str  # "<domain>/<version>"
     state: str = PENDING
@@ -106,7 +114,20 @@ class Category:
 
 @attrs.frozen(slots=True)
 class CertificationStatus(Conditioned):
-    """A Certification's status: its conditions (``state`` is their true type) and bookkeeping."""
+    """A Certification's status: its conditions (``state`` is their true type) and bookkeeping.
+
+    Attributes:
+        name: the Certification's name.
+        conditions: its conditions, the exclusive set first; the true one is its state.
+        generation: the ``metadata.generation`` last stamped as observedGeneration.
+        clock: the ``at`` of the last observation that changed the status: a Tick before it is
+            refused, so time never goes back.
+        selector: the node selector its Workflows run on.
+        node_wait_s: how long it waits for a schedulable node before it fails, counted from
+            ``created_at``: nodes may still be joining.
+        created_at: when it was first observed.
+        categories: its categories, in the order they run.
+    """
 
     name: str = ""
     conditions: tuple[Condition, ...] = ()
@@ -118,6 +139,18 @@ class CertificationStatus(Conditioned):
     categories: tuple[Category, ...] = ()
 
     def category(self, name: str) -> Category:
+        """The category of this name.
+
+        Args:
+            name: the category, ``"<domain>/<version>"``.
+
+        Returns:
+            The category's record.
+
+        Raises:
+            InvalidObservation: the Certification has no such category (an observation named one
+                it was not submitted with).
+        """
         for c in self.categories:
             if c.name == name:
                 return c
@@ -137,7 +170,14 @@ def _categories(_: object, attribute: attrs.Attribute[Any], value: tuple[str, ..
 
 @attrs.frozen(slots=True, kw_only=True)
 class Submitted(Observation):
-    """The Certification exists: its categories (``d/v``), run in this order."""
+    """The Certification exists: its categories (``d/v``), run in this order.
+
+    Attributes:
+        categories: the categories to run, in order: at least one, distinct and non-empty.
+        selector: the node selector the Workflows run on.
+        node_wait_s: how long to wait for a schedulable node, not negative.
+        generation: the Certification's ``metadata.generation``, at least 1.
+    """
 
     categories: tuple[str, ...] = attrs.field(validator=_categories)
     selector: str = ""
@@ -147,7 +187,11 @@ class Submitted(Observation):
 
 @attrs.frozen(slots=True, kw_only=True)
 class CategoryNotFound(Observation):
-    """The requested ``category`` is not known: a new Certification fails (``CategoryNotFound``)."""
+    """The requested ``category`` is not known: a new Certification fails (``CategoryNotFound``).
+
+    Attributes:
+        category: the unknown category.
+    """
 
     category: str
 
@@ -160,7 +204,13 @@ class NoSchedulableNodes(Observation):
 @attrs.frozen(slots=True, kw_only=True)
 class WorkflowCreated(Observation):
     """The Workflow ``workflow`` (uid ``uid``) was created for ``category``: the Certification is
-    in progress (``WorkflowCreated``)."""
+    in progress (``WorkflowCreated``).
+
+    Attributes:
+        category: the category the Workflow runs.
+        workflow: the Workflow's name.
+        uid: its UID, when the create returned one.
+    """
 
     category: str
     workflow: str
@@ -169,7 +219,16 @@ class WorkflowCreated(Observation):
 
 @attrs.frozen(slots=True, kw_only=True)
 class WorkflowObserved(Observation):
-    """A category's Workflow as committed (wired by the Workflow -> Certification link)."""
+    """A category's Workflow as committed (wired by the Workflow -> Certification link).
+
+    Attributes:
+        category: the category the Workflow runs.
+        workflow: the Workflow's name.
+        uid: its UID; another than the category's is ignored.
+        state: its state.
+        reason: its reason.
+        message: its message.
+    """
 
     category: str
     workflow: str
@@ -181,14 +240,24 @@ class WorkflowObserved(Observation):
 
 @attrs.frozen(slots=True, kw_only=True)
 class WorkflowMissing(Observation):
-    """The category's Workflow was confirmed missing."""
+    """The category's Workflow was confirmed missing.
+
+    Attributes:
+        category: the category whose Workflow is missing; it fails.
+    """
 
     category: str
 
 
 @attrs.frozen(slots=True, kw_only=True)
 class WorkflowCreateRejected(Observation):
-    """Create was rejected (not AlreadyExists)."""
+    """Create was rejected (not AlreadyExists).
+
+    Attributes:
+        category: the category the Workflow was for.
+        workflow: the Workflow's name.
+        error: the API server's refusal.
+    """
 
     category: str
     workflow: str
@@ -197,7 +266,12 @@ class WorkflowCreateRejected(Observation):
 
 @attrs.frozen(slots=True, kw_only=True)
 class WorkflowNameCollision(Observation):
-    """A Workflow this Certification does not own holds the name."""
+    """A Workflow this Certification does not own holds the name.
+
+    Attributes:
+        workflow: the name that is taken.
+        error: the API server's answer.
+    """
 
     workflow: str
     error: str
@@ -205,14 +279,22 @@ class WorkflowNameCollision(Observation):
 
 @attrs.frozen(slots=True, kw_only=True)
 class BuildFailed(Observation):
-    """Any other error building the Workflow: the catch-all."""
+    """Any other error building the Workflow: the catch-all.
+
+    Attributes:
+        error: why the Workflow could not be built.
+    """
 
     error: str
 
 
 @attrs.frozen(slots=True, kw_only=True)
 class NICResourcesDetected(Observation):
-    """NIC ``resources`` were detected on the nodes: an action event, the status unchanged."""
+    """NIC ``resources`` were detected on the nodes: an action event, the status unchanged.
+
+    Attributes:
+        resources: the NIC resource names found.
+    """
 
     resources: tuple[str, ...]
 
@@ -269,19 +351,53 @@ def _age(status: CertificationStatus, at: datetime) -> float:
 
 
 def within_window(status: CertificationStatus, obs: Observation) -> bool:
+    """The Certification is younger than its wait for schedulable nodes.
+
+    Args:
+        status: the Certification.
+        obs: the observation whose ``at`` is now.
+
+    Returns:
+        Whether the wait is not over.
+    """
     return _age(status, obs.at) < status.node_wait_s
 
 
 def waiting(status: CertificationStatus, obs: Observation) -> bool:
+    """The Certification is waiting for schedulable nodes.
+
+    Args:
+        status: the Certification.
+        obs: any observation.
+
+    Returns:
+        Whether its reason is ``WaitingForNodes``.
+    """
     return status.reason == WAITING_FOR_NODES
 
 
 def waiting_expired(status: CertificationStatus, obs: Observation) -> bool:
+    """The Certification waits for schedulable nodes and the wait is over: it fails.
+
+    Args:
+        status: the Certification.
+        obs: the observation whose ``at`` is now.
+
+    Returns:
+        Whether the wait ran out.
+    """
     return waiting(status, obs) and not within_window(status, obs)
 
 
 def window_deadline(status: CertificationStatus) -> datetime | None:
-    """When the wait for schedulable nodes runs out (ADR 0149); ``None`` while not waiting."""
+    """When the wait for schedulable nodes runs out (ADR 0149); ``None`` while not waiting.
+
+    Args:
+        status: the Certification.
+
+    Returns:
+        The instant the wait ends, or ``None`` when no Tick needs to come.
+    """
     if status.reason != WAITING_FOR_NODES:
         return None
     if status.created_at is None:  # its age reads 0: out of the window at once, or never
@@ -290,40 +406,126 @@ def window_deadline(status: CertificationStatus) -> datetime | None:
 
 
 def other_workflow(status: CertificationStatus, obs: WorkflowObserved) -> bool:
-    """A report from a Workflow that is not the one this category runs (by uid)."""
+    """A report from a Workflow that is not the one this category runs (by uid).
+
+    Args:
+        status: the Certification.
+        obs: the Workflow as committed.
+
+    Returns:
+        Whether the report is of another Workflow.
+
+    Raises:
+        InvalidObservation: ``obs`` names a category the Certification does not have.
+    """
     c = status.category(obs.category)
     return bool(c.workflow_uid and obs.uid and c.workflow_uid != obs.uid)
 
 
 def finishes_succeeded(status: CertificationStatus, obs: Observation) -> bool:
+    """With this report every category has ended and all succeeded.
+
+    Args:
+        status: the Certification.
+        obs: a Workflow report, or a Workflow confirmed missing.
+
+    Returns:
+        Whether the Certification succeeds.
+
+    Raises:
+        InvalidObservation: ``obs`` names a category the Certification does not have.
+    """
     categories = _reported(status, obs)
     return _all_done(categories) and all(c.state == SUCCEEDED for c in categories)
 
 
 def finishes_failed(status: CertificationStatus, obs: Observation) -> bool:
+    """With this report every category has ended and one failed.
+
+    Args:
+        status: the Certification.
+        obs: a Workflow report, or a Workflow confirmed missing.
+
+    Returns:
+        Whether the Certification fails.
+
+    Raises:
+        InvalidObservation: ``obs`` names a category the Certification does not have.
+    """
     categories = _reported(status, obs)
     return _all_done(categories) and any(c.state == FAILED for c in categories)
 
 
 def category_succeeded(status: CertificationStatus, obs: WorkflowObserved) -> bool:
+    """The category's Workflow succeeded.
+
+    Args:
+        status: the Certification.
+        obs: the Workflow as committed.
+
+    Returns:
+        Whether its state is ``Succeeded``.
+    """
     return obs.state == SUCCEEDED
 
 
 def category_failed(status: CertificationStatus, obs: WorkflowObserved) -> bool:
+    """The category's Workflow failed.
+
+    Args:
+        status: the Certification.
+        obs: the Workflow as committed.
+
+    Returns:
+        Whether its state is ``Failed``.
+    """
     return obs.state == FAILED
 
 
 def recovers(status: CertificationStatus, obs: WorkflowObserved) -> bool:
-    """A Failed category's Workflow is still running."""
+    """A Failed category's Workflow is still running.
+
+    Args:
+        status: the Certification.
+        obs: the Workflow as committed.
+
+    Returns:
+        Whether the category is Failed and its Workflow runs on.
+
+    Raises:
+        InvalidObservation: ``obs`` names a category the Certification does not have.
+    """
     return status.category(obs.category).state == FAILED and obs.state not in TERMINAL
 
 
 def started(status: CertificationStatus, obs: WorkflowCreated) -> bool:
+    """The category has a Workflow already (a repeated create report changes nothing).
+
+    Args:
+        status: the Certification.
+        obs: the create.
+
+    Returns:
+        Whether the category is past ``Pending``.
+
+    Raises:
+        InvalidObservation: ``obs`` names a category the Certification does not have.
+    """
     return status.category(obs.category).state != PENDING
 
 
 # -- effects ----------------------------------------------------------------------------------
 def context(status: CertificationStatus, obs: Observation) -> dict[str, Any]:
+    """What the row messages are rendered with: the selector, the wait left, the category's place.
+
+    Args:
+        status: the Certification.
+        obs: the observation; its ``category``, when it has one, gives ``index``.
+
+    Returns:
+        The values the messages name (``selector``, ``remaining``, ``window``, ``total``,
+        ``index``).
+    """
     remaining = max(0.0, status.node_wait_s - _age(status, obs.at))
     out: dict[str, Any] = {
         "selector": status.selector or "<none>",
@@ -348,6 +550,16 @@ def _enter(
 
 
 def submitted(status: CertificationStatus, obs: Submitted, row: Row) -> CertificationStatus:
+    """Record the categories, all Pending, and the selector, wait and generation (no condition).
+
+    Args:
+        status: the Certification.
+        obs: the submission.
+        row: the row that fired.
+
+    Returns:
+        The Certification's next status.
+    """
     return replace(
         status,
         categories=tuple(Category(c) for c in obs.categories),
@@ -359,22 +571,71 @@ def submitted(status: CertificationStatus, obs: Submitted, row: Row) -> Certific
 
 
 def enter(status: CertificationStatus, obs: Observation, row: Row) -> CertificationStatus:
+    """Enter the row's state, with its message rendered.
+
+    Args:
+        status: the Certification.
+        obs: the observation.
+        row: the row that fired.
+
+    Returns:
+        The Certification's next status.
+    """
     return _enter(status, obs, row)
 
 
 def created(status: CertificationStatus, obs: WorkflowCreated, row: Row) -> CertificationStatus:
+    """The category runs on the created Workflow; enter the row's state.
+
+    Args:
+        status: the Certification.
+        obs: the create.
+        row: the row that fired.
+
+    Returns:
+        The Certification's next status.
+
+    Raises:
+        InvalidObservation: ``obs`` names a category the Certification does not have.
+    """
     c = status.category(obs.category)
     updated = replace(c, state=RUNNING, workflow=obs.workflow, workflow_uid=obs.uid)
     return _enter(status, obs, row, categories=_replace(status, updated))
 
 
 def reported(status: CertificationStatus, obs: Observation, row: Row) -> CertificationStatus:
+    """Update the reported category; enter the row's state.
+
+    Args:
+        status: the Certification.
+        obs: a Workflow report, or a Workflow confirmed missing.
+        row: the row that fired.
+
+    Returns:
+        The Certification's next status.
+
+    Raises:
+        InvalidObservation: ``obs`` names a category the Certification does not have.
+    """
     return _enter(status, obs, row, categories=_reported(status, obs))
 
 
 def rejected(
     status: CertificationStatus, obs: WorkflowCreateRejected, row: Row
 ) -> CertificationStatus:
+    """Enter the row's state after a rejected create.
+
+    Args:
+        status: the Certification.
+        obs: the rejected create.
+        row: the row that fired.
+
+    Returns:
+        The Certification's next status.
+
+    Raises:
+        InvalidObservation: ``obs`` names a category the Certification does not have.
+    """
     status.category(obs.category)  # an unknown category is refused
     return _enter(status, obs, row)
 

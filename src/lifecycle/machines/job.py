@@ -676,7 +676,15 @@ class JobMachine(ConditionMachine[JobStatus]):
         return context(status)
 
     def flips(self, before: JobStatus, after: JobStatus) -> tuple[Flip, ...]:
-        """The timeout is written by the Workflow controller: its event says so (site 16)."""
+        """The timeout is written by the Workflow controller: its event says so (site 16).
+
+        Args:
+            before: the status before the observation.
+            after: the status after it.
+
+        Returns:
+            The condition flips to emit, a timeout's attributed to the Workflow controller.
+        """
         out = super().flips(before, after)
         if after.reason == JOB_TIMED_OUT and before.state != after.state:
             out = tuple(

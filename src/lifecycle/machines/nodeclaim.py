@@ -41,12 +41,28 @@ POD_REASON_INITIALIZING = "Initializing"
 
 
 def normalize_phase(phase: str) -> str:
-    """Read a stored phase: the legacy ``Initializing`` is ``Bound``."""
+    """Read a stored phase: the legacy ``Initializing`` is ``Bound``.
+
+    Args:
+        phase: a phase as stored, possibly by a controller older than the ``Bound`` rename.
+
+    Returns:
+        The phase to act on: ``Bound`` for the legacy ``Initializing``, else ``phase`` itself.
+    """
     return BOUND if phase == LEGACY_INITIALIZING else phase
 
 
 def claim_name(namespace: str, name: str) -> str:
-    """``<ns>-<name>``; over 253 characters: the first 242, ``-``, 10 hex of sha256(ns/name)."""
+    """``<ns>-<name>``; over 253 characters: the first 242, ``-``, 10 hex of sha256(ns/name).
+
+    Args:
+        namespace: the Pod's namespace.
+        name: the Pod's name.
+
+    Returns:
+        The claim's name, at most 253 characters (the Kubernetes name limit); the hash keeps two
+        long names that share a prefix apart.
+    """
     full = f"{namespace}-{name}"
     if len(full) <= 253:
         return full
@@ -56,7 +72,23 @@ def claim_name(namespace: str, name: str) -> str:
 
 @attrs.frozen(slots=True)
 class NodeClaimStatus:
-    """``state`` is the claim phase (plus ``Deleted`` once the claim object is gone)."""
+    """``state`` is the claim phase (plus ``Deleted`` once the claim object is gone).
+
+    Attributes:
+        state: the claim phase (``Provisioning``, ``Bound`` ...), the machine's state.
+        reason: why it is in that phase, as written to the claim.
+        message: the claim's message for a reader.
+        pod_uid: the UID of the Pod the claim was made for: a Pod of the same name with another
+            UID is a new Pod, so this one counts as absent.
+        instance_id: the provider's instance id, once the Pod reported one.
+        pool: the pool the claim holds capacity in (what :func:`placed` counts by).
+        provider: the provider the instance runs on.
+        created_at: when the claim was created; its grace window counts from here.
+        pod_absent_since: when the Pod was first seen missing; ``None`` while it exists.
+        grace_seconds: how long a claim whose Pod never appeared lives before it is deleted as an
+            orphan: a just-created Pod may not be visible yet.
+        deleting: the claim got a deletionTimestamp: only teardown runs from here.
+    """
 
     state: str = NEW
     reason: str = ""
@@ -77,7 +109,15 @@ _evolve = evolver(NodeClaimStatus)
 # -- observations ---------------------------------------------------------------------------
 @attrs.frozen(slots=True, kw_only=True)
 class ClaimCreated(Observation):
-    """The claim object was created (its age for the grace window counts from ``at``)."""
+    """The claim object was created (its age for the grace window counts from ``at``).
+
+    Attributes:
+        pool: the pool the claim holds capacity in.
+        provider: the provider its instance runs on.
+        pod_uid: the UID of the Pod it was made for.
+        grace_seconds: the orphan grace window, not negative (see
+            :attr:`NodeClaimStatus.grace_seconds`).
+    """
 
     pool: str = "default"
     provider: str = "fake"
@@ -96,7 +136,16 @@ def _phase(_: object, attribute: attrs.Attribute[str], value: str) -> None:
 
 @attrs.frozen(slots=True, kw_only=True)
 class ClaimAdopted(Observation):
-    """An existing claim read back after a restart, in whatever phase it was stored."""
+    """An existing claim read back after a restart, in whatever phase it was stored.
+
+    Attributes:
+        phase: the phase it was stored in (a legacy ``Initializing`` reads as ``Bound``).
+        pool: the pool it holds capacity in.
+        provider: the provider its instance runs on.
+        pod_uid: the UID of the Pod it was made for.
+        instance_id: the provider's instance id, when one was stored.
+        created_at: when the claim was created, so the grace window survives the restart.
+    """
 
     phase: str = attrs.field(validator=_phase)
     pool: str = "default"
@@ -108,7 +157,17 @@ class ClaimAdopted(Observation):
 
 @attrs.frozen(slots=True, kw_only=True)
 class PodObserved(Observation):
-    """The claim's Pod as committed: its UID, phase, reason and whether it is being deleted."""
+    """The claim's Pod as committed: its UID, phase, reason and whether it is being deleted.
+
+    Attributes:
+        pod_uid: the Pod's UID; another than the claim's means a new Pod under the same name.
+        phase: the Pod phase (``Pending``, ``Running``, ``Failed`` ...).
+        reason: the Pod reason; ``Initializing`` counts as existence for a booting Pod.
+        deleting: the Pod has a deletionTimestamp.
+        instance_id: the provider's instance id, when the Pod has one.
+        pool: the Pod's pool.
+        provider: the Pod's provider.
+    """
 
     pod_uid: str
     phase: str
@@ -137,7 +196,11 @@ class TeardownSucceeded(Observation):
 
 @attrs.frozen(slots=True, kw_only=True)
 class TeardownFailed(Observation):
-    """Terminate (or the List that finds the instance) failed: keep the finalizer, retry."""
+    """Terminate (or the List that finds the instance) failed: keep the finalizer, retry.
+
+    Attributes:
+        error: what failed, for the claim's message; the finalizer stays and teardown retries.
+    """
 
     error: str
 
@@ -161,16 +224,41 @@ def _age_seconds(status: NodeClaimStatus, at: datetime) -> float:
 
 
 def within_grace(status: NodeClaimStatus, obs: Observation) -> bool:
+    """The claim is younger than its grace window (a missing Pod may still appear).
+
+    Args:
+        status: the claim.
+        obs: the observation whose ``at`` is now.
+
+    Returns:
+        Whether the claim is younger than its grace window.
+    """
     return _age_seconds(status, obs.at) < status.grace_seconds
 
 
 def grace_expired(status: NodeClaimStatus, obs: Observation) -> bool:
+    """The Pod is missing and the claim has outlived its grace window: it is an orphan.
+
+    Args:
+        status: the claim.
+        obs: the observation whose ``at`` is now.
+
+    Returns:
+        Whether the Pod is missing and the claim has outlived its grace window.
+    """
     return status.pod_absent_since is not None and not within_grace(status, obs)
 
 
 def grace_deadline(status: NodeClaimStatus) -> datetime | None:
     """When the grace window of a never-observed claim runs out (ADR 0149); ``None`` while no
-    pod is missing or the claim is being deleted (a Tick then only tears down)."""
+    pod is missing or the claim is being deleted (a Tick then only tears down).
+
+    Args:
+        status: the claim.
+
+    Returns:
+        The instant the grace window ends, or ``None`` when no Tick needs to come.
+    """
     if status.pod_absent_since is None or status.deleting:
         return None
     if status.created_at is None:  # its age reads 0: out of grace at once, or never
@@ -179,34 +267,94 @@ def grace_deadline(status: NodeClaimStatus) -> datetime | None:
 
 
 def other_pod(status: NodeClaimStatus, obs: PodObserved) -> bool:
-    """A UID mismatch means the claim's pod is absent (a new pod reuses the name)."""
+    """A UID mismatch means the claim's pod is absent (a new pod reuses the name).
+
+    Args:
+        status: the claim.
+        obs: the Pod as committed.
+
+    Returns:
+        Whether ``obs`` is another Pod than the claim's.
+    """
     return bool(status.pod_uid) and obs.pod_uid != status.pod_uid
 
 
 def other_pod_within_grace(status: NodeClaimStatus, obs: PodObserved) -> bool:
+    """Another Pod under the claim's name while the claim is still within its grace window.
+
+    Args:
+        status: the claim.
+        obs: the Pod as committed.
+
+    Returns:
+        Whether both hold.
+    """
     return other_pod(status, obs) and within_grace(status, obs)
 
 
 def pod_finished(status: NodeClaimStatus, obs: PodObserved) -> bool:
+    """The Pod has ended (phase ``Failed`` or ``Succeeded``).
+
+    Args:
+        status: the claim.
+        obs: the Pod as committed.
+
+    Returns:
+        Whether the Pod has ended.
+    """
     return obs.phase in ("Failed", "Succeeded")
 
 
 def pod_deleting(status: NodeClaimStatus, obs: PodObserved) -> bool:
+    """The Pod has a deletionTimestamp.
+
+    Args:
+        status: the claim.
+        obs: the Pod as committed.
+
+    Returns:
+        Whether the Pod is being deleted.
+    """
     return obs.deleting
 
 
 def claim_deleting(status: NodeClaimStatus, obs: Observation) -> bool:
-    """The claim itself is being deleted: its reconcile runs teardown and nothing else."""
+    """The claim itself is being deleted: its reconcile runs teardown and nothing else.
+
+    Args:
+        status: the claim.
+        obs: any observation.
+
+    Returns:
+        Whether the claim is being deleted.
+    """
     return status.deleting
 
 
 def pod_exists(status: NodeClaimStatus, obs: PodObserved) -> bool:
-    """Running, or booting with reason Initializing, counts as existence."""
+    """Running, or booting with reason Initializing, counts as existence.
+
+    Args:
+        status: the claim.
+        obs: the Pod as committed.
+
+    Returns:
+        Whether the Pod counts as existing.
+    """
     return obs.phase == "Running" or obs.reason == POD_REASON_INITIALIZING
 
 
 def _adopts(phase: str) -> Guard:
     def guard(status: NodeClaimStatus, obs: ClaimAdopted) -> bool:
+        """The adopted claim was stored in this guard's phase (legacy ``Initializing`` as Bound).
+
+        Args:
+            status: the claim.
+            obs: the adopted claim.
+
+        Returns:
+            Whether the stored phase is this guard's.
+        """
         return normalize_phase(obs.phase) == phase
 
     guard.__name__ = guard.__qualname__ = f"adopts_{phase.lower()}"
@@ -234,6 +382,16 @@ def _enter(status: NodeClaimStatus, obs: Observation, row: Row, **changes: Any) 
 
 
 def created(status: NodeClaimStatus, obs: ClaimCreated, row: Row) -> NodeClaimStatus:
+    """Enter the row's phase with the claim's pool, provider, Pod UID and grace window.
+
+    Args:
+        status: the claim.
+        obs: the creation.
+        row: the row that fired.
+
+    Returns:
+        The claim's next status.
+    """
     return _enter(
         status,
         obs,
@@ -246,6 +404,16 @@ def created(status: NodeClaimStatus, obs: ClaimCreated, row: Row) -> NodeClaimSt
 
 
 def adopted(status: NodeClaimStatus, obs: ClaimAdopted, row: Row) -> NodeClaimStatus:
+    """Enter the stored phase with what was stored (its creation time too, when known).
+
+    Args:
+        status: the claim.
+        obs: the adoption.
+        row: the row that fired.
+
+    Returns:
+        The claim's next status.
+    """
     result = _enter(
         status,
         obs,
@@ -261,7 +429,16 @@ def adopted(status: NodeClaimStatus, obs: ClaimAdopted, row: Row) -> NodeClaimSt
 
 
 def pod_seen(status: NodeClaimStatus, obs: PodObserved, row: Row) -> NodeClaimStatus:
-    """Record the pod UID, and the instance id once, beside the phase change."""
+    """Record the pod UID, and the instance id once, beside the phase change.
+
+    Args:
+        status: the claim.
+        obs: the Pod as committed.
+        row: the row that fired.
+
+    Returns:
+        The claim's next status, its Pod no longer absent.
+    """
     return _enter(
         status,
         obs,
@@ -275,10 +452,30 @@ def pod_seen(status: NodeClaimStatus, obs: PodObserved, row: Row) -> NodeClaimSt
 
 
 def absent_noted(status: NodeClaimStatus, obs: Observation, row: Row) -> NodeClaimStatus:
+    """Note when the Pod was first seen missing (a later absence keeps the first instant).
+
+    Args:
+        status: the claim.
+        obs: the absence.
+        row: the row that fired.
+
+    Returns:
+        The claim's next status.
+    """
     return _enter(status, obs, row, pod_absent_since=status.pod_absent_since or obs.at)
 
 
 def deletion_noted(status: NodeClaimStatus, obs: Observation, row: Row) -> NodeClaimStatus:
+    """Note that the claim is being deleted.
+
+    Args:
+        status: the claim.
+        obs: the deletion request.
+        row: the row that fired.
+
+    Returns:
+        The claim's next status.
+    """
     return _enter(status, obs, row, deleting=True)
 
 
@@ -515,7 +712,17 @@ class NodeClaimMachine(Machine[NodeClaimStatus]):
 
     def kubernetes_status(self, status: NodeClaimStatus) -> dict[str, Any]:
         """``phase`` and ``instanceID``; a deleted NodeClaim has no body
-        (``NoStatusBody``)."""
+        (``NoStatusBody``).
+
+        Args:
+            status: the claim's status.
+
+        Returns:
+            The claim's ``status`` body, empty fields left out.
+
+        Raises:
+            NoStatusBody: the claim is ``Deleted``: there is no object to write to.
+        """
         if status.state == "Deleted":
             raise NoStatusBody("a deleted NodeClaim has no status to write")
         body = {"phase": status.state, "instanceID": status.instance_id}
@@ -525,7 +732,14 @@ class NodeClaimMachine(Machine[NodeClaimStatus]):
         return NodeClaimStatus()
 
     def load_status(self, data: Any) -> NodeClaimStatus:
-        """Statuses written by older controllers may carry the legacy phase: read it as Bound."""
+        """Statuses written by older controllers may carry the legacy phase: read it as Bound.
+
+        Args:
+            data: the stored status, as the store decoded it.
+
+        Returns:
+            The status, a legacy phase read as ``Bound``.
+        """
         status = super().load_status(data)
         if status.state == LEGACY_INITIALIZING:
             status = _evolve(status, state=BOUND)
@@ -539,13 +753,30 @@ NODECLAIM = NodeClaimMachine()
 class StatusRecords(Protocol):
     """What :func:`placed` reads: a store's ``records`` (every shipped store has it)."""
 
-    def records(self, machine: Machine[Any]) -> Iterable[Any]: ...
+    def records(self, machine: Machine[Any]) -> Iterable[Any]:
+        """Every record of ``machine`` in the store.
+
+        Args:
+            machine: the machine whose records are read.
+
+        Returns:
+            The records, each with its ``status``.
+        """
+        ...
 
 
 def placed(store: StatusRecords, pool: str | None = None) -> dict[str, int]:
     """NodePool ``status.placed``: Bound claims per provider (booting pods included, since a
     booting pod binds its claim), for one pool or all. Recomputed from scratch on each call;
-    empty when nothing is placed (upstream writes a nil map)."""
+    empty when nothing is placed (upstream writes a nil map).
+
+    Args:
+        store: where the claims are read from.
+        pool: the pool to count; ``None`` counts all pools.
+
+    Returns:
+        Bound claims per provider name.
+    """
     counts: Counter[str] = Counter()
     for record in store.records(NODECLAIM):
         status = record.status

@@ -650,7 +650,16 @@ class WorkflowMachine(ConditionMachine[WorkflowStatus]):
         return context(status)
 
     def fallback_message(self, ref: ObjectRef, flip: Flip, error: Exception) -> str:
-        """The two fallbacks upstream names, in its words; any other: the default."""
+        """The two fallbacks upstream names, in its words; any other: the default.
+
+        Args:
+            ref: the Workflow.
+            flip: the change whose write failed.
+            error: the store's error.
+
+        Returns:
+            The Warning's message.
+        """
         tail = f"; recording the Workflow Failed condition also failed: {redact(str(error))}"
         if flip.reason == HETEROGENEOUS_PLATFORM:
             return f"Platform detection failed: {flip.message}{tail}"

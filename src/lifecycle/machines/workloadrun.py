@@ -72,7 +72,20 @@ MSG_LOG_PROFILE = "Log profile {profile} not found"
 
 @attrs.frozen(slots=True)
 class WorkloadRunStatus(Conditioned):
-    """A WorkloadRun's status: its conditions (``state`` is their true type) and bookkeeping."""
+    """A WorkloadRun's status: its conditions (``state`` is their true type) and bookkeeping.
+
+    Attributes:
+        name: the WorkloadRun's name.
+        conditions: the run's conditions, the exclusive set first; the true one is its state.
+        clock: the ``at`` of the last observation that changed the status: a Tick before it is
+            refused, so time never goes back.
+        workflow: the name of the run's Workflow.
+        workflow_uid: that Workflow's UID, so a recreated Workflow of the same name is not
+            mistaken for it.
+        workflow_state: the Workflow's state as last mirrored.
+        workflow_reason: the Workflow's reason as last mirrored.
+        workflow_message: the Workflow's message as last mirrored.
+    """
 
     name: str = ""
     conditions: tuple[Condition, ...] = ()
@@ -94,7 +107,12 @@ class ExecFrameworkMissing(Observation):
 @attrs.frozen(slots=True, kw_only=True)
 class WorkflowCreated(Observation):
     """The Workflow ``workflow`` (uid ``uid``) was created for the run: the WorkloadRun is in
-    progress (``WorkflowCreated``)."""
+    progress (``WorkflowCreated``).
+
+    Attributes:
+        workflow: the Workflow's name.
+        uid: its UID, when the create returned one.
+    """
 
     workflow: str
     uid: str = ""
@@ -102,7 +120,13 @@ class WorkflowCreated(Observation):
 
 @attrs.frozen(slots=True, kw_only=True)
 class WorkflowCreateFailed(Observation):
-    """Create failed; ``already_exists`` requeues without a write or an event."""
+    """Create failed; ``already_exists`` requeues without a write or an event.
+
+    Attributes:
+        workflow: the Workflow's name.
+        error: why the create failed.
+        already_exists: the name is taken: the run requeues and reads the Workflow instead.
+    """
 
     workflow: str
     error: str
@@ -111,7 +135,17 @@ class WorkflowCreateFailed(Observation):
 
 @attrs.frozen(slots=True, kw_only=True)
 class WorkflowObserved(Observation):
-    """The run's Workflow as committed (wired by the Workflow -> WorkloadRun link)."""
+    """The run's Workflow as committed (wired by the Workflow -> WorkloadRun link).
+
+    Attributes:
+        workflow: the Workflow's name; another than the run's is ignored.
+        uid: its UID.
+        state: its state.
+        reason: its reason.
+        message: its message.
+        validation_failed: its Jobs' measurements failed their thresholds.
+        validation_message: the ValidationFailed condition's message, copied to the run.
+    """
 
     workflow: str
     uid: str = ""
@@ -129,7 +163,11 @@ class WorkflowGone(Observation):
 
 @attrs.frozen(slots=True, kw_only=True)
 class LogProfileNotFound(Observation):
-    """A measurement tier could not find its log profile (an action Warning only)."""
+    """A measurement tier could not find its log profile (an action Warning only).
+
+    Attributes:
+        profile: the log profile's name.
+    """
 
     profile: str
 
@@ -146,24 +184,69 @@ OBSERVATIONS: tuple[type[Observation], ...] = (
 
 # -- guards -----------------------------------------------------------------------------------
 def already_exists(status: WorkloadRunStatus, obs: WorkflowCreateFailed) -> bool:
+    """The create failed because the Workflow exists already.
+
+    Args:
+        status: the run.
+        obs: the failed create.
+
+    Returns:
+        Whether the name was taken.
+    """
     return obs.already_exists
 
 
 def other_workflow(status: WorkloadRunStatus, obs: WorkflowObserved) -> bool:
+    """The report is of another Workflow than the run's (another name, or another UID).
+
+    Args:
+        status: the run.
+        obs: the Workflow as committed.
+
+    Returns:
+        Whether it is another Workflow.
+    """
     if obs.workflow != status.workflow:
         return True
     return bool(status.workflow_uid and obs.uid and obs.uid != status.workflow_uid)
 
 
 def workflow_succeeded(status: WorkloadRunStatus, obs: WorkflowObserved) -> bool:
+    """The Workflow succeeded.
+
+    Args:
+        status: the run.
+        obs: the Workflow as committed.
+
+    Returns:
+        Whether its state is ``Succeeded``.
+    """
     return obs.state == SUCCEEDED
 
 
 def workflow_failed(status: WorkloadRunStatus, obs: WorkflowObserved) -> bool:
+    """The Workflow failed.
+
+    Args:
+        status: the run.
+        obs: the Workflow as committed.
+
+    Returns:
+        Whether its state is ``Failed``.
+    """
     return obs.state == FAILED
 
 
 def workflow_failed_validation(status: WorkloadRunStatus, obs: WorkflowObserved) -> bool:
+    """The Workflow failed because its Jobs failed validation.
+
+    Args:
+        status: the run.
+        obs: the Workflow as committed.
+
+    Returns:
+        Whether it failed with ``JobValidationFailed``.
+    """
     return obs.state == FAILED and obs.reason == JOB_VALIDATION_FAILED
 
 
@@ -180,10 +263,30 @@ def _enter(
 
 
 def enter(status: WorkloadRunStatus, obs: Observation, row: Row) -> WorkloadRunStatus:
+    """Enter the row's state, the other conditions ``Superseded``.
+
+    Args:
+        status: the run.
+        obs: the observation.
+        row: the row that fired.
+
+    Returns:
+        The run's next status.
+    """
     return _enter(status, obs, row)
 
 
 def created(status: WorkloadRunStatus, obs: WorkflowCreated, row: Row) -> WorkloadRunStatus:
+    """Enter the row's state, with the Workflow's name and UID.
+
+    Args:
+        status: the run.
+        obs: the create.
+        row: the row that fired.
+
+    Returns:
+        The run's next status.
+    """
     return _enter(status, obs, row, workflow=obs.workflow, workflow_uid=obs.uid)
 
 
@@ -198,12 +301,30 @@ def _mirrored(status: WorkloadRunStatus, obs: WorkflowObserved) -> WorkloadRunSt
 
 
 def mirror(status: WorkloadRunStatus, obs: WorkflowObserved, row: Row) -> WorkloadRunStatus:
-    """The Workflow runs: mirror its fields, a plain update (no condition, no event)."""
+    """The Workflow runs: mirror its fields, a plain update (no condition, no event).
+
+    Args:
+        status: the run.
+        obs: the Workflow as committed.
+        row: the row that fired.
+
+    Returns:
+        The run's next status.
+    """
     return _mirrored(status, obs)
 
 
 def finished(status: WorkloadRunStatus, obs: WorkflowObserved, row: Row) -> WorkloadRunStatus:
-    """The terminal mirror, with the Workflow's ValidationFailed copied first."""
+    """The terminal mirror, with the Workflow's ValidationFailed copied first.
+
+    Args:
+        status: the run.
+        obs: the Workflow as committed.
+        row: the row that fired.
+
+    Returns:
+        The run's next status.
+    """
     status = _mirrored(status, obs)
     if obs.validation_failed:
         status = with_condition(

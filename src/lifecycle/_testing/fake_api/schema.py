@@ -64,7 +64,11 @@ def nodeclaim_crd() -> dict[str, Any]:
 
 
 def nodeclaim_crd_schema() -> dict[str, Any]:
-    """The NodeClaim's ``openAPIV3Schema`` (upstream the resource is cluster-scoped)."""
+    """The NodeClaim's ``openAPIV3Schema`` (upstream the resource is cluster-scoped).
+
+    Returns:
+        A fresh copy of the schema.
+    """
     version = nodeclaim_crd()["spec"]["versions"][0]
     schema = version["schema"]["openAPIV3Schema"]
     assert isinstance(schema, dict)
@@ -73,7 +77,14 @@ def nodeclaim_crd_schema() -> dict[str, Any]:
 
 def conditions_crd_schema(kind: str) -> dict[str, Any]:
     """A CRD schema for ``kind`` whose status holds the published ``metav1.Condition`` list
-    (Karpenter's ``status.conditions``) and keeps any other status field."""
+    (Karpenter's ``status.conditions``) and keeps any other status field.
+
+    Args:
+        kind: the resource's kind, named in the schema's description.
+
+    Returns:
+        The schema, for :meth:`FakeApiServer.register_crd`.
+    """
     conditions = nodeclaim_crd_schema()["properties"]["status"]["properties"]["conditions"]
     return {
         "description": f"{kind} with a conditions status",

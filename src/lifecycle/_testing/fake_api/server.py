@@ -337,7 +337,12 @@ class FakeApiServer:
 
     def hold(self, *, landed: bool) -> None:
         """From now on every Event create hangs: stored first when ``landed``, else not
-        stored (a Lease create is answered as usual)."""
+        stored (a Lease create is answered as usual).
+
+        Args:
+            landed: store each hanging Event before it hangs, as when the answer, not the
+                request, is lost.
+        """
         with self._lock:
             self._holding = (landed, threading.Event())
 
@@ -350,7 +355,15 @@ class FakeApiServer:
             holding[1].set()
 
     def wait_held(self, n: int, timeout: float = 20.0) -> bool:
-        """Wait until ``n`` creates hang."""
+        """Wait until ``n`` creates hang.
+
+        Args:
+            n: how many hanging creates to wait for.
+            timeout: the longest wait, in seconds.
+
+        Returns:
+            Whether ``n`` hung in time.
+        """
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             with self._lock:
@@ -360,15 +373,33 @@ class FakeApiServer:
         return False
 
     def fail(self, method: str, *answers: Answer) -> None:
-        """Script the next answers to requests of ``method`` (``"POST"``, ``"PUT"``, ...)."""
+        """Script the next answers to requests of ``method`` (``"POST"``, ``"PUT"``, ...).
+
+        Args:
+            method: the HTTP method.
+            *answers: one per request picked, in order: a status code, or a scripted misbehaviour
+                (a ``(code, headers)`` pair, ``("huge", size)`` ...).
+        """
         self.fail_when(lambda r: r.method == method, *answers)
 
     def fail_path(self, substring: str, *answers: Answer) -> None:
-        """Script the next answers to requests whose path holds ``substring``."""
+        """Script the next answers to requests whose path holds ``substring``.
+
+        Args:
+            substring: what the request path must hold.
+            *answers: one per request picked, in order: a status code, or a scripted misbehaviour
+                (a ``(code, headers)`` pair, ``("huge", size)`` ...).
+        """
         self.fail_when(lambda r: substring in r.path, *answers)
 
     def fail_when(self, predicate: Predicate, *answers: Answer) -> None:
-        """Script the next answers to the requests ``predicate`` picks, one each, in order."""
+        """Script the next answers to the requests ``predicate`` picks, one each, in order.
+
+        Args:
+            predicate: picks the requests, given each :class:`Request`.
+            *answers: one per request picked, in order: a status code, or a scripted misbehaviour
+                (a ``(code, headers)`` pair, ``("huge", size)`` ...).
+        """
         # a huge body is built now, not while the client is being measured
         answers = tuple(
             ("huge", _huge(int(a[1])))
@@ -382,7 +413,12 @@ class FakeApiServer:
     def outage(self, substring: str, code: int = 503) -> None:
         """Answer every request whose path holds ``substring`` with ``code`` until
         :meth:`restore` (``outage("/events")``: the Events API is down, objects still
-        answer)."""
+        answer).
+
+        Args:
+            substring: what the request path must hold.
+            code: the HTTP status answered.
+        """
         with self._lock:
             self._outages.append((substring, code))
 
@@ -392,11 +428,19 @@ class FakeApiServer:
             self._outages.clear()
 
     def verbs(self) -> list[str]:
-        """The method of every request so far, in order."""
+        """The method of every request so far, in order.
+
+        Returns:
+            The methods.
+        """
         return [r.method for r in self.requests]
 
     def evict(self, name: str) -> None:
-        """Delete the Events named ``name`` out of band (as their TTL would)."""
+        """Delete the Events named ``name`` out of band (as their TTL would).
+
+        Args:
+            name: the Events' name.
+        """
         with self._lock:
             for key in [k for k in self.events if k[1] == name]:
                 del self.events[key]
@@ -413,7 +457,17 @@ class FakeApiServer:
         namespaced: bool = True,
     ) -> None:
         """Serve the custom resource ``plural`` of ``group/version`` (with a status
-        subresource), validated and pruned by ``schema`` (its ``openAPIV3Schema``)."""
+        subresource), validated and pruned by ``schema`` (its ``openAPIV3Schema``).
+
+        Args:
+            group: the API group.
+            version: the API version.
+            plural: the resource's plural, its path segment.
+            kind: the resource's kind.
+            schema: the ``openAPIV3Schema`` that validates and prunes each write, as the API server
+                does, so a status the schema does not allow fails here as in a cluster.
+            namespaced: the resource is namespaced.
+        """
         resource = Resource(group, version, plural, kind, namespaced, copy.deepcopy(schema))
         with self._lock:
             self._objects.register(resource)
@@ -431,14 +485,43 @@ class FakeApiServer:
     ) -> dict[str, Any]:
         """Create an object out of band (``"pods"`` or a registered CRD's plural; a Pod
         without ``spec`` gets one container): a copy of it as stored. An object the API
-        would refuse raises ``ValueError``."""
+        would refuse raises ``ValueError``.
+
+        Args:
+            resource: ``"pods"`` or a registered CRD's plural.
+            namespace: the object's namespace (ignored for a cluster-scoped resource).
+            name: the object's name.
+            uid: its UID; ``None``: a fresh one.
+            spec: its ``spec``.
+            status: its ``status``.
+            labels: its labels.
+
+        Returns:
+            A copy of the stored object.
+
+        Raises:
+            ValueError: the API server would refuse the object.
+            KeyError: ``resource`` is not served.
+        """
         with self._lock:
             return self._objects.add(
                 resource, namespace, name, uid=uid, spec=spec, status=status, labels=labels
             )
 
     def object(self, resource: str, namespace: str, name: str) -> dict[str, Any] | None:
-        """A copy of the stored object, or None."""
+        """A copy of the stored object, or None.
+
+        Args:
+            resource: ``"pods"`` or a registered CRD's plural.
+            namespace: the object's namespace (ignored for a cluster-scoped resource).
+            name: the object's name.
+
+        Returns:
+            The copy, or ``None`` when there is no such object.
+
+        Raises:
+            KeyError: ``resource`` is not served (register its CRD first).
+        """
         with self._lock:
             plural = self._objects.by_plural(resource)
             key = (resource, namespace if plural.namespaced else "", name)
@@ -446,7 +529,16 @@ class FakeApiServer:
             return copy.deepcopy(found) if found is not None else None
 
     def remove_object(self, resource: str, namespace: str, name: str) -> None:
-        """Delete an object out of band (as a user's ``kubectl delete``)."""
+        """Delete an object out of band (as a user's ``kubectl delete``).
+
+        Args:
+            resource: ``"pods"`` or a registered CRD's plural.
+            namespace: the object's namespace (ignored for a cluster-scoped resource).
+            name: the object's name.
+
+        Raises:
+            KeyError: ``resource`` is not served (register its CRD first).
+        """
         with self._lock:
             self._objects.remove(resource, namespace, name)
 
@@ -488,7 +580,15 @@ class FakeApiServer:
             return self._watching
 
     def wait_watching(self, n: int, timeout: float = 20.0) -> bool:
-        """Wait until at least ``n`` watches are open."""
+        """Wait until at least ``n`` watches are open.
+
+        Args:
+            n: how many watches to wait for.
+            timeout: the longest wait, in seconds.
+
+        Returns:
+            Whether ``n`` were open in time.
+        """
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.watching >= n:
@@ -498,13 +598,33 @@ class FakeApiServer:
 
     def status(self, resource: str, namespace: str, name: str) -> dict[str, Any] | None:
         """A copy of the object's ``status`` (``{}`` when it has none), or None when there is
-        no such object."""
+        no such object.
+
+        Args:
+            resource: ``"pods"`` or a registered CRD's plural.
+            namespace: the object's namespace (ignored for a cluster-scoped resource).
+            name: the object's name.
+
+        Returns:
+            The copy, or ``None``.
+
+        Raises:
+            KeyError: ``resource`` is not served (register its CRD first).
+        """
         found = self.object(resource, namespace, name)
         return None if found is None else dict(found.get("status") or {})
 
     def events_regarding(self, name: str, namespace: str | None = None) -> list[dict[str, Any]]:
         """The Events stored about the object ``name`` (in ``namespace``, or any), oldest
-        first."""
+        first.
+
+        Args:
+            name: the object's name.
+            namespace: the Events' namespace; ``None``: any.
+
+        Returns:
+            The Events, copies.
+        """
         with self._lock:
             found = [
                 copy.deepcopy(e)
@@ -516,7 +636,11 @@ class FakeApiServer:
 
     def configuration(self) -> Any:
         """A ``kubernetes.client.Configuration`` whose host is this server (needs the
-        ``kubernetes`` client)."""
+        ``kubernetes`` client).
+
+        Returns:
+            The configuration, for ``kubernetes.client.ApiClient``.
+        """
         from kubernetes import client  # type: ignore[import-untyped]
 
         configuration = client.Configuration()
@@ -526,7 +650,14 @@ class FakeApiServer:
     def kubeconfig(self, path: str | os.PathLike[str]) -> str:
         """Write a kubeconfig whose current context is this server to ``path`` (for
         ``kubernetes.config.load_kube_config(config_file=...)`` or ``KUBECONFIG``) and
-        return it as a string."""
+        return it as a string.
+
+        Args:
+            path: where to write it.
+
+        Returns:
+            The kubeconfig's text.
+        """
         text = json.dumps(
             {
                 "apiVersion": "v1",

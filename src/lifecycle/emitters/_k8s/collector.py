@@ -13,7 +13,16 @@ from ..._k8s_api.client import kubernetes_client
 
 @attrs.frozen(slots=True, order=True)
 class EventRow:
-    """One Event as ``kubectl describe`` shows it; ``count`` is ``series.count``, or 1."""
+    """One Event as ``kubectl describe`` shows it; ``count`` is ``series.count``, or 1.
+
+    Attributes:
+        type: ``Normal`` or ``Warning``.
+        reason: the Event's reason.
+        message: its note (core/v1: message).
+        kind: the regarding object's kind.
+        name: the regarding object's name.
+        count: how many times it was seen.
+    """
 
     type: str
     reason: str
@@ -23,6 +32,11 @@ class EventRow:
     count: int
 
     def as_tuple(self) -> tuple[str, str, str, str, str, int]:
+        """The row as a plain tuple, in field order (what a test compares against).
+
+        Returns:
+            ``(type, reason, message, kind, name, count)``.
+        """
         return (self.type, self.reason, self.message, self.kind, self.name, self.count)
 
 
@@ -38,6 +52,13 @@ def project(events: Iterable[Mapping[str, Any]], uid: str | None = None) -> list
 
     Accepts ``events.k8s.io/v1`` bodies (``regarding``, ``note``, ``series``) and core/v1
     ones (``involvedObject``, ``message``, ``count``), camelCase, as the API lists them.
+
+    Args:
+        events: the Event bodies, as the API lists them.
+        uid: the regarding object's uid; ``None``: every object.
+
+    Returns:
+        The rows, sorted.
     """
     rows = []
     for event in events:
@@ -64,7 +85,11 @@ def project(events: Iterable[Mapping[str, Any]], uid: str | None = None) -> list
 
 class EventCollector:
     """Reads Events from a source (the API, or a :class:`MemoryEventSink`) and projects the
-    rows of one object, as the upstream integration harness does."""
+    rows of one object, as the upstream integration harness does.
+
+    Args:
+        source: lists the Event bodies, called on each read.
+    """
 
     def __init__(self, source: Callable[[], Iterable[Mapping[str, Any]]]) -> None:
         self._source = source
@@ -72,7 +97,18 @@ class EventCollector:
     @classmethod
     def from_api(cls, api: Any = None, namespace: str | None = None) -> EventCollector:
         """Lists with ``EventsV1Api`` (one namespace, or all of them); ``api`` is an
-        ``EventsV1Api``, an ``ApiClient`` or ``None`` for the default configuration."""
+        ``EventsV1Api``, an ``ApiClient`` or ``None`` for the default configuration.
+
+        Args:
+            api: an ``EventsV1Api``, an ``ApiClient`` or ``None`` for the default configuration.
+            namespace: the namespace to list; ``None``: all.
+
+        Returns:
+            The collector.
+
+        Raises:
+            MissingExtra: the ``kubernetes`` client is not installed.
+        """
         client = kubernetes_client("the Kubernetes Event collector")
         serializer = client.ApiClient()
         events_api = (
@@ -90,7 +126,20 @@ class EventCollector:
         return cls(source)
 
     def events(self) -> list[Mapping[str, Any]]:
+        """The Event bodies, read now.
+
+        Returns:
+            The bodies.
+        """
         return list(self._source())
 
     def rows(self, uid: str | None = None) -> list[EventRow]:
+        """The rows of the Events about one object (or all), read now.
+
+        Args:
+            uid: the regarding object's uid; ``None``: every object.
+
+        Returns:
+            The rows, sorted.
+        """
         return project(self._source(), uid)

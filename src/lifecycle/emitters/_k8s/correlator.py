@@ -74,7 +74,13 @@ class Rejected(SinkError):
     name (derived from the transition id) is taken, and the Event there is read and compared
     (ADR 0141); on the create of a series it is retried. 401 and 403 can heal (a Role applied
     late): retried for ``forbidden_retry_seconds`` (ADR 0142). A 5xx is the server failing,
-    not refusing: retried."""
+    not refusing: retried.
+
+    Args:
+        message: the server's message.
+        status: the HTTP status; 0 when unknown.
+        reason: the Status reason (``AlreadyExists``, ``Forbidden`` ...).
+    """
 
     def __init__(self, message: str, status: int = 0, reason: str = "") -> None:
         super().__init__(message)
@@ -98,7 +104,12 @@ class Rejected(SinkError):
 
 class NotFound(Rejected):
     """404: on a patch the Event was evicted (TTL) and is created instead; on a create the
-    namespace is gone (given up: counted in ``gone``, logged once per object)."""
+    namespace is gone (given up: counted in ``gone``, logged once per object).
+
+    Args:
+        message: the server's message.
+        reason: the Status reason.
+    """
 
     def __init__(self, message: str, reason: str = "NotFound") -> None:
         super().__init__(message, 404, reason)
@@ -121,15 +132,66 @@ class EventSink(Protocol):
     answered AlreadyExists counts as delivered only when the stored Event records the same
     content (ADR 0141); a sink without it is trusted on the name, as before."""
 
-    def create(self, event: Event) -> Event | None: ...
+    def create(self, event: Event) -> Event | None:
+        """Create ``event``.
 
-    def patch(self, event: Event, patch: Mapping[str, Any]) -> Event | None: ...
+        Args:
+            event: the Event.
+
+        Returns:
+            The Event as stored, or ``None`` when the sink cannot tell.
+        """
+        ...
+
+    def patch(self, event: Event, patch: Mapping[str, Any]) -> Event | None:
+        """Patch the stored ``event`` (a series update).
+
+        Args:
+            event: the Event, as the correlator holds it.
+            patch: the strategic-merge patch.
+
+        Returns:
+            The Event as stored, or ``None`` when the sink cannot tell.
+        """
+        ...
 
 
 # -- counters ------------------------------------------------------------------------------
 @attrs.frozen(slots=True)
 class EmitterStats:
-    """A snapshot of what the emitter did. Drops are never silent: each has a counter."""
+    """A snapshot of what the emitter did. Drops are never silent: each has a counter.
+
+    Attributes:
+        enqueued: Events queued to be sent.
+        dropped_queue_full: Events dropped because the queue was full.
+        duplicates: transitions not sent again because their id was seen (an outbox redelivery).
+        invalid: Events that could not be built (a bad type): dropped.
+        created: Events created.
+        already_delivered: creates answered AlreadyExists by an Event of the same content:
+            delivered before a crash.
+        reused_ids: creates whose name held an Event of other content (an id handed out again):
+            created under another name.
+        patched: series patches made.
+        recreated: series patches that found nothing (the Event was evicted) and created it.
+        counted_in_memory: repeats of a cached series counted in memory only.
+        rejected: Events the server refused (4xx/5xx answers): dropped.
+        gone: creates answered 404: the namespace is gone; given up.
+        forbidden: tries answered 401/403, retried for a while as a Role may be applied late.
+        transport_errors: tries that failed in transport or got an unexpected answer.
+        gave_up: sends abandoned after their last try.
+        evicted: cache entries dropped by the finish timer.
+        dropped_on_close: sends still queued when the emitter closed (their transitions stay in
+            the outbox).
+        acked: transitions acknowledged delivered.
+        acked_refused: transitions acknowledged refused (marked, not retried).
+        acked_failed: transitions acknowledged failed (left in the outbox for the next
+            redelivery).
+        oversized_replies: replies longer than the sink's ``max_reply_bytes``, cut.
+        deadlines: requests cut at their total deadline (retried).
+        cache_evicted: correlation keys dropped to stay within ``max_cached``.
+        unresolved_uids: Events sent without the regarding object's uid, which the host could
+            not supply.
+    """
 
     enqueued: int = 0
     #: the queue was full (client-go: 1000 slots): dropped
@@ -250,7 +312,15 @@ def record_event(sink: EventSink, event: Event) -> tuple[Sent, Exception | None,
 
     A create answered AlreadyExists is acknowledged only when the Event under the name
     records the same content (ADR 0141): else it is created under :func:`content_name`
-    (:attr:`Sent.RENAMED`); the reply then names the Event as created."""
+    (:attr:`Sent.RENAMED`); the reply then names the Event as created.
+
+    Args:
+        sink: where the Event goes.
+        event: the Event.
+
+    Returns:
+        What was sent (or why not), the error when there was one, and the server's reply.
+    """
     is_series = event.series is not None
     error: Exception | None = None
     if is_series:
@@ -382,6 +452,23 @@ class Correlator:
     request outside it. :meth:`record` (``recordToSink``) and :meth:`tick` (the finish and
     refresh timers, when the clock says they are due) do both on the caller's thread, with
     retries spaced by the injected ``sleep``.
+
+    Args:
+        sink: where the Events go.
+        clock: what the series' times and the timers read.
+        sleep: waits between retries in :meth:`deliver`.
+        jitter: a random number in [0, 1), spreading the retries.
+        max_tries: how many times a recorded Event is sent before it is given up, at least 1.
+        retry_interval: the seconds between tries.
+        counters: where it counts; ``None``: its own.
+        logger: where it logs; ``None``: the library's logger.
+        cancelled: checked after each retry wait: a cancelled correlator stops retrying.
+        max_cached: how many keys are cached, at least 1, the oldest dropped beyond it.
+        forbidden_retry_seconds: how long a 401/403 answer is retried, not negative.
+
+    Raises:
+        ValueError: ``max_cached`` or ``max_tries`` is below 1, or ``forbidden_retry_seconds``
+            negative.
     """
 
     def __init__(
@@ -431,7 +518,11 @@ class Correlator:
 
     # -- inspection ---------------------------------------------------------------------------
     def cached(self) -> list[Event]:
-        """The cached Events (with their in-memory series counts)."""
+        """The cached Events (with their in-memory series counts).
+
+        Returns:
+            The Events.
+        """
         with self._lock:
             return list(self._cache.values())
 
@@ -448,7 +539,11 @@ class Correlator:
     # -- recordToSink -------------------------------------------------------------------------
     def record(self, event: Event) -> None:
         """Correlate ``event`` and send what the API should see (create, patch, or nothing),
-        on the caller's thread."""
+        on the caller's thread.
+
+        Args:
+            event: the Event.
+        """
         send = self.correlate(event)
         if send is not None:
             self.deliver(send)
@@ -458,7 +553,15 @@ class Correlator:
         for a new key, a series patch (count 2) for its second Event, nothing (an in-memory
         count) after that. Never waits on the API server. ``done`` is told how the Event
         ended: with its request's outcome, or for an in-memory count with the outcome of the
-        next patch of its key (a refresh, a finish, the emitter's close)."""
+        next patch of its key (a refresh, a finish, the emitter's close).
+
+        Args:
+            event: the Event.
+            done: told how it ended (``delivered``, ``refused`` or ``failed``).
+
+        Returns:
+            The request to make, or ``None`` for an in-memory count.
+        """
         with self._lock:
             key = event.key
             cached = self._cache.get(key)
@@ -510,12 +613,20 @@ class Correlator:
 
     def held(self) -> list[Send]:
         """A refresh send for each key holding in-memory counts not yet patched (the
-        emitter's close sends them, so a shutdown delivers its series counts)."""
+        emitter's close sends them, so a shutdown delivers its series counts).
+
+        Returns:
+            The sends.
+        """
         with self._lock:
             return [Send(key, Purpose.REFRESH) for key, acks in self._held.items() if acks]
 
     def release_held(self) -> int:
-        """Tell every held in-memory count it failed (closing: never patched); how many."""
+        """Tell every held in-memory count it failed (closing: never patched); how many.
+
+        Returns:
+            How many counts were told.
+        """
         with self._lock:
             held, self._held = self._held, {}
         n = 0
@@ -528,7 +639,14 @@ class Correlator:
     def retry_delay(self, send: Send | None = None) -> float:
         """Seconds before the next try: ``wait.Jitter(retry_interval, 0.25)``; for a send
         that keeps being forbidden or cut at its deadline the interval doubles with each such
-        try, up to :data:`MAX_BACKOFF` (ADR 0142)."""
+        try, up to :data:`MAX_BACKOFF` (ADR 0142).
+
+        Args:
+            send: the send to retry; ``None``: the base delay.
+
+        Returns:
+            The seconds to wait.
+        """
         interval = self.retry_interval
         if send is not None and send.backoff > 1:
             interval = min(interval * 2 ** min(send.backoff - 1, 16), max(MAX_BACKOFF, interval))
@@ -539,7 +657,14 @@ class Correlator:
 
     def deliver(self, send: Send) -> Sent:
         """Make ``send`` on the caller's thread: a recorded Event up to ``max_tries`` times,
-        ``sleep`` apart; a timer send once."""
+        ``sleep`` apart; a timer send once.
+
+        Args:
+            send: the request.
+
+        Returns:
+            How the last try ended.
+        """
         while True:
             sent = self.try_send(send)
             if sent is not Sent.RETRY or not send.retried:
@@ -553,7 +678,14 @@ class Correlator:
 
     def gives_up(self, send: Send) -> bool:
         """After a failed try of ``send``: count it, and say (and count, and log) whether it
-        was the last one."""
+        was the last one.
+
+        Args:
+            send: the request that failed.
+
+        Returns:
+            Whether it is given up.
+        """
         if send.forbidden_since is not None:  # a forbidden window, not a count of tries
             waited = max(time.monotonic() - send.forbidden_since, send.forbidden_waited)
             if waited < self.forbidden_retry_seconds and not self.cancelled():
@@ -583,7 +715,14 @@ class Correlator:
         """One try of ``send``. A timer send reads the cached Event now (skipped when it was
         evicted, or when a final patch's series is no longer idle). On success the server's
         reply becomes the cached copy unless the key moved while the request was in flight;
-        a final patch that is not to be retried evicts the key (unless it moved)."""
+        a final patch that is not to be retried evicts the key (unless it moved).
+
+        Args:
+            send: the request.
+
+        Returns:
+            How the try ended.
+        """
         held: list[Done] = []
         wire: Event | None = None
         if send.purpose is Purpose.RECORD:
@@ -776,7 +915,11 @@ class Correlator:
         return self._outage is not None
 
     def end_outage(self, why: str) -> None:
-        """Closing during an outage: its line says so, with its counts."""
+        """Closing during an outage: its line says so, with its counts.
+
+        Args:
+            why: what is closing, for the log line.
+        """
         with self._lock:
             outage, self._outage = self._outage, None
         if outage is not None:
@@ -801,6 +944,9 @@ class Correlator:
 
         Each timer next fires one period after it ran (``wait.Until`` is sliding). Finish runs
         first, so a series it closes is not re-patched by a refresh due at the same tick.
+
+        Returns:
+            The sends due.
         """
         with self._lock:
             now = self.clock()

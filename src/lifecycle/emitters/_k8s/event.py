@@ -49,6 +49,16 @@ class ObjectReference:
     version the library's store committed the status at) keeps two transitions' Events apart
     in correlation, as the resourceVersion a Go controller's status write moves would. It is
     empty when the real resourceVersion is known.
+
+    Attributes:
+        kind: the object's kind.
+        name: its name.
+        namespace: its namespace.
+        uid: its uid, as the API server knows it (what ``kubectl describe`` finds Events by).
+        api_version: its kind's apiVersion.
+        resource_version: its resourceVersion; empty when the host could not supply it.
+        field_path: the part of the object meant, when not all of it.
+        store_version: the library's committed version, for correlation only (never sent).
     """
 
     kind: str = ""
@@ -61,7 +71,11 @@ class ObjectReference:
     store_version: str = ""
 
     def to_body(self) -> dict[str, str]:
-        """The JSON object, with Go's ``omitempty`` (empty fields left out)."""
+        """The JSON object, with Go's ``omitempty`` (empty fields left out).
+
+        Returns:
+            The reference in the API's camelCase.
+        """
         fields = (
             ("kind", self.kind),
             ("namespace", self.namespace),
@@ -75,7 +89,14 @@ class ObjectReference:
 
     @classmethod
     def from_body(cls, body: Mapping[str, Any]) -> ObjectReference:
-        """The reference of a JSON object as the API returns it (camelCase)."""
+        """The reference of a JSON object as the API returns it (camelCase).
+
+        Args:
+            body: the reference as the API returns it.
+
+        Returns:
+            The reference (``store_version`` empty).
+        """
         return cls(
             kind=str(body.get("kind") or ""),
             name=str(body.get("name") or ""),
@@ -93,16 +114,38 @@ NO_REFERENCE = ObjectReference()
 
 @attrs.frozen(slots=True)
 class EventSeries:
-    """``series``: set on the second emission of a key (count 2), then counted in memory."""
+    """``series``: set on the second emission of a key (count 2), then counted in memory.
+
+    Attributes:
+        count: how many times the Event was seen.
+        last_observed_time: when it was last seen.
+    """
 
     count: int
     last_observed_time: datetime
 
     def to_body(self) -> dict[str, Any]:
+        """The JSON object (``count``, ``lastObservedTime``).
+
+        Returns:
+            The series in the API's camelCase.
+        """
         return {"count": self.count, "lastObservedTime": micro_time(self.last_observed_time)}
 
     @classmethod
     def from_body(cls, body: Mapping[str, Any]) -> EventSeries:
+        """The series of a JSON object as the API returns it.
+
+        Args:
+            body: the ``series`` object.
+
+        Returns:
+            The series.
+
+        Raises:
+            KeyError: a field is missing.
+            ValueError: a field is malformed.
+        """
         return cls(int(body["count"]), parse_micro_time(str(body["lastObservedTime"])))
 
 
@@ -111,7 +154,22 @@ EventKey = tuple[str, str, str, str, str, ObjectReference, ObjectReference]
 
 @attrs.frozen(slots=True)
 class Event:
-    """One ``events.k8s.io/v1`` Event as the recorder built it (and the correlator cached it)."""
+    """One ``events.k8s.io/v1`` Event as the recorder built it (and the correlator cached it).
+
+    Attributes:
+        name: the Event's name (``<regarding.name>.<hex>``).
+        namespace: its namespace, the regarding object's.
+        event_time: when it was first recorded.
+        type: ``"Normal"`` or ``"Warning"``.
+        reason: why, in a word (the machine's reason).
+        action: what the controller did.
+        note: the message, at most 1 KiB of UTF-8.
+        reporting_controller: who reports it.
+        reporting_instance: which replica (its host name).
+        regarding: the object it is about.
+        related: a second object it names, when there is one.
+        series: its repeats, from the second on.
+    """
 
     name: str
     namespace: str
@@ -144,7 +202,11 @@ class Event:
         return self.series.count if self.series is not None else 1
 
     def to_body(self) -> dict[str, Any]:
-        """The JSON body of a create request (camelCase, ``omitempty``)."""
+        """The JSON body of a create request (camelCase, ``omitempty``).
+
+        Returns:
+            The body.
+        """
         body: dict[str, Any] = {
             "apiVersion": "events.k8s.io/v1",
             "kind": "Event",
@@ -168,7 +230,19 @@ class Event:
     def from_body(cls, body: Mapping[str, Any]) -> Event:
         """The Event of a JSON body as the API server returns it (its reply to a create or a
         patch). Raises ``KeyError``, ``TypeError`` or ``ValueError`` for a body that is not
-        one; fields the recorder does not set are ignored."""
+        one; fields the recorder does not set are ignored.
+
+        Args:
+            body: the API server's reply.
+
+        Returns:
+            The Event.
+
+        Raises:
+            KeyError: a required field is missing.
+            TypeError: a field is of the wrong type.
+            ValueError: a field is malformed.
+        """
         metadata = body["metadata"]
         related = body.get("related")
         series = body.get("series")
@@ -189,7 +263,14 @@ class Event:
 
     def series_patch(self) -> dict[str, Any]:
         """The strategic-merge patch client-go sends for a series: the two-way diff between
-        this Event without ``series`` and with it, which is ``{"series": {...}}``."""
+        this Event without ``series`` and with it, which is ``{"series": {...}}``.
+
+        Returns:
+            The patch.
+
+        Raises:
+            ValueError: the Event has no series.
+        """
         if self.series is None:
             raise ValueError(f"event {self.name} has no series to patch")
         return {"series": self.series.to_body()}
@@ -207,7 +288,14 @@ def parse_micro_time(text: str) -> datetime:
 
 def is_dns_subdomain(name: str) -> bool:
     """Whether the API server accepts ``name`` as an Event name (RFC 1123 subdomain, at most
-    :data:`NAME_LIMIT` characters)."""
+    :data:`NAME_LIMIT` characters).
+
+    Args:
+        name: the candidate name.
+
+    Returns:
+        Whether it is valid.
+    """
     return len(name) <= NAME_LIMIT and _DNS_SUBDOMAIN.fullmatch(name) is not None
 
 
@@ -216,7 +304,15 @@ def event_name(regarding_name: str, nanos: int) -> str:
     a valid DNS subdomain (a long or unusual object name): the API server would refuse it.
 
     The UUID is derived from the name it replaces (version 5, :data:`EVENT_NAME_NAMESPACE`)
-    where client-go draws a random one, so a replay names the Event the same way."""
+    where client-go draws a random one, so a replay names the Event the same way.
+
+    Args:
+        regarding_name: the regarding object's name.
+        nanos: the number the name ends in (the clock's, or :func:`id_suffix` of a transition).
+
+    Returns:
+        The Event's name.
+    """
     name = f"{regarding_name}.{nanos:x}"
     if is_dns_subdomain(name):
         return name
@@ -239,6 +335,13 @@ def truncate_note(note: str | bytes, limit: int = NOTE_LIMIT) -> str:
     Invalid UTF-8 (undecodable bytes; lone surrogates in a ``str``) becomes U+FFFD. A note
     over the limit is cut on a character boundary and ends in :data:`TRUNCATED_SUFFIX`, the
     whole staying within ``limit`` bytes.
+
+    Args:
+        note: the message.
+        limit: the most bytes (the API server's limit by default).
+
+    Returns:
+        The note as it can be sent.
     """
     text = redact(
         note.decode("utf-8", "replace")
@@ -271,7 +374,26 @@ def build_event(
     """What client-go's ``Eventf`` builds: name ``<regarding.name>.<hex unixNano>`` (a UUID
     when that is not a valid name: :func:`event_name`), the regarding namespace (or
     ``default``), ``eventTime=now``, no series, ``action`` = ``reason`` unless given. Raises
-    ``ValueError`` for a type other than Normal or Warning (client-go drops those)."""
+    ``ValueError`` for a type other than Normal or Warning (client-go drops those).
+
+    Args:
+        regarding: the object the Event is about.
+        type: ``"Normal"`` or ``"Warning"``.
+        reason: the Event's reason.
+        note: its message (truncated and redacted by :func:`truncate_note`).
+        reporting_controller: who reports it.
+        reporting_instance: which replica.
+        now: the event time.
+        name_nanos: the number the name ends in; ``None``: ``now`` in nanoseconds.
+        action: what the controller did; ``None``: ``reason``.
+        related: a second object it names.
+
+    Returns:
+        The Event.
+
+    Raises:
+        ValueError: ``type`` is neither Normal nor Warning.
+    """
     if type not in EVENT_TYPES:
         raise ValueError(f"unsupported event type {type!r}: only Normal and Warning")
     nanos = unix_nanos(now) if name_nanos is None else name_nanos
@@ -294,7 +416,14 @@ def id_suffix(transition_id: str) -> int:
     """The number an Event's name ends in (in hex) when it records the committed transition
     ``transition_id``: 63 bits of its SHA-256, where client-go puts the clock's nanoseconds.
     The same transition always gets the same name, so a redelivery after a restart is an
-    ``AlreadyExists`` rather than a second Event (ADR 0121)."""
+    ``AlreadyExists`` rather than a second Event (ADR 0121).
+
+    Args:
+        transition_id: the transition's id.
+
+    Returns:
+        A non-negative 63-bit number.
+    """
     digest = hashlib.sha256(transition_id.encode("utf-8", "surrogatepass")).digest()
     return int.from_bytes(digest[:8], "big") >> 1
 

@@ -28,7 +28,20 @@ _SETTLE_TICKS = 3
 
 @attrs.frozen(slots=True)
 class EventTableRow:
-    """One Event object as the API server holds it after the run."""
+    """One Event object as the API server holds it after the run.
+
+    Attributes:
+        namespace: the Event's namespace.
+        name: the Event's name.
+        type: ``Normal`` or ``Warning``.
+        reason: its reason.
+        kind: the regarding object's kind.
+        object: the regarding object's name.
+        note: its message.
+        count: ``series.count`` as the API server has it (1 without a series).
+        first_time: when the series' first Event was recorded.
+        last_time: when it was last seen.
+    """
 
     namespace: str
     name: str
@@ -139,7 +152,14 @@ def table(bodies: Iterable[Mapping[str, Any]]) -> list[EventTableRow]:
 
 def format_event_table(rows: Sequence[EventTableRow]) -> str:
     """The rows as a text table in ``kubectl get events`` order of columns, with absolute
-    times (a replay has no "now" to count ages from)."""
+    times (a replay has no "now" to count ages from).
+
+    Args:
+        rows: the rows, as :func:`simulate_events` returns them.
+
+    Returns:
+        The table, one line per row under a header.
+    """
     header = ("FIRST SEEN", "LAST SEEN", "TYPE", "REASON", "OBJECT", "COUNT", "MESSAGE")
     lines = [header] + [
         (

@@ -49,6 +49,19 @@ class ApiEventSink:
     dropped (counted in ``oversized_replies``, logged). A successful answer is decoded into
     the :class:`Event` the server stored (``None`` when it cannot be), which the correlator
     keeps as its cached copy, as client-go keeps the Event its sink returns.
+
+    Args:
+        api: an ``EventsV1Api``, an ``ApiClient``, or ``None`` for the loaded default
+            configuration.
+        request_timeout: the client's timeout per request (connect, read), in seconds.
+        deadline: the longest a request may take in all, in seconds, positive: a stalled server
+            never holds a worker longer.
+        max_reply_bytes: the largest reply read, at least 1.
+
+    Raises:
+        ApiNotConfigured: the configuration names no API server.
+        MissingExtra: the ``kubernetes`` client is not installed.
+        ValueError: ``deadline`` or ``max_reply_bytes`` is not positive.
     """
 
     def __init__(
@@ -73,6 +86,18 @@ class ApiEventSink:
         self._exceptions = client.exceptions
 
     def create(self, event: Event) -> Event | None:
+        """Create ``event`` in its namespace.
+
+        Args:
+            event: the Event.
+
+        Returns:
+            The Event as stored, or ``None`` when the reply cannot be decoded.
+
+        Raises:
+            Rejected: the server refused it (:class:`NotFound` for a 404).
+            RequestDeadline: the request was cut at its deadline (retried).
+        """
         return self._call(
             lambda: self.api.create_namespaced_event(
                 event.namespace,
@@ -83,6 +108,19 @@ class ApiEventSink:
         )
 
     def patch(self, event: Event, patch: Mapping[str, Any]) -> Event | None:
+        """Patch the stored ``event`` with a strategic-merge patch (a series update).
+
+        Args:
+            event: the Event.
+            patch: the patch.
+
+        Returns:
+            The Event as stored, or ``None`` when the reply cannot be decoded.
+
+        Raises:
+            Rejected: the server refused it (:class:`NotFound`: the Event was evicted).
+            RequestDeadline: the request was cut at its deadline (retried).
+        """
         return self._call(
             lambda: self.api.patch_namespaced_event(
                 event.name,
@@ -96,7 +134,17 @@ class ApiEventSink:
 
     def read(self, event: Event) -> Event | None:
         """The Event stored under ``event``'s namespace and name (:class:`NotFound` when
-        there is none): read back when a create answers AlreadyExists (ADR 0141)."""
+        there is none): read back when a create answers AlreadyExists (ADR 0141).
+
+        Args:
+            event: names the Event to read.
+
+        Returns:
+            The Event as stored, or ``None`` when the reply cannot be decoded.
+
+        Raises:
+            NotFound: there is no such Event.
+        """
         return self._call(
             lambda: self.api.read_namespaced_event(
                 event.name,
@@ -115,7 +163,11 @@ class ApiEventSink:
         """Cut every request in progress (each raises :class:`RequestDeadline`), refuse new
         ones and end the deadline watchdog, so no thread of the sink outlives its owner's
         ``close`` (ADR 0142). The emitter :meth:`~KubernetesEmitter.for_api` built closes
-        its sink this way; a sink passed to an emitter is only interrupted."""
+        its sink this way; a sink passed to an emitter is only interrupted.
+
+        Args:
+            timeout: how long to wait for the watchdog thread, in seconds.
+        """
         self._deadlines.close(timeout)
         with contextlib.suppress(Exception):
             self.api.api_client.rest_client.pool_manager.clear()
@@ -208,11 +260,26 @@ class MemoryEventSink:
         self.calls: list[tuple[str, str, dict[str, Any]]] = []
 
     def fail_next(self, *errors: Exception) -> None:
-        """The next ``len(errors)`` requests raise these, in order."""
+        """The next ``len(errors)`` requests raise these, in order.
+
+        Args:
+            *errors: what the next requests raise, one each.
+        """
         with self._lock:
             self._failures.extend(errors)
 
     def create(self, event: Event) -> Event:
+        """Create ``event``, as the API server would.
+
+        Args:
+            event: the Event.
+
+        Returns:
+            The Event as stored.
+
+        Raises:
+            Rejected: the name is taken (``AlreadyExists``), or a scripted failure.
+        """
         body = event.to_body()
         with self._lock:
             self.calls.append(("create", event.name, body))
@@ -227,7 +294,17 @@ class MemoryEventSink:
             return Event.from_body(stored)
 
     def read(self, event: Event) -> Event:
-        """The Event stored under ``event``'s name (:class:`NotFound` when there is none)."""
+        """The Event stored under ``event``'s name (:class:`NotFound` when there is none).
+
+        Args:
+            event: names the Event to read.
+
+        Returns:
+            The Event as stored.
+
+        Raises:
+            NotFound: there is no such Event.
+        """
         with self._lock:
             self.calls.append(("read", event.name, {}))
             self._maybe_fail()
@@ -238,7 +315,11 @@ class MemoryEventSink:
 
     def put(self, event: Event) -> None:
         """Store ``event`` under its name out of band, replacing what is there (an Event an
-        earlier life of the controller left)."""
+        earlier life of the controller left).
+
+        Args:
+            event: the Event to store.
+        """
         with self._lock:
             self._version += 1
             stored = event.to_body()
@@ -246,6 +327,18 @@ class MemoryEventSink:
             self._events[(event.namespace, event.name)] = stored
 
     def patch(self, event: Event, patch: Mapping[str, Any]) -> Event:
+        """Merge ``patch`` into the stored Event (a strategic-merge patch of top-level fields).
+
+        Args:
+            event: names the Event.
+            patch: the patch.
+
+        Returns:
+            The Event as stored.
+
+        Raises:
+            NotFound: there is no such Event (it was evicted).
+        """
         with self._lock:
             self.calls.append(("patch", event.name, copy.deepcopy(dict(patch))))
             self._maybe_fail()
@@ -266,7 +359,15 @@ class MemoryEventSink:
             raise self._failures.pop(0)
 
     def evict(self, name: str | None = None, namespace: str = "") -> int:
-        """Delete one Event (or all of them, ``name=None``), as the 1 h TTL would."""
+        """Delete one Event (or all of them, ``name=None``), as the 1 h TTL would.
+
+        Args:
+            name: the Event's name; ``None``: every Event.
+            namespace: its namespace; ``""``: any.
+
+        Returns:
+            How many Events were deleted.
+        """
         with self._lock:
             keys = [
                 k
@@ -278,9 +379,18 @@ class MemoryEventSink:
             return len(keys)
 
     def events(self) -> list[dict[str, Any]]:
-        """The stored Events, as the API would list them (copies)."""
+        """The stored Events, as the API would list them (copies).
+
+        Returns:
+            The Events' bodies.
+        """
         with self._lock:
             return [copy.deepcopy(e) for e in self._events.values()]
 
     def verbs(self) -> list[str]:
+        """The verb of every request so far, in order (``create``, ``patch``, ``read``).
+
+        Returns:
+            The verbs.
+        """
         return [verb for verb, _, _ in self.calls]

@@ -373,7 +373,14 @@ class RestoreMachine(Machine[RestoreStatus]):
 
     def kubernetes_status(self, status: RestoreStatus) -> dict[str, Any]:
         """The Pod conditions the host writes (``SnapshotRestoreCompatible``, ``Restored``),
-        as a ``conditions`` list to merge into the Pod's status by type."""
+        as a ``conditions`` list to merge into the Pod's status by type.
+
+        Args:
+            status: the attempt's status.
+
+        Returns:
+            ``{"conditions": [...]}``, the conditions set so far.
+        """
         return {"conditions": kubernetes_conditions([status.compatible, status.restored], pod=True)}
 
     def initial(self, ref: ObjectRef) -> RestoreStatus:
@@ -392,7 +399,14 @@ RESTORE = RestoreMachine()
 def log_fields(status: RestoreStatus) -> dict[str, Any]:
     """Structured log fields for the attempt: ``code``, ``gate``, ``checks`` (privacy-safe).
     Full compared values are in :attr:`GateReport.debug`, and a free-text error in full in its
-    observation's ``error``: both for debug-level logs only."""
+    observation's ``error``: both for debug-level logs only.
+
+    Args:
+        status: the attempt's status.
+
+    Returns:
+        The fields, ready for a structured logger.
+    """
     return {
         "attempt": status.key.uid if status.opened else "",
         "state": status.state,

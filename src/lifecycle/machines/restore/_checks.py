@@ -100,7 +100,15 @@ LEGACY_FACTS = frozenset({"criuDump.extMnt", "cudaRestore.sourceGpuUuids"})
 
 @attrs.frozen(slots=True)
 class CheckResult:
-    """What one check found. ``detail`` is privacy-safe (shown in conditions and Events)."""
+    """What one check found. ``detail`` is privacy-safe (shown in conditions and Events).
+
+    Attributes:
+        id: the check's id (``C1`` ...).
+        name: the check's name.
+        outcome: what it found (pass, fail, unknown, not applicable, skipped).
+        code: the reason code of a problem.
+        detail: what differed, privacy-safe.
+    """
 
     id: str
     name: str
@@ -115,7 +123,17 @@ class CheckResult:
 
 @attrs.frozen(slots=True)
 class GateReport:
-    """A gate's verdict: every check's result in order, the GPU pairing, and debug lines."""
+    """A gate's verdict: every check's result in order, the GPU pairing, and debug lines.
+
+    Attributes:
+        gate: ``"A"`` or ``"B"``.
+        results: every check's result, in order.
+        pairing: the GPU pairing, when the models matched.
+        debug: the compared values in full, for debug-level logs only.
+        header_code: a problem with the manifest as a whole (an unsupported schema, an incomplete
+            manifest).
+        header_detail: what that problem is.
+    """
 
     gate: str
     results: tuple[CheckResult, ...]
@@ -153,7 +171,11 @@ class GateReport:
         return tuple(keys)
 
     def summary(self) -> str:
-        """``code=X gate=A: X (C5 ...); Y (C9 ...)`` or a pass line; privacy-safe."""
+        """``code=X gate=A: X (C5 ...); Y (C9 ...)`` or a pass line; privacy-safe.
+
+        Returns:
+            One line for a condition or an Event.
+        """
         if self.verdict == PASS:
             counts = {o: sum(r.outcome == o for r in self.results) for o in (PASS, NA, SKIPPED)}
             shown = ", ".join(f"{n} {o}" for o, n in counts.items() if n)
@@ -197,7 +219,15 @@ def driver_major(version: str) -> int | None:
 def pair_gpus(source: Sequence[Gpu], target: Sequence[Gpu]) -> tuple[GpuPair, ...] | None:
     """Pair source GPUs to target GPUs: group by trimmed model, then pair in sorted UUID order
     within each model. ``None`` when the model multisets differ. Independent of input order;
-    a bijection within each model. UUIDs must be unique on each side."""
+    a bijection within each model. UUIDs must be unique on each side.
+
+    Args:
+        source: the snapshot's GPUs.
+        target: the node's GPUs.
+
+    Returns:
+        One pair per source GPU, or ``None`` when the two sides' models differ.
+    """
     for side, gpus in (("source", source), ("target", target)):
         uuids = [g.uuid for g in gpus]
         if len(set(uuids)) != len(uuids):
@@ -576,7 +606,17 @@ def evaluate(
     gate: str, manifest: Manifest, target: TargetFacts, policy: RestorePolicy
 ) -> GateReport:
     """Run every check of ``gate`` ("A" or "B") in order; never stops at the first failure.
-    Gate A also reports gate B's source gaps (:func:`source_gaps`) as its header."""
+    Gate A also reports gate B's source gaps (:func:`source_gaps`) as its header.
+
+    Args:
+        gate: ``"A"`` or ``"B"``.
+        manifest: what the snapshot recorded.
+        target: what the destination offers.
+        policy: how to decide.
+
+    Returns:
+        The gate's report.
+    """
     if manifest.schema_version is not None and manifest.schema_version > SUPPORTED_SCHEMA:
         detail = f"schema {manifest.schema_version} > supported {SUPPORTED_SCHEMA}"
         return GateReport(gate, (), header_code=MANIFEST_SCHEMA_UNSUPPORTED, header_detail=detail)

@@ -96,7 +96,12 @@ def _one_of(*allowed: str) -> Any:
 # -- facts ------------------------------------------------------------------------------------
 @attrs.frozen(slots=True)
 class Gpu:
-    """One GPU: its UUID and product name (``productName`` as nvidia-smi reports it)."""
+    """One GPU: its UUID and product name (``productName`` as nvidia-smi reports it).
+
+    Attributes:
+        uuid: the GPU's UUID.
+        model: its product name; GPUs pair only within one model.
+    """
 
     uuid: str
     model: str = ""
@@ -106,7 +111,13 @@ class Gpu:
 class Volume:
     """A mount: container ``path``, volume ``kind`` and its ``identifier`` (claim name, host
     path, CSI driver; empty for ephemeral kinds). ``PersistentVolumeClaim/models`` is
-    ``Volume(path, "PersistentVolumeClaim", "models")``."""
+    ``Volume(path, "PersistentVolumeClaim", "models")``.
+
+    Attributes:
+        path: where it is mounted in the container, not empty.
+        kind: the volume's kind (``PersistentVolumeClaim``, ``HostPath`` ...).
+        identifier: what names it within its kind; empty for an ephemeral kind.
+    """
 
     path: str = attrs.field(validator=_nonempty)
     kind: str = ""
@@ -114,7 +125,15 @@ class Volume:
 
     @classmethod
     def from_source(cls, path: str, volume_source: str) -> Volume:
-        """From the manifest's ``volumeSource: "Kind[/identifier]"`` notation."""
+        """From the manifest's ``volumeSource: "Kind[/identifier]"`` notation.
+
+        Args:
+            path: where it is mounted in the container.
+            volume_source: the manifest's ``"Kind[/identifier]"``.
+
+        Returns:
+            The mount.
+        """
         kind, _, identifier = volume_source.partition("/")
         return cls(path, kind, identifier)
 
@@ -122,7 +141,14 @@ class Volume:
 @attrs.frozen(slots=True)
 class CudaFacts:
     """``cudaRestore``: its presence with pids or GPUs means the snapshot has CUDA state.
-    ``gpus`` is ``None`` in manifests older than v1 (only ``gpu_uuids`` was recorded)."""
+    ``gpus`` is ``None`` in manifests older than v1 (only ``gpu_uuids`` was recorded).
+
+    Attributes:
+        pids: the processes whose CUDA state was captured.
+        gpu_uuids: the source GPUs' UUIDs (all a v0 manifest recorded).
+        gpus: the source GPUs with their models; ``None`` in a manifest older than v1.
+        driver_version: the source's NVIDIA driver version, when recorded.
+    """
 
     pids: tuple[int, ...] = ()
     gpu_uuids: tuple[str, ...] = ()
@@ -156,6 +182,20 @@ class Manifest:
     manifest, of which only the v0 facts are compared. With a header, ``complete`` and
     ``facts`` (``{key: "recorded" | "unavailable:<errclass>"}``) say what the writer managed
     to record. ``None`` for a single fact means it was not recorded.
+
+    Attributes:
+        schema_version: the ``compat:`` header's schema, not negative; ``None``: a legacy v0
+            manifest.
+        complete: the writer recorded every fact it meant to.
+        facts: each fact's state, ``"recorded"`` or ``"unavailable:<errclass>"``.
+        cpu_arch: the source's CPU architecture.
+        kernel_version: the source's kernel release.
+        image_id: the source container's image, with its digest.
+        memory_limit: the source container's memory limit, a Kubernetes quantity.
+        cpu_limit: the source container's CPU limit, a Kubernetes quantity.
+        ext_mounts: the externalized mount paths the restore needs under the target rootfs.
+        volumes: the source container's mounts.
+        cuda: the CUDA state captured, when there was any.
     """
 
     schema_version: int | None = attrs.field(default=None, validator=_schema)
@@ -176,7 +216,14 @@ class Manifest:
 
     def unavailable(self, key: str) -> str | None:
         """The error class when the header marks ``key`` unavailable, else ``None`` (a class
-        that is not one short token is ``unclassified``: it is shown in conditions)."""
+        that is not one short token is ``unclassified``: it is shown in conditions).
+
+        Args:
+            key: the fact's key (``criuDump.extMnt`` ...).
+
+        Returns:
+            Why the writer could not record it (its error class), or ``None`` when it was recorded.
+        """
         state = self.facts.get(key, "recorded")
         if state == "recorded":
             return None
@@ -188,7 +235,19 @@ class Manifest:
 class TargetFacts:
     """What the destination offers. Gate A reads the node and container spec; gate B the
     container status, rootfs and GPUs (``paths``: externalized mount paths present under the
-    target rootfs; ``volumes``: the destination's mounts)."""
+    target rootfs; ``volumes``: the destination's mounts).
+
+    Attributes:
+        cpu_arch: the node's CPU architecture (gate A).
+        kernel_version: the node's kernel release (gate A).
+        memory_limit: the destination container's memory limit (gate A).
+        cpu_limit: the destination container's CPU limit (gate A).
+        image_id: the placeholder container's image (gate B).
+        paths: the externalized mount paths present under the target rootfs (gate B).
+        volumes: the destination's mounts (gate B).
+        gpus: the node's GPUs (gate B).
+        driver_version: the node's NVIDIA driver version (gate B).
+    """
 
     cpu_arch: str = ""
     kernel_version: str = ""
@@ -203,7 +262,13 @@ class TargetFacts:
 
 @attrs.frozen(slots=True)
 class GpuPair:
-    """Source GPU ``source`` is restored onto target GPU ``target`` (same ``model``)."""
+    """Source GPU ``source`` is restored onto target GPU ``target`` (same ``model``).
+
+    Attributes:
+        model: the model both GPUs are.
+        source: the source GPU's UUID.
+        target: the target GPU's UUID.
+    """
 
     model: str
     source: str
@@ -214,7 +279,19 @@ class GpuPair:
 @attrs.frozen(slots=True)
 class RestorePolicy:
     """How the gates decide. Only ``on_unknown`` and ``volumes`` change a verdict, so only
-    they enter :meth:`hash` (and with it the attempt key)."""
+    they enter :meth:`hash` (and with it the attempt key).
+
+    Attributes:
+        on_unknown: ``"block"`` refuses a restore a check cannot decide; ``"warn"`` lets it run
+            with an Unknown condition.
+        volumes: ``"identity"`` compares what each mount is; ``"presence"`` only that it is there.
+        publish_pass: write ``SnapshotRestoreCompatible=True`` on a pass too (by default only a
+            problem is written, to spare the Pod a write).
+        write_backoff_seconds: the first wait before a failed Pod write is retried, positive.
+        write_backoff_cap_seconds: the longest wait between retries, positive.
+        target_facts_deadline_seconds: how long target discovery may keep failing before the
+            attempt gives up, not negative.
+    """
 
     on_unknown: str = attrs.field(default="block", validator=_one_of("block", "warn"))
     volumes: str = attrs.field(default="identity", validator=_one_of("identity", "presence"))
@@ -230,6 +307,11 @@ class RestorePolicy:
             raise ValueError("target_facts_deadline_seconds must not be negative")
 
     def hash(self) -> str:
+        """The policy's fingerprint: ``on_unknown`` and ``volumes``, which change a verdict.
+
+        Returns:
+            12 hex characters of the verdict-changing fields: a policy change opens a new attempt.
+        """
         canon = f"restore-policy/v1|on_unknown={self.on_unknown}|volumes={self.volumes}"
         return hashlib.sha256(canon.encode()).hexdigest()[:12]
 
@@ -238,6 +320,12 @@ class RestorePolicy:
 class AttemptKey:
     """One restore attempt: (pod UID, artifact = content UID + source container, policy hash).
     Never the container ID: a kubelet restart gives a new one, and must not open a new attempt.
+
+    Attributes:
+        pod_uid: the Pod's UID.
+        content_uid: the snapshot content's UID.
+        container: the source container's name.
+        policy_hash: :meth:`RestorePolicy.hash` of the policy in force.
     """
 
     pod_uid: str
@@ -260,7 +348,19 @@ def attempt_ref(
     container: str,
     policy: RestorePolicy | None = None,
 ) -> ObjectRef:
-    """The ref of a restore attempt; every replica and every trace derive the same uid."""
+    """The ref of a restore attempt; every replica and every trace derive the same uid.
+
+    Args:
+        namespace: the Pod's namespace.
+        pod_name: the Pod's name.
+        pod_uid: the Pod's UID.
+        content_uid: the snapshot content's UID.
+        container: the container restored.
+        policy: the policy in force; ``None``: the default.
+
+    Returns:
+        The attempt's ref, its uid that of :class:`AttemptKey`.
+    """
     key = AttemptKey(pod_uid, content_uid, container, (policy or RestorePolicy()).hash())
     return ObjectRef("RestoreAttempt", namespace, f"{pod_name}.{container}", key.uid)
 
@@ -269,7 +369,16 @@ def attempt_ref(
 class PriorVerdict:
     """A refusal the pod already carries (its conditions outlive the agent): ``attempt`` is
     the attempt uid written beside it, ``condition`` is ``SnapshotRestoreCompatible`` (reason =
-    the code) or ``Restored`` (reason ``RestoreIncompatible``)."""
+    the code) or ``Restored`` (reason ``RestoreIncompatible``).
+
+    Attributes:
+        attempt: the attempt uid written beside the condition; a refusal counts only for the
+            same attempt.
+        condition: the condition's type.
+        status: the condition's status.
+        reason: the condition's reason (the refusal's code).
+        gate: the gate that refused, when written.
+    """
 
     attempt: str
     condition: str = "SnapshotRestoreCompatible"

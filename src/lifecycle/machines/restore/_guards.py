@@ -37,7 +37,14 @@ FALSE_VALUES = frozenset({"false", "False", "FALSE"})
 
 
 def skip_annotation(value: str | None) -> str:
-    """``"true"``, ``"false"``, ``"absent"`` or ``"invalid"``: parsed strictly."""
+    """``"true"``, ``"false"``, ``"absent"`` or ``"invalid"``: parsed strictly.
+
+    Args:
+        value: the Pod's skip annotation; ``None`` when it is absent.
+
+    Returns:
+        What it says; a value other than a YAML boolean is ``"invalid"``, never a skip.
+    """
     if value is None:
         return "absent"
     if value in TRUE_VALUES:

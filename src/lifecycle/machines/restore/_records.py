@@ -81,6 +81,36 @@ class RestoreStatus:
     ``pairing`` is gate B's GPU pairing for the device-map builder. ``message``, the
     conditions' messages and ``write_error`` hold free-text errors only redacted (the full
     text is in the observation).
+
+    Attributes:
+        state: the attempt's exclusive state.
+        reason: the last state event's reason.
+        message: the last state event's message, redacted.
+        pod_uid: the Pod's UID; empty until the attempt is opened.
+        content_uid: the snapshot content's UID.
+        container: the container restored.
+        policy: the policy in force.
+        policy_hash: its :meth:`~RestorePolicy.hash`, part of the attempt's key.
+        bypass: what skipped the check (``"pod"`` annotation, ``"node"`` switch) or ``""``.
+        code: the verdict's primary code.
+        gate: the gate that gave it (``"A"``, ``"B"``).
+        checks: that gate's check results.
+        pairing: gate B's GPU pairing, for the device-map builder.
+        skipped_facts: on a legacy manifest, the facts neither gate could compare.
+        compatible: the Pod's ``SnapshotRestoreCompatible`` condition, when set.
+        restored: the Pod's ``Restored`` condition, when set.
+        recording: in ``Recording``, the state the verdict enters once its Pod write succeeded.
+        write_failures: how many Pod writes of the verdict failed in a row (the backoff's
+            exponent).
+        write_error: the last write error, redacted.
+        retry_at: when the next Pod write is due.
+        quiet_until: until when a further write failure emits no Warning, so a failing API server
+            is not flooded.
+        unavailable_since: when target discovery first failed; its deadline counts from here.
+        target_failures: how many target discoveries failed in a row.
+        invalid_annotation: the skip annotation's value when it was invalid (kept to say so once).
+        cleanup_pending: the cleanup steps the verdict asks for.
+        cleanup_done: the steps done so far (each is idempotent).
     """
 
     state: str = NEW
@@ -142,7 +172,14 @@ def _target_gpus(
 @attrs.frozen(slots=True, kw_only=True)
 class AttemptOpened(Observation):
     """The agent decided to restore ``container`` of pod ``pod_uid`` from snapshot content
-    ``content_uid`` under ``policy``. Keys the attempt; never names a container ID."""
+    ``content_uid`` under ``policy``. Keys the attempt; never names a container ID.
+
+    Attributes:
+        pod_uid: the Pod's UID, not empty.
+        content_uid: the snapshot content's UID, not empty.
+        container: the container to restore, not empty.
+        policy: the policy in force.
+    """
 
     pod_uid: str = attrs.field(validator=_nonempty)
     content_uid: str = attrs.field(validator=_nonempty)
@@ -158,7 +195,15 @@ class AttemptOpened(Observation):
 class PodObserved(Observation):
     """A reconcile read the pod: the skip ``annotation`` (``None``: absent), the node-wide
     switch (read live), conditions it already carries, and whether the artifact (PodSnapshot)
-    and its bound content are Ready."""
+    and its bound content are Ready.
+
+    Attributes:
+        annotation: the Pod's skip annotation; ``None`` when absent.
+        node_skip: the node-wide skip switch is on.
+        priors: refusals the Pod already carries.
+        artifact_ready: the PodSnapshot is Ready.
+        content_ready: its bound content is Ready.
+    """
 
     annotation: str | None = None
     node_skip: bool = False
@@ -169,7 +214,15 @@ class PodObserved(Observation):
 
 @attrs.frozen(slots=True, kw_only=True)
 class GateAFacts(Observation):
-    """Gate A's inputs: the manifest, and the node and destination container spec."""
+    """Gate A's inputs: the manifest, and the node and destination container spec.
+
+    Attributes:
+        manifest: what the snapshot recorded.
+        cpu_arch: the node's CPU architecture, not empty.
+        kernel_version: the node's kernel release, not empty.
+        memory_limit: the destination container's memory limit, a quantity when set.
+        cpu_limit: the destination container's CPU limit, a quantity when set.
+    """
 
     manifest: Manifest
     cpu_arch: str = attrs.field(validator=_nonempty)
@@ -189,7 +242,11 @@ class GateAFacts(Observation):
 
 @attrs.frozen(slots=True, kw_only=True)
 class ManifestUnreadable(Observation):
-    """The manifest could not be read or parsed."""
+    """The manifest could not be read or parsed.
+
+    Attributes:
+        error: why it could not be read.
+    """
 
     error: str
 
@@ -203,7 +260,16 @@ class PlaceholderResolved(Observation):
 class GateBFacts(Observation):
     """Gate B's inputs: the manifest again, and the placeholder's status, rootfs and GPUs
     (``paths``: externalized mount paths present under the target rootfs). Every fact is
-    stated: an empty ``image_id`` or ``driver_version`` means it could not be read."""
+    stated: an empty ``image_id`` or ``driver_version`` means it could not be read.
+
+    Attributes:
+        manifest: what the snapshot recorded.
+        image_id: the placeholder's image; empty when it could not be read.
+        paths: the externalized mount paths present under the target rootfs.
+        volumes: the destination's mounts.
+        gpus: the node's GPUs, each with a UUID and a model, UUIDs distinct.
+        driver_version: the node's NVIDIA driver version; empty when it could not be read.
+    """
 
     manifest: Manifest
     image_id: str
@@ -225,7 +291,11 @@ class GateBFacts(Observation):
 
 @attrs.frozen(slots=True, kw_only=True)
 class TargetFactsUnavailable(Observation):
-    """Target discovery failed (nvidia-smi, the rootfs read): retried until the deadline."""
+    """Target discovery failed (nvidia-smi, the rootfs read): retried until the deadline.
+
+    Attributes:
+        error: why discovery failed.
+    """
 
     error: str
 
@@ -237,7 +307,11 @@ class RestoreCompleted(Observation):
 
 @attrs.frozen(slots=True, kw_only=True)
 class RestoreErrored(Observation):
-    """CRIU or CUDA failed."""
+    """CRIU or CUDA failed.
+
+    Attributes:
+        error: what failed, in full (the status keeps it redacted).
+    """
 
     error: str
 
@@ -249,14 +323,22 @@ class StatusWritten(Observation):
 
 @attrs.frozen(slots=True, kw_only=True)
 class StatusWriteFailed(Observation):
-    """Writing the verdict's Pod conditions failed; only the write is retried."""
+    """Writing the verdict's Pod conditions failed; only the write is retried.
+
+    Attributes:
+        error: why the write failed, in full (the status keeps it redacted).
+    """
 
     error: str
 
 
 @attrs.frozen(slots=True, kw_only=True)
 class CleanupStepDone(Observation):
-    """One idempotent cleanup step finished (``undo-mounts``, ``remove-finalizer`` ...)."""
+    """One idempotent cleanup step finished (``undo-mounts``, ``remove-finalizer`` ...).
+
+    Attributes:
+        step: the step's name.
+    """
 
     step: str
 
