@@ -38,7 +38,11 @@ class Action:
     """An event that is not a transition: it touches no status, carries no transition id, is
     sent when its row is taken (before any write, whatever the write's fate) and may repeat.
 
-    ``message`` is a template like a row's (observation fields and the table's ``context``).
+    Attributes:
+        reason: the event's reason, a CamelCase word as Kubernetes shows it.
+        type: the event type, ``Normal`` or ``Warning``.
+        message: the event's message, a template like a row's ``message`` (observation
+            fields, then the table's ``context``).
     """
 
     reason: str
@@ -49,7 +53,14 @@ class Action:
 def no_timer(status: Any) -> datetime | None:
     """The deadline of a ``Tick`` row that only restates the status (a message counting down
     the time left, say): it is no timer, so no host is woken for it, and a ``Tick`` taking it
-    may change the status before :meth:`Table.next_tick` (ADR 0149)."""
+    may change the status before :meth:`Table.next_tick` (ADR 0149).
+
+    Args:
+        status: the status the ``Tick`` would find; not read.
+
+    Returns:
+        Always ``None``: the row is never the reason a host wakes the object.
+    """
     return None
 
 
@@ -70,27 +81,47 @@ class Row:
     go ``to`` a state, giving ``reason``, an ``event`` and a ``message``; only where the
     ``guard`` holds; by the ``effect``.
 
-    ``source`` is a state, a tuple of states, or ``ANY``; ``to`` (the attribute ``target``) a
-    state or ``SAME``. For each (state, observation) pair the rows naming the state are tried
-    before the ``ANY`` rows, each group in declaration order, and the first whose guard holds
-    answers. Everything after ``observation`` is given by keyword. ``guard`` and
-    ``effect`` are the functions themselves, ``guard(status, obs) -> bool`` and
-    ``effect(status, obs, row) -> status``; docs, diagrams and reports name them by their
-    ``__name__``. Without an effect a row takes its target, reason and message
-    (:meth:`~lifecycle.Machine.enter`).
+    For each (state, observation) pair the rows naming the state are tried before the ``ANY``
+    rows, each group in declaration order, and the first whose guard holds answers.
+    ``source`` and ``observation`` may be given by position, everything else by keyword.
+    Docs, diagrams and reports name a guard, an effect or a deadline by its ``__name__``.
 
-    ``recovery`` declares the one kind of row allowed to leave a terminal state (tables refuse
-    any other); :attr:`Table.recovery_rows` lists them so property tests exempt exactly those.
-    ``action`` is an extra, non-transition event sent whenever the row is taken.
-    ``fallback`` declares that a lost write of this row is never redone by a later pass, so
-    the runner sends one ``<Reason>StatusUpdateFailed`` Warning in its place (the row must
-    enter a state with a Warning event); elsewhere the next pass redoes the write and sends
-    the real Warning, and a fallback would say the same thing twice (ADR 0091).
-
-    ``deadline`` belongs to a timer row (one on a ``Tick``): ``deadline(status)`` is the
-    earliest moment at which a ``Tick`` taking this row can change ``status``, or ``None``
-    while it never can. A table whose non-ignore ``Tick`` rows all declare one answers
-    :meth:`Table.next_tick`; a host requeues the object for then (ADR 0149).
+    Args:
+        source: the state the row leaves, a tuple of states it leaves alike, or ``ANY`` for
+            every state (tried after the rows that name the state).
+        observation: the observation type the row answers; it must be in the table's
+            vocabulary.
+        to: the state the row enters, or ``SAME`` to stay (fields may still change); read
+            back as the attribute :attr:`target` (also :attr:`to`).
+        reason: the reason of the row's event, a CamelCase word as Kubernetes shows it; a
+            state-changing row's event is what users see of the transition.
+        event: the event type, ``Normal`` or ``Warning``; required on a row that changes
+            state, so no transition goes unannounced, and optional on one that does not.
+        message: the event's message, a template whose ``{name}`` placeholders are filled
+            from the observation's fields, the table's ``context``, then the observation's
+            properties; the table refuses a placeholder nothing supplies.
+        guard: ``guard(status, obs) -> bool``, the condition under which the row applies
+            (``None``: always); every pair needs an unguarded row so none falls through.
+        effect: ``effect(status, obs, row) -> status``, the function that computes the new
+            status; without one the row takes its target, reason and message
+            (:meth:`~lifecycle.Machine.enter`).
+        ignore: whether the row is an explicit "this observation changes nothing here" (use
+            :func:`ignore`); it documents the pair as considered rather than forgotten.
+        note: why the row exists, for docs and reports; an ignore row says here why the
+            observation changes nothing.
+        recovery: whether this is a row allowed to leave a terminal state; tables refuse
+            any other, and :attr:`Table.recovery_rows` lists these so property tests exempt
+            exactly them.
+        action: an extra event, not a transition, sent whenever the row is taken (before
+            any write, whatever the write's fate).
+        fallback: whether a lost write of this row is never redone by a later pass, so the
+            runner sends one ``<Reason>StatusUpdateFailed`` Warning in its place; the row
+            must enter a state with a Warning event, and elsewhere the next pass redoes the
+            write and sends the real Warning (ADR 0091).
+        deadline: a timer row's (one on a ``Tick``) ``deadline(status)``, the earliest
+            moment a ``Tick`` taking the row can change ``status``, or ``None`` while it
+            never can; a host requeues the object for then, via :meth:`Table.next_tick`
+            (ADR 0149).
     """
 
     source: str | tuple[str, ...] = attrs.field(kw_only=False)
@@ -138,7 +169,20 @@ class Row:
 
     def render(self, obs: Observation, context: Mapping[str, Any] | None = None) -> str:
         """The row's message with ``{name}`` placeholders filled from the observation's
-        fields, then ``context`` (names the table declares), then observation properties."""
+        fields, then ``context`` (names the table declares), then observation properties.
+
+        Args:
+            obs: the observation that took the row; its fields fill the placeholders first.
+            context: the values of the names the table's ``context`` declares (the
+                machine's ``context``), for what the observation does not carry.
+
+        Returns:
+            The message as the event carries it.
+
+        Raises:
+            KeyError: a placeholder that nothing supplies (a table refuses such a row, so
+                only a ``context`` missing a declared name gets here).
+        """
         if "{" not in self.message:
             return self.message
         return render(self.message, obs, context)
@@ -186,12 +230,44 @@ def ignore(
     note: str,
     guard: Guard | None = None,
 ) -> Row:
-    """An explicit "this observation changes nothing here" row."""
+    """An explicit "this observation changes nothing here" row: it documents the pair as
+    considered, and can give an otherwise guarded pair its unguarded last row.
+
+    Args:
+        source: the state, states or ``ANY`` where the observation changes nothing.
+        observation: the observation type ignored there.
+        note: why it changes nothing, for docs and reports (required: the reason is the
+            point of the row).
+        guard: ``guard(status, obs) -> bool``, to ignore it only where it holds
+            (``None``: always).
+
+    Returns:
+        A :class:`Row` with ``to=SAME`` and ``ignore=True``.
+    """
     return Row(source, observation, to=SAME, guard=guard, ignore=True, note=note)
 
 
 class Table:
-    """A validated, compiled transition table."""
+    """A validated, compiled transition table: the machine's rows checked once,
+    so a mistake fails when the machine is defined, not on the first observation that
+    reaches it.
+
+    Args:
+        machine: the machine's name, which errors and reports name the table by.
+        states: every state the machine has; rows may name no other.
+        initial: the state a new object starts in; it must be among ``states``.
+        terminal: the states an object does not leave, except by a row declared
+            ``recovery=True``.
+        observations: the machine's observation vocabulary; rows may answer no other type.
+        rows: the transitions, in declaration order, which is the order they are tried in.
+        context: the message placeholders the machine supplies (``Machine.context``) beyond
+            the observations' fields, so the table can check every message's names.
+
+    Raises:
+        TableError: a row names an undeclared state or observation, breaks a rule (an
+            unannounced state change, a pair with no unguarded row, a row leaving a terminal
+            state undeclared, ...), or two guards or effects share a ``__name__``.
+    """
 
     __slots__ = (
         "by_pair",
@@ -382,8 +458,18 @@ class Table:
         """When ``status`` next needs a ``Tick``: the earliest deadline of the timer rows a
         ``Tick`` can take from its state, or ``None`` (no timer runs: a terminal state, or
         every deadline is ``None``). A ``Tick`` before it changes nothing; one at it (or
-        later) does (ADR 0149). A state with a timer row that declares no deadline cannot
-        answer: :class:`~lifecycle.TableError` names the row."""
+        later) does (ADR 0149).
+
+        Args:
+            status: the object's status; its ``state`` picks the timer rows.
+
+        Returns:
+            The earliest deadline, or ``None`` when no timer runs.
+
+        Raises:
+            TableError: the state has a timer row that declares no deadline, so the
+                answer is not known; the error names the row.
+        """
         state = status.state
         deadlines = self.timers.get(state)
         if state in self.untimed:
@@ -401,8 +487,24 @@ class Table:
         return soonest
 
     def rows_from(self, state: str) -> list[Row]:
-        """Every reachable row (in the order they are tried) whose source is ``state``."""
+        """Every reachable row (in the order they are tried) whose source is ``state``.
+
+        Args:
+            state: a declared state.
+
+        Returns:
+            The rows, ``ANY`` rows included, for every observation type in turn.
+        """
         return [r for (s, _), rows in self.by_pair.items() if s == state for r in rows]
 
     def accepts(self, state: str, observation: type[Observation]) -> bool:
+        """Whether the table has a row for ``observation`` in ``state``.
+
+        Args:
+            state: a declared state.
+            observation: an observation type.
+
+        Returns:
+            ``True`` if some row (an ignore row included) answers the pair.
+        """
         return (state, observation) in self.by_pair
