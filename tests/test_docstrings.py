@@ -59,6 +59,7 @@ COVERED = {
     "lifecycle.emitters.memory": DONE,
     "lifecycle.testing": DONE,
     "lifecycle.testing.fakes": DONE,
+    "lifecycle.testing.fake_cluster": DONE,
     "lifecycle.analysis": DONE,
     "lifecycle.trace": DONE,
     "lifecycle.dispatch": DONE,
