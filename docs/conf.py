@@ -68,6 +68,8 @@ napoleon_google_docstring = True
 napoleon_numpy_docstring = False
 napoleon_use_ivar = True  # a record's Attributes: as fields, not entries that clash with autodoc's
 napoleon_use_rtype = False
+# the entries' own words, not types read from annotations (they name private modules)
+napoleon_attr_annotations = False
 
 # -- HTML -----------------------------------------------------------------------------------
 html_theme = "furo"

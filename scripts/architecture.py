@@ -106,7 +106,11 @@ def public_names() -> dict[type, str]:
 
 # -- the tree -------------------------------------------------------------------------------------
 def _label(cls: type, names: dict[type, str]) -> str:
-    label = names.get(cls, qualified(cls))
+    """A class by its public name; one no public module exports by its bare name (a private
+    module's path means nothing to a reader, and the reference names none)."""
+    private = any(part.startswith("_") for part in cls.__module__.split("."))
+    shown = f"{cls.__qualname__} (not exported: catch a base)" if private else qualified(cls)
+    label = names.get(cls, shown)
     builtins = [b.__name__ for b in cls.__bases__ if b.__module__ == "builtins"]
     extra = [b for b in builtins if b not in ("Exception", "BaseException")]
     return f"{label} (also {', '.join(extra)})" if extra else label
