@@ -203,6 +203,38 @@ def test_db_check_reports_a_restored_copy(tmp_path: Path) -> None:
     assert "older copy" in out.getvalue()
 
 
+def test_an_acknowledged_restore_passes_db_check_until_the_next_one(tmp_path: Path) -> None:
+    """A restored copy is reported until an operator acknowledges it, once (ADR 0163): not
+    on every later check, and a later restore is a finding again."""
+    path, backup = tmp_path / "s.db", tmp_path / "backup.db"
+    url = f"sqlite:///{path}"
+
+    def check(*flags: str) -> tuple[int, str]:
+        out = io.StringIO()
+        return main(["db", "check", "--store", url, *flags], out=out), out.getvalue()
+
+    observe(path, STEPS[0])
+    shutil.copy(path, backup)
+    observe(path, STEPS[1])
+    shutil.copy(backup, path)  # restored: the commit of v2 is lost
+    code, text = check()
+    assert code == 1
+    assert "--acknowledge" in text
+    assert check()[0] == 1  # reported again: nobody reviewed it
+    code, text = check("--acknowledge")
+    assert code == 0
+    assert "(reviewed)" in text
+    code, text = check()
+    assert (code, "(reviewed)" in text) == (0, True)
+    observe(path, STEPS[1])  # the store goes on; then a second restore
+    shutil.copy(path, backup)
+    observe(path, pod.DeletionRequested(at=T0 + timedelta(seconds=3)))  # a write
+    shutil.copy(backup, path)
+    code, text = check()
+    assert code == 1
+    assert "3 epoch(s)" in text
+
+
 # -- integers SQLite cannot store ------------------------------------------------------------
 @pytest.mark.parametrize("value", [2**63, -(2**63) - 1, 2**70, 10**30])
 @pytest.mark.parametrize("call", ["commit", "commit_many", "claim", "compact", "upgrade"])

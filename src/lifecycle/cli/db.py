@@ -239,7 +239,7 @@ def cmd_check(args: argparse.Namespace, out: TextIO) -> int:
     store = _open_existing(args.store, "check", migrate=False)
     try:
         if isinstance(store, SQLiteStore):  # epochs started by restored copies (ADR 0037)
-            history = store.history()
+            history = store.history(acknowledge=args.acknowledge)
             out.write("\n".join(history.lines()) + "\n")
             ok = history.ok and ok
         ok = _check_records(store, machines, args.sample, out) and ok

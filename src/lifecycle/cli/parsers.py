@@ -266,7 +266,7 @@ def _add_db(sub: Any) -> None:
     ck.add_argument(
         "--acknowledge",
         action="store_true",
-        help="PostgreSQL: record the history shown (epochs, lost writes) as reviewed; later "
+        help="record the history shown (epochs, PostgreSQL's lost writes) as reviewed; later "
         "checks pass until it changes again",
     )
     ck.add_argument("--machines", metavar="REFERENCE", default=None, help=MACHINES_HELP)

@@ -72,20 +72,25 @@ class SQLiteHistory:
 
     where: str
     epochs: list[tuple[int, str, str, str, str]]
+    #: the last epoch an operator recorded as reviewed (``lifecycle db check --acknowledge``,
+    #: ADR 0163): the epochs up to it are listed, marked reviewed, and are no finding
+    reviewed: int = 0
 
     @property
     def ok(self) -> bool:
-        return not self.epochs
+        return all(seq <= self.reviewed for seq, *_ in self.epochs)
 
     def lines(self) -> list[str]:
         out = [f"{self.where}: {len(self.epochs) + 1} epoch(s)"]
         for seq, tag, started, by, why in self.epochs:
-            out.append(f"epoch {seq} {tag}: since {started} by {by}: {why}")
-        if self.epochs:
+            seen = " (reviewed)" if seq <= self.reviewed else ""
+            out.append(f"epoch {seq} {tag}: since {started} by {by}: {why}{seen}")
+        if not self.ok:
             out.append(
                 "the file was replaced by an older copy (a restored backup): commits made "
                 "after each copy are lost; event ids of later commits carry @EPOCH, so none "
-                "names two events"
+                "names two events; once reviewed, `lifecycle db check --acknowledge` records "
+                "it and later checks pass until the history changes again"
             )
         return out
 
@@ -204,6 +209,21 @@ def advance(db: sqlite3.Connection, sidecar: Path, *, durable: bool) -> None:
     tag = secrets.token_hex(8)
     _write(sidecar, tag, durable)
     _set_meta(db, "history", tag)
+
+
+#: The ``lifecycle_meta`` key holding the last epoch an operator reviewed (ADR 0163).
+REVIEWED_KEY = "history_reviewed"
+
+
+def reviewed(db: sqlite3.Connection) -> int:
+    """The last epoch recorded as reviewed (``0``: none)."""
+    value = _meta(db, REVIEWED_KEY)
+    return int(value) if value is not None and value.isdigit() else 0
+
+
+def review(db: sqlite3.Connection, epoch: int) -> None:
+    """Record every epoch through ``epoch`` as reviewed (inside the caller's transaction)."""
+    _set_meta(db, REVIEWED_KEY, str(int(epoch)))
 
 
 def epochs(db: sqlite3.Connection) -> list[tuple[int, str, str, str, str]]:

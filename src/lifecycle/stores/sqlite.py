@@ -807,16 +807,28 @@ class SQLiteStore(Store, BatchStore, RetentionStore, SchemaStore, FindStore):
                 raise self._fail("outbox summary", e) from e
         return outbox_summary_of(row)
 
-    def history(self) -> SQLiteHistory:
+    def history(self, *, acknowledge: bool = False) -> SQLiteHistory:
         """The epochs this database started, each when it was found to be an older copy of
         itself (``lifecycle db check``; ADR 0037).
 
+        Args:
+            acknowledge: record the epochs read as reviewed, so a restored copy is reported
+                until an operator acknowledges it, once, rather than on every later check
+                (ADR 0163).
+
         Returns:
-            The epochs, oldest first.
+            The epochs, oldest first, and the last one reviewed.
         """
         with self._lock:
             try:
-                return SQLiteHistory(self.path, history.epochs(self._db))
+                if not acknowledge:
+                    found = history.epochs(self._db)
+                    return SQLiteHistory(self.path, found, history.reviewed(self._db))
+                with self._transaction() as db:  # the write lock: no epoch starts meanwhile
+                    found = history.epochs(db)
+                    if found:
+                        history.review(db, found[-1][0])
+                    return SQLiteHistory(self.path, found, history.reviewed(db))
             except sqlite3.Error as e:
                 raise self._fail("history", e) from e
 
