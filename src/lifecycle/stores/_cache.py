@@ -24,7 +24,6 @@ The rules every entry obeys:
 from __future__ import annotations
 
 import threading
-import time
 from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
@@ -41,10 +40,6 @@ __all__ = ["DEFAULT_CACHE", "CacheStats", "StatusCache"]
 #: has read or committed, so its memory grows with the objects it serves, up to this bound;
 #: ``cache=0`` turns it off.
 DEFAULT_CACHE = 262_144
-
-#: How long a single read may rely on the last coherence check (SQLite's ``PRAGMA
-#: data_version``) before it asks again, in seconds (ADR 0156). A batch read always asks.
-CURRENT_FOR = 0.001
 
 
 class CacheStats:
@@ -98,8 +93,6 @@ class StatusCache:
         self.generation = 0
         #: the store's coherence token last seen (SQLite: ``PRAGMA data_version``)
         self._token: object = None
-        #: until when (``time.monotonic``) a single read may skip asking for the token
-        self._current_until = 0.0
         #: uid -> [reads and commits in flight, highest version signalled, read or committed
         #: meanwhile]
         self._flights: dict[str, list[int]] = {}
@@ -227,20 +220,6 @@ class StatusCache:
         with self._lock:
             self._records.pop(uid, None)
 
-    def current(self) -> bool:
-        """Whether a single read may rely on the last coherence check (made less than
-        :data:`CURRENT_FOR` ago; ADR 0156); else ask the store again.
-
-        Returns:
-            ``True`` while the last check is recent enough.
-        """
-        return time.monotonic() < self._current_until
-
-    def expire(self) -> None:
-        """The next read asks for the coherence token, however recent the last check (a
-        barrier: every commit made before this call is seen by the next read)."""
-        self._current_until = 0.0
-
     def observe_token(self, token: object) -> None:
         """The store's coherence token now: a different one than last seen drops the cache
         (the first one seen too, unless the cache is still empty: a store reads it once at
@@ -249,14 +228,12 @@ class StatusCache:
         Args:
             token: the store's token (SQLite: ``PRAGMA data_version``).
         """
-        until = time.monotonic() + CURRENT_FOR
         if token != self._token:
             with self._lock:
                 if token != self._token:
                     if self._token is not None or self._records:
                         self._drop("another connection wrote")
                     self._token = token
-        self._current_until = until  # once what the token says is done
 
     def drop(self, why: str) -> None:
         """Forget everything (a signal may have been missed).

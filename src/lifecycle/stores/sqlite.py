@@ -104,10 +104,9 @@ class SQLiteStore(Store, BatchStore, RetentionStore, SchemaStore, FindStore):
     ``cache=N`` keeps the last committed record of up to ``N`` objects in this handle
     (ADR 0134), so an observation that changes nothing is decided without a read. The cache
     asks SQLite whether another connection committed (``PRAGMA data_version``) and is dropped
-    whole if one did: before every batch read (``load_many``: once per ``observe_many`` page),
-    and before a single read unless it asked less than a millisecond ago (ADR 0156;
-    :meth:`settle_cache` makes the next read ask); a change decided from it is still
-    compared-and-set. On by default, up to
+    whole if one did: before every single read and before every batch read (``load_many``:
+    once per ``observe_many`` page; ADR 0156), so a read never lags a commit another handle
+    made before it; a change decided from it is still compared-and-set. On by default, up to
     :data:`~lifecycle.stores.DEFAULT_CACHE` objects (ADR 0155); ``cache=0`` turns it off.
 
     Args:
@@ -314,8 +313,8 @@ class SQLiteStore(Store, BatchStore, RetentionStore, SchemaStore, FindStore):
         return True
 
     def settle_cache(self, timeout: float = 5.0) -> bool:
-        """A barrier (ADR 0156): the next read through the cache asks whether another
-        connection committed, however recently it last asked. True (no wait is needed).
+        """A barrier (ADR 0156), as on the PostgreSQL stores: here every read already asks
+        whether another connection committed, so nothing waits. True.
 
         Args:
             timeout: unused here (no wait is needed); the parameter matches the stores that do
@@ -324,14 +323,12 @@ class SQLiteStore(Store, BatchStore, RetentionStore, SchemaStore, FindStore):
         Returns:
             ``True``.
         """
-        if self.cache is not None:
-            self.cache.expire()
         return True
 
     def load(self, machine: Machine[Any], ref: ObjectRef) -> Record | None:
         # CommitStore.load; the identity is read in the same SELECT as the record
         cache = self.cache
-        if cache is None or not (cache.current() or self._cache_coherent(cache)):  # ADR 0156
+        if cache is None or not self._cache_coherent(cache):  # every read asks (ADR 0156)
             return self._load(machine, ref)
         record = cache.get(machine, ref)
         if record is None:
