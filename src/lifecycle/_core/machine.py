@@ -9,7 +9,7 @@ from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
 import attrs
 
-from . import serde
+from . import serde, unchanged
 from .codegen import compile_function
 from .errors import (
     InvalidObservation,
@@ -304,16 +304,29 @@ def field_setter(cls: type[R], *names: str) -> Callable[..., R]:
 
 
 def _bound_apply(machine: Machine[Any]) -> Callable[[Any, Any], Any]:
-    """:meth:`Machine.apply` for ``machine``: its compiled steps, one dict lookup and a call."""
+    """:meth:`Machine.apply` for ``machine``: its compiled steps, one dict lookup and a call;
+    a status an equal observation left unchanged is answered from memory (ADR 0166)."""
     steps = machine._steps
     select = machine.select
+    memory = machine._unchanged
+    known = memory.get
+    free = unchanged.FREE
 
     def apply(status: Any, obs: Any) -> Any:
+        entry = known(id(status))
+        if entry is not None and entry[0] is status and entry[1] is obs.__class__:
+            # left unchanged by an observation equal in every field that counts
+            if entry[2](obs) == entry[3] and (entry[4] is free or entry[4] == obs.at):
+                return status
         step = steps.get((status.state, obs.__class__))
         if step is None:
             select(status, obs)  # raises the right error
             raise AssertionError("unreachable")  # pragma: no cover
-        return step(status, obs)
+        after = step(status, obs)
+        if after is status or after == status:
+            unchanged.remember(memory, step, status, obs)
+            return status
+        return after
 
     apply.__doc__ = Machine.apply.__doc__
     return apply
@@ -444,6 +457,8 @@ class Machine(Generic[S]):
         self._warning_reasons: frozenset[tuple[str, str]] = frozenset()
         self._warning_states = self._declared_warnings() if self._type_by_state else None
         self._flip_memo: dict[tuple[str, str, str, str], tuple[Flip, ...]] = {}
+        #: The statuses an observation left unchanged, by ``id`` (ADR 0166).
+        self._unchanged: dict[int, unchanged.Entry] = {}
         # A machine declaring a wider flip signature (the Pod) also flips without a change of
         # state; every other machine keeps the state-only test below.
         self._signed = type(self).signature is not Machine.signature
