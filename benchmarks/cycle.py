@@ -381,10 +381,11 @@ def round_trips(server: Any, n: int) -> Metric:
 GROWTH = ("memory_many", "sqlite_many", "postgres_many")
 
 
-def growth(tmp: Path, postgres: bool, server: Any) -> dict[str, Metric]:
+def growth(
+    tmp: Path, postgres: bool, server: Any, small: int = 1_000, large: int = 100_000
+) -> dict[str, Metric]:
     """Cost per Pod of a cycle at 100 000 Pods ÷ at 1 000, each contender beside its floor
-    (one round each size: a cycle of 100 000 Pods is long)."""
-    small, large = 1_000, 100_000
+    (three rounds at the small size, one at the large: a cycle of 100 000 Pods is long)."""
     picked = [g for g in GROWTH if postgres or not g.startswith("postgres")]
     per_pod: dict[int, dict[str, float]] = {}
     for n in (small, large):
