@@ -227,6 +227,9 @@ def main(argv: list[str] | None = None) -> int:
                 parser.error(f"--merge: {out} is {'not ' * args.quick}a --quick run's file")
     found = run(args.quick, set(args.only) if args.only else None)
     print(show(found["metrics"]))
+    for name, m in found["metrics"].items():
+        if m.get("reason"):
+            print(f"  {name}: {m['reason']}")
     missing = unexplained(found["metrics"])
     if missing:
         print(f"unmet, without a reason: {', '.join(missing)}", file=sys.stderr)
