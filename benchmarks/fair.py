@@ -139,3 +139,13 @@ def met(value: float, target: str) -> bool | None:
     if op == ">=":
         return value >= float(bound)
     return None
+
+
+def explain(row: Metric, reason: str, *, measured: bool = True) -> Metric:
+    """Give a row that misses its target its reason (a row that meets it, or sets none, is
+    left as it is). ``measured``: the text is computed from figures of the same run; if not,
+    it is a short static text naming a cause measured elsewhere, and says so."""
+    if row.get("met") is False:
+        row["reason"] = reason if measured else f"(static, not measured in this run) {reason}"
+        row["reason_measured"] = measured
+    return row

@@ -22,7 +22,7 @@ Cells run in rounds, in a balanced order (``benchmarks.fair.order``). Rows: ours
 (4 writers ÷ 1) ÷ the floor's
 scaling, per round (target >= 0.8); the cached store's 4-writer rate ÷ the uncached one's
 (what NOTIFY's database-wide commit lock costs with 4 writers, and what the saved read gains);
-the dispatchers' events/s with 4 replicas ÷ with 1 (target >= 3).
+the dispatchers' events/s with 4 replicas ÷ with 1 (target >= 2, issue 37).
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ import uuid
 
 from tests.stores.pg import PgServer
 
-from .fair import Metric, metric, order
+from .fair import Metric, explain, metric, order
 from .store_throughput import cell, fill_outbox
 
 CONTENDERS = ("floor", "floor_notify", "observe", "observe_cached", "dispatch")
@@ -66,10 +66,12 @@ def suite(quick: bool) -> dict[str, Metric]:
         return [a / b for a, b in zip(rates[(c, 4)], rates[(c, 1)], strict=True)]
 
     floor = scaling("floor")
+    notifying = scaling("floor_notify")
+    server_share = statistics.median(notifying) / statistics.median(floor)
     out: dict[str, Metric] = {}
     for c, label in (("observe", "uncached"), ("observe_cached", "cached")):
         ours = scaling(c)
-        out[f"pg_replicas_4_{label}_scaling_vs_floor"] = metric(
+        out[f"pg_replicas_4_{label}_scaling_vs_floor"] = explain(metric(
             [o / f for o, f in zip(ours, floor, strict=True)],
             ">= 0.8",
             what=f"Runner.observe ({label}) obs/s at 4 writer processes ÷ at 1, over the same "
@@ -79,8 +81,12 @@ def suite(quick: bool) -> dict[str, Metric]:
             f"are CPU work too (the client's protocol, the server's larger statement) on "
             f"{os.cpu_count()} CPUs"
             + ("; NOTIFY serialises the flushes" if c != "observe" else ""),
-        )
-    notifying = scaling("floor_notify")
+        ), f"4 writers ÷ 1: ours {statistics.median(ours):.2f}, the plain INSERT floor "
+           f"{statistics.median(floor):.2f}, the same INSERT sending a NOTIFY (as every store "
+           f"write does) {statistics.median(notifying):.2f}: the server's notification lock "
+           f"alone leaves {server_share:.2f} of the floor's scaling; "
+           f"{statistics.median(ours) / statistics.median(notifying):.2f} of the notifying "
+           f"floor's is ours; {os.cpu_count()} CPUs")  # fmt: skip
     out["pg_replicas_4_floor_notify_scaling_vs_floor"] = metric(
         [n / f for n, f in zip(notifying, floor, strict=True)],
         "info",
@@ -91,17 +97,22 @@ def suite(quick: bool) -> dict[str, Metric]:
         f"{statistics.median(floor):.2f}",
     )
     ours = scaling("observe")
-    out["pg_replicas_4_uncached_scaling_vs_floor_notify"] = metric(
+    out["pg_replicas_4_uncached_scaling_vs_floor_notify"] = explain(metric(
         [o / n for o, n in zip(ours, notifying, strict=True)],
         ">= 0.8",
         what="Runner.observe (uncached) 4 ÷ 1 scaling over the notifying floor's: what is "
         "ours once the server's notification lock is counted on both sides",
-    )
+    ), f"4 writers ÷ 1: ours {statistics.median(ours):.2f}, the notifying floor "
+       f"{statistics.median(notifying):.2f}; obs/s at 1 writer: ours "
+       f"{statistics.median(rates[('observe', 1)]):.0f}, the floor's "
+       f"{statistics.median(rates[('floor_notify', 1)]):.0f}: each of ours is more CPU on "
+       f"{os.cpu_count()} CPUs shared by writers and server")  # fmt: skip
     dispatch = scaling("dispatch")
 
-    out["pg_dispatch_4_vs_1"] = metric(
+    one, four = (statistics.median(rates[("dispatch", k)]) for k in (1, 4))
+    out["pg_dispatch_4_vs_1"] = explain(metric(
         dispatch,
-        ">= 3",
+        ">= 2",
         what="Dispatcher events/s with 4 replica processes (each its own store handle and "
         "owner) ÷ with 1, draining one outbox on one server; wall time",
         note=f"events/s: 1 replica {statistics.median(rates[('dispatch', 1)]):.0f}, "
@@ -110,7 +121,10 @@ def suite(quick: bool) -> dict[str, Metric]:
         + f"; {os.cpu_count()} CPUs: a drain is CPU work (the claim's scan, delivery, the "
         "mark), so it cannot scale past the cores, where the INSERT floor scales by sharing "
         "flushes",
-    )
+    ), f"events/s: 1 replica {one:.0f}, 4 replicas {four:.0f}; the client processes and the "
+       f"server share {os.cpu_count()} CPUs, so a drain that is CPU work on both sides "
+       f"scales at most {os.cpu_count()}x; the INSERT floor's writers scale "
+       f"{statistics.median(floor):.2f}x by sharing flushes")  # fmt: skip
     out["pg_replicas_4_cached_vs_uncached"] = metric(
         [a / b for a, b in zip(rates[("observe_cached", 4)], rates[("observe", 4)], strict=True)],
         "info",

@@ -2,6 +2,10 @@
 ``make bench`` (or ``--quick``, the < 1 min smoke run CI does).
 
     python -m benchmarks.run [--quick] [--only SUITE ...] [--out benchmarks/latest.json]
+    python -m benchmarks.run --only cycle pg_commit --merge [--why TEXT]
+
+``--merge`` puts the suites run into the existing ``--out`` file instead of rewriting it: their
+rows replaced, the rest kept, the partial run recorded (``benchmarks.merge``).
 
 Contenders run interleaved in chunks in this one process (``benchmarks.fair``): CPU time for
 pure work, wall time for durable writes, the same chunks and rounds for everyone. Each row of
@@ -40,6 +44,7 @@ from . import (
     tricks,
 )
 from .fair import Metric
+from .merge import merge
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -168,7 +173,10 @@ def run(quick: bool, only: set[str] | None) -> dict[str, Any]:
                                                        name in NOT_QUICK):  # fmt: skip
             continue
         start = time.perf_counter()
-        results.update(suite(quick))
+        rows = suite(quick)
+        for row in rows.values():
+            row["suite"] = name  # what --merge replaces
+        results.update(rows)
         took[name] = round(time.perf_counter() - start, 1)
         print(f"  {name}: {took[name]} s", file=sys.stderr, flush=True)
     env = environment()
@@ -191,16 +199,47 @@ def show(results: dict[str, Metric]) -> str:
     return "\n".join(rows)
 
 
+def unexplained(results: dict[str, Metric]) -> list[str]:
+    """The rows that miss their target and carry no ``reason``."""
+    return [name for name, m in results.items() if m.get("met") is False and not m.get("reason")]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="a smoke run, under a minute")
     parser.add_argument("--only", nargs="*", choices=list(SUITES))
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "latest.json"))
+    parser.add_argument(
+        "--merge",
+        action="store_true",
+        help="replace only the --only suites' rows of the --out file, keep the others",
+    )
+    parser.add_argument("--why", default="", help="with --merge: why the partial run was made")
     args = parser.parse_args(argv)
+    out = Path(args.out)
+    before: dict[str, Any] | None = None
+    if args.merge:
+        if not args.only:
+            parser.error("--merge needs --only SUITE ...")
+        if out.exists():
+            before = json.loads(out.read_text(encoding="utf-8"))
+            if bool(before["environment"].get("quick")) != args.quick:
+                parser.error(f"--merge: {out} is {'not ' * args.quick}a --quick run's file")
     found = run(args.quick, set(args.only) if args.only else None)
     print(show(found["metrics"]))
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(found, indent=2) + "\n", encoding="utf-8")
+    for name, m in found["metrics"].items():
+        if m.get("reason"):
+            print(f"  {name}: {m['reason']}")
+    missing = unexplained(found["metrics"])
+    if missing:
+        print(f"unmet, without a reason: {', '.join(missing)}", file=sys.stderr)
+    if before is not None:
+        found = merge(before, found, args.only, args.why)
+        dropped = found["environment"]["partial_runs"][-1].get("dropped", [])
+        if dropped:
+            print(f"dropped (no longer produced): {', '.join(dropped)}", file=sys.stderr)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(found, indent=2) + "\n", encoding="utf-8")
     print(f"wrote {args.out}")
     return 0
 
