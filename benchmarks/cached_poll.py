@@ -21,6 +21,7 @@ per poll counted on the pool's connection (target 0 with the cache).
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import sys
 import tempfile
@@ -93,17 +94,17 @@ def suite(quick: bool, postgres: bool = True) -> dict[str, Metric]:
         try:
             floor = _floor()
             polls = {name: _poller(s) for name, s in stores.items()}
-            contenders = {"floor": lambda: floor(chunk)}
+            contenders: dict[str, Callable[[], int]] = {"floor": lambda: floor(chunk)}
             for name, fn in polls.items():
                 n = chunk if name != "postgres" else max(20, chunk // 20)
-                contenders[name] = lambda fn=fn, n=n: fn(n)
+                contenders[name] = functools.partial(fn, n)
             clock = CPU if not postgres else WALL
             times = interleave(contenders, rounds, clock=clock)
             for name in polls:
-                cached = name.endswith("_cached")
+                is_cached = name.endswith("_cached")
                 out[f"poll_unchanged_{name}_vs_dict_floor"] = metric(
                     ratios(times[name], times["floor"]),
-                    "<= 3" if cached else "info",
+                    "<= 3" if is_cached else "info",
                     ours=times[name],
                     base=times["floor"],
                     unit="us/poll",
@@ -111,10 +112,10 @@ def suite(quick: bool, postgres: bool = True) -> dict[str, Metric]:
                     f"÷ dict.get of the record ({'wall' if postgres else 'CPU'} time)",
                     note="the runner's own decision (admit, apply, compare) is most of a poll: "
                     "see poll_unchanged_memory_vs_dict_floor, the least a runner's poll costs"
-                    if cached
+                    if is_cached
                     else "",
                 )
-                if cached:  # the least a poll through a runner costs: the memory store's
+                if is_cached:  # the least a poll through a runner costs: the memory store's
                     out[f"poll_unchanged_{name}_vs_memory_store"] = metric(
                         ratios(times[name], times["memory"]),
                         "info",

@@ -39,7 +39,7 @@ import pstats
 import statistics
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -138,7 +138,7 @@ class MemoryChange:
 
 
 def _interleave(
-    contenders: dict[str, tuple[Callable[[int], int], int]], rounds: int, chunk: int
+    contenders: Mapping[str, tuple[Callable[[int], int], int]], rounds: int, chunk: int
 ) -> dict[str, list[Clocks]]:
     """Per contender and round: (wall, client CPU, server CPU) seconds per operation."""
     names = list(contenders)

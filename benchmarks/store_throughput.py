@@ -172,19 +172,19 @@ def _lifecycle_writer(mode: str, backend: str, target: str, worker: int) -> Call
         return write
     if mode == "observe_many":
 
-        def write() -> int:
+        def write_many() -> int:
             k = state["k"]
             state["k"] += 1
             obs = _observation(k)
             return sum(r.committed for r in runner.observe_many([(r, obs) for r in refs]))
 
-        return write
+        return write_many
     # store.commit: the store's own write, statuses computed once
     records = {r.uid: store.load(POD, r) for r in refs}
     versions = {uid: rec.version for uid, rec in records.items()}
     statuses = {uid: rec.status for uid, rec in records.items()}
 
-    def write() -> int:
+    def write_store() -> int:
         k = state["k"]
         state["k"] += 1
         ref = refs[k % OBJECTS]
@@ -197,7 +197,7 @@ def _lifecycle_writer(mode: str, backend: str, target: str, worker: int) -> Call
         versions[ref.uid], statuses[ref.uid] = version + 1, after
         return 1
 
-    return write
+    return write_store
 
 
 def _eventsourcing_recorder(backend: str, target: str) -> Any:

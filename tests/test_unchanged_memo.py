@@ -4,6 +4,7 @@ exceptions or not -- and stays bounded."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any, ClassVar
 
@@ -12,7 +13,17 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from lifecycle import EventType, LifecycleError, Machine, Observation, Row, Table, Tick, ignore
+from lifecycle import (
+    EventType,
+    LifecycleError,
+    Machine,
+    ObjectRef,
+    Observation,
+    Row,
+    Table,
+    Tick,
+    ignore,
+)
 from lifecycle._core import unchanged
 from lifecycle.machines import default_registry
 from lifecycle.machines import pod as podm
@@ -23,6 +34,7 @@ from .machines.test_restore_runner import SAMPLES as RESTORE_SAMPLES
 
 MACHINES = sorted(default_registry().values(), key=lambda m: m.name)
 AT = datetime(2026, 12, 6, 9, 0, tzinfo=UTC)
+REF = ObjectRef("Widget", "ml", "w-0", "w-0")
 
 
 def _answer(fn: Any, status: Any, obs: Any) -> tuple[str, Any]:
@@ -78,7 +90,7 @@ def test_the_memory_answers_as_the_step_at_every_time(machine: Machine[Any], dat
 
 def _running_pod() -> tuple[Machine[Any], Any]:
     machine = podm.PodMachine()
-    status = machine.initial(None)
+    status = machine.initial(REF)
     for obs in (
         podm.CreateRequested(at=AT),
         podm.ProvisionSucceeded(at=AT, reserved=True, instance_id="i-1"),
@@ -121,7 +133,7 @@ def test_a_step_that_compares_at_is_never_answered_for_another_time() -> None:
     """The mirror's timer row: a Tick before the deadline leaves the status as it was, one
     after it expires the object; the ticks before must not teach the memory otherwise."""
     machine = MirrorMachine()
-    status = machine.apply(machine.initial(None), Saw(at=AT, version="1"))
+    status = machine.apply(machine.initial(REF), Saw(at=AT, version="1"))
     for ms in (100, 200, 300, 400):
         assert machine.apply(status, Tick(at=AT + timedelta(milliseconds=ms))) is status
     assert machine.apply(status, Tick(at=AT + timedelta(seconds=1))).state == "Expired"
@@ -129,12 +141,13 @@ def test_a_step_that_compares_at_is_never_answered_for_another_time() -> None:
 
 def test_a_repeat_of_the_very_same_tick_is_answered_from_memory() -> None:
     machine = MirrorMachine()
-    status = machine.apply(machine.initial(None), Saw(at=AT, version="1"))
+    status = machine.apply(machine.initial(REF), Saw(at=AT, version="1"))
     tick = Tick(at=AT + timedelta(milliseconds=100))
     machine.apply(status, tick)
     machine.apply(status, Tick(at=AT + timedelta(milliseconds=200)))  # probed: at counts
     entry = machine._unchanged[id(status)]
-    assert entry[4] == AT + timedelta(milliseconds=200) and entry[5] is True
+    assert entry[4] == AT + timedelta(milliseconds=200)
+    assert entry[5] is True
     assert machine.apply(status, Tick(at=AT + timedelta(milliseconds=200))) is status
 
 
@@ -190,10 +203,10 @@ def test_an_except_exception_in_a_guard_does_not_swallow_the_probe() -> None:
 
 def test_the_poison_refuses_every_use() -> None:
     poison = unchanged.POISON
-    uses = [
+    uses: list[Callable[[], object]] = [
         lambda: poison < AT,
-        lambda: AT < poison,
-        lambda: AT == poison,
+        lambda: AT < poison,  # noqa: SIM300 (the reflected comparison)
+        lambda: AT == poison,  # noqa: SIM300
         lambda: hash(poison),
         lambda: bool(poison),
         lambda: poison.isoformat(),
@@ -214,7 +227,7 @@ def test_values_count_with_their_exact_types() -> None:
     key = unchanged.keys(podm.InstanceRunning)
     assert key is not None
     one = podm.InstanceRunning(at=AT, instance_id="i-1", readiness_confirmed=True)
-    other = attrs.evolve(one, readiness_confirmed=1)  # equal to True, not a bool
+    other = attrs.evolve(one, readiness_confirmed=1)  # type: ignore[arg-type] # == True
     assert key(one) != key(other)
     assert key(one) == key(attrs.evolve(one, at=AT + timedelta(days=1)))
 
@@ -230,7 +243,8 @@ def test_the_memory_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_an_observation_class_without_fields_is_keyed_by_nothing_but_its_class() -> None:
     key = unchanged.keys(Tick)
-    assert key is not None and key(Tick(at=AT)) == ()
+    assert key is not None
+    assert key(Tick(at=AT)) == ()
     assert unchanged.keys(int) is None
 
 

@@ -80,19 +80,28 @@ Driven = Generator[Request, Any, list[Result]]
 _result = Result._make
 
 
-@attrs.define(slots=True)
 class _Item:
-    """One observation of one object, between its attempts."""
+    """One observation of one object, between its attempts (a plain class: a page builds
+    one per object, so its construction is a cost of every poll)."""
 
-    index: int
-    ref: ObjectRef
-    observation: Observation
-    machine: Machine[Any]
-    attempt: int = 0
-    version: int = 0
-    before: Any = None
-    write: Write | None = None
-    actions: tuple[Transition, ...] = ()
+    __slots__ = ("actions", "attempt", "before", "index", "machine", "observation", "ref",
+                 "version", "write")  # fmt: skip
+
+    def __init__(
+        self, index: int, ref: ObjectRef, observation: Observation, machine: Machine[Any]
+    ) -> None:
+        self.index = index
+        self.ref = ref
+        self.observation = observation
+        self.machine = machine
+        self.attempt = 0
+        self.version = 0
+        self.before: Any = None
+        self.write: Write | None = None
+        self.actions: tuple[Transition, ...] = ()
+
+    def __repr__(self) -> str:
+        return f"_Item({self.index}, {self.ref!r}, {self.observation!r}, attempt={self.attempt})"
 
 
 def _wave(queue: list[_Item]) -> int:
@@ -137,9 +146,8 @@ def observe(
     """Observe ``items``; one :class:`Result` per item, in order. With ``catch_up`` (a
     caller's own call, not a link's) the pending link intents are retried first (ADR
     0090); their results go in the first result's ``caught_up``."""
-    work = [
-        _Item(index, ref, obs, protocol.admit(ref, obs)) for index, (ref, obs) in enumerate(items)
-    ]
+    admit = protocol.admit
+    work = [_Item(index, ref, obs, admit(ref, obs)) for index, (ref, obs) in enumerate(items)]
     run = _Run(protocol, refuse, [None] * len(work), work)
     retried = (yield from _catch_up(protocol, refuse)) if catch_up else ()
     try:
@@ -183,7 +191,7 @@ def _attempts(run: _Run, todo: list[_Item]) -> Generator[Request, Any, None]:
             item.attempt += 1
         try:
             records: list[Record | IdentityMismatch | None] = yield Load(
-                tuple((i.machine, i.ref) for i in todo)
+                tuple([(i.machine, i.ref) for i in todo])
             )
         except StoreError as e:
             for item in todo:
@@ -201,22 +209,35 @@ def _decide_wave(
 ) -> list[_Item]:
     """Decide each item on what was read: the items to commit (the others have results)."""
     protocol = run.protocol
+    results = run.results
     writes: list[_Item] = []
     reached: frozenset[str] = frozenset()  # machines this wave's links may write
     for n, (item, record) in enumerate(zip(todo, records, strict=True)):
-        if first and item.machine.name in reached:
+        machine = item.machine
+        if reached and first and machine.name in reached:
             # an earlier item's links may write this object: it waits for them, as it would
             # behind that item's own observe (read again next wave)
             for later in todo[n:]:
                 later.attempt -= 1
             run.queue = todo[n:] + run.queue
             break
+        if record.__class__ is Record and item.attempt == 1 and not machine.has_actions:
+            # the cycle's common case first: a stored status the observation leaves as it
+            # was (a remembered poll costs the step nothing, ADR 0166); anything else --
+            # a change, a refusal, the machine's own failure -- is decided below
+            before = record.status
+            if protocol.leaves(machine, before, item.observation):
+                results[item.index] = _result((
+                    Outcome.UNCHANGED, item.ref, before, record.version, (), (), None, 1, (),
+                    (), (),
+                ))  # fmt: skip
+                continue
         if isinstance(record, IdentityMismatch):
             run.refused(item, record)
             continue
         result = _decide(protocol, item, record, run.refuse)
         if result is not None:
-            run.results[item.index] = result
+            results[item.index] = result
             continue
         writes.append(item)
         if _written(item).intents:

@@ -440,6 +440,16 @@ class WriteProtocol:
         return policy
 
     # -- per attempt --------------------------------------------------------------------------
+    def leaves(self, machine: Machine[Any], before: Any, observation: Observation) -> bool:
+        """Whether ``observation`` leaves ``before`` as it was: nothing to write (a poll's
+        common case, answered without :meth:`decide`'s bookkeeping). ``False`` also when the
+        machine refuses or fails: :meth:`decide` then says how."""
+        try:
+            after = machine.apply(before, observation)
+        except Exception:
+            return False
+        return after is before or bool(after == before)
+
     def decide(
         self,
         machine: Machine[Any],

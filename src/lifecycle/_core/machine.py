@@ -314,10 +314,14 @@ def _bound_apply(machine: Machine[Any]) -> Callable[[Any, Any], Any]:
 
     def apply(status: Any, obs: Any) -> Any:
         entry = known(id(status))
-        if entry is not None and entry[0] is status and entry[1] is obs.__class__:
-            # left unchanged by an observation equal in every field that counts
-            if entry[2](obs) == entry[3] and (entry[4] is free or entry[4] == obs.at):
-                return status
+        if (  # left unchanged by an observation equal in every field that counts
+            entry is not None
+            and entry[0] is status
+            and entry[1] is obs.__class__
+            and entry[2](obs) == entry[3]
+            and (entry[4] is free or entry[4] == obs.at)
+        ):
+            return status
         step = steps.get((status.state, obs.__class__))
         if step is None:
             select(status, obs)  # raises the right error

@@ -62,9 +62,9 @@ class _Poison(datetime):
         raise Probed
 
     __eq__ = __ne__ = __lt__ = __le__ = __gt__ = __ge__ = _refuse
-    __hash__ = __bool__ = __format__ = __str__ = __repr__ = _refuse  # type: ignore[assignment]
-    __add__ = __radd__ = __sub__ = __rsub__ = _refuse  # type: ignore[assignment]
-    __reduce__ = __reduce_ex__ = __copy__ = __deepcopy__ = _refuse  # type: ignore[assignment]
+    __hash__ = __bool__ = __format__ = __str__ = __repr__ = _refuse
+    __add__ = __radd__ = __sub__ = __rsub__ = _refuse
+    __reduce__ = __reduce_ex__ = __copy__ = __deepcopy__ = _refuse
 
 
 #: The probing time (its value is never read: every use raises first).

@@ -85,6 +85,23 @@ class MemoryStore(Store, RetentionStore, SchemaStore, FindStore):
                 return _upcast_record(machine, record)
         return record
 
+    def load_many(self, items: Sequence[tuple[Machine[Any], ObjectRef]]) -> list[Record | None]:
+        """Many objects' records, each as :meth:`load` gives it (``observe_many``'s read of a
+        page: one call, not one per object).
+
+        Args:
+            items: ``(machine, ref)`` pairs.
+
+        Returns:
+            A record or ``None`` per item, in order.
+
+        Raises:
+            IdentityMismatch: an item's uid is stored for another object (the runner then
+                reads one object at a time, and only that item fails).
+        """
+        load = self.load
+        return [load(machine, ref) for machine, ref in items]
+
     def commit(
         self,
         machine: Machine[Any],
