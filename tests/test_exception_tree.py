@@ -25,6 +25,8 @@ OUTSIDE: dict[str, str] = {
     "lifecycle.trace._DuplicateKey": "a repeated JSON key, caught by the trace reader",
     "lifecycle.machines.restore._offline._Refused": "a refused file, printed by the check",
     "lifecycle.stores._pgio.Lost": "a lost connection, resolved into CommitUnknown or kept",
+    # a BaseException so no step's ``except Exception`` swallows it (ADR 0166)
+    "lifecycle._core.unchanged.Probed": "a probed step used at; caught by the probe",
     # the trace's simulated kill: a BaseException so nothing between store and replay catches it
     "lifecycle.trace.Crash": "the simulated crash of a trace replay",
     # the fake Kubernetes API server's internal refusals, answered as HTTP Status bodies
