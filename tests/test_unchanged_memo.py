@@ -271,3 +271,30 @@ def test_every_timer_row_fires_after_ticks_the_memory_saw_unchanged(machine: Mac
         for seconds in (-3, -2, -1, 1, 2):
             tick = Tick(at=deadline + timedelta(seconds=seconds))
             assert _answer(fast.apply, status, tick) == _answer(plain, status, tick), tick
+
+
+def test_a_status_no_one_holds_is_forgotten_with_it() -> None:
+    """A replay keeps only its live statuses: the memory holds each one weakly."""
+    import gc
+
+    machine, status = _running_pod()
+    copies = [attrs.evolve(status) for _ in range(20)]
+    for copy in copies:
+        machine.apply(copy, podm.InstanceRunning(at=AT, instance_id="i-1"))
+    held = len(machine._unchanged)
+    assert held >= 20
+    del copies, copy
+    gc.collect()
+    assert len(machine._unchanged) <= held - 20
+
+
+def test_a_status_that_cannot_be_held_weakly_is_not_remembered() -> None:
+    from typing import NamedTuple
+
+    class Plain(NamedTuple):
+        state: str = "Open"
+
+    memory: dict[int, unchanged.Entry] = {}
+    status = Plain()
+    unchanged.remember(memory, lambda s, o: s, status, Knock(at=AT, who="a"))
+    assert memory == {}

@@ -316,7 +316,7 @@ def _bound_apply(machine: Machine[Any]) -> Callable[[Any, Any], Any]:
         entry = known(id(status))
         if (  # left unchanged by an observation equal in every field that counts
             entry is not None
-            and entry[0] is status
+            and entry[0]() is status
             and entry[1] is obs.__class__
             and entry[2](obs) == entry[3]
             and (entry[4] is free or entry[4] == obs.at)

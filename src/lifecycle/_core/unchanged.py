@@ -16,14 +16,17 @@ effect reads ``at`` only to stamp a change it does not make -- gives the same an
 time; one that compares ``at`` with a deadline, formats it or stores it is remembered with
 ``at`` among its fields (it then matches only a repeat of the very same report).
 
-The memory holds the status itself beside its entry (identity, never a reused ``id``), is
-bounded (:data:`LIMIT` entries per machine, forgotten at once when full), and is only ever a
-shortcut: a status it does not know, or an observation that differs in a counted field, runs
-the step as before.
+The memory holds each status weakly (a status a store no longer holds is forgotten with it,
+so a replay of a long trace keeps only its live statuses' entries; a status that cannot be
+referenced weakly, such as a named tuple, is not remembered), matches it by identity (never
+by a reused ``id``), is bounded (:data:`LIMIT` entries per machine, forgotten at once when
+full), and is only ever a shortcut: a status it does not know, or an observation that differs
+in a counted field, runs the step as before.
 """
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any, NoReturn
@@ -36,9 +39,35 @@ from .codegen import compile_function
 #: still runs every poll's step when it does not fit: slower, never wrong).
 LIMIT = 1 << 18
 
-#: A status's entry: (the status, the observation class, its key function, the key, the
-#: ``at`` it was left unchanged at or :data:`FREE`, whether ``at`` was probed).
-Entry = tuple[Any, type[Any], Callable[[Any], tuple[Any, ...]], tuple[Any, ...], Any, bool]
+#: A status's entry: (a weak reference to the status, the observation class, its key
+#: function, the key, the ``at`` it was left unchanged at or :data:`FREE`, whether ``at`` was
+#: probed).
+Entry = tuple["Held", type[Any], Callable[[Any], tuple[Any, ...]], tuple[Any, ...], Any, bool]
+
+
+class Held(weakref.ref[Any]):
+    """A weak reference to a remembered status that removes its entry when the status dies."""
+
+    __slots__ = ("key", "memory")
+    key: int
+    memory: dict[int, Entry]
+
+    def __new__(cls, status: Any, memory: dict[int, Entry], key: int) -> Held:
+        held = super().__new__(cls, status, _forget)
+        held.key, held.memory = key, memory
+        return held
+
+    def __init__(self, status: Any, memory: dict[int, Entry], key: int) -> None:
+        super().__init__(status, _forget)  # type: ignore[call-arg]
+
+
+def _forget(held: Held) -> None:
+    """The status ``held`` referred to is gone: its entry too (unless a newer one took the
+    key, when an ``id`` was reused before this ran)."""
+    entry = held.memory.get(held.key)
+    if entry is not None and entry[0] is held:
+        held.memory.pop(held.key, None)
+
 
 #: An entry's ``at`` when the step does not use it: any time matches.
 FREE: Any = object()
@@ -124,14 +153,19 @@ def remember(
     if key_of is None:
         return
     key = key_of(obs)
+    at = obs.at
     old = memory.get(id(status))
-    if old is not None and old[0] is status and old[1] is cls and old[3] == key:
+    if old is not None and old[0]() is status and old[1] is cls and old[3] == key:
         if old[5]:  # probed already: ``at`` counts
-            memory[id(status)] = (status, cls, key_of, key, obs.at, True)
+            memory[id(status)] = (old[0], cls, key_of, key, at, True)
             return
         free = at_free(step, status, obs)
-        memory[id(status)] = (status, cls, key_of, key, FREE if free else obs.at, True)
+        memory[id(status)] = (old[0], cls, key_of, key, FREE if free else at, True)
+        return
+    try:
+        held = Held(status, memory, id(status))
+    except TypeError:  # not weakly referable: not remembered
         return
     if len(memory) >= LIMIT:
         memory.clear()
-    memory[id(status)] = (status, cls, key_of, key, obs.at, False)
+    memory[id(status)] = (held, cls, key_of, key, at, False)
