@@ -448,7 +448,7 @@ class WriteProtocol:
             after = machine.apply(before, observation)
         except Exception:
             return False
-        return after is before or bool(after == before)
+        return after is before or (not machine.unchanged_is_identity and bool(after == before))
 
     def decide(
         self,
@@ -462,7 +462,7 @@ class WriteProtocol:
         changes. A machine's own failure is a typed :class:`~lifecycle.LifecycleError`."""
         try:
             after = machine.apply(before, observation)
-            if after is before or after == before:
+            if after is before or (not machine.unchanged_is_identity and after == before):
                 return None
             flips = machine.flips(before, after)
         except LifecycleError:

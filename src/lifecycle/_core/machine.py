@@ -473,7 +473,10 @@ class Machine(Generic[S]):
         # ``apply`` and ``flips`` as plain functions closed over this machine's tables, set on
         # the instance (no bound method, no attribute lookups per call), unless a subclass
         # overrides them (ADR 0015).
-        if type(self).apply is Machine.apply:
+        #: Whether ``apply`` returns the status itself for every result equal to it (the
+        #: compiled ``apply``, ADR 0166): then "unchanged" is an identity test.
+        self.unchanged_is_identity = type(self).apply is Machine.apply
+        if self.unchanged_is_identity:
             self.__dict__["apply"] = _bound_apply(self)
         if type(self).flips is Machine.flips and self._memoise_flips:
             self.__dict__["flips"] = _memoised_flips(self)
