@@ -6,6 +6,7 @@ behind the store's back is prepared again."""
 from __future__ import annotations
 
 import itertools
+import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -15,6 +16,7 @@ from hypothesis import strategies as st
 
 from lifecycle import ObjectRef, StoreError
 from lifecycle.machines import POD, pod
+from lifecycle.stores import _pgsql
 from lifecycle.stores._pgdirect import positional, text_params
 from lifecycle.stores.postgres import PostgresStore
 
@@ -35,6 +37,37 @@ def test_text_params_refuse_what_libpq_text_cannot_carry() -> None:
     assert text_params(["a\x00b"]) is None  # libpq would cut it at the NUL
     assert text_params([True]) is None  # psycopg's dumper knows a bool
     assert text_params([b"bytes"]) is None
+
+
+_PLAIN = json.JSONEncoder(separators=(",", ":")).encode
+_KEYS = st.one_of(st.text(), st.integers(), st.floats(), st.booleans(), st.none())
+_JSONISH = st.recursive(
+    st.one_of(
+        st.none(), st.booleans(), st.integers(), st.integers(min_value=2**64), st.floats(),
+        st.text(st.one_of(st.sampled_from("\x00\x7f\x1fé☃\"\\/"), st.characters())),
+    ),
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=4), st.tuples(inner, inner),
+        st.dictionaries(_KEYS, inner, max_size=4),
+    ),
+    max_leaves=12,
+)  # fmt: skip
+
+
+@settings(max_examples=300, deadline=None)
+@given(value=_JSONISH)
+def test_the_encoder_writes_the_standard_encoders_bytes(value: object) -> None:
+    assert _pgsql._dumps(value) == _PLAIN(value)
+
+
+def test_the_encoder_refuses_what_the_standard_one_refuses() -> None:
+    circular: list[object] = []
+    circular.append(circular)
+    for bad, error in ((object(), TypeError), ({(1, 2): 3}, TypeError), (circular, ValueError)):
+        with pytest.raises(error):
+            _PLAIN(bad)
+        with pytest.raises(error):
+            _pgsql._dumps(bad)
 
 
 def _rows(store: PostgresStore) -> list[list[tuple[Any, ...]]]:

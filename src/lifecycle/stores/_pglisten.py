@@ -48,7 +48,7 @@ _TICK = 0.05
 #: after handing notifications over, how long the listener lets the next ones gather before
 #: it reads again (ADR 0167): one wake-up per few commits of a busy writer instead of one
 #: each; a notice after a quiet spell is read at once
-_GATHER = 0.002
+_GATHER = 0.005
 #: a listener that has not come round its loop for this long is taken for deaf: the cache
 #: is suspended until it does (a thread stuck in a call, or starved)
 _SILENT = 3 * _PING

@@ -7,12 +7,13 @@ import enum
 import hashlib
 import itertools
 import json
+import json.encoder
 import os
 import re
 import secrets
 import urllib.parse
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
 import attrs
@@ -932,7 +933,33 @@ class Statements:
 
 
 # -- rows -----------------------------------------------------------------------------------
-_dumps = json.JSONEncoder(separators=(",", ":")).encode  # compact, and built once
+def _compact_encoder() -> Callable[[Any], str]:
+    """``json``'s compact encoder, its C part built once (ADR 0167): ``JSONEncoder.encode``
+    builds it again on every call, about a microsecond a document. The same C function
+    writes the text, so the bytes are the same; built without the circular-reference check
+    (the values are fresh from cattrs), a value nested too deep or circular is refused as a
+    ``ValueError``, as the checked encoder refuses a circular one."""
+    plain = json.JSONEncoder(separators=(",", ":"))
+    make = getattr(json.encoder, "c_make_encoder", None)
+    if make is None:  # no C accelerator: the plain encoder
+        return plain.encode
+    encode = make(
+        None, plain.default, json.encoder.encode_basestring_ascii, None, ":", ",",
+        False, False, True,
+    )  # fmt: skip
+    join = "".join
+
+    def dumps(value: Any) -> str:
+        try:
+            return join(encode(value, 0))
+        except RecursionError:
+            raise ValueError("nested too deep for JSON, or circular") from None
+
+    return dumps
+
+
+#: compact JSON text, as ``json.JSONEncoder(separators=(",", ":")).encode`` writes it
+_dumps = _compact_encoder()
 
 
 def commit_params(
