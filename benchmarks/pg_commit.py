@@ -381,10 +381,10 @@ def pieces(count: int = 1000, rounds: int = 3) -> None:
 
 
 def _timed(f: Callable[..., Any], label: str, spent: dict[str, float]) -> Callable[..., Any]:
-    def timed(*args: Any) -> Any:
+    def timed(*args: Any, **kwargs: Any) -> Any:
         t0 = time.thread_time()
         try:
-            return f(*args)
+            return f(*args, **kwargs)
         finally:
             spent[label] += time.thread_time() - t0
 

@@ -165,3 +165,17 @@ def test_a_connection_not_in_utf8_goes_through_the_cursor(
         assert raw(store, "SELECT namespace, name FROM {s}objects") == [("né", "café")]
     finally:
         store.close()
+
+
+def test_a_statement_already_prepared_on_the_session_is_used(pg_url: str) -> None:
+    """A server session that outlives its client connection (a session pooler without a
+    reset query) still holds the statement: preparing it again is no error."""
+    store = PostgresStore(pg_url, cache=0, pool_size=1)
+    ref = ObjectRef("Pod", "n", "a", "a")
+    try:
+        step(store, pod.CreateRequested(at=t(1), pool="p", provider="q"), ref)
+        store._commit_statement._ready.clear()  # a new client, the same server session
+        provisioned = pod.ProvisionSucceeded(at=t(2), reserved=False, instance_id="i", endpoint="e")
+        assert step(store, provisioned, ref)[0] == 2
+    finally:
+        store.close()

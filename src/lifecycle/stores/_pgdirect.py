@@ -28,6 +28,8 @@ Conn = psycopg.Connection[Any]
 #: SQLSTATE 26000: the prepared statement is gone (a pooler's ``DISCARD ALL``, a
 #: ``DEALLOCATE`` by hand): prepare it again and run it once more.
 _NO_STATEMENT = b"26000"
+#: SQLSTATE 42P05: a statement of that name is prepared already
+_PREPARED = b"42P05"
 
 
 def as_int(value: bytes) -> int:
@@ -134,7 +136,9 @@ class Direct:
 
     def _prepare(self, pgconn: psycopg.pq.abc.PGconn) -> None:
         result = pgconn.prepare(self._name, self._query)
-        if result.status != psycopg.pq.ExecStatus.COMMAND_OK:
+        if result.status != psycopg.pq.ExecStatus.COMMAND_OK and (
+            result.error_field(psycopg.pq.DiagnosticField.SQLSTATE) != _PREPARED
+        ):  # (already there: the name is the text's hash, so it is this statement)
             raise psycopg.errors.error_from_result(result)
 
     def _cursor(self, conn: Conn, args: Sequence[Any]) -> tuple[Any, ...] | None:
