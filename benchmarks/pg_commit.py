@@ -248,6 +248,17 @@ def _page_trips(change: Change, pages: int, size: int) -> float:
         return count_trips() / pages
 
 
+def _page_costs(change: Change, pages: int, size: int) -> tuple[float, float]:
+    """Client CPU and server CPU per item of ``observe_many`` pages of ``size`` changes."""
+    change.many_existing(size)  # warm
+    client = server = 0.0
+    for _ in range(pages):
+        s0 = backend_cpu(change.pid)
+        client += change.many_existing(size)[1]
+        server += backend_cpu(change.pid) - s0
+    return client / (pages * size), server / (pages * size)
+
+
 def claim_growth(server: PgServer, small: int, large: int, rounds: int = 4) -> dict[str, Metric]:
     """Server CPU of one ``claim_undelivered(500)`` on an outbox of ``large`` events ÷ on one
     of ``small`` (40 per object): a claim's cost should follow what it takes, not the table."""
@@ -287,6 +298,7 @@ def suite(quick: bool) -> dict[str, Metric]:
         )
         gap_trips = _gap_trips(change, 20 if quick else 100, 1.0)
         page_trips = _page_trips(change, 2 if quick else 4, 500)
+        page_client, page_server = _page_costs(change, 4 if quick else 10, 500)
         change.close()
         claims = claim_growth(server, *((2000, 8000) if quick else (4000, 16000)))
     out: dict[str, Metric] = {}
@@ -313,6 +325,22 @@ def suite(quick: bool) -> dict[str, Metric]:
         "simulated on the delivered-marks' clock), cached status, marks included",
         unit="round trips",
     )
+    floor_client = statistics.fmean(c[1] for c in found["floor"])
+    floor_server = statistics.fmean(c[2] for c in found["floor"])
+    for clock, ours, base in (
+        ("client_cpu", page_client, floor_client),
+        ("server_cpu", page_server, floor_server),
+    ):
+        out[f"pg_page_item_{clock}_vs_insert_floor"] = _single(
+            ours / base,
+            "info",
+            f"{clock.replace('_', ' ')} per item of Runner.observe_many pages of 500 changes "
+            "(cached statuses; one statement, its columns as JSON arrays, ADR 0167) ÷ a "
+            "one-row INSERT's, the whole run's mean",
+            ours=ours * 1e6,
+            baseline=base * 1e6,
+            unit="us/item",
+        )
     out["pg_page_round_trips_500"] = _single(
         page_trips,
         "<= 2",

@@ -1,7 +1,8 @@
 """The synchronous PostgreSQL store's commit through libpq itself (ADR 0167): the same rows,
 byte for byte, and the same refusals as psycopg's cursor; what it cannot carry exactly (a NUL
 in a text, a connection that is not UTF-8) goes through the cursor; a statement deallocated
-behind the store's back is prepared again."""
+behind the store's back is prepared again. A batch sent as JSON arrays stores the same rows
+as its items committed one by one."""
 
 from __future__ import annotations
 
@@ -15,9 +16,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from lifecycle import ObjectRef, StoreError
+from lifecycle._core.transition import stamp
 from lifecycle.machines import POD, pod
 from lifecycle.stores import _pgsql
 from lifecycle.stores._pgdirect import positional, text_params
+from lifecycle.stores.base import CommitItem
 from lifecycle.stores.postgres import PostgresStore
 
 from .helpers import raw, step, t
@@ -179,3 +182,33 @@ def test_a_statement_already_prepared_on_the_session_is_used(pg_url: str) -> Non
         assert step(store, provisioned, ref)[0] == 2
     finally:
         store.close()
+
+
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(texts=st.lists(st.tuples(_TEXT, _TEXT, _TEXT), min_size=1, max_size=4))
+def test_a_batch_stores_what_its_items_store_one_by_one(
+    pair: tuple[PostgresStore, PostgresStore], texts: list[tuple[str, str, str]]
+) -> None:
+    batch, single = pair
+    items = []
+    for name, pool, provider in texts:
+        ref = ObjectRef("Pod", "ns", name, f"u{next(_uids)}")
+        obs = pod.CreateRequested(at=t(1), pool=pool, provider=provider)
+        before = POD.initial(ref)
+        after = POD.apply(before, obs)
+        flips = stamp(POD.flips(before, after), ref, POD.name, 1, obs.at)
+        items.append(CommitItem(POD, ref, 0, after, obs, flips))
+    got = batch.commit_many(items)
+    one_by_one: list[object] = []
+    for item in items:
+        try:
+            one_by_one.append(single.commit(*(getattr(item, f) for f in _ITEM)))
+        except StoreError as e:
+            one_by_one.append(e)
+    assert [type(r) for r in got] == [type(r) for r in one_by_one]
+    assert _rows(batch) == _rows(single)
+
+
+_ITEM = ("machine", "ref", "expected", "status", "observation", "transitions")

@@ -1150,7 +1150,7 @@ class AsyncPostgresStore(sql.PgSettings):
         connection, and refuses the whole batch -- nothing written -- on an identity mismatch.
 
         One round trip: the batch's stored rows locked in uid order, then one statement
-        writing every item from binary arrays (:attr:`Statements.commit_batch`), pipelined
+        writing every item from JSON arrays (:attr:`Statements.commit_batch`), pipelined
         up to one sync: one implicit transaction. A batch holding one object twice is
         written item by item."""
         params = [p for _, p in ready]
@@ -1164,7 +1164,7 @@ class AsyncPostgresStore(sql.PgSettings):
                 async with conn.pipeline():  # one implicit transaction up to the pipeline's sync
                     if marks:  # the held delivered-marks ride along (ADR 0127)
                         await conn.execute(self._sql.mark_riding, (marks,))
-                    await conn.execute(self._sql.lock_many, (uids,), binary=True)
+                    await conn.execute(self._sql.lock_many, (sql.json_texts(uids),))
                     cur = conn.cursor()
                     await cur.execute(self._sql.commit_batch, batch, binary=True)
                 marks.clear()
