@@ -26,6 +26,7 @@ from lifecycle.stores.postgres import PostgresStore
 from .helpers import raw, step, t
 from .pg import PgServer
 
+pytestmark = pytest.mark.postgres
 _uids = itertools.count()
 
 
