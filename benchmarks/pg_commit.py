@@ -1,6 +1,6 @@
 """A PostgreSQL change against the one-row ``INSERT`` floor (issue 37, ADR 0157).
 
-    python -m benchmarks.pg_commit [--quick] [--json] [--profile]
+    python -m benchmarks.pg_commit [--quick] [--json] [--profile] [--pieces] [--steps]
 
 One throwaway server (the tests' settings: no fsync, so the flush does not swamp the work
 being measured), and in this one process, interleaved in chunks (the order rotating):
@@ -38,6 +38,7 @@ import os
 import pstats
 import statistics
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
@@ -277,6 +278,17 @@ def _page_trips(change: Change, pages: int, size: int) -> float:
         return count_trips() / pages
 
 
+def _page_costs(change: Change, pages: int, size: int) -> tuple[float, float]:
+    """Client CPU and server CPU per item of ``observe_many`` pages of ``size`` changes."""
+    change.many_existing(size)  # warm
+    client = server = 0.0
+    for _ in range(pages):
+        s0 = backend_cpu(change.pid)
+        client += change.many_existing(size)[1]
+        server += backend_cpu(change.pid) - s0
+    return client / (pages * size), server / (pages * size)
+
+
 def claim_growth(server: PgServer, small: int, large: int, rounds: int = 4) -> dict[str, Metric]:
     """Server CPU of one ``claim_undelivered(500)`` on an outbox of ``large`` events ÷ on one
     of ``small`` (40 per object): a claim's cost should follow what it takes, not the table."""
@@ -327,6 +339,7 @@ def suite(quick: bool) -> dict[str, Metric]:
         )
         gap_trips = _gap_trips(change, 20 if quick else 100, 1.0)
         page_trips = _page_trips(change, 2 if quick else 4, 500)
+        page_client, page_server = _page_costs(change, 4 if quick else 10, 500)
         change.close()
         claims = claim_growth(server, *((2000, 8000) if quick else (4000, 16000)))
     out: dict[str, Metric] = {}
@@ -381,6 +394,22 @@ def suite(quick: bool) -> dict[str, Metric]:
         f"{gap_trips:.2f} round trips a change over {20 if quick else 100} changes 1 s apart: "
         "a held mark sent alone by its timer costs its own",
     )
+    floor_client = statistics.fmean(c[1] for c in found["floor"])
+    floor_server = statistics.fmean(c[2] for c in found["floor"])
+    for clock, item, floor_item in (
+        ("client_cpu", page_client, floor_client),
+        ("server_cpu", page_server, floor_server),
+    ):
+        out[f"pg_page_item_{clock}_vs_insert_floor"] = _single(
+            item / floor_item,
+            "info",
+            f"{clock.replace('_', ' ')} per item of Runner.observe_many pages of 500 changes "
+            "(cached statuses; one statement, its columns as JSON arrays, ADR 0167) ÷ a "
+            "one-row INSERT's, the whole run's mean",
+            ours=item * 1e6,
+            baseline=floor_item * 1e6,
+            unit="us/item",
+        )
     out["pg_page_round_trips_500"] = explain(
         _single(
             page_trips,
@@ -394,24 +423,79 @@ def suite(quick: bool) -> dict[str, Metric]:
     return out
 
 
-def profile(count: int = 3000) -> None:
-    """Where a change's client CPU goes: ``cProfile`` of ``count`` changes, top entries."""
+@contextmanager
+def _warm_change(schema: str) -> Iterator[Change]:
+    """A throwaway server and a :class:`Change` on it, its 1000 objects stored and cached."""
     server = PgServer()
     try:
         server.start()
-        change = Change(server.url(), "commit_profile")
+        change = Change(server.url(), schema)
         change.prepare_existing(1000)
         change.observe_existing(1000)
+        yield change
+        change.close()
+    finally:
+        server.destroy()
+
+
+def profile(count: int = 3000) -> None:
+    """Where a change's client CPU goes: ``cProfile`` of ``count`` changes, top entries."""
+    with _warm_change("commit_profile") as change:
         prof = cProfile.Profile(time.process_time)
         prof.enable()
         change.run(count)
         prof.disable()
-        change.close()
-    finally:
-        server.destroy()
     stats = pstats.Stats(prof).sort_stats("tottime")
     stats.print_stats(30)
     stats.print_callers("_conn|wait")
+
+
+def pieces(count: int = 1000, rounds: int = 3) -> None:
+    """Where a change's client CPU goes *in the loop* (caches as cold as the run leaves
+    them, unlike ``timeit`` of a piece alone): each piece's thread CPU per change, wrapped
+    in ``time.thread_time``, and every thread's CPU per change (the listener's included)."""
+    from lifecycle.stores import postgres
+
+    with _warm_change("commit_pieces") as change:
+        store, spent = change.store, dict[str, float]()
+        pieces_ = [
+            (store, "commit", "store.commit"),
+            (postgres.sql, "commit_params", "commit_params"),  # type: ignore[attr-defined]
+            (store, "_commit", "_commit"),
+            (store._commit_statement, "first_row", "statement"),
+            (store._pool, "getconn", "getconn"),
+            (store._pool, "putconn", "putconn"),
+        ]
+        for owner, name, label in pieces_:
+            spent[label] = 0.0
+            setattr(owner, name, _timed(getattr(owner, name), label, spent))
+        for _ in range(rounds):
+            spent.update(dict.fromkeys(spent, 0.0))
+            threads = {t.name: t.ident for t in threading.enumerate() if t.ident}
+            before = {n: _thread_cpu(i) for n, i in threads.items()}
+            change.run(count)
+            after = {n: _thread_cpu(i) - before[n] for n, i in threads.items()}
+            line = [f"{k} {v / count * 1e6:.0f}" for k, v in spent.items()]
+            line += [f"[{n}] {v / count * 1e6:.0f}" for n, v in after.items() if v > 0]
+            print("us/change: " + ", ".join(line))
+
+
+def _timed(f: Callable[..., Any], label: str, spent: dict[str, float]) -> Callable[..., Any]:
+    def timed(*args: Any, **kwargs: Any) -> Any:
+        t0 = time.thread_time()
+        try:
+            return f(*args, **kwargs)
+        finally:
+            spent[label] += time.thread_time() - t0
+
+    return timed
+
+
+def _thread_cpu(ident: int) -> float:
+    try:
+        return time.clock_gettime(time.pthread_getcpuclockid(ident))
+    except (OSError, AttributeError):
+        return 0.0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -419,10 +503,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--profile", action="store_true")
+    parser.add_argument("--pieces", action="store_true", help="client CPU per piece, in the loop")
     parser.add_argument("--steps", action="store_true", help="the server's CPU per part")
     args = parser.parse_args(argv)
     if args.profile:
         profile()
+        return 0
+    if args.pieces:
+        pieces()
         return 0
     found = server_steps(args.quick) if args.steps else suite(args.quick)
     if args.json:

@@ -374,6 +374,35 @@ def test_a_hung_server_is_a_typed_error_within_the_call_timeout(own_server: PgSe
     store.close()
 
 
+def test_a_commit_waiting_in_libpq_on_a_hung_server_is_cut_by_the_watchdog(
+    own_server: PgServer,
+) -> None:
+    """The synchronous commit waits inside ``PQexecPrepared`` (ADR 0167), not in psycopg's
+    loop: the watchdog's severed socket still ends it within ``call_timeout``."""
+    store = PostgresStore(
+        own_server.url() + "?call_timeout=1.5&resolve_timeout=1", timeout=1.0, cache=0
+    )
+    ref = pod_ref("frozen")
+    step(store, pod.CreateRequested(at=t(0)), ref)
+    record = store.load(POD, ref)  # read before the freeze: only the commit meets it
+    assert record is not None
+    obs = pod.ProvisionSucceeded(at=t(1), reserved=False, instance_id="i", endpoint="e")
+    after = POD.apply(record.status, obs)
+    flips = stamp(POD.flips(record.status, after), ref, POD.name, 2, obs.at)
+    frozen = backend_pids(own_server)
+    for pid in frozen:
+        os.kill(pid, signal.SIGSTOP)
+    try:
+        started = time.monotonic()
+        with pytest.raises(StoreError):  # CommitUnknown, or a write that certainly failed
+            store.commit(POD, ref, 1, after, obs, flips)
+        assert time.monotonic() - started < 1.5 + 1 + 8  # call + resolve + connect timeouts
+    finally:
+        for pid in frozen:
+            os.kill(pid, signal.SIGCONT)
+    store.close()
+
+
 # -- every libpq URL form -----------------------------------------------------------------------
 def test_every_libpq_url_form_is_accepted(pg_server: PgServer, pg_schema: str) -> None:
     dead = free_port()

@@ -7,12 +7,13 @@ import enum
 import hashlib
 import itertools
 import json
+import json.encoder
 import os
 import re
 import secrets
 import urllib.parse
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
 import attrs
@@ -688,22 +689,39 @@ class Statements:
             else ""
         )
         # ``commit_many`` as one statement over the whole batch (after :attr:`lock_many`, in
-        # the same transaction): every column arrives as one binary array (``unnest``), each
+        # the same transaction): every column arrives as one JSON array (ADR 0167: psycopg
+        # dumps a binary array in Python, item by item), unpacked in step, each
         # item is compared-and-set on its own version, and the journal and outbox rows are
         # selected from what was written. ``bad``: some uid is stored under another identity,
         # and then nothing is written. One row per item, in order: written, epoch accepted,
         # and the stored version (before this statement) for a conflict's report.
         self.commit_batch = f"""
-            WITH b AS (
-                SELECT * FROM unnest(
-                    %(uid)b::text[], %(machine)b::text[], %(kind)b::text[],
-                    %(namespace)b::text[], %(name)b::text[], %(state)b::text[],
-                    %(version)b::bigint[], %(status)b::text[], %(at)b::text[],
-                    %(observation)b::text[], %(fields)b::text[], %(events)b::text[],
-                    %(token)b::text[], %(epoch)b::text[], %(sv)b::int[], %(sfp)b::text[])
-                    WITH ORDINALITY AS b(uid, machine, kind, namespace, name, state, version,
+            WITH r AS (
+                SELECT * FROM ROWS FROM (
+                    json_array_elements_text(%(uid)s::json),
+                    json_array_elements_text(%(machine)s::json),
+                    json_array_elements_text(%(kind)s::json),
+                    json_array_elements_text(%(namespace)s::json),
+                    json_array_elements_text(%(name)s::json),
+                    json_array_elements_text(%(state)s::json),
+                    json_array_elements_text(%(version)s::json),
+                    json_array_elements_text(%(status)s::json),
+                    json_array_elements_text(%(at)s::json),
+                    json_array_elements_text(%(observation)s::json),
+                    json_array_elements_text(%(fields)s::json),
+                    json_array_elements_text(%(events)s::json),
+                    json_array_elements_text(%(token)s::json),
+                    json_array_elements_text(%(epoch)s::json),
+                    json_array_elements_text(%(sv)s::json),
+                    json_array_elements_text(%(sfp)s::json))
+                    WITH ORDINALITY AS r(uid, machine, kind, namespace, name, state, version,
                                          status, at, observation, fields, events, token,
                                          epoch, sv, sfp, i)
+            ), b AS (
+                SELECT r.uid, r.machine, r.kind, r.namespace, r.name, r.state,
+                       r.version::bigint AS version, r.status, r.at, r.observation, r.fields,
+                       r.events, r.token, r.epoch, r.sv::int AS sv, r.sfp, r.i
+                FROM r
             ), ok AS (
                 SELECT b.i, coalesce(c.s LIKE {verified} || '%%'
                                      AND (b.epoch IS NULL OR c.s = {verified} || b.epoch),
@@ -740,8 +758,12 @@ class Statements:
                 INSERT INTO {s}.outbox (id, uid, version, n, payload, claimed_by, claimed_until)
                 SELECT e.id, b.uid, b.version, e.n, e.payload::json, %(owner)s,
                        clock_timestamp() + make_interval(secs => %(lease)s)
-                FROM unnest(%(e_item)b::bigint[], %(e_id)b::text[], %(e_n)b::int[],
-                            %(e_payload)b::text[]) AS e(i, id, n, payload)
+                FROM (SELECT e.i::bigint AS i, e.id, e.n::int AS n, e.payload
+                      FROM ROWS FROM (json_array_elements_text(%(e_item)s::json),
+                                      json_array_elements_text(%(e_id)s::json),
+                                      json_array_elements_text(%(e_n)s::json),
+                                      json_array_elements_text(%(e_payload)s::json))
+                           AS e(i, id, n, payload)) AS e
                 JOIN w USING (i) JOIN b USING (i)
             )
             SELECT b.i, w.i IS NOT NULL, ok.ok, (SELECT bad FROM bad), o.version
@@ -751,7 +773,8 @@ class Statements:
         #: lock a batch's stored objects in uid order first: overlapping batches of several
         #: replicas then wait for each other instead of deadlocking
         self.lock_many = (
-            f"SELECT 1 FROM {s}.objects WHERE uid = ANY(%b::text[]) ORDER BY uid FOR UPDATE"
+            f"SELECT 1 FROM {s}.objects WHERE uid = ANY(ARRAY("
+            "SELECT json_array_elements_text(%s::json))) ORDER BY uid FOR UPDATE"
         )
         #: a notification sent by hand (a status cache's barrier)
         self.notify = "SELECT pg_notify(%s, %s)"
@@ -932,7 +955,35 @@ class Statements:
 
 
 # -- rows -----------------------------------------------------------------------------------
-_dumps = json.JSONEncoder(separators=(",", ":")).encode  # compact, and built once
+def _compact_encoder(*, ascii_only: bool = True) -> Callable[[Any], str]:
+    """``json``'s compact encoder, its C part built once (ADR 0167): ``JSONEncoder.encode``
+    builds it again on every call, about a microsecond a document. The same C function
+    writes the text, so the bytes are the same; built without the circular-reference check
+    (the values are fresh from cattrs), a value nested too deep or circular is refused as a
+    ``ValueError``, as the checked encoder refuses a circular one."""
+    plain = json.JSONEncoder(separators=(",", ":"), ensure_ascii=ascii_only)
+    make = getattr(json.encoder, "c_make_encoder", None)
+    if make is None:  # no C accelerator: the plain encoder
+        return plain.encode
+    strings = json.encoder.encode_basestring_ascii if ascii_only else json.encoder.encode_basestring
+    encode = make(None, plain.default, strings, None, ":", ",", False, False, True)
+    join = "".join
+
+    def dumps(value: Any) -> str:
+        try:
+            return join(encode(value, 0))
+        except RecursionError:
+            raise ValueError("nested too deep for JSON, or circular") from None
+
+    return dumps
+
+
+#: compact JSON text, as ``json.JSONEncoder(separators=(",", ":")).encode`` writes it
+_dumps = _compact_encoder()
+#: the same, text left as it is (``ensure_ascii=False``): a batch's columns, unpacked by
+#: ``json_array_elements_text`` -- a ``\uXXXX`` above 007F is refused on a database that is
+#: not UTF-8, the character itself is not
+json_texts = _compact_encoder(ascii_only=False)
 
 
 def commit_params(
@@ -1051,9 +1102,9 @@ _BATCH_COLUMNS = (
 
 def batch_params(params: Sequence[dict[str, Any]], *, owner: str, lease: float) -> dict[str, Any]:
     """The parameters of :attr:`Statements.commit_batch`: each column of the items'
-    :func:`commit_params` as one array, and their outbox rows as four flat arrays (item
+    :func:`commit_params` as one JSON array, and their outbox rows as four flat ones (item
     position from 1, id, position in the commit, payload)."""
-    out: dict[str, Any] = {c: [p[c] for p in params] for c in _BATCH_COLUMNS}
+    out: dict[str, Any] = {c: json_texts([p[c] for p in params]) for c in _BATCH_COLUMNS}
     e_item: list[int] = []
     e_id: list[str] = []
     e_n: list[int] = []
@@ -1064,7 +1115,10 @@ def batch_params(params: Sequence[dict[str, Any]], *, owner: str, lease: float) 
             e_id += p["ids"]
             e_n += p["ns"]
             e_payload += p["payloads"]
-    out.update(e_item=e_item, e_id=e_id, e_n=e_n, e_payload=e_payload, owner=owner, lease=lease)
+    out.update(
+        e_item=json_texts(e_item), e_id=json_texts(e_id), e_n=json_texts(e_n),
+        e_payload=json_texts(e_payload), owner=owner, lease=lease,
+    )  # fmt: skip
     return out
 
 

@@ -26,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import select
 import time
+import weakref
 from collections.abc import Iterable, Iterator, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -40,6 +41,7 @@ from .._log import get_logger
 from . import _pgio
 from . import _pgsql as sql
 from ._cache import DEFAULT_CACHE, StatusCache
+from ._pgdirect import COMMIT_ROW, Direct
 from ._pgio import (
     MARK_DELAY,
     HeldMarks,
@@ -338,6 +340,12 @@ class PostgresStore(sql.PgSettings):
         self._watchdog = Watchdog(self._call_timeout)
         #: delivered-marks held back for the next commit to carry (ADR 0127)
         self._marks = HeldMarks(min(MARK_DELAY, self._lease / 4), self._send_marks)
+        #: per pooled connection: where it runs (:meth:`_server_of`)
+        self._servers: weakref.WeakKeyDictionary[Conn, tuple[str, str, int]] = (
+            weakref.WeakKeyDictionary()
+        )
+        #: the commit statement, for the synchronous store's path below psycopg's cursor
+        self._commit_statement = Direct(self._sql.commit, COMMIT_ROW)
 
         def configure(c: Conn) -> None:
             for stmt in settings:
@@ -421,35 +429,45 @@ class PostgresStore(sql.PgSettings):
         reconnect attempt (which gives up after ``reconnect_timeout`` and starts again only
         when a caller asks anew) would sit in the queue with the server back and the pool
         idle -- a caller that must keep trying asks again instead."""
-        conn: Conn | None = None
         key: int | None = None
         severed = False
         server = ("", "", 0)
-        try:
-            with self._pool.connection(
+        try:  # getconn/putconn, not connection(): no commit() of an autocommit session
+            conn = self._pool.getconn(  # on the way back (the pool resets what it must)
                 timeout=self._timeout if timeout is None else min(timeout, self._timeout)
-            ) as conn:
-                if writes:
-                    info = conn.info
-                    server = (info.host, str(info.port), info.backend_pid)
-                key = self._watchdog.arm(conn)
-                try:
-                    yield conn
-                finally:
-                    severed = self._watchdog.disarm(key)
+            )
         except PoolTimeout:
             raise self._unavailable(what) from None
+        except psycopg.Error as e:
+            raise translate(self.target, what, e) from None
+        try:
+            if writes:
+                server = self._servers.get(conn) or self._server_of(conn)
+            key = self._watchdog.arm(conn)
+            try:
+                yield conn
+            finally:
+                severed = self._watchdog.disarm(key)
         except StoreError:
             raise
         except psycopg.Error as e:
             if isinstance(e, passthrough):
                 raise
-            if conn is not None and key is not None and (conn.broken or conn.closed):
+            if key is not None and (conn.broken or conn.closed):
                 if writes:
                     raise Lost(e, server) from None
                 if severed:
                     raise self._hung(what) from None
             raise translate(self.target, what, e) from None
+        finally:
+            self._pool.putconn(conn)
+
+    def _server_of(self, conn: Conn) -> tuple[str, str, int]:
+        """Where ``conn`` runs (host, port, backend pid), read once per connection: a lost
+        write is resolved there, and a broken connection no longer tells its backend."""
+        info = conn.info
+        server = self._servers[conn] = (info.host, str(info.port), info.backend_pid)
+        return server
 
     def _hung(self, what: str) -> StoreError:
         return StoreError(
@@ -666,9 +684,8 @@ class PostgresStore(sql.PgSettings):
                 with self._conn(what, writes=True) as conn:
                     try:  # the marks ride in the statement: one round trip, one transaction
                         args = sql.commit_args(params, marks)
-                        cur = conn.execute(self._sql.commit, args, prepare=True)
+                        row = self._commit_statement.first_row(conn, args)
                         marks.clear()
-                        row = cur.fetchone()
                     except pg_errors.UniqueViolation as e:
                         raise sql.unique_violation(self.target, e, ref.uid, expected) from None
                     if row is not None and row[0] == 1:
@@ -1116,7 +1133,7 @@ class PostgresStore(sql.PgSettings):
         connection, and refuses the whole batch -- nothing written -- on an identity mismatch.
 
         One round trip: the batch's stored rows locked in uid order, then one statement
-        writing every item from binary arrays (:attr:`Statements.commit_batch`), pipelined
+        writing every item from JSON arrays (:attr:`Statements.commit_batch`), pipelined
         up to one sync: one implicit transaction. A batch holding one object twice is
         written item by item."""
         params = [p for _, p in ready]
@@ -1130,7 +1147,7 @@ class PostgresStore(sql.PgSettings):
                 with conn.pipeline():  # one implicit transaction up to the pipeline's sync
                     if marks:  # the held delivered-marks ride along (ADR 0127)
                         conn.execute(self._sql.mark_riding, (marks,))
-                    conn.execute(self._sql.lock_many, (uids,), binary=True)
+                    conn.execute(self._sql.lock_many, (sql.json_texts(uids),))
                     cur = conn.cursor()
                     cur.execute(self._sql.commit_batch, batch, binary=True)
                 marks.clear()
