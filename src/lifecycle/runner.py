@@ -130,6 +130,16 @@ class Runner(RunnerCore[CommitStore]):
             store = reporting_store(store, self.telemetry)
         self._store = store
         self._mark: Mark | None = marker(store)
+        #: The memory store's own commit, which journals events that nobody waits for
+        #: without queueing them (ADR 0170); ``None`` for any other store, a subclass that
+        #: overrides ``commit``, or a wrapper.
+        commit = getattr(store, "commit", None)
+        self._commit_delivered: Callable[..., int] | None = (
+            commit
+            if getattr(commit, "__func__", None) is MemoryStore.commit
+            and getattr(commit, "__self__", None) is store
+            else None
+        )
         self.protocol.epoch_source = plain
         # acknowledgements that arrive while this runner is idle are marked all the same
         self.protocol.delivery.mark_when_idle(self._mark)
@@ -208,6 +218,8 @@ class Runner(RunnerCore[CommitStore]):
         if protocol.pending and not self._applying_links:
             caught = self.catch_up()
         store = self._store
+        # no emitter to hand events to, and a store that can say so: committed as delivered
+        quiet = self._commit_delivered if protocol.delivery.silent else None
         write: Write | None = None
         actions: tuple[Transition, ...] = ()
         before: Any = None
@@ -236,9 +248,13 @@ class Runner(RunnerCore[CommitStore]):
                     caught,
                 ))  # fmt: skip
             try:
-                committed = store.commit(
-                    machine, ref, version, write.after, observation, write.written
-                )
+                if quiet is None:
+                    committed = store.commit(
+                        machine, ref, version, write.after, observation, write.written
+                    )
+                else:
+                    committed = quiet(machine, ref, version, write.after, observation,
+                                      write.written, delivered=len(write.transitions))  # fmt: skip
             except StoreError as e:
                 error = e
                 again = protocol.again(machine, observation, e, attempt)
@@ -246,7 +262,7 @@ class Runner(RunnerCore[CommitStore]):
                     break
                 again.pause()
                 continue
-            if write.transitions:
+            if write.transitions and quiet is None:
                 try:
                     protocol.delivery.deliver(write.transitions, self._mark)
                 except BaseException:  # interrupted after the commit (ADR 0105)

@@ -93,7 +93,12 @@ class MemoryStore(Store, RetentionStore, SchemaStore, FindStore):
         status: Any,
         observation: Observation,
         transitions: Sequence[Transition],
+        *,
+        delivered: int = 0,
     ) -> int:
+        """:meth:`Store.commit`; ``delivered``: the first that many ``transitions`` are events
+        nobody is waiting for (a runner with no emitter, ADR 0170): journaled, not queued in
+        the outbox, as if delivered and marked the moment they were committed."""
         # Everything that can fail is done before anything is written.
         version = expected + 1
         name = machine.name
@@ -101,11 +106,14 @@ class MemoryStore(Store, RetentionStore, SchemaStore, FindStore):
         uid = ref.uid
         if self._keep_journal:
             packed = _pack(transitions, ref, name, version, observation)
-        if len(transitions) == 1:
-            t = transitions[0]
+        queued = transitions[delivered:] if delivered else transitions
+        if not queued:
+            outbox = None
+        elif len(queued) == 1:
+            t = queued[0]
             outbox = {t.id: t}
         else:
-            outbox = {t.id: t for t in transitions}
+            outbox = {t.id: t for t in queued}
         with self._lock:
             current = self._records.get(uid)
             if current is None:
@@ -125,7 +133,7 @@ class MemoryStore(Store, RetentionStore, SchemaStore, FindStore):
                     self._journals[uid] = [version, observation, schema, packed]
                 else:
                     journal += (observation, schema, packed)
-            if outbox:
+            if outbox is not None:
                 self._outbox.update(outbox)
             return version
 
