@@ -247,14 +247,13 @@ class Runner(RunnerCore[CommitStore]):
                     Outcome.UNCHANGED, ref, before, version, (), (), None, attempt, (), actions,
                     caught,
                 ))  # fmt: skip
+            after, _, transitions, intents, written = write
             try:
                 if quiet is None:
-                    committed = store.commit(
-                        machine, ref, version, write.after, observation, write.written
-                    )
+                    committed = store.commit(machine, ref, version, after, observation, written)
                 else:
-                    committed = quiet(machine, ref, version, write.after, observation,
-                                      write.written, delivered=len(write.transitions))  # fmt: skip
+                    committed = quiet(machine, ref, version, after, observation, written,
+                                      delivered=len(transitions))  # fmt: skip
             except StoreError as e:
                 error = e
                 again = protocol.again(machine, observation, e, attempt)
@@ -262,16 +261,15 @@ class Runner(RunnerCore[CommitStore]):
                     break
                 again.pause()
                 continue
-            if write.transitions and quiet is None:
+            if transitions and quiet is None:
                 try:
-                    protocol.delivery.deliver(write.transitions, self._mark)
+                    protocol.delivery.deliver(transitions, self._mark)
                 except BaseException:  # interrupted after the commit (ADR 0105)
-                    protocol.unfinished(write.transitions, write.intents)
+                    protocol.unfinished(transitions, intents)
                     raise
             return _result(Result, (
-                Outcome.COMMITTED, ref, write.after, committed, write.transitions, (), None,
-                attempt, self.apply_intents(write.intents) if write.intents else (), actions,
-                caught,
+                Outcome.COMMITTED, ref, after, committed, transitions, (), None, attempt,
+                self.apply_intents(intents) if intents else (), actions, caught,
             ))  # fmt: skip
         return protocol.lost(
             machine, ref, observation, before, version, write, error, attempt, actions, caught,
