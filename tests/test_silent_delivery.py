@@ -80,7 +80,7 @@ def test_a_wrapped_store_gets_the_plain_call() -> None:
         def __getattr__(self, name: str) -> Any:
             return getattr(inner, name)
 
-    runner = Runner(Wrapper(), [], machines=MachineRegistry([Lamp()]), links=())  # type: ignore[arg-type]
+    runner = Runner(Wrapper(), [], machines=MachineRegistry([Lamp()]), links=())
     result = runner.observe(REF, SwitchOn(at=AT))
     assert inner.marks == [[result.transitions[0].id]]
 
@@ -108,7 +108,7 @@ def test_link_intents_after_the_delivered_events_stay_queued() -> None:
                          event.message, 1, AT)  # fmt: skip
     intent = stamped._replace(n=1, intent=Intent(OTHER, "lamp", "SwitchOn", SwitchOn(at=AT)))
     status = lamp.apply(lamp.initial(REF), SwitchOn(at=AT))
-    store.commit(lamp, REF, 0, status, SwitchOn(at=AT), (stamped, intent), delivered=1)
+    store.commit_delivered(lamp, REF, 0, status, SwitchOn(at=AT), (stamped, intent), 1)
     assert store.claim_undelivered() == [intent]
     assert store.journal(lamp, REF)[0].transitions[0] == stamped
 
@@ -127,7 +127,7 @@ def test_silent_and_queued_commits_leave_the_same_store_and_results(
     silent, queued = Counting(), Queueing()
     outcomes = []
     for store in (silent, queued):
-        runner, seen = _runner(store, machine), []
+        runner, seen = _runner(store, machine), list[object]()
         for k, (other, cls) in enumerate(steps):
             ref = OTHER if other else REF
             try:

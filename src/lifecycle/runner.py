@@ -130,13 +130,14 @@ class Runner(RunnerCore[CommitStore]):
             store = reporting_store(store, self.telemetry)
         self._store = store
         self._mark: Mark | None = marker(store)
-        #: The memory store's own commit, which journals events that nobody waits for
-        #: without queueing them (ADR 0170); ``None`` for any other store, a subclass that
-        #: overrides ``commit``, or a wrapper.
+        #: The memory store's ``commit_delivered``, which journals events that nobody waits
+        #: for without queueing them (ADR 0170); ``None`` for any other store, a subclass
+        #: that overrides ``commit``, or a wrapper.
         commit = getattr(store, "commit", None)
         self._commit_delivered: Callable[..., int] | None = (
-            commit
-            if getattr(commit, "__func__", None) is MemoryStore.commit
+            store.commit_delivered
+            if isinstance(store, MemoryStore)
+            and getattr(commit, "__func__", None) is MemoryStore.commit
             and getattr(commit, "__self__", None) is store
             else None
         )
@@ -253,7 +254,7 @@ class Runner(RunnerCore[CommitStore]):
                     committed = store.commit(machine, ref, version, after, observation, written)
                 else:
                     committed = quiet(machine, ref, version, after, observation, written,
-                                      delivered=len(transitions))  # fmt: skip
+                                      len(transitions))  # fmt: skip
             except StoreError as e:
                 error = e
                 again = protocol.again(machine, observation, e, attempt)

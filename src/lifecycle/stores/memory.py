@@ -93,12 +93,40 @@ class MemoryStore(Store, RetentionStore, SchemaStore, FindStore):
         status: Any,
         observation: Observation,
         transitions: Sequence[Transition],
-        *,
-        delivered: int = 0,
     ) -> int:
-        """:meth:`Store.commit`; ``delivered``: the first that many ``transitions`` are events
-        nobody is waiting for (a runner with no emitter, ADR 0170): journaled, not queued in
-        the outbox, as if delivered and marked the moment they were committed."""
+        return self.commit_delivered(machine, ref, expected, status, observation, transitions, 0)
+
+    def commit_delivered(
+        self,
+        machine: Machine[Any],
+        ref: ObjectRef,
+        expected: int,
+        status: Any,
+        observation: Observation,
+        transitions: Sequence[Transition],
+        delivered: int,
+    ) -> int:
+        """:meth:`commit`, with the first ``delivered`` of ``transitions`` events that nobody
+        waits for (a runner with no emitter, ADR 0170): journaled but not queued in the
+        outbox, as if marked delivered the moment they were committed. Link intents after
+        them are queued as :meth:`commit` queues them.
+
+        Args:
+            machine: the machine that writes the object.
+            ref: the object.
+            expected: the version the caller loaded (0 for a new object).
+            status: the new status.
+            observation: what produced it.
+            transitions: events, then link intents.
+            delivered: how many of the events come first and are not queued.
+
+        Returns:
+            The new version, ``expected + 1``.
+
+        Raises:
+            Conflict: the stored version is not ``expected``; nothing was written.
+            IdentityMismatch: the uid is stored for another object; nothing was written.
+        """
         # Everything that can fail is done before anything is written.
         version = expected + 1
         name = machine.name
