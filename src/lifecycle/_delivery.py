@@ -138,6 +138,7 @@ class Delivery:
         "log",
         "mark_batch",
         "mark_interval",
+        "silent",
         "timer_refusals",
     )
 
@@ -177,6 +178,9 @@ class Delivery:
     @emitters.setter
     def emitters(self, emitters: Sequence[Emitter]) -> None:
         self._emitters = tuple(emitters)
+        #: No emitter: a committed event is delivered to nobody, so nothing waits for it
+        #: (an attribute: the runner's hot path reads it, ADR 0170).
+        self.silent = not self._emitters
         acking = [e for e in self._emitters if callable(getattr(e, "deliver", None))]
         self._acking = tuple(acking)
         self._sync = tuple(e for e in self._emitters if e not in acking)

@@ -130,6 +130,17 @@ class Runner(RunnerCore[CommitStore]):
             store = reporting_store(store, self.telemetry)
         self._store = store
         self._mark: Mark | None = marker(store)
+        #: The memory store's ``commit_delivered``, which journals events that nobody waits
+        #: for without queueing them (ADR 0170); ``None`` for any other store, a subclass
+        #: that overrides ``commit``, or a wrapper.
+        commit = getattr(store, "commit", None)
+        self._commit_delivered: Callable[..., int] | None = (
+            store.commit_delivered
+            if isinstance(store, MemoryStore)
+            and getattr(commit, "__func__", None) is MemoryStore.commit
+            and getattr(commit, "__self__", None) is store
+            else None
+        )
         self.protocol.epoch_source = plain
         # acknowledgements that arrive while this runner is idle are marked all the same
         self.protocol.delivery.mark_when_idle(self._mark)
@@ -208,6 +219,8 @@ class Runner(RunnerCore[CommitStore]):
         if protocol.pending and not self._applying_links:
             caught = self.catch_up()
         store = self._store
+        # no emitter to hand events to, and a store that can say so: committed as delivered
+        quiet = self._commit_delivered if protocol.delivery.silent else None
         write: Write | None = None
         actions: tuple[Transition, ...] = ()
         before: Any = None
@@ -235,10 +248,13 @@ class Runner(RunnerCore[CommitStore]):
                     Outcome.UNCHANGED, ref, before, version, (), (), None, attempt, (), actions,
                     caught,
                 ))  # fmt: skip
+            after, _, transitions, intents, written = write
             try:
-                committed = store.commit(
-                    machine, ref, version, write.after, observation, write.written
-                )
+                if quiet is None:
+                    committed = store.commit(machine, ref, version, after, observation, written)
+                else:
+                    committed = quiet(machine, ref, version, after, observation, written,
+                                      len(transitions))  # fmt: skip
             except StoreError as e:
                 error = e
                 again = protocol.again(machine, observation, e, attempt)
@@ -246,16 +262,15 @@ class Runner(RunnerCore[CommitStore]):
                     break
                 again.pause()
                 continue
-            if write.transitions:
+            if transitions and quiet is None:
                 try:
-                    protocol.delivery.deliver(write.transitions, self._mark)
+                    protocol.delivery.deliver(transitions, self._mark)
                 except BaseException:  # interrupted after the commit (ADR 0105)
-                    protocol.unfinished(write.transitions, write.intents)
+                    protocol.unfinished(transitions, intents)
                     raise
             return _result(Result, (
-                Outcome.COMMITTED, ref, write.after, committed, write.transitions, (), None,
-                attempt, self.apply_intents(write.intents) if write.intents else (), actions,
-                caught,
+                Outcome.COMMITTED, ref, after, committed, transitions, (), None, attempt,
+                self.apply_intents(intents) if intents else (), actions, caught,
             ))  # fmt: skip
         return protocol.lost(
             machine, ref, observation, before, version, write, error, attempt, actions, caught,

@@ -264,5 +264,7 @@ def stamp(
             f.condition, False, f.controller, False, epoch, None, "",
         ))  # fmt: skip
         _IDS[id(t)] = (t, f"{uid}:{version}:{n}@{epoch}" if epoch else f"{uid}:{version}:{n}")
+        if len(flips) == 1:  # most commits: one flip, returned without the list (ADR 0170)
+            return (t,)
         out.append(t)
     return tuple(out)

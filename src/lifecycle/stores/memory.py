@@ -111,6 +111,39 @@ class MemoryStore(Store, RetentionStore, SchemaStore, FindStore):
         observation: Observation,
         transitions: Sequence[Transition],
     ) -> int:
+        return self.commit_delivered(machine, ref, expected, status, observation, transitions, 0)
+
+    def commit_delivered(
+        self,
+        machine: Machine[Any],
+        ref: ObjectRef,
+        expected: int,
+        status: Any,
+        observation: Observation,
+        transitions: Sequence[Transition],
+        delivered: int,
+    ) -> int:
+        """:meth:`commit`, with the first ``delivered`` of ``transitions`` events that nobody
+        waits for (a runner with no emitter, ADR 0170): journaled but not queued in the
+        outbox, as if marked delivered the moment they were committed. Link intents after
+        them are queued as :meth:`commit` queues them.
+
+        Args:
+            machine: the machine that writes the object.
+            ref: the object.
+            expected: the version the caller loaded (0 for a new object).
+            status: the new status.
+            observation: what produced it.
+            transitions: events, then link intents.
+            delivered: how many of the events come first and are not queued.
+
+        Returns:
+            The new version, ``expected + 1``.
+
+        Raises:
+            Conflict: the stored version is not ``expected``; nothing was written.
+            IdentityMismatch: the uid is stored for another object; nothing was written.
+        """
         # Everything that can fail is done before anything is written.
         version = expected + 1
         name = machine.name
@@ -118,11 +151,14 @@ class MemoryStore(Store, RetentionStore, SchemaStore, FindStore):
         uid = ref.uid
         if self._keep_journal:
             packed = _pack(transitions, ref, name, version, observation)
-        if len(transitions) == 1:
-            t = transitions[0]
+        queued = transitions[delivered:] if delivered else transitions
+        if not queued:
+            outbox = None
+        elif len(queued) == 1:
+            t = queued[0]
             outbox = {t.id: t}
         else:
-            outbox = {t.id: t for t in transitions}
+            outbox = {t.id: t for t in queued}
         with self._lock:
             current = self._records.get(uid)
             if current is None:
@@ -142,7 +178,7 @@ class MemoryStore(Store, RetentionStore, SchemaStore, FindStore):
                     self._journals[uid] = [version, observation, schema, packed]
                 else:
                     journal += (observation, schema, packed)
-            if outbox:
+            if outbox is not None:
                 self._outbox.update(outbox)
             return version
 
