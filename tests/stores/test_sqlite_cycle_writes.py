@@ -1,0 +1,185 @@
+"""What a cycle's changes write on SQLite (ADR 0169): the journal appended (schema 5) and
+migrated from the keyed layout of schema 4 with every entry kept, and a batch commit carrying
+the delivery marks held for the next commit, as a single commit does (ADR 0132)."""
+
+from __future__ import annotations
+
+import contextlib
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from lifecycle import IdentityMismatch, ObjectRef, Runner, SQLiteStore
+from lifecycle.machines import POD, pod
+from lifecycle.stores import sqlite as sqlite_module
+from lifecycle.stores.base import CommitItem
+from lifecycle.stores.sqlite import SCHEMA_VERSION
+
+from ..conftest import pod_ref, t
+
+#: schema 4's journal, as a release before ADR 0169 created it
+_KEYED_JOURNAL = (
+    "CREATE TABLE journal (uid TEXT NOT NULL, version INTEGER NOT NULL, at TEXT NOT NULL, "
+    "observation TEXT NOT NULL, fields TEXT NOT NULL, transitions TEXT NOT NULL, "
+    "schema_version INTEGER NOT NULL DEFAULT 1, schema_fingerprint TEXT NOT NULL DEFAULT '', "
+    "PRIMARY KEY (uid, version)) WITHOUT ROWID"
+)
+
+
+def _raw(path: Path) -> contextlib.closing[sqlite3.Connection]:
+    return contextlib.closing(sqlite3.connect(path, isolation_level=None))
+
+
+def _journal_sql(path: Path) -> str:
+    with _raw(path) as db:
+        (sql,) = db.execute("SELECT sql FROM sqlite_master WHERE name = 'journal'").fetchone()
+    return str(sql)
+
+
+def _indexes(path: Path) -> set[str]:
+    with _raw(path) as db:
+        return {name for (name,) in db.execute("SELECT name FROM sqlite_master WHERE type='index'")}
+
+
+def _fleet(store: SQLiteStore, n: int) -> list[ObjectRef]:
+    refs = [pod_ref(f"p-{i}", uid=f"u-{i}") for i in range(n)]
+    runner = Runner(store)
+    runner.observe_many([(r, pod.CreateRequested(at=t(0))) for r in refs])
+    runner.observe_many(
+        [(r, pod.ProvisionSucceeded(at=t(1), reserved=True, instance_id=r.uid)) for r in refs]
+    )
+    return refs
+
+
+def test_a_new_store_appends_its_journal_keyed_by_a_unique_index(tmp_path: Path) -> None:
+    path = tmp_path / "s.db"
+    store = SQLiteStore(path)
+    (ref,) = _fleet(store, 1)
+    store.close()
+    assert "WITHOUT ROWID" not in _journal_sql(path).upper()
+    assert "journal_key" in _indexes(path)
+    assert "objects_by_machine" not in _indexes(path)  # a prefix of objects_by_state_age
+    with _raw(path) as db:  # the key still refuses a second entry of one version
+        with pytest.raises(sqlite3.IntegrityError):
+            db.execute(
+                "INSERT INTO journal (uid, version, at, observation, fields, transitions) "
+                "VALUES (?, 1, '', 'x', '{}', '[]')",
+                (ref.uid,),
+            )
+
+
+def test_a_store_of_schema_4_is_migrated_with_every_entry_kept(tmp_path: Path) -> None:
+    path = tmp_path / "s.db"
+    store = SQLiteStore(path)
+    refs = _fleet(store, 5)
+    journals = {r.uid: store.journal(POD, r) for r in refs}
+    store.close()
+    with _raw(path) as db:  # back to schema 4, as an older release left it
+        before = db.execute("SELECT * FROM journal ORDER BY uid, version").fetchall()
+        db.execute("BEGIN")
+        db.execute("ALTER TABLE journal RENAME TO appended")
+        db.execute(_KEYED_JOURNAL)
+        db.execute("INSERT INTO journal SELECT * FROM appended ORDER BY version DESC")
+        db.execute("DROP TABLE appended")
+        db.execute("CREATE INDEX objects_by_machine ON objects (machine, state)")
+        db.execute("UPDATE lifecycle_meta SET value = '4' WHERE key = 'schema_version'")
+        db.execute("COMMIT")
+    assert "WITHOUT ROWID" in _journal_sql(path).upper()
+    store = SQLiteStore(path)
+    try:
+        assert {r.uid: store.journal(POD, r) for r in refs} == journals
+        runner = Runner(store)  # and it takes new entries after them
+        runner.observe(refs[0], pod.InstanceRunning(at=t(2), instance_id=refs[0].uid))
+        assert len(store.journal(POD, refs[0])) == len(journals[refs[0].uid]) + 1
+    finally:
+        store.close()
+    assert "WITHOUT ROWID" not in _journal_sql(path).upper()
+    assert "journal_key" in _indexes(path)
+    assert "objects_by_machine" not in _indexes(path)
+    with _raw(path) as db:
+        rows = db.execute("SELECT * FROM journal ORDER BY uid, version").fetchall()
+        (mark,) = db.execute(
+            "SELECT value FROM lifecycle_meta WHERE key = 'schema_version'"
+        ).fetchone()
+    assert set(before) <= set(rows)  # every entry, byte for byte
+    assert mark == str(SCHEMA_VERSION) == "5"
+
+
+def _outbox_uids(path: Path) -> set[str]:
+    """The Pods whose events or link intents wait in the outbox (a Pod's NodeClaim's, its)."""
+    with _raw(path) as db:
+        return {uid.removesuffix("-claim") for (uid,) in db.execute("SELECT uid FROM outbox")}
+
+
+@pytest.fixture
+def held(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Held marks wait for a commit: no marker thread writes them meanwhile."""
+    monkeypatch.setattr(sqlite_module, "_MARK_DELAY", 600.0)
+
+
+@pytest.mark.usefixtures("held")
+def test_a_batch_commit_carries_the_held_marks(tmp_path: Path) -> None:
+    path = tmp_path / "s.db"
+    store = SQLiteStore(path)
+    try:
+        runner = Runner(store)
+        a = pod_ref("a", uid="a")
+        runner.observe(a, pod.CreateRequested(at=t(0)))  # delivered: its marks are held
+        assert store.undelivered_marks_held() > 0
+        assert _outbox_uids(path) == {"a"}
+        b, c = pod_ref("b", uid="b"), pod_ref("c", uid="c")
+        runner.observe_many([(b, pod.CreateRequested(at=t(1))), (c, pod.CreateRequested(at=t(1)))])
+        assert _outbox_uids(path) == {"b", "c"}  # a's delivered rows went with the batch
+    finally:
+        store.close()
+
+
+@pytest.mark.usefixtures("held")
+def test_a_batch_redone_item_by_item_still_carries_the_held_marks(tmp_path: Path) -> None:
+    path = tmp_path / "s.db"
+    store = SQLiteStore(path)
+    try:
+        runner = Runner(store)
+        a = pod_ref("a", uid="a")
+        runner.observe(a, pod.CreateRequested(at=t(0)))
+        with _raw(path) as db:  # a stray journal row refuses b's insert: savepoints then
+            db.execute(
+                "INSERT INTO journal (uid, version, at, observation, fields, transitions) "
+                "VALUES ('b', 1, '', 'x', '{}', '[]')"
+            )
+        b, c = pod_ref("b", uid="b"), pod_ref("c", uid="c")
+        runner.observe_many([(b, pod.CreateRequested(at=t(1))), (c, pod.CreateRequested(at=t(1)))])
+        assert store.load(POD, b) is None
+        assert store.load(POD, c) is not None
+        assert _outbox_uids(path) == {"c"}
+    finally:
+        store.close()
+
+
+@pytest.mark.usefixtures("held")
+def test_a_refused_batch_keeps_the_held_marks_for_the_next_commit(tmp_path: Path) -> None:
+    path = tmp_path / "s.db"
+    store = SQLiteStore(path)
+    try:
+        runner = Runner(store)
+        a, b = pod_ref("a", uid="a"), pod_ref("b", uid="b")
+        runner.observe_many([(a, pod.CreateRequested(at=t(0))), (b, pod.CreateRequested(at=t(0)))])
+        marks = store.undelivered_marks_held()
+        assert marks > 0
+        record = store.load(POD, a)
+        assert record is not None
+        impostor = ObjectRef("Pod", "elsewhere", "a", "a")  # a's uid, another object
+        obs = pod.ProvisionSucceeded(at=t(1), reserved=True, instance_id="a")
+        items = [
+            CommitItem(POD, impostor, record.version, record.status, obs, ()),
+            CommitItem(POD, b, record.version, record.status, obs, ()),
+        ]
+        with pytest.raises(IdentityMismatch):
+            store.commit_many(items)
+        assert store.undelivered_marks_held() == marks  # put back, not lost
+        assert _outbox_uids(path) == {"a", "b"}
+        store.flush_marks()
+        assert _outbox_uids(path) == set()
+    finally:
+        store.close()
