@@ -26,6 +26,13 @@ _KEYED_JOURNAL = (
     "PRIMARY KEY (uid, version)) WITHOUT ROWID"
 )
 
+#: schema 4's state trigger: it wrote every moved row a second time
+_MOVED_4 = (
+    "CREATE TRIGGER objects_entered_moved AFTER UPDATE OF state ON objects FOR EACH ROW "
+    "WHEN OLD.state IS NOT NEW.state BEGIN UPDATE objects SET entered = "
+    "round((julianday('now') - 2440587.5) * 86400.0, 6) WHERE rowid = NEW.rowid; END"
+)
+
 
 def _raw(path: Path) -> contextlib.closing[sqlite3.Connection]:
     return contextlib.closing(sqlite3.connect(path, isolation_level=None))
@@ -60,13 +67,12 @@ def test_a_new_store_appends_its_journal_keyed_by_a_unique_index(tmp_path: Path)
     assert "WITHOUT ROWID" not in _journal_sql(path).upper()
     assert "journal_key" in _indexes(path)
     assert "objects_by_machine" not in _indexes(path)  # a prefix of objects_by_state_age
-    with _raw(path) as db:  # the key still refuses a second entry of one version
-        with pytest.raises(sqlite3.IntegrityError):
-            db.execute(
-                "INSERT INTO journal (uid, version, at, observation, fields, transitions) "
-                "VALUES (?, 1, '', 'x', '{}', '[]')",
-                (ref.uid,),
-            )
+    with _raw(path) as db, pytest.raises(sqlite3.IntegrityError):  # still one entry a version
+        db.execute(
+            "INSERT INTO journal (uid, version, at, observation, fields, transitions) "
+            "VALUES (?, 1, '', 'x', '{}', '[]')",
+            (ref.uid,),
+        )
 
 
 def test_a_store_of_schema_4_is_migrated_with_every_entry_kept(tmp_path: Path) -> None:
@@ -83,6 +89,8 @@ def test_a_store_of_schema_4_is_migrated_with_every_entry_kept(tmp_path: Path) -
         db.execute("INSERT INTO journal SELECT * FROM appended ORDER BY version DESC")
         db.execute("DROP TABLE appended")
         db.execute("CREATE INDEX objects_by_machine ON objects (machine, state)")
+        db.execute("DROP TRIGGER objects_entered_moved")
+        db.execute(_MOVED_4)
         db.execute("UPDATE lifecycle_meta SET value = '4' WHERE key = 'schema_version'")
         db.execute("COMMIT")
     assert "WITHOUT ROWID" in _journal_sql(path).upper()
@@ -98,6 +106,10 @@ def test_a_store_of_schema_4_is_migrated_with_every_entry_kept(tmp_path: Path) -
     assert "journal_key" in _indexes(path)
     assert "objects_by_machine" not in _indexes(path)
     with _raw(path) as db:
+        (trigger,) = db.execute(
+            "SELECT sql FROM sqlite_master WHERE name = 'objects_entered_moved'"
+        ).fetchone()
+        assert "OLD.entered IS NEW.entered" in trigger  # schema 5's: only for other writers
         rows = db.execute("SELECT * FROM journal ORDER BY uid, version").fetchall()
         (mark,) = db.execute(
             "SELECT value FROM lifecycle_meta WHERE key = 'schema_version'"
@@ -181,5 +193,44 @@ def test_a_refused_batch_keeps_the_held_marks_for_the_next_commit(tmp_path: Path
         assert _outbox_uids(path) == {"a", "b"}
         store.flush_marks()
         assert _outbox_uids(path) == set()
+    finally:
+        store.close()
+
+
+def _entered(path: Path, uid: str) -> float:
+    with _raw(path) as db:
+        (entered,) = db.execute("SELECT entered FROM objects WHERE uid = ?", (uid,)).fetchone()
+    return float(entered)
+
+
+def test_a_move_writes_its_row_once_and_plain_sql_still_restarts_entered(tmp_path: Path) -> None:
+    """The store sets ``entered`` in the statement that moves the state; the trigger is left
+    for writers that do not (schema 5, ADR 0169)."""
+    path = tmp_path / "s.db"
+    store = SQLiteStore(path)
+    try:
+        (ref,) = _fleet(store, 1)  # Provisioning -> Initializing
+        with _raw(path) as db:  # every write of an objects row, counted
+            db.execute("CREATE TABLE writes (uid TEXT)")
+            db.execute(
+                "CREATE TRIGGER counted AFTER UPDATE ON objects "
+                "BEGIN INSERT INTO writes VALUES (NEW.uid); END"
+            )
+        before = _entered(path, ref.uid)
+        was = store.load(POD, ref)
+        Runner(store).observe(ref, pod.InstanceRunning(at=t(2), instance_id=ref.uid))
+        record = store.load(POD, ref)
+        assert was is not None
+        assert record is not None
+        assert record.status.state != was.status.state  # a move
+        with _raw(path) as db:
+            (writes,) = db.execute("SELECT count(*) FROM writes").fetchone()
+        assert writes == 1
+        moved = _entered(path, ref.uid)
+        assert moved >= before
+        with _raw(path) as db:  # a writer that does not set entered: the trigger does
+            db.execute("UPDATE objects SET entered = 0 WHERE uid = ?", (ref.uid,))
+            db.execute("UPDATE objects SET state = 'Elsewhere' WHERE uid = ?", (ref.uid,))
+        assert _entered(path, ref.uid) >= moved
     finally:
         store.close()

@@ -10,6 +10,7 @@ import sqlite3
 from .._core.errors import StoreError, preview
 from . import _sqlite_history as history
 from ._sqlite_find import migrate as migrate_entered
+from ._sqlite_find import moved_trigger
 from ._sqlite_write import Tx
 
 __all__ = ["JOURNAL_COLUMNS", "SCHEMA", "SCHEMA_VERSION", "migrate_journal", "prepare"]
@@ -76,8 +77,8 @@ _SCHEMA_COLUMNS = (
 def prepare(db: sqlite3.Connection, path: str, synchronous: str) -> None:
     """Make the file at ``path`` a store of :data:`SCHEMA_VERSION` on ``db``: WAL mode at
     ``synchronous``, every table, the schema 3 columns, the schema 4 entry times, the schema 5
-    journal, the version mark. A store of a newer schema is refused first, with nothing written (``db`` is then
-    closed)."""
+    journal and state trigger, the version mark. A store of a newer schema is refused first,
+    with nothing written (``db`` is then closed)."""
     refuse_a_newer_schema(db, path)
     db.execute("PRAGMA journal_mode=WAL")
     db.execute(f"PRAGMA synchronous={synchronous}")
@@ -87,6 +88,7 @@ def prepare(db: sqlite3.Connection, path: str, synchronous: str) -> None:
     try:
         migrate_entered(db)
         migrate_journal(db)
+        moved_trigger(db)
     except BaseException:
         db.execute("ROLLBACK")
         raise
