@@ -9,10 +9,13 @@ import sqlite3
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from lifecycle import IdentityMismatch, ObjectRef, Runner, SQLiteStore
 from lifecycle.machines import POD, pod
 from lifecycle.stores import sqlite as sqlite_module
+from lifecycle.stores._sqlite_codec import dumps, dumps_status, loads
 from lifecycle.stores.base import CommitItem
 from lifecycle.stores.sqlite import SCHEMA_VERSION
 
@@ -234,3 +237,31 @@ def test_a_move_writes_its_row_once_and_plain_sql_still_restarts_entered(tmp_pat
         assert _entered(path, ref.uid) >= moved
     finally:
         store.close()
+
+
+#: what a status dumps to: JSON values, and what json takes beyond them (tuples, NaN, big ints)
+_VALUES = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**70), max_value=2**70)
+    | st.floats()
+    | st.text(max_size=8),
+    lambda inner: (
+        st.lists(inner, max_size=4)
+        | st.lists(inner, max_size=3).map(tuple)
+        | st.dictionaries(st.text(max_size=6), inner, max_size=4)
+    ),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(_VALUES)
+def test_a_status_reads_back_as_json_would_write_it(value: object) -> None:
+    """orjson writes a status only when its text reads back as the value; json's otherwise
+    (a NaN stays NaN, not null): what is read back is what json's text gives (ADR 0169)."""
+    assert dumps(loads(dumps_status(value))) == dumps(loads(dumps(value)))
+
+
+def test_a_nan_in_a_status_is_written_as_json_writes_it() -> None:
+    assert dumps_status({"score": float("nan"), "at": (1, 2)}) == '{"score":NaN,"at":[1,2]}'

@@ -18,7 +18,7 @@ from .._core.machine import Machine
 from .._core.observation import Observation
 from .._core.refs import ObjectRef
 from .._core.transition import Transition
-from ._sqlite_codec import dumps, dumps_bounded, int64
+from ._sqlite_codec import dumps_bounded, dumps_status, int64
 from ._sqlite_find import ENTERED, NOW
 from .base import check_identity, transition_to_row
 
@@ -86,7 +86,7 @@ def encode(
     (before anything is written)."""
     int64("expected version", expected, ref.uid, room=1)
     try:
-        status_json = dumps(machine.dump_status(status))
+        status_json = dumps_status(machine.dump_status(status))
         fields_json = dumps_bounded(machine.dump_observation(observation))
         events = [dumps_bounded(transition_to_row(t)) for t in transitions]
     except (TypeError, ValueError) as e:
