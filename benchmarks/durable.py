@@ -96,6 +96,7 @@ class SchemaByHand:
         from lifecycle.stores import _sqlite_schema as module
 
         self.db.executescript(module.SCHEMA)
+        module.migrate_journal(self.db)  # the journal's key index (schema 5, ADR 0169)
         self.names = Names("h")
 
     def rows(self, ref: ObjectRef) -> tuple[tuple[Any, ...], tuple[Any, ...], tuple[Any, ...]]:

@@ -40,6 +40,7 @@ from . import (
     peers,
     pure,
     replay,
+    sqlite_cycle_writes,
     telemetry_cost,
     tricks,
 )
@@ -144,6 +145,8 @@ SUITES: dict[str, Callable[[bool], dict[str, Metric]]] = {
     "replay_wide_rss": replay.wide_rss_suite,
     # issue 37: a poll cycle of 10 000 Pods (2 % changing) ÷ hand-written one-statement floors
     "cycle": lambda quick: cycle.suite(quick, postgres=not quick),
+    # issue 37: a cycle's changes on SQLite, schema 5 ÷ as schema 4 wrote them (ADR 0169)
+    "sqlite_cycle_writes": sqlite_cycle_writes.suite,
     # issue 36: each hand-built result or status, plain ÷ by hand (ADR 0154)
     "tricks": tricks.suite,
 }

@@ -627,7 +627,7 @@ def test_an_sqlite_store_of_schema_2_gets_version_1_records(tmp_path: Path) -> N
     store.close()
     out = io.StringIO()
     assert main(["db", "status", "--store", f"sqlite:///{path}"], out=out) == 0
-    assert "schema version 4" in out.getvalue()  # 2 -> 4 on open (ADR 0088, 0159)
+    assert "schema version 5" in out.getvalue()  # 2 -> 5 on open (ADR 0088, 0159, 0169)
 
 
 # -- lifecycle db check and db upgrade -----------------------------------------------------------

@@ -23,6 +23,7 @@ from lifecycle import MemoryStore, SQLiteStore
 from lifecycle.machines import POD, pod
 from lifecycle.stores import FindStore, InvalidQuery
 from lifecycle.stores.base import Found
+from lifecycle.stores.sqlite import SCHEMA_VERSION
 
 from .conftest import KINDS
 from .helpers import pod_ref, raw, step, t
@@ -190,7 +191,7 @@ def test_an_sqlite_store_of_schema_3_is_migrated(tmp_path: Path) -> None:
         assert db.execute("SELECT value FROM lifecycle_meta WHERE key = 'schema_version'")
         assert db.execute(
             "SELECT value FROM lifecycle_meta WHERE key = 'schema_version'"
-        ).fetchone() == ("4",)
+        ).fetchone() == (str(SCHEMA_VERSION),)
 
 
 # -- the property: find is records() filtered by hand -----------------------------------------

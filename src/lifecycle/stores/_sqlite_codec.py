@@ -10,7 +10,7 @@ from typing import Any
 from .._core.bounds import INT_MAX, INT_MIN
 from .._core.errors import StoreError, preview
 
-__all__ = ["dumps", "dumps_bounded", "int64", "loads"]
+__all__ = ["dumps", "dumps_bounded", "dumps_status", "int64", "loads"]
 
 
 @functools.cache
@@ -39,6 +39,22 @@ def dumps_bounded(value: Any) -> str:
         return orjson.dumps(value).decode()
     except orjson.JSONEncodeError:
         return dumps(value)
+
+
+def dumps_status(value: Any) -> str:
+    """Compact JSON text of a status: ``orjson``'s when it reads back as ``value`` (a third of
+    the cost of ``json``'s, with the check: ADR 0169), else ``json``'s -- for a NaN or an
+    infinity (orjson writes ``null``), a tuple (read back as a list), an integer beyond 64
+    bits or a key that is not a string. What is read back is the same value either way."""
+    import orjson
+
+    try:
+        text = orjson.dumps(value)
+    except orjson.JSONEncodeError:
+        return dumps(value)
+    if orjson.loads(text) != value:
+        return dumps(value)
+    return text.decode()
 
 
 def loads(text: str) -> Any:

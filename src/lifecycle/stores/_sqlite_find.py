@@ -19,6 +19,18 @@ from .base import Query, StateCount, epoch_time
 #: compares equal.
 NOW = "round((julianday('now') - 2440587.5) * 86400.0, 6)"
 
+#: Schema 5 (ADR 0169): the store's own writes set ``entered`` in the statement that moves the
+#: state (:data:`ENTERED`), one write of the row and of its index entry; the trigger sets it
+#: only when a writer that moved the state left ``entered`` as it was (plain SQL, an upgrade).
+MOVED = (
+    "CREATE TRIGGER IF NOT EXISTS objects_entered_moved AFTER UPDATE OF state ON objects "
+    "FOR EACH ROW WHEN OLD.state IS NOT NEW.state AND OLD.entered IS NEW.entered "
+    f"BEGIN UPDATE objects SET entered = {NOW} WHERE rowid = NEW.rowid; END"
+)
+#: What an ``UPDATE objects SET state = ?`` sets ``entered`` to (the new state its one
+#: parameter; a SET clause reads the row as it was): now if the state moves, else as it was.
+ENTERED = f"entered = CASE WHEN state IS ? THEN entered ELSE {NOW} END"
+
 #: Schema 4, in one transaction. Rows stored before count as entering their state at the
 #: migration (the store did not know; an age then never overstates).
 MIGRATION = (
@@ -27,9 +39,8 @@ MIGRATION = (
     "CREATE TRIGGER IF NOT EXISTS objects_entered_new AFTER INSERT ON objects "
     f"FOR EACH ROW WHEN NEW.entered IS NULL BEGIN UPDATE objects SET entered = {NOW} "
     "WHERE rowid = NEW.rowid; END",
-    "CREATE TRIGGER IF NOT EXISTS objects_entered_moved AFTER UPDATE OF state ON objects "
-    f"FOR EACH ROW WHEN OLD.state IS NOT NEW.state BEGIN UPDATE objects SET entered = {NOW} "
-    "WHERE rowid = NEW.rowid; END",
+    # (schema 5's condition, ADR 0169: a store of schema 4 has it replaced by ``moved_trigger``)
+    MOVED,
     "CREATE INDEX IF NOT EXISTS objects_by_state_age ON objects (machine, state, entered, uid)",
 )
 
@@ -52,6 +63,17 @@ def migrate(db: sqlite3.Connection) -> None:
     if not has_entered(db):
         for statement in MIGRATION:
             db.execute(statement)
+
+
+def moved_trigger(db: sqlite3.Connection) -> None:
+    """Schema 5 (ADR 0169), inside the caller's transaction: the state trigger of schema 4,
+    which wrote every moved row a second time, replaced by :data:`MOVED`."""
+    found = db.execute(
+        "SELECT sql FROM sqlite_master WHERE type = 'trigger' AND name = 'objects_entered_moved'"
+    ).fetchone()
+    if found is not None and "OLD.entered IS NEW.entered" not in found[0]:
+        db.execute("DROP TRIGGER objects_entered_moved")
+        db.execute(MOVED)
 
 
 def find_rows(db: sqlite3.Connection, query: Query) -> list[Any]:

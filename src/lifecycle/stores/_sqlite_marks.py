@@ -32,7 +32,7 @@ __all__ = [
 
 #: Delivery marks a store without group commit holds for the next commit before it writes
 #: them in a transaction of their own (a crash loses at most these: their events repeat).
-HELD_MARKS = 256
+HELD_MARKS = 1024
 #: Seconds a held mark waits for a commit to carry it before it is written on its own (well
 #: inside any lease, so no other store claims a delivered row).
 MARK_DELAY = 0.2

@@ -1,6 +1,7 @@
 """The SQLite store's tables (ADR 0153): their layout and version, and what a store does to a
 file at open -- refuse a schema newer than it knows (ADR 0104), create what is missing, and
-migrate a store of schema 2 (ADR 0088) -- before its first commit."""
+migrate a store of schema 2 (ADR 0088), 3 (ADR 0159) or 4 (ADR 0169) -- before its first
+commit."""
 
 from __future__ import annotations
 
@@ -9,11 +10,22 @@ import sqlite3
 from .._core.errors import StoreError, preview
 from . import _sqlite_history as history
 from ._sqlite_find import migrate as migrate_entered
+from ._sqlite_find import moved_trigger
 from ._sqlite_write import Tx
 
-__all__ = ["SCHEMA", "SCHEMA_VERSION", "prepare"]
+__all__ = ["JOURNAL_COLUMNS", "SCHEMA", "SCHEMA_VERSION", "migrate_journal", "prepare"]
 
-SCHEMA_VERSION = 4  # 4: objects.entered and its triggers (ADR 0159)
+SCHEMA_VERSION = 5  # 4: objects.entered (ADR 0159); 5: an appended journal (ADR 0169)
+
+#: The journal's columns. Schema 5 (ADR 0169): a rowid table, so each entry is appended at
+#: its end (not inserted among its object's entries: a page split per entry), found by the
+#: unique index ``journal_key`` on (uid, version), which :func:`migrate_journal` creates.
+JOURNAL_COLUMNS = (
+    "uid TEXT NOT NULL, version INTEGER NOT NULL, at TEXT NOT NULL, observation TEXT NOT NULL, "
+    "fields TEXT NOT NULL, transitions TEXT NOT NULL, schema_version INTEGER NOT NULL DEFAULT 1, "
+    "schema_fingerprint TEXT NOT NULL DEFAULT ''"
+)
+_JOURNAL_NAMES = ", ".join(column.split()[0] for column in JOURNAL_COLUMNS.split(", "))
 
 SCHEMA = (
     """
@@ -30,18 +42,9 @@ CREATE TABLE IF NOT EXISTS objects (
     schema_version INTEGER NOT NULL DEFAULT 1,
     schema_fingerprint TEXT NOT NULL DEFAULT ''
 );
-CREATE INDEX IF NOT EXISTS objects_by_machine ON objects (machine, state);
-CREATE TABLE IF NOT EXISTS journal (
-    uid TEXT NOT NULL,
-    version INTEGER NOT NULL,
-    at TEXT NOT NULL,
-    observation TEXT NOT NULL,
-    fields TEXT NOT NULL,
-    transitions TEXT NOT NULL,
-    schema_version INTEGER NOT NULL DEFAULT 1,
-    schema_fingerprint TEXT NOT NULL DEFAULT '',
-    PRIMARY KEY (uid, version)
-) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS journal ("""
+    + JOURNAL_COLUMNS
+    + """);
 CREATE TABLE IF NOT EXISTS outbox (
     id TEXT PRIMARY KEY,
     uid TEXT NOT NULL,
@@ -73,17 +76,19 @@ _SCHEMA_COLUMNS = (
 
 def prepare(db: sqlite3.Connection, path: str, synchronous: str) -> None:
     """Make the file at ``path`` a store of :data:`SCHEMA_VERSION` on ``db``: WAL mode at
-    ``synchronous``, every table, the schema 3 columns, the schema 4 entry times, the version
-    mark. A store of a newer schema is refused first, with nothing written (``db`` is then
-    closed)."""
+    ``synchronous``, every table, the schema 3 columns, the schema 4 entry times, the schema 5
+    journal and state trigger, the version mark. A store of a newer schema is refused first,
+    with nothing written (``db`` is then closed)."""
     refuse_a_newer_schema(db, path)
     db.execute("PRAGMA journal_mode=WAL")
     db.execute(f"PRAGMA synchronous={synchronous}")
     db.executescript(SCHEMA)
     add_schema_columns(db)
-    db.execute("BEGIN IMMEDIATE")  # schema 4: the entry times and their triggers (ADR 0159)
+    db.execute("BEGIN IMMEDIATE")  # schema 4 and 5 (ADR 0159, ADR 0169), in one transaction
     try:
         migrate_entered(db)
+        migrate_journal(db)
+        moved_trigger(db)
     except BaseException:
         db.execute("ROLLBACK")
         raise
@@ -93,6 +98,27 @@ def prepare(db: sqlite3.Connection, path: str, synchronous: str) -> None:
         "DO UPDATE SET value = excluded.value WHERE CAST(value AS INTEGER) < ?",
         (str(SCHEMA_VERSION), SCHEMA_VERSION),
     )
+
+
+def migrate_journal(db: sqlite3.Connection) -> None:
+    """Schema 5 (ADR 0169), inside the caller's transaction: a journal keyed by its primary
+    key (``WITHOUT ROWID``, schema 4 and before) is copied, in key order, into the appended
+    layout, and the index ``objects_by_machine`` -- a prefix of ``objects_by_state_age``,
+    so one more index each state change updated for nothing -- is dropped. Once: a store of
+    schema 5 only has its key index checked."""
+    (sql,) = db.execute(
+        "SELECT sql FROM sqlite_master WHERE type = 'table' AND name = 'journal'"
+    ).fetchone()
+    if "WITHOUT ROWID" in sql.upper():
+        db.execute(f"CREATE TABLE journal_appended ({JOURNAL_COLUMNS})")
+        db.execute(
+            f"INSERT INTO journal_appended ({_JOURNAL_NAMES}) "
+            f"SELECT {_JOURNAL_NAMES} FROM journal ORDER BY uid, version"
+        )
+        db.execute("DROP TABLE journal")
+        db.execute("ALTER TABLE journal_appended RENAME TO journal")
+    db.execute("CREATE UNIQUE INDEX IF NOT EXISTS journal_key ON journal (uid, version)")
+    db.execute("DROP INDEX IF EXISTS objects_by_machine")
 
 
 def refuse_a_newer_schema(db: sqlite3.Connection, path: str) -> None:

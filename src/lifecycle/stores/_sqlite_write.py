@@ -18,16 +18,19 @@ from .._core.machine import Machine
 from .._core.observation import Observation
 from .._core.refs import ObjectRef
 from .._core.transition import Transition
-from ._sqlite_codec import dumps, dumps_bounded, int64
+from ._sqlite_codec import dumps_bounded, dumps_status, int64
+from ._sqlite_find import ENTERED, NOW
 from .base import check_identity, transition_to_row
 
 __all__ = ["CHUNK", "INSERT_JOURNAL", "LOAD", "Connected", "Row", "Tx", "Writer", "encode"]
 
 CHUNK = 500  # uids per IN (...) query: well under SQLite's variable limit
 
+#: (``entered`` set here, so its trigger does not write the row again: ADR 0159, ADR 0169)
+_NEW_VALUES = f"(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, {NOW})"
 INSERT_OBJECT = (
     "INSERT INTO objects (uid, machine, kind, namespace, name, state, version, status, "
-    "schema_version, schema_fingerprint) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    f"schema_version, schema_fingerprint, entered) VALUES {_NEW_VALUES}"
 )
 INSERT_JOURNAL = (
     "INSERT INTO journal (uid, version, at, observation, fields, transitions, schema_version, "
@@ -40,7 +43,8 @@ _UPDATE_ALL = (
     "WITH v (uid, expected, machine, kind, namespace, name, state, version, status, sv, fp) "
     "AS (VALUES {values}) "
     "UPDATE objects SET state = v.state, version = v.version, status = v.status, "
-    "schema_version = v.sv, schema_fingerprint = v.fp FROM v "
+    "schema_version = v.sv, schema_fingerprint = v.fp, "
+    f"entered = CASE WHEN objects.state IS v.state THEN objects.entered ELSE {NOW} END FROM v "
     "WHERE objects.uid = v.uid AND objects.version = v.expected AND objects.machine = v.machine "
     "AND objects.kind = v.kind AND objects.namespace = v.namespace AND objects.name = v.name "
     "RETURNING objects.uid"
@@ -82,7 +86,7 @@ def encode(
     (before anything is written)."""
     int64("expected version", expected, ref.uid, room=1)
     try:
-        status_json = dumps(machine.dump_status(status))
+        status_json = dumps_status(machine.dump_status(status))
         fields_json = dumps_bounded(machine.dump_observation(observation))
         events = [dumps_bounded(transition_to_row(t)) for t in transitions]
     except (TypeError, ValueError) as e:
@@ -163,10 +167,11 @@ class Writer:
             # the identity is part of the compare-and-set: a row stored for another object
             # is not updated, and conflict says which it was
             cur = db.execute(
-                "UPDATE objects SET state = ?, version = ?, status = ?, schema_version = ?, "
-                "schema_fingerprint = ? WHERE uid = ? "
+                f"UPDATE objects SET {ENTERED}, state = ?, version = ?, status = ?, "
+                "schema_version = ?, schema_fingerprint = ? WHERE uid = ? "
                 "AND version = ? AND machine = ? AND kind = ? AND namespace = ? AND name = ?",
                 (
+                    row.state,
                     row.state,
                     version,
                     row.status,
@@ -202,7 +207,7 @@ class Writer:
                 ref = row.ref
                 params += (ref.uid, row.machine, ref.kind, ref.namespace, ref.name, row.state,
                            1, row.status, row.schema_version, row.fingerprint)  # fmt: skip
-            values = ",".join(["(?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"] * len(part))
+            values = ",".join([_NEW_VALUES] * len(part))
             sql = f"{insert} VALUES {values} {_NEW_RETURNING}"
             passed.update(uid for (uid,) in db.execute(sql, params).fetchall())
         for start in range(0, len(stored), CHUNK):

@@ -492,48 +492,63 @@ class SQLiteStore(Store, BatchStore, RetentionStore, SchemaStore, FindStore):
             except StoreError as e:
                 rows.append(e)
         lease_until = self._clock() + self._lease
-        writer = self._writer
-        out: list[int | StoreError] = []
         with self._lock:
             if any(not isinstance(row, StoreError) for row in rows):
                 self._writing()
+            marks = self._take_marks()  # the last deliveries' marks ride with this commit
             try:
-                with self._transaction() as db:
-                    journal: list[tuple[Any, ...]] = []
-                    outbox: list[tuple[Any, ...]] = []
-                    valid = [row for row in rows if not isinstance(row, StoreError)]
-                    passed = writer.cas_all(db, valid)  # every CAS in one or two statements
-                    for row in rows:
-                        if isinstance(row, StoreError):
-                            out.append(row)
-                            continue
-                        try:
-                            if passed is None:
-                                writer.cas(db, row)
-                            elif row.ref.uid not in passed:
-                                raise writer.conflict(db, row.machine, row.ref, row.expected)
-                        except Conflict as e:
-                            out.append(e)
-                            continue
-                        out.append(row.expected + 1)
-                        journal.append(writer.journal_row(row))
-                        outbox.extend(writer.outbox_rows(row, lease_until))
-                    # the object rows are set one by one (each its own CAS); the journal
-                    # entries and the outbox rows of those that passed go in two statements
-                    if self._keep_journal and journal:
-                        db.executemany(INSERT_JOURNAL, journal)
-                    if outbox:
-                        db.executemany("INSERT INTO outbox VALUES (?, ?, ?, ?, ?, ?, ?)", outbox)
-                return out
-            except sqlite3.IntegrityError:
-                pass  # a stray row: find the item it belongs to, one savepoint at a time
-            except sqlite3.Error as e:
-                raise self._fail(f"commit of {len(items)} objects", e) from e
-            try:
-                with self._transaction() as db:
-                    return [self._savepoint(db, row, lease_until) for row in rows]
-            except sqlite3.Error as e:
-                raise self._fail(f"commit of {len(items)} objects", e) from e
+                return self._write_many(rows, marks, lease_until)
+            except BaseException:  # rolled back: the next transaction carries them
+                self._hold(marks)
+                raise
+
+    def _write_many(
+        self, rows: list[Row | StoreError], marks: list[str], lease_until: float
+    ) -> list[int | StoreError]:
+        """:meth:`commit_many`'s transaction (under the lock), the held ``marks`` deleted in
+        it; done again with each item in its own savepoint if a stray row refuses an insert."""
+        writer = self._writer
+        out: list[int | StoreError] = []
+        try:
+            with self._transaction() as db:
+                journal: list[tuple[Any, ...]] = []
+                outbox: list[tuple[Any, ...]] = []
+                valid = [row for row in rows if not isinstance(row, StoreError)]
+                passed = writer.cas_all(db, valid)  # every CAS in one or two statements
+                for row in rows:
+                    if isinstance(row, StoreError):
+                        out.append(row)
+                        continue
+                    try:
+                        if passed is None:
+                            writer.cas(db, row)
+                        elif row.ref.uid not in passed:
+                            raise writer.conflict(db, row.machine, row.ref, row.expected)
+                    except Conflict as e:
+                        out.append(e)
+                        continue
+                    out.append(row.expected + 1)
+                    journal.append(writer.journal_row(row))
+                    outbox.extend(writer.outbox_rows(row, lease_until))
+                # the object rows are set one by one (each its own CAS); the journal
+                # entries and the outbox rows of those that passed go in two statements
+                if self._keep_journal and journal:
+                    db.executemany(INSERT_JOURNAL, journal)
+                if outbox:
+                    db.executemany("INSERT INTO outbox VALUES (?, ?, ?, ?, ?, ?, ?)", outbox)
+                delete_marked(db, marks)
+            return out
+        except sqlite3.IntegrityError:
+            pass  # a stray row: find the item it belongs to, one savepoint at a time
+        except sqlite3.Error as e:
+            raise self._fail(f"commit of {len(rows)} objects", e) from e
+        try:
+            with self._transaction() as db:
+                done = [self._savepoint(db, row, lease_until) for row in rows]
+                delete_marked(db, marks)
+                return done
+        except sqlite3.Error as e:
+            raise self._fail(f"commit of {len(rows)} objects", e) from e
 
     def _savepoint(
         self, db: sqlite3.Connection, row: Row | StoreError, lease_until: float
