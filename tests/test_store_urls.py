@@ -25,6 +25,7 @@ from lifecycle.stores import (
     parse_sqlite_url,
     redact_url,
 )
+from lifecycle.stores.sqlite import SCHEMA_VERSION
 
 TRACES = Path(__file__).resolve().parent.parent / "examples" / "traces"
 
@@ -234,7 +235,7 @@ def test_db_status_of_a_store_reads_only(tmp_path: Path) -> None:
     before, names = digest(tmp_path / "s.db"), files(tmp_path)
     code, out, _ = cli("db", "status", "--store", "sqlite:///s.db")
     assert code == 0
-    assert "schema version 4 (this release: 4)" in out
+    assert f"schema version {SCHEMA_VERSION} (this release: {SCHEMA_VERSION})" in out
     assert digest(tmp_path / "s.db") == before
     assert files(tmp_path) == names
     with contextlib.closing(sqlite3.connect(tmp_path / "s.db")) as db:
