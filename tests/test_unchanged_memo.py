@@ -146,8 +146,8 @@ def test_a_repeat_of_the_very_same_tick_is_answered_from_memory() -> None:
     machine.apply(status, tick)
     machine.apply(status, Tick(at=AT + timedelta(milliseconds=200)))  # probed: at counts
     entry = machine._unchanged[id(status)]
-    assert entry[4] == AT + timedelta(milliseconds=200)
-    assert entry[5] is True
+    assert entry.at == AT + timedelta(milliseconds=200)
+    assert entry.probed is True
     assert machine.apply(status, Tick(at=AT + timedelta(milliseconds=200))) is status
 
 

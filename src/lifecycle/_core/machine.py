@@ -313,13 +313,13 @@ def _bound_apply(machine: Machine[Any]) -> Callable[[Any, Any], Any]:
     free = unchanged.FREE
 
     def apply(status: Any, obs: Any) -> Any:
-        entry = known(id(status))
+        held = known(id(status))
         if (  # left unchanged by an observation equal in every field that counts
-            entry is not None
-            and entry[0]() is status
-            and entry[1] is obs.__class__
-            and entry[2](obs) == entry[3]
-            and (entry[4] is free or entry[4] == obs.at)
+            held is not None
+            and held() is status
+            and held.cls is obs.__class__
+            and held.key_of(obs) == held.key
+            and (held.at is free or held.at == obs.at)
         ):
             return status
         step = steps.get((status.state, obs.__class__))

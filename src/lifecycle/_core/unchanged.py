@@ -39,34 +39,40 @@ from .codegen import compile_function
 #: still runs every poll's step when it does not fit: slower, never wrong).
 LIMIT = 1 << 18
 
-#: A status's entry: (a weak reference to the status, the observation class, its key
-#: function, the key, the ``at`` it was left unchanged at or :data:`FREE`, whether ``at`` was
-#: probed).
-Entry = tuple["Held", type[Any], Callable[[Any], tuple[Any, ...]], tuple[Any, ...], Any, bool]
-
 
 class Held(weakref.ref[Any]):
-    """A weak reference to a remembered status that removes its entry when the status dies."""
+    """A remembered status's entry: a weak reference to the status (the entry is removed when
+    the status dies) carrying the observation class that left it unchanged, its key function,
+    the key, the ``at`` it was left unchanged at (or :data:`FREE`) and whether ``at`` was
+    probed. One object per status: the cyclic collector walks one, not two."""
 
-    __slots__ = ("key", "memory")
-    key: int
-    memory: dict[int, Entry]
+    __slots__ = ("at", "cls", "id", "key", "key_of", "memory", "probed")
+    at: Any
+    cls: type[Any]
+    id: int
+    key: tuple[Any, ...]
+    key_of: Callable[[Any], tuple[Any, ...]]
+    memory: dict[int, Held]
+    probed: bool
 
-    def __new__(cls, status: Any, memory: dict[int, Entry], key: int) -> Held:
+    def __new__(cls, status: Any, memory: dict[int, Held]) -> Held:
         held = super().__new__(cls, status, _forget)
-        held.key, held.memory = key, memory
+        held.id, held.memory = id(status), memory
         return held
 
-    def __init__(self, status: Any, memory: dict[int, Entry], key: int) -> None:
+    def __init__(self, status: Any, memory: dict[int, Held]) -> None:
         super().__init__(status, _forget)  # type: ignore[call-arg]
+
+
+#: A status's entry in a machine's memory.
+Entry = Held
 
 
 def _forget(held: Held) -> None:
     """The status ``held`` referred to is gone: its entry too (unless a newer one took the
     key, when an ``id`` was reused before this ran)."""
-    entry = held.memory.get(held.key)
-    if entry is not None and entry[0] is held:
-        held.memory.pop(held.key, None)
+    if held.memory.get(held.id) is held:
+        held.memory.pop(held.id, None)
 
 
 #: An entry's ``at`` when the step does not use it: any time matches.
@@ -155,17 +161,18 @@ def remember(
     key = key_of(obs)
     at = obs.at
     old = memory.get(id(status))
-    if old is not None and old[0]() is status and old[1] is cls and old[3] == key:
-        if old[5]:  # probed already: ``at`` counts
-            memory[id(status)] = (old[0], cls, key_of, key, at, True)
-            return
-        free = at_free(step, status, obs)
-        memory[id(status)] = (old[0], cls, key_of, key, FREE if free else at, True)
+    if old is not None and old() is status and old.cls is cls and old.key == key:
+        if not old.probed:  # a poll: whether ``at`` counts at all, found once
+            old.probed = True
+            old.at = FREE if at_free(step, status, obs) else at
+        elif old.at is not FREE:
+            old.at = at
         return
     try:
-        held = Held(status, memory, id(status))
+        held = Held(status, memory)
     except TypeError:  # not weakly referable: not remembered
         return
+    held.cls, held.key_of, held.key, held.at, held.probed = cls, key_of, key, at, False
     if len(memory) >= LIMIT:
         memory.clear()
-    memory[id(status)] = (held, cls, key_of, key, at, False)
+    memory[id(status)] = held
