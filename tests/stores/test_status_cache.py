@@ -5,7 +5,7 @@ shared objects, with their caches on and off, and must decide alike.
 - **Sequential interleavings** (Hypothesis picks who observes what, in which order): with the
   cache on, every step's result and events equal the uncached run's. Each step is preceded
   by the handle's barrier (``settle_cache``): PostgreSQL's signal is asynchronous (SQLite's
-  check is made at every read: ADR 0156, 0171) -- the property is then that nothing the cache
+  check is made at every read: ADR 0156) -- the property is then that nothing the cache
   held or kept was stale once the signals were in.
 - **Without barriers** (PostgreSQL) every step may decide from a stale entry: the run may
   differ, but no write is lost (each object's journal is 1..n, folds to its status) and, after

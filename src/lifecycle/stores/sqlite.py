@@ -53,7 +53,6 @@ from ._sqlite_marks import HeldMarks, delete_marked
 from ._sqlite_marks import outbox_summary_of as outbox_summary_of
 from ._sqlite_schema import SCHEMA_VERSION as SCHEMA_VERSION
 from ._sqlite_schema import prepare
-from ._sqlite_wal import WalHeader
 from ._sqlite_write import CHUNK, INSERT_JOURNAL, LOAD, Row, Tx, Writer, encode
 from .base import (
     BatchStore,
@@ -165,8 +164,6 @@ class SQLiteStore(Store, BatchStore, RetentionStore, SchemaStore, FindStore):
         #: the coherent status cache (``cache=N``, ADR 0134), or ``None``
         self.cache: StatusCache | None = StatusCache(cache) if cache else None
         self._version_cursor: sqlite3.Cursor | None = None
-        #: the WAL-index header, so an unchanged file is not asked about (ADR 0171)
-        self._wal = WalHeader(self.path)
         self._lock = threading.RLock()
         #: Commits waiting for, or in, a shared flush (``group_commit=True``), and the
         #: connection reads take meanwhile.
@@ -298,13 +295,7 @@ class SQLiteStore(Store, BatchStore, RetentionStore, SchemaStore, FindStore):
     # -- the protocol -------------------------------------------------------------------
     def _cache_coherent(self, cache: StatusCache) -> bool:
         """Drop ``cache`` if another connection committed since it was last asked; False
-        when that cannot be asked now (a group flush holds the connection): do not use it.
-        While the WAL-index header is what it was at the last ask, no connection committed
-        since, and SQLite is not asked again (``_sqlite_wal``, ADR 0171)."""
-        wal = self._wal
-        head = wal.read()
-        if head is not None and head == wal.seen:
-            return True
+        when that cannot be asked now (a group flush holds the connection): do not use it."""
         lock = self._lock
         if not lock.acquire(blocking=self._group is None):
             return False
@@ -319,7 +310,6 @@ class SQLiteStore(Store, BatchStore, RetentionStore, SchemaStore, FindStore):
         finally:
             lock.release()
         cache.observe_token(token)
-        wal.seen = head  # read before the ask: a commit between the two is asked again next time
         return True
 
     def settle_cache(self, timeout: float = 5.0) -> bool:
@@ -875,7 +865,6 @@ class SQLiteStore(Store, BatchStore, RetentionStore, SchemaStore, FindStore):
             if self._history == "written":
                 self._advance_history("close")
             self._history = "closed"
-            self._wal.close()
             self._db.close()
         if self._reader is not None:
             with self._read_lock:
